@@ -1,0 +1,18 @@
+/* backend.c — backend-independent helpers (see backend.h). */
+#include "backend/backend.h"
+
+#include <string.h>
+
+size_t backend_moe_workspace_floats(int n_tokens, int n_used, int d_model, int d_expert)
+{
+    size_t pairs = (size_t)n_tokens * (size_t)n_used;
+    /* gathered x, gate, up, expert output; plus two int32 index lists stored as floats' room */
+    return pairs * ((size_t)d_model * 2 + (size_t)d_expert * 2) + pairs * 2 + 16;
+}
+
+void backend_destroy(struct backend *be)
+{
+    if (be->ops && be->ops->destroy)
+        be->ops->destroy(be);
+    memset(be, 0, sizeof *be);
+}

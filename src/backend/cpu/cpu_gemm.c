@@ -1,0 +1,646 @@
+/* cpu_gemm.c — y = x · Wᵀ (+ bias) straight from the stored weight format (see cpu_gemm.h).
+ *
+ * Two algorithms, chosen by the number of x rows m:
+ *  - fused (m <= FUSED_M_MAX, decode): memory-bound, so W must be streamed
+ *    once. A thread takes FUSED_R consecutive W rows, converts 8 elements of
+ *    each to fp32 in registers and multiplies them into FUSED_M x rows at once
+ *    (dot-product form, one horizontal sum per output). Further passes over
+ *    the x rows find the same W rows still in L1/L2, so DRAM sees W once.
+ *  - panel (larger m, prefill): compute-bound. A thread converts up to
+ *    ITEM_N_MAX W rows x KC columns into transposed fp32 micro-panels
+ *    (panel[k][16]) on its stack, then a register-blocked micro-kernel
+ *    broadcasts x[i][k] against 16 W rows at a time (6 x 16 on AVX2), so each
+ *    converted W element is reused by every x row and each x element by 16 W
+ *    rows. y is written on the first KC chunk and accumulated on the others.
+ * Every format has AVX2+FMA+F16C kernels (selected at run time, the binary
+ * stays baseline x86-64) and a portable C path (panel algorithm for every m,
+ * written so that compilers vectorise its inner loop for any target).
+ *
+ * Deliberately not here: repacking W at load, reduced-precision activations,
+ * any dequantised copy of W (scratch is at most ITEM_N_MAX x KC floats per
+ * thread), choosing the thread count (OpenMP defaults rule).
+ *
+ * Invariants: reads stay inside W [rows, cols], its scales, and x [m, cols]
+ * (K tails that are not a multiple of 8 go through scalar code, never wider
+ * loads); writes stay inside y [m, rows]. All formats decode to the same fp32
+ * value in every path: fp8 = e4m3 * block scale; nvfp4 = e2m1 * (e4m3 scale *
+ * scale2), the product in brackets rounded once; only summation order differs.
+ */
+#include "backend/cpu/cpu_gemm.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+#if defined(__x86_64__)
+#define CPU_GEMM_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#define CPU_GEMM_X86 0
+#endif
+
+enum {
+    KC = 256,         /* K columns per panel chunk; a multiple of 128 (fp8) and 16 (nvfp4) blocks */
+    PANEL_N = 16,     /* W rows per micro-panel = y columns per micro-tile */
+    ITEM_N_MAX = 64,  /* W rows per work item of the panel path: 64 KB of panel, x strip reused 4x */
+    MR_PORTABLE = 4,  /* x rows per portable micro-tile */
+    MR_AVX2 = 6,      /* x rows per AVX2 micro-tile: 12 accumulators + 2 panel + 1 broadcast ymm */
+    FUSED_R = 4,      /* W rows converted together in the fused path */
+    FUSED_M = 2,      /* x rows per pass of the fused path: 8 accumulators */
+    FUSED_M_MAX = 8,  /* largest m that uses the fused path */
+    MIN_PARALLEL_MACS = 1 << 18, /* below this a fork/join costs more than it saves */
+};
+
+/* E4M3 -> f32 for all 256 codes as a constant table, so the fp8 and nvfp4
+ * scalar paths need no ldexpf and no run-time initialisation. Matches
+ * e4m3_to_f32() in base/dtype.h (0x7f/0xff are NaN, exp 0 is subnormal). */
+#define E4M3_MAG(b)                                                                                \
+    (((b) >> 3) == 0 ? (float)((b)&7) * 0x1p-9f                                                    \
+                     : (float)(8 + ((b)&7)) * (float)(1u << ((b) >> 3)) * 0x1p-10f)
+#define E4M3_VAL(b)                                                                                \
+    (((b)&0x7f) == 0x7f ? NAN : ((b)&0x80) ? -E4M3_MAG((b)&0x7f) : E4M3_MAG((b)&0x7f))
+#define E4M3_4(b) E4M3_VAL(b), E4M3_VAL((b) + 1), E4M3_VAL((b) + 2), E4M3_VAL((b) + 3)
+#define E4M3_16(b) E4M3_4(b), E4M3_4((b) + 4), E4M3_4((b) + 8), E4M3_4((b) + 12)
+#define E4M3_64(b) E4M3_16(b), E4M3_16((b) + 16), E4M3_16((b) + 32), E4M3_16((b) + 48)
+static const float E4M3_LUT[256] = {E4M3_64(0u), E4M3_64(64u), E4M3_64(128u), E4M3_64(192u)};
+
+/* One call's operands, shared by every kernel. */
+struct gemm_args {
+    const struct weight *w;
+    const float *x; /* (m, ldx) */
+    float *y;       /* (m, ldy) */
+    size_t ldx, ldy;
+    int64_t m, n, k;  /* x rows, W rows, W cols */
+    size_t row_bytes; /* bytes of one W data row */
+    int64_t n_kb;     /* FP8_BLOCK: scale columns, ceil(k / 128) */
+};
+
+static bool g_force_scalar;
+
+void cpu_gemm_force_scalar(bool on)
+{
+    g_force_scalar = on;
+}
+
+static inline int64_t min_i64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static inline const void *row_ptr(const struct gemm_args *a, int64_t n)
+{
+    return (const uint8_t *)a->w->data + (size_t)n * a->row_bytes;
+}
+
+static inline float fp8_scale(const struct gemm_args *a, int64_t n, int64_t k)
+{
+    return ((const float *)a->w->scale)[(size_t)(n / 128) * (size_t)a->n_kb + (size_t)(k / 128)];
+}
+
+/* e4m3 block scale times the tensor scale: one rounding, shared by all paths. */
+static inline float nvfp4_scale(const struct gemm_args *a, int64_t n, int64_t k)
+{
+    const uint8_t *s = (const uint8_t *)a->w->scale;
+    return E4M3_LUT[s[(size_t)n * (size_t)(a->k / 16) + (size_t)(k / 16)]] * a->w->scale2;
+}
+
+/* W[n, k] as fp32; for tails and edge rows only. */
+static inline float w_at(const struct gemm_args *a, int64_t n, int64_t k)
+{
+    const void *row = row_ptr(a, n);
+    switch (a->w->format) {
+    case WEIGHT_F32: return ((const float *)row)[k];
+    case WEIGHT_BF16: return bf16_to_f32(((const uint16_t *)row)[k]);
+    case WEIGHT_F16: return f16_to_f32(((const uint16_t *)row)[k]);
+    case WEIGHT_FP8_BLOCK: return E4M3_LUT[((const uint8_t *)row)[k]] * fp8_scale(a, n, k);
+    case WEIGHT_NVFP4: {
+        uint8_t b = ((const uint8_t *)row)[k / 2];
+        return e2m1_to_f32((k & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15)) * nvfp4_scale(a, n, k);
+    }
+    case WEIGHT_FORMAT_COUNT: break;
+    }
+    PANIC("cpu_gemm: bad weight format %d", (int)a->w->format);
+}
+
+/* W[n, k0 .. k0+len) -> dst[0], dst[stride], ... */
+static void decode_row(const struct gemm_args *a, int64_t n, int64_t k0, int64_t len, float *dst,
+                       size_t stride)
+{
+    const void *row = row_ptr(a, n);
+    switch (a->w->format) {
+    case WEIGHT_F32: {
+        const float *s = (const float *)row + k0;
+        for (int64_t t = 0; t < len; t++)
+            dst[(size_t)t * stride] = s[t];
+        break;
+    }
+    case WEIGHT_BF16: {
+        const uint16_t *s = (const uint16_t *)row + k0;
+        for (int64_t t = 0; t < len; t++)
+            dst[(size_t)t * stride] = bf16_to_f32(s[t]);
+        break;
+    }
+    case WEIGHT_F16: {
+        const uint16_t *s = (const uint16_t *)row + k0;
+        for (int64_t t = 0; t < len; t++)
+            dst[(size_t)t * stride] = f16_to_f32(s[t]);
+        break;
+    }
+    case WEIGHT_FP8_BLOCK: {
+        const uint8_t *s = (const uint8_t *)row + k0;
+        for (int64_t t = 0; t < len; t++)
+            dst[(size_t)t * stride] = E4M3_LUT[s[t]] * fp8_scale(a, n, k0 + t);
+        break;
+    }
+    case WEIGHT_NVFP4:
+        for (int64_t t = 0; t < len; t++)
+            dst[(size_t)t * stride] = w_at(a, n, k0 + t);
+        break;
+    case WEIGHT_FORMAT_COUNT: PANIC("cpu_gemm: bad weight format");
+    }
+}
+
+/* ---- panel algorithm: driver shared by the portable and AVX2 kernels ---- */
+
+struct panel_kernels {
+    int mr; /* x rows per micro-tile */
+    /* W rows [n0, n0+PANEL_N) x cols [kc0, kc0+kc) -> panel[k][PANEL_N], rows past n as 0 */
+    void (*pack)(const struct gemm_args *a, int64_t n0, int64_t kc0, int64_t kc, float *panel);
+    /* y[i][c] (=|+=) sum_k x[i][k] * panel[k][c] for i < mr, c < nvalid;
+     * first: y = acc + bias (bias may be NULL); else y += acc */
+    void (*micro)(int mr, const float *x, size_t ldx, const float *panel, int64_t kc, float *y,
+                  size_t ldy, int nvalid, const float *bias, bool first);
+};
+
+/* Rows per work item: the multiple of PANEL_N up to ITEM_N_MAX whose slowest
+ * thread has the fewest rows (N = 576 on 2 threads: 48, not 64 → 5 vs 4 items). */
+static int64_t panel_item_rows(int64_t n, int threads)
+{
+    int64_t best = PANEL_N, best_cost = INT64_MAX;
+    for (int64_t r = ITEM_N_MAX; r >= PANEL_N; r -= PANEL_N) {
+        int64_t items = (n + r - 1) / r;
+        int64_t cost = (items + threads - 1) / threads * r;
+        if (cost < best_cost) {
+            best = r;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+static void panel_run(const struct gemm_args *a, const struct panel_kernels *pk)
+{
+    const bool parallel = (double)a->m * (double)a->n * (double)a->k >= MIN_PARALLEL_MACS;
+    const int64_t item_n = panel_item_rows(a->n, parallel ? omp_get_max_threads() : 1);
+    const int64_t items = (a->n + item_n - 1) / item_n;
+    const float *bias = a->w->bias;
+
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t it = 0; it < items; it++) {
+        _Alignas(64) float panel[ITEM_N_MAX * KC]; /* (item_n / PANEL_N) panels of [KC][PANEL_N] */
+        const int64_t n0 = it * item_n;
+        const int64_t n_end = min_i64(n0 + item_n, a->n);
+        for (int64_t kc0 = 0; kc0 < a->k; kc0 += KC) {
+            const int64_t kc = min_i64(KC, a->k - kc0);
+            const bool first = kc0 == 0;
+            for (int64_t p = n0; p < n_end; p += PANEL_N)
+                pk->pack(a, p, kc0, kc, panel + (p - n0) * KC);
+            for (int64_t i = 0; i < a->m; i += pk->mr) {
+                const int mr = (int)min_i64(pk->mr, a->m - i);
+                const float *xi = a->x + (size_t)i * a->ldx + (size_t)kc0;
+                for (int64_t p = n0; p < n_end; p += PANEL_N) {
+                    pk->micro(mr, xi, a->ldx, panel + (p - n0) * KC, kc,
+                              a->y + (size_t)i * a->ldy + (size_t)p, a->ldy,
+                              (int)min_i64(PANEL_N, n_end - p), bias ? bias + p : NULL, first);
+                }
+            }
+        }
+    }
+}
+
+static inline void tile_store(const float *acc, float *yr, int nvalid, const float *bias, bool first)
+{
+    for (int c = 0; c < nvalid; c++)
+        yr[c] = first ? acc[c] + (bias ? bias[c] : 0.0f) : yr[c] + acc[c];
+}
+
+/* ---- portable kernels ---- */
+
+/* Rows [n0, n0+width) into panel columns; rows at or past a->n become zeros. */
+static void pack_rows_portable(const struct gemm_args *a, int64_t n0, int width, int64_t kc0,
+                               int64_t kc, float *dst)
+{
+    for (int j = 0; j < width; j++) {
+        if (n0 + j < a->n) {
+            decode_row(a, n0 + j, kc0, kc, dst + j, PANEL_N);
+        } else {
+            for (int64_t k = 0; k < kc; k++)
+                dst[k * PANEL_N + j] = 0.0f;
+        }
+    }
+}
+
+static void pack_portable(const struct gemm_args *a, int64_t n0, int64_t kc0, int64_t kc,
+                          float *panel)
+{
+    pack_rows_portable(a, n0, PANEL_N, kc0, kc, panel);
+}
+
+/* The c loop has no cross-lane reduction, so it vectorises without -ffast-math. */
+static void micro_portable(int mr, const float *x, size_t ldx, const float *panel, int64_t kc,
+                           float *y, size_t ldy, int nvalid, const float *bias, bool first)
+{
+    float acc[MR_PORTABLE][PANEL_N];
+    memset(acc, 0, sizeof(acc));
+    for (int64_t k = 0; k < kc; k++) {
+        const float *p = panel + k * PANEL_N;
+        for (int i = 0; i < mr; i++) {
+            const float xv = x[(size_t)i * ldx + (size_t)k];
+            for (int c = 0; c < PANEL_N; c++)
+                acc[i][c] += xv * p[c];
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        tile_store(acc[i], y + (size_t)i * ldy, nvalid, bias, first);
+}
+
+static const struct panel_kernels PANEL_PORTABLE = {MR_PORTABLE, pack_portable, micro_portable};
+
+/* ---- AVX2 + FMA + F16C kernels ---- */
+#if CPU_GEMM_X86
+
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+AVX2_INLINE __m256 ld8_bf16(const uint16_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+AVX2_INLINE __m256 ld8_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* 8 E4M3 codes -> f32 without a table: the 7 magnitude bits land in f32 bits
+ * 20..26 (exponent field low bits + 3 mantissa bits), the sign in bit 31, and
+ * a multiply by 2^120 rebiases the exponent (and turns the e4m3 subnormals,
+ * which arrive as f32 subnormals, into the right normals). 0x7f/0xff -> NaN. */
+AVX2_INLINE __m256 ld8_e4m3(const uint8_t *p)
+{
+    int64_t q;
+    memcpy(&q, p, 8);
+    __m256i v = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(q));
+    v = _mm256_srai_epi32(_mm256_slli_epi32(v, 24), 4);
+    v = _mm256_and_si256(v, _mm256_set1_epi32((int)0x87f00000u));
+    const __m256i nan_mag = _mm256_set1_epi32(0x07f00000);
+    v = _mm256_or_si256(v, _mm256_cmpeq_epi32(_mm256_and_si256(v, nan_mag), nan_mag));
+    return _mm256_mul_ps(_mm256_castsi256_ps(v), _mm256_set1_ps(0x1p120f));
+}
+
+/* 8 E2M1 codes (4 bytes, element 2i in the low nibble of byte i, so element j
+ * is bits 4j..4j+3 of the little-endian word) -> f32. lut holds the eight
+ * magnitudes already multiplied by the block scale; bit 3 is the sign. */
+AVX2_INLINE __m256 ld8_e2m1(const uint8_t *p, __m256 lut)
+{
+    uint32_t q;
+    memcpy(&q, p, 4);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    __m256i t = _mm256_srlv_epi32(_mm256_set1_epi32((int)q), shifts);
+    __m256 mag = _mm256_permutevar8x32_ps(lut, t); /* uses index bits 0..2 only */
+    __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(t, 28));
+    return _mm256_xor_ps(mag, _mm256_and_ps(sign, _mm256_set1_ps(-0.0f)));
+}
+
+/* What ld8 needs per row and scale block: fp8 the block scale, nvfp4 the
+ * scaled magnitude table; nothing for unscaled formats. */
+AVX2_INLINE __m256 block_scale(const struct gemm_args *a, enum weight_format fmt, int64_t n, int64_t k)
+{
+    if (fmt == WEIGHT_FP8_BLOCK)
+        return _mm256_set1_ps(fp8_scale(a, n, k));
+    if (fmt == WEIGHT_NVFP4) {
+        const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+        return _mm256_mul_ps(mag, _mm256_set1_ps(nvfp4_scale(a, n, k)));
+    }
+    return _mm256_setzero_ps();
+}
+
+/* W[row][k .. k+8) as fp32, k a multiple of 8. */
+AVX2_INLINE __m256 ld8(enum weight_format fmt, const void *row, int64_t k, __m256 s)
+{
+    switch (fmt) {
+    case WEIGHT_F32: return _mm256_loadu_ps((const float *)row + k);
+    case WEIGHT_BF16: return ld8_bf16((const uint16_t *)row + k);
+    case WEIGHT_F16: return ld8_f16((const uint16_t *)row + k);
+    case WEIGHT_FP8_BLOCK: return _mm256_mul_ps(ld8_e4m3((const uint8_t *)row + k), s);
+    case WEIGHT_NVFP4: return ld8_e2m1((const uint8_t *)row + k / 2, s);
+    case WEIGHT_FORMAT_COUNT: break;
+    }
+    return _mm256_setzero_ps();
+}
+
+AVX2_INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Fused tile: W rows [n, n+R) x x rows [i, i+M), full K, written to y.
+ * Instantiated with constant fmt, R, M so the loops unroll and acc stays in
+ * registers. */
+AVX2_INLINE void fused_tile(const struct gemm_args *a, enum weight_format fmt, int R, int M,
+                            int64_t n, int64_t i)
+{
+    const int64_t K = a->k, K8 = K & ~(int64_t)7;
+    /* scale block: the inner loop never crosses one */
+    const int64_t bk = fmt == WEIGHT_FP8_BLOCK ? 128 : fmt == WEIGHT_NVFP4 ? 16 : K8;
+    const void *row[FUSED_R];
+    const float *xr[FUSED_M];
+    __m256 acc[FUSED_R][FUSED_M];
+    for (int r = 0; r < R; r++) {
+        row[r] = row_ptr(a, n + r);
+        for (int j = 0; j < M; j++)
+            acc[r][j] = _mm256_setzero_ps();
+    }
+    for (int j = 0; j < M; j++)
+        xr[j] = a->x + (size_t)(i + j) * a->ldx;
+
+    for (int64_t k0 = 0; k0 < K8; k0 += bk) {
+        const int64_t k1 = min_i64(k0 + bk, K8);
+        __m256 s[FUSED_R];
+        for (int r = 0; r < R; r++)
+            s[r] = block_scale(a, fmt, n + r, k0);
+        for (int64_t k = k0; k < k1; k += 8) {
+            __m256 xv[FUSED_M];
+            for (int j = 0; j < M; j++)
+                xv[j] = _mm256_loadu_ps(xr[j] + k);
+            for (int r = 0; r < R; r++) {
+                const __m256 wv = ld8(fmt, row[r], k, s[r]);
+                for (int j = 0; j < M; j++)
+                    acc[r][j] = _mm256_fmadd_ps(wv, xv[j], acc[r][j]);
+            }
+        }
+    }
+
+    const float *bias = a->w->bias;
+    for (int r = 0; r < R; r++) {
+        for (int j = 0; j < M; j++) {
+            float sum = hsum8(acc[r][j]);
+            for (int64_t k = K8; k < K; k++)
+                sum += w_at(a, n + r, k) * xr[j][k];
+            if (bias)
+                sum += bias[n + r];
+            a->y[(size_t)(i + j) * a->ldy + (size_t)(n + r)] = sum;
+        }
+    }
+}
+
+typedef void (*fused_tile_fn)(const struct gemm_args *a, int64_t n, int64_t i);
+
+#define FUSED_FN(FMT, tag, R, M)                                                                   \
+    AVX2_FN static void fused_##tag##_r##R##_m##M(const struct gemm_args *a, int64_t n, int64_t i) \
+    {                                                                                              \
+        fused_tile(a, FMT, R, M, n, i);                                                            \
+    }
+#define FUSED_FNS(FMT, tag)                                                                        \
+    FUSED_FN(FMT, tag, 4, 1)                                                                       \
+    FUSED_FN(FMT, tag, 4, 2)                                                                       \
+    FUSED_FN(FMT, tag, 1, 1)                                                                       \
+    FUSED_FN(FMT, tag, 1, 2)
+#define FUSED_ROW(tag)                                                                             \
+    {                                                                                              \
+        {NULL, fused_##tag##_r4_m1, fused_##tag##_r4_m2}, {NULL, fused_##tag##_r1_m1, fused_##tag##_r1_m2} \
+    }
+
+_Static_assert(FUSED_R == 4 && FUSED_M == 2, "instantiations below assume R = 4, M <= 2");
+FUSED_FNS(WEIGHT_F32, f32)
+FUSED_FNS(WEIGHT_BF16, bf16)
+FUSED_FNS(WEIGHT_F16, f16)
+FUSED_FNS(WEIGHT_FP8_BLOCK, fp8)
+FUSED_FNS(WEIGHT_NVFP4, nvfp4)
+
+/* [format][full group of FUSED_R rows ? 0 : 1][x rows in this pass] */
+static const fused_tile_fn FUSED_TILES[WEIGHT_FORMAT_COUNT][2][FUSED_M + 1] = {
+    [WEIGHT_F32] = FUSED_ROW(f32),         [WEIGHT_BF16] = FUSED_ROW(bf16),
+    [WEIGHT_F16] = FUSED_ROW(f16),         [WEIGHT_FP8_BLOCK] = FUSED_ROW(fp8),
+    [WEIGHT_NVFP4] = FUSED_ROW(nvfp4),
+};
+
+static void fused_run(const struct gemm_args *a)
+{
+    const fused_tile_fn(*tiles)[FUSED_M + 1] = FUSED_TILES[a->w->format];
+    const int64_t groups = (a->n + FUSED_R - 1) / FUSED_R;
+    const bool parallel = (double)a->m * (double)a->n * (double)a->k >= MIN_PARALLEL_MACS;
+
+    /* static: each thread streams one contiguous slice of W, which the
+     * hardware prefetchers follow best */
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t n = g * FUSED_R;
+        const int64_t rows = min_i64(FUSED_R, a->n - n);
+        for (int64_t i = 0; i < a->m; i += FUSED_M) {
+            const int mm = (int)min_i64(FUSED_M, a->m - i);
+            if (rows == FUSED_R) {
+                tiles[0][mm](a, n, i);
+            } else {
+                for (int64_t r = 0; r < rows; r++)
+                    tiles[1][mm](a, n + r, i);
+            }
+        }
+    }
+}
+
+AVX2_INLINE void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) {
+        u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+        u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xee);
+        u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xee);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+        r[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+    }
+}
+
+/* Panel pack: 8 rows x 8 columns are converted in registers, transposed and
+ * stored as 8 panel lines; partial row groups and K tails go through the
+ * scalar decoder. */
+AVX2_INLINE void pack_avx2(const struct gemm_args *a, enum weight_format fmt, int64_t n0,
+                           int64_t kc0, int64_t kc, float *panel)
+{
+    for (int h = 0; h < PANEL_N; h += 8) {
+        const int64_t nh = n0 + h;
+        float *dst = panel + h;
+        if (nh + 8 > a->n) {
+            pack_rows_portable(a, nh, 8, kc0, kc, dst);
+            continue;
+        }
+        const void *row[8];
+        for (int j = 0; j < 8; j++)
+            row[j] = row_ptr(a, nh + j);
+        int64_t k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m256 v[8];
+            for (int j = 0; j < 8; j++)
+                v[j] = ld8(fmt, row[j], kc0 + k, block_scale(a, fmt, nh + j, kc0 + k));
+            transpose8(v);
+            for (int j = 0; j < 8; j++)
+                _mm256_store_ps(dst + (k + j) * PANEL_N, v[j]);
+        }
+        for (; k < kc; k++)
+            for (int j = 0; j < 8; j++)
+                dst[k * PANEL_N + j] = w_at(a, nh + j, kc0 + k);
+    }
+}
+
+#define PACK_FN(FMT, tag)                                                                          \
+    AVX2_FN static void pack_##tag(const struct gemm_args *a, int64_t n0, int64_t kc0, int64_t kc, \
+                                   float *panel)                                                   \
+    {                                                                                              \
+        pack_avx2(a, FMT, n0, kc0, kc, panel);                                                     \
+    }
+PACK_FN(WEIGHT_F32, f32)
+PACK_FN(WEIGHT_BF16, bf16)
+PACK_FN(WEIGHT_F16, f16)
+PACK_FN(WEIGHT_FP8_BLOCK, fp8)
+PACK_FN(WEIGHT_NVFP4, nvfp4)
+
+AVX2_INLINE void micro_avx2_mr(int MR, const float *x, size_t ldx, const float *panel, int64_t kc,
+                               float *y, size_t ldy, int nvalid, const float *bias, bool first)
+{
+    __m256 c0[MR_AVX2], c1[MR_AVX2];
+    const float *xr[MR_AVX2];
+    for (int i = 0; i < MR; i++) {
+        c0[i] = _mm256_setzero_ps();
+        c1[i] = _mm256_setzero_ps();
+        xr[i] = x + (size_t)i * ldx;
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256 b0 = _mm256_load_ps(panel + k * PANEL_N);
+        const __m256 b1 = _mm256_load_ps(panel + k * PANEL_N + 8);
+        for (int i = 0; i < MR; i++) {
+            const __m256 xv = _mm256_broadcast_ss(xr[i] + k);
+            c0[i] = _mm256_fmadd_ps(xv, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(xv, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        float *yr = y + (size_t)i * ldy;
+        if (nvalid == PANEL_N) {
+            __m256 v0 = c0[i], v1 = c1[i];
+            if (!first) {
+                v0 = _mm256_add_ps(_mm256_loadu_ps(yr), v0);
+                v1 = _mm256_add_ps(_mm256_loadu_ps(yr + 8), v1);
+            } else if (bias) {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bias));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bias + 8));
+            }
+            _mm256_storeu_ps(yr, v0);
+            _mm256_storeu_ps(yr + 8, v1);
+        } else {
+            float t[PANEL_N];
+            _mm256_storeu_ps(t, c0[i]);
+            _mm256_storeu_ps(t + 8, c1[i]);
+            tile_store(t, yr, nvalid, bias, first);
+        }
+    }
+}
+
+AVX2_FN static void micro_avx2(int mr, const float *x, size_t ldx, const float *panel, int64_t kc,
+                               float *y, size_t ldy, int nvalid, const float *bias, bool first)
+{
+    switch (mr) {
+    case 1: micro_avx2_mr(1, x, ldx, panel, kc, y, ldy, nvalid, bias, first); break;
+    case 2: micro_avx2_mr(2, x, ldx, panel, kc, y, ldy, nvalid, bias, first); break;
+    case 3: micro_avx2_mr(3, x, ldx, panel, kc, y, ldy, nvalid, bias, first); break;
+    case 4: micro_avx2_mr(4, x, ldx, panel, kc, y, ldy, nvalid, bias, first); break;
+    case 5: micro_avx2_mr(5, x, ldx, panel, kc, y, ldy, nvalid, bias, first); break;
+    case 6: micro_avx2_mr(6, x, ldx, panel, kc, y, ldy, nvalid, bias, first); break;
+    default: PANIC("cpu_gemm: micro-tile of %d rows", mr);
+    }
+}
+
+static const struct panel_kernels PANEL_AVX2[WEIGHT_FORMAT_COUNT] = {
+    [WEIGHT_F32] = {MR_AVX2, pack_f32, micro_avx2},
+    [WEIGHT_BF16] = {MR_AVX2, pack_bf16, micro_avx2},
+    [WEIGHT_F16] = {MR_AVX2, pack_f16, micro_avx2},
+    [WEIGHT_FP8_BLOCK] = {MR_AVX2, pack_fp8, micro_avx2},
+    [WEIGHT_NVFP4] = {MR_AVX2, pack_nvfp4, micro_avx2},
+};
+
+/* __builtin_cpu_supports checks OS support for the ymm state too; F16C is
+ * read from CPUID because not every compiler knows the name "f16c". */
+static bool cpu_has_avx2(void)
+{
+    static int cached = -1; /* benign race: every thread computes the same value */
+    if (cached < 0) {
+        unsigned eax, ebx, ecx, edx;
+        bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    }
+    return cached;
+}
+#endif /* CPU_GEMM_X86 */
+
+void cpu_gemm(const struct weight *w, const float *x, int m, size_t ldx, float *y, size_t ldy)
+{
+    ASSERT(w != NULL && m >= 0);
+    ASSERT((unsigned)w->format < WEIGHT_FORMAT_COUNT && w->rows >= 0 && w->cols >= 0);
+    if (m == 0 || w->rows == 0)
+        return;
+    ASSERT(x != NULL && y != NULL && ldx >= (size_t)w->cols && ldy >= (size_t)w->rows);
+    ASSERT(w->data != NULL || w->cols == 0);
+    if (w->format == WEIGHT_FP8_BLOCK || w->format == WEIGHT_NVFP4)
+        ASSERT(w->scale != NULL || w->cols == 0);
+    if (w->format == WEIGHT_NVFP4)
+        ASSERT(w->cols % 16 == 0);
+
+    static const size_t ELEM_BITS[WEIGHT_FORMAT_COUNT] = {
+        [WEIGHT_F32] = 32, [WEIGHT_BF16] = 16, [WEIGHT_F16] = 16, [WEIGHT_FP8_BLOCK] = 8,
+        [WEIGHT_NVFP4] = 4,
+    };
+    const struct gemm_args a = {
+        .w = w,
+        .x = x,
+        .y = y,
+        .ldx = ldx,
+        .ldy = ldy,
+        .m = m,
+        .n = w->rows,
+        .k = w->cols,
+        .row_bytes = (size_t)w->cols * ELEM_BITS[w->format] / 8,
+        .n_kb = (w->cols + 127) / 128,
+    };
+
+    if (a.k == 0) { /* empty sum: the panel loop would never store */
+        for (int64_t i = 0; i < a.m; i++)
+            for (int64_t n = 0; n < a.n; n++)
+                y[(size_t)i * ldy + (size_t)n] = w->bias ? w->bias[n] : 0.0f;
+        return;
+    }
+#if CPU_GEMM_X86
+    if (!g_force_scalar && cpu_has_avx2()) {
+        if (a.m <= FUSED_M_MAX)
+            fused_run(&a);
+        else
+            panel_run(&a, &PANEL_AVX2[w->format]);
+        return;
+    }
+#endif
+    panel_run(&a, &PANEL_PORTABLE);
+}

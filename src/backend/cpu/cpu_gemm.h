@@ -1,0 +1,30 @@
+/* cpu_gemm.h — the CPU linear layer: y = x · Wᵀ (+ bias), W in its stored format.
+ *
+ * W is read in the checkpoint's format (f32, bf16, f16, fp8 block-128, nvfp4)
+ * and converted to fp32 on the fly; there is never a dequantised copy of W.
+ * Accumulation is fp32. Threads: OpenMP over output features, with the
+ * runtime's default team size.
+ *
+ * defines: cpu_gemm(), cpu_gemm_force_scalar()
+ */
+#ifndef MOESERVE_BACKEND_CPU_CPU_GEMM_H
+#define MOESERVE_BACKEND_CPU_CPU_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend/weight.h"
+
+/* y[i*ldy + n] = sum_k x[i*ldx + k] * W[n, k] (+ w->bias[n])
+ * for 0 <= i < m, 0 <= n < w->rows, 0 <= k < w->cols.
+ * x: (m, ldx) f32, ldx >= cols; y: (m, ldy) f32, ldy >= rows; x and y must not
+ * overlap. Only the first rows columns of each y row are written; m == 0 does
+ * nothing. NVFP4 needs cols % 16 == 0. Broken preconditions abort (ASSERT). */
+void cpu_gemm(const struct weight *w, const float *x, int m, size_t ldx, float *y, size_t ldy);
+
+/* Exists for tests and benchmarks only: true makes cpu_gemm use the portable
+ * C kernels even where the AVX2 ones would run. Process-wide, not thread-safe:
+ * set it while no cpu_gemm call is in flight. */
+void cpu_gemm_force_scalar(bool on);
+
+#endif

@@ -1,0 +1,39 @@
+/* weight.h — a linear layer's weight as the checkpoint stores it.
+ *
+ * Weights are never converted to a full-precision copy: kernels read this
+ * format directly (DESIGN.md decision 3). A struct weight only borrows its
+ * pointers (from the mmap'ed checkpoint on the CPU, from device memory on a
+ * GPU backend).
+ *
+ * defines: enum weight_format, struct weight, weight_format_name(), weight_bytes()
+ */
+#ifndef MOESERVE_BACKEND_WEIGHT_H
+#define MOESERVE_BACKEND_WEIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum weight_format {
+    WEIGHT_F32,
+    WEIGHT_BF16,
+    WEIGHT_F16,
+    WEIGHT_FP8_BLOCK, /* E4M3 [rows, cols] + f32 scale [ceil(rows/128), ceil(cols/128)] */
+    WEIGHT_NVFP4,     /* E2M1 pairs [rows, cols/2] (low nibble first) + E4M3 scale [rows, cols/16] + f32 scale2 */
+    WEIGHT_FORMAT_COUNT,
+};
+
+struct weight {
+    enum weight_format format;
+    int64_t rows;      /* N: output features */
+    int64_t cols;      /* K: input features */
+    const void *data;  /* row-major, see format; borrowed */
+    const void *scale; /* FP8_BLOCK / NVFP4 block scales; NULL otherwise; borrowed */
+    float scale2;      /* NVFP4 per-tensor global scale; 1 otherwise */
+    const float *bias; /* (rows) f32 or NULL; borrowed */
+};
+
+const char *weight_format_name(enum weight_format f);
+/* Bytes a kernel reads for this weight (data + scales + bias). */
+size_t weight_bytes(const struct weight *w);
+
+#endif

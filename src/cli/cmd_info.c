@@ -1,0 +1,129 @@
+/* cmd_info.c — `moeserve info`: what a checkpoint is and what it will cost.
+ *
+ * Reads config.json and binds the weights on the CPU backend (mmap only, no
+ * compute), so the report reflects exactly what a run would load.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/json.h"
+#include "base/log.h"
+#include "cli/cli_args.h"
+#include "cli/commands.h"
+#include "format/checkpoint.h"
+#include "model/model_desc.h"
+#include "model/model_weights.h"
+
+const char *cli_default_model(void)
+{
+    const char *env = getenv("MOESERVE_MODEL");
+    return env && *env ? env : MOESERVE_DEFAULT_MODEL;
+}
+
+static const char *attn_name(enum attn_kind a)
+{
+    return a == ATTN_MLA ? "mla" : "gqa";
+}
+
+int cmd_info(int argc, char **argv)
+{
+    struct cli_opt opts[] = {
+        {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
+        {.name = "json", .help = "print JSON instead of a table"},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    struct err err = {0};
+    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
+    if (r == CLI_HELP) {
+        cli_print_help("moeserve info [--model DIR] [--json]",
+                       "Describes a checkpoint: family, layers, parameters, bytes per format, memory needed.",
+                       opts, n);
+        return 0;
+    }
+    if (r == CLI_ERROR) {
+        LOG_ERROR("info: %s", err.msg);
+        return 2;
+    }
+    const char *dir = cli_get(opts, n, "model", cli_default_model());
+    struct model_desc d;
+    if (model_desc_load(&d, dir, &err)) {
+        LOG_ERROR("%s", err.msg);
+        return 1;
+    }
+    struct checkpoint ck;
+    struct backend be;
+    struct model_weights w;
+    int rc = 1;
+    if (checkpoint_open(&ck, dir, &err)) {
+        LOG_ERROR("%s", err.msg);
+        model_desc_free(&d);
+        return 1;
+    }
+    backend_cpu_create(&be, &err);
+    if (model_weights_load(&w, &d, &ck, &be, &err)) {
+        LOG_ERROR("%s", err.msg);
+        goto done;
+    }
+    int n_moe = 0;
+    for (int l = 0; l < d.n_layers; l++)
+        n_moe += d.layers[l].ffn == FFN_MOE;
+    uint64_t weight_bytes = 0;
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        weight_bytes += w.bytes_by_format[f];
+    uint64_t kv_token = 0;
+    for (int l = 0; l < d.n_layers; l++)
+        kv_token += model_desc_kv_elems_per_token(&d, l) * 2; /* bf16 cache on GPUs */
+    uint64_t kv_layer0 = model_desc_kv_elems_per_token(&d, 0) * 2;
+    if (cli_flag(opts, n, "json")) {
+        struct json *o = json_new_object();
+        json_add(o, "model", json_new_string(dir));
+        json_add(o, "family", json_new_string(model_family_name(d.family)));
+        json_add(o, "layers", json_new_number(d.n_layers));
+        json_add(o, "moe_layers", json_new_number(n_moe));
+        json_add(o, "hidden_size", json_new_number(d.d_model));
+        json_add(o, "vocab_size", json_new_number(d.vocab_size));
+        json_add(o, "attention", json_new_string(attn_name(d.layers[0].attn)));
+        json_add(o, "experts", json_new_number(d.n_experts));
+        json_add(o, "experts_per_token", json_new_number(d.n_experts_used));
+        json_add(o, "parameters", json_new_number((double)w.n_params));
+        struct json *bf = json_add(o, "bytes_by_format", json_new_object());
+        for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+            if (w.bytes_by_format[f])
+                json_add(bf, weight_format_name((enum weight_format)f), json_new_number((double)w.bytes_by_format[f]));
+        json_add(o, "weight_bytes", json_new_number((double)weight_bytes));
+        json_add(o, "kv_bytes_per_token_layer0", json_new_number((double)kv_layer0));
+        json_add(o, "kv_bytes_per_token", json_new_number((double)kv_token));
+        char *s = json_print(o, true);
+        printf("%s\n", s);
+        free(s);
+        json_free(o);
+    } else {
+        printf("model          %s\n", dir);
+        printf("family         %s\n", model_family_name(d.family));
+        printf("layers         %d (%d MoE, %d dense), attention %s\n", d.n_layers, n_moe, d.n_layers - n_moe,
+               attn_name(d.layers[0].attn));
+        printf("hidden         %d, heads %d (kv %d, head_dim %d), vocab %d\n", d.d_model, d.n_heads, d.n_kv_heads,
+               d.head_dim, d.vocab_size);
+        if (d.n_experts)
+            printf("experts        %d routed (top %d, width %d), %d shared, router %s\n", d.n_experts,
+                   d.n_experts_used, d.d_expert, d.n_shared_experts,
+                   d.router == ROUTER_SOFTMAX ? "softmax" : "sigmoid+bias");
+        printf("parameters     %.3f M\n", (double)w.n_params / 1e6);
+        for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+            if (w.bytes_by_format[f])
+                printf("  %-12s %.2f MiB\n", weight_format_name((enum weight_format)f),
+                       (double)w.bytes_by_format[f] / 1048576.0);
+        printf("files          %zu, %.2f MiB on disk\n", ck.n_files, (double)ck.total_bytes / 1048576.0);
+        printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (bf16)\n",
+               (unsigned long long)kv_layer0, (double)kv_token / 1024.0);
+        printf("memory needed  %.2f MiB weights + %.1f MiB KV per 1k tokens\n", (double)weight_bytes / 1048576.0,
+               (double)kv_token * 1000.0 / 1048576.0);
+    }
+    rc = 0;
+    model_weights_free(&w);
+done:
+    backend_destroy(&be);
+    checkpoint_close(&ck);
+    model_desc_free(&d);
+    return rc;
+}

@@ -1,0 +1,103 @@
+/* cmd_logits.c — `moeserve logits`: raw logits of one forward pass.
+ *
+ * Output: little-endian float32 [n_tokens, vocab], row i = logits after
+ * token i. This is the contract our parity tests and outside tools use.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+#include "cli/cli_args.h"
+#include "cli/commands.h"
+#include "engine/model_session.h"
+
+int cmd_logits(int argc, char **argv)
+{
+    struct cli_opt opts[] = {
+        {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
+        {.name = "tokens", .metavar = "IDS", .help = "comma-separated token ids, e.g. 1,2,3 (required)"},
+        {.name = "out", .metavar = "FILE", .help = "output file: float32 LE [n_tokens, vocab] (required)"},
+        {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    struct err err = {0};
+    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
+    if (r == CLI_HELP) {
+        cli_print_help("moeserve logits --model DIR --tokens 1,2,3 --out FILE [--backend cpu|cuda]",
+                       "Runs one forward pass over the tokens and writes the logits at every position.", opts, n);
+        return 0;
+    }
+    if (r == CLI_ERROR || !cli_get(opts, n, "tokens", NULL) || !cli_get(opts, n, "out", NULL)) {
+        LOG_ERROR("logits: %s", r == CLI_ERROR ? err.msg : "--tokens and --out are required (see --help)");
+        return 2;
+    }
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (cli_parse_ids(cli_get(opts, n, "tokens", NULL), "--tokens", &ids, &n_ids, &err)) {
+        LOG_ERROR("logits: %s", err.msg);
+        return 2;
+    }
+    const char *model = cli_get(opts, n, "model", cli_default_model());
+    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = n_ids,
+                              .max_seqs = 1, .max_context = n_ids, .block_size = 16};
+    struct model_session s;
+    int rc = 1;
+    float *logits = NULL;
+    int32_t *pos = NULL, *seq = NULL, *rows = NULL;
+    FILE *fp = NULL;
+    if (model_session_open(&s, model, &so, &err)) {
+        LOG_ERROR("%s", err.msg);
+        free(ids);
+        return 1;
+    }
+    size_t V = (size_t)s.desc.vocab_size;
+    logits = malloc((size_t)n_ids * V * sizeof(float));
+    pos = malloc((size_t)n_ids * sizeof(int32_t));
+    seq = calloc((size_t)n_ids, sizeof(int32_t));
+    rows = malloc((size_t)n_ids * sizeof(int32_t));
+    if (!logits || !pos || !seq || !rows) {
+        LOG_ERROR("logits: out of memory for %d x %zu logits", n_ids, V);
+        goto done;
+    }
+    for (int i = 0; i < n_ids; i++)
+        pos[i] = rows[i] = i;
+    struct kv_seq ks;
+    kv_seq_init(&ks);
+    struct kv_seq *seqs[1] = {&ks};
+    if (kv_seq_reserve(&ks, &s.kv, n_ids, &err)) {
+        LOG_ERROR("%s", err.msg);
+        goto done;
+    }
+    struct forward_batch b = {.n_tokens = n_ids, .tokens = ids, .pos = pos, .seq = seq, .n_seqs = 1,
+                              .seqs = seqs, .n_logits = n_ids, .logit_rows = rows};
+    enum status st = forward_run(&s.fwd, &b, logits, &err);
+    kv_seq_release(&ks, &s.kv);
+    if (st) {
+        LOG_ERROR("logits: %s", err.msg);
+        goto done;
+    }
+    const char *out = cli_get(opts, n, "out", NULL);
+    fp = fopen(out, "wb");
+    if (!fp || fwrite(logits, sizeof(float), (size_t)n_ids * V, fp) != (size_t)n_ids * V) {
+        LOG_ERROR("logits: cannot write %s", out);
+        goto done;
+    }
+    if (fclose(fp) != 0) {
+        fp = NULL;
+        LOG_ERROR("logits: cannot write %s", out);
+        goto done;
+    }
+    fp = NULL;
+    LOG_INFO("wrote %d x %zu float32 logits to %s", n_ids, V, out);
+    rc = 0;
+done:
+    if (fp)
+        fclose(fp);
+    free(logits);
+    free(pos);
+    free(seq);
+    free(rows);
+    free(ids);
+    model_session_close(&s);
+    return rc;
+}

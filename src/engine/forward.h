@@ -1,0 +1,80 @@
+/* forward.h — ONE forward pass for every family, over a batch of sequences.
+ *
+ * A batch is any mix of tokens from different sequences at different
+ * positions (a whole prompt's prefill, one decode token each for many
+ * sequences, or both): each token carries its sequence and absolute
+ * position; K/V go to the sequence's paged-cache slots and attention reads
+ * keys 0..pos of that sequence. Callers reserve cache room first
+ * (kv_seq_reserve) and advance kv_seq.n_tokens after the pass.
+ *
+ * All buffers are taken at init for `max_tokens` tokens; forward_run allocates
+ * nothing.
+ *
+ * defines: struct forward_batch, struct forward, forward_init(), forward_free(),
+ *          forward_run()
+ */
+#ifndef MOESERVE_ENGINE_FORWARD_H
+#define MOESERVE_ENGINE_FORWARD_H
+
+#include "backend/backend.h"
+#include "engine/kv_cache.h"
+#include "model/model_desc.h"
+#include "model/model_weights.h"
+
+struct forward_batch {
+    int n_tokens;
+    const int32_t *tokens;      /* (n_tokens) token ids */
+    const int32_t *pos;         /* (n_tokens) absolute positions */
+    const int32_t *seq;         /* (n_tokens) index into seqs */
+    int n_seqs;
+    struct kv_seq *const *seqs; /* (n_seqs) */
+    int n_logits;
+    const int32_t *logit_rows;  /* (n_logits) batch rows whose logits are returned */
+};
+
+struct forward {
+    const struct model_desc *d;     /* borrowed */
+    const struct model_weights *w;  /* borrowed */
+    struct backend *be;             /* borrowed */
+    struct kv_cache *kv;            /* borrowed */
+    int max_tokens;
+    int max_seqs;
+    int max_blocks;                 /* per sequence */
+    int logit_chunk;                /* rows of logits computed per lm_head call */
+
+    /* backend memory, owned; T = max_tokens */
+    float *h;       /* (T, d_model) residual stream */
+    float *x;       /* (T, d_model) normed input of a block */
+    float *delta;   /* (T, d_model) block output, added into h */
+    float *tmp;     /* (T, d_model) shared-expert output */
+    float *q;       /* (T, n_heads * head_dim) */
+    float *k;       /* (T, n_kv_heads * head_dim) */
+    float *v;       /* (T, n_kv_heads * head_dim) */
+    float *attn;    /* (T, n_heads * head_dim) */
+    float *gate;    /* (T, ffn_width) */
+    float *up;      /* (T, ffn_width) */
+    float *router;  /* (T, n_experts) */
+    float *route_w; /* (T, n_used) */
+    int32_t *route_ids; /* (T, n_used) */
+    float *moe_work;    /* backend_moe_workspace_floats(T, ...) */
+    float *logits;  /* (logit_chunk, vocab) */
+    float *x_sel;   /* (logit_chunk, d_model) */
+    float *inv_freq;    /* (rope.dim / 2) */
+    int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table; /* batch metadata */
+
+    /* host scratch, owned */
+    int32_t *h_slots;   /* (T) */
+    int32_t *h_table;   /* (max_seqs, max_blocks) */
+};
+
+enum status forward_init(struct forward *f, const struct model_desc *d, const struct model_weights *w,
+                         struct backend *be, struct kv_cache *kv, int max_tokens, int max_seqs,
+                         struct err *err);
+/* Safe on a zeroed struct. */
+void forward_free(struct forward *f);
+/* Runs the batch; writes logits for the requested rows to logits_out
+ * (n_logits, vocab) host memory. Bad token ids or positions are an error. */
+enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
+                        struct err *err);
+
+#endif

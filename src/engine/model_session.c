@@ -1,0 +1,66 @@
+/* model_session.c — see model_session.h. */
+#include "engine/model_session.h"
+
+#include <string.h>
+
+#include "base/log.h"
+
+enum status model_session_open(struct model_session *s, const char *dir, const struct session_opts *o,
+                               struct err *err)
+{
+    memset(s, 0, sizeof *s);
+    struct session_opts def = {.backend = "cpu", .max_tokens = 512, .max_seqs = 1, .max_context = 4096,
+                               .block_size = 16};
+    if (o) {
+        if (o->backend)
+            def.backend = o->backend;
+        if (o->max_tokens > 0)
+            def.max_tokens = o->max_tokens;
+        if (o->max_seqs > 0)
+            def.max_seqs = o->max_seqs;
+        if (o->max_context > 0)
+            def.max_context = o->max_context;
+        if (o->block_size > 0)
+            def.block_size = o->block_size;
+    }
+    enum status st = model_desc_load(&s->desc, dir, err);
+    if (st)
+        goto fail;
+    if (strcmp(def.backend, "cpu") == 0) {
+        st = backend_cpu_create(&s->be, err);
+    } else {
+        st = err_set(err, STATUS_UNSUPPORTED, "backend \"%s\" is not available in this build (have: cpu)",
+                     def.backend);
+    }
+    if (st)
+        goto fail;
+    st = checkpoint_open(&s->ck, dir, err);
+    if (st)
+        goto fail;
+    st = model_weights_load(&s->w, &s->desc, &s->ck, &s->be, err);
+    if (st)
+        goto fail;
+    int blocks_per_seq = (def.max_context + def.block_size - 1) / def.block_size;
+    st = kv_cache_init(&s->kv, &s->be, &s->desc, blocks_per_seq * def.max_seqs, def.block_size, err);
+    if (st)
+        goto fail;
+    st = forward_init(&s->fwd, &s->desc, &s->w, &s->be, &s->kv, def.max_tokens, def.max_seqs, err);
+    if (st)
+        goto fail;
+    s->max_context = def.max_context;
+    return STATUS_OK;
+fail:
+    model_session_close(s);
+    return st;
+}
+
+void model_session_close(struct model_session *s)
+{
+    forward_free(&s->fwd);
+    kv_cache_free(&s->kv);
+    model_weights_free(&s->w);
+    checkpoint_close(&s->ck);
+    backend_destroy(&s->be);
+    model_desc_free(&s->desc);
+    memset(s, 0, sizeof *s);
+}

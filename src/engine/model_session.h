@@ -1,0 +1,43 @@
+/* model_session.h — everything needed to run one model on one backend.
+ *
+ * Opens the checkpoint directory, parses config.json, creates the backend,
+ * binds the weights, takes a paged KV cache and the forward's buffers. The
+ * CLI commands, the tests and (later) the server all start here.
+ *
+ * defines: struct session_opts, struct model_session, model_session_open(),
+ *          model_session_close()
+ */
+#ifndef MOESERVE_ENGINE_MODEL_SESSION_H
+#define MOESERVE_ENGINE_MODEL_SESSION_H
+
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv_cache.h"
+#include "format/checkpoint.h"
+#include "model/model_desc.h"
+#include "model/model_weights.h"
+
+struct session_opts {
+    const char *backend; /* "cpu" (default) */
+    int max_tokens;      /* largest batch of tokens one forward takes; default 512 */
+    int max_seqs;        /* sequences in flight; default 1 */
+    int max_context;     /* tokens per sequence the cache must hold; default 4096 */
+    int block_size;      /* KV block size in tokens; default 16 */
+};
+
+struct model_session {
+    struct checkpoint ck;
+    struct model_desc desc;
+    struct backend be;
+    struct model_weights w;
+    struct kv_cache kv;
+    struct forward fwd;
+    int max_context;
+};
+
+enum status model_session_open(struct model_session *s, const char *dir, const struct session_opts *o,
+                               struct err *err);
+/* Safe on a zeroed struct. */
+void model_session_close(struct model_session *s);
+
+#endif

@@ -1,0 +1,501 @@
+/* model_weights.c — bind checkpoint tensors to model slots (see model_weights.h).
+ *
+ * The binder keeps going after a missing tensor so that one error message can
+ * list everything that is missing (a wrong family or a half-copied checkpoint
+ * shows at once). Shape mismatches and malformed quantization stop at once.
+ * Weight format is decided per tensor from the dtypes present:
+ *   BF16 / F16 / F32 `.weight`                      -> plain
+ *   U8 `.weight` + F8_E4M3 `.weight_scale` (+ F32 `.weight_scale_2`) -> NVFP4
+ *   F8_E4M3 `.weight` + F32 `.weight_scale_inv`     -> FP8 block 128x128
+ */
+#include "model/model_weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "base/log.h"
+#include "base/progress.h"
+
+#define MISSING_LIST_MAX 12
+
+struct binder {
+    const struct checkpoint *ck;
+    struct backend *be;
+    struct model_weights *w;
+    struct err *err;
+    enum status st;  /* first hard failure */
+    int n_missing;
+    char missing[MISSING_LIST_MAX][160];
+    struct progress prog;
+    uint64_t bytes_done;
+};
+
+static void bind_missing(struct binder *b, const char *name)
+{
+    if (b->n_missing < MISSING_LIST_MAX)
+        snprintf(b->missing[b->n_missing], sizeof b->missing[0], "%s", name);
+    b->n_missing++;
+}
+
+static enum status bind_fail(struct binder *b, enum status code, const char *fmt, const char *a,
+                             const char *c)
+{
+    if (!b->st) {
+        char msg[600];
+        snprintf(msg, sizeof msg, fmt, a, c);
+        b->st = err_set(b->err, code, "%s", msg);
+    }
+    return b->st;
+}
+
+static const struct st_tensor *bind_find(struct binder *b, const char *fmt, const char *prefix)
+{
+    char name[512];
+    snprintf(name, sizeof name, fmt, prefix);
+    return checkpoint_find(b->ck, name);
+}
+
+static bool shape_is(const struct st_tensor *t, int n, int64_t d0, int64_t d1)
+{
+    if (t->n_dims != n)
+        return false;
+    if (n >= 1 && t->shape[0] != d0)
+        return false;
+    if (n >= 2 && t->shape[1] != d1)
+        return false;
+    return true;
+}
+
+static void shape_str(const struct st_tensor *t, char *buf, size_t n)
+{
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->n_dims && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (o < n)
+        snprintf(buf + o, n - o, "]");
+}
+
+static enum status bind_shape_error(struct binder *b, const struct st_tensor *t, int64_t d0, int64_t d1,
+                                    int nd)
+{
+    char got[96], want[96];
+    shape_str(t, got, sizeof got);
+    if (nd == 1)
+        snprintf(want, sizeof want, "[%lld]", (long long)d0);
+    else
+        snprintf(want, sizeof want, "[%lld, %lld]", (long long)d0, (long long)d1);
+    if (!b->st)
+        b->st = err_set(b->err, STATUS_FORMAT, "%s: tensor %s: shape %s %s, expected %s", t->file,
+                        t->name, dtype_name(t->dtype), got, want);
+    return b->st;
+}
+
+/* Converts a 1-D tensor to fp32 into backend memory. */
+static float *bind_vector(struct binder *b, const char *name, int64_t len, bool required)
+{
+    if (b->st)
+        return NULL;
+    const struct st_tensor *t = checkpoint_find(b->ck, name);
+    if (!t) {
+        if (required)
+            bind_missing(b, name);
+        return NULL;
+    }
+    if (!shape_is(t, 1, len, 0)) {
+        bind_shape_error(b, t, len, 0, 1);
+        return NULL;
+    }
+    float *host = malloc((size_t)len * sizeof(float));
+    float *dev = b->be->ops->alloc(b->be, (size_t)len * sizeof(float));
+    if (!host || !dev) {
+        free(host);
+        if (dev)
+            b->be->ops->free(b->be, dev);
+        b->st = err_set(b->err, STATUS_NOMEM, "%s: out of memory", name);
+        return NULL;
+    }
+    for (int64_t i = 0; i < len; i++) {
+        const unsigned char *p = (const unsigned char *)t->data + (size_t)i * dtype_size(t->dtype);
+        uint16_t h;
+        float f;
+        switch (t->dtype) {
+        case DTYPE_BF16: memcpy(&h, p, 2); host[i] = bf16_to_f32(h); break;
+        case DTYPE_F16: memcpy(&h, p, 2); host[i] = f16_to_f32(h); break;
+        case DTYPE_F32: memcpy(&f, p, 4); host[i] = f; break;
+        default:
+            free(host);
+            b->be->ops->free(b->be, dev);
+            bind_fail(b, STATUS_UNSUPPORTED, "%s: dtype %s is not supported for a vector", name,
+                      dtype_name(t->dtype));
+            return NULL;
+        }
+    }
+    b->be->ops->upload(b->be, dev, host, (size_t)len * sizeof(float));
+    free(host);
+    return dev;
+}
+
+static bool dtype_plain(enum dtype t, enum weight_format *f)
+{
+    switch (t) {
+    case DTYPE_BF16: *f = WEIGHT_BF16; return true;
+    case DTYPE_F16: *f = WEIGHT_F16; return true;
+    case DTYPE_F32: *f = WEIGHT_F32; return true;
+    default: return false;
+    }
+}
+
+/* Finishes a host weight: optional bias, accounting, hand-off to the backend. */
+static void bind_finish(struct binder *b, const char *prefix, struct weight *host, bool bias,
+                        struct weight *out)
+{
+    char name[512];
+    if (bias) {
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        host->bias = bind_vector(b, name, host->rows, true);
+    }
+    if (b->st)
+        return;
+    b->w->bytes_by_format[host->format] += weight_bytes(host);
+    b->w->n_params += (uint64_t)host->rows * (uint64_t)host->cols;
+    enum status st = b->be->ops->weight_load(b->be, host, out, b->err);
+    if (st) {
+        b->st = st;
+        return;
+    }
+    b->bytes_done += weight_bytes(host);
+    progress_update(&b->prog, b->bytes_done);
+}
+
+static void bind_nvfp4(struct binder *b, const char *prefix, const struct st_tensor *t, int64_t rows,
+                       int64_t cols, struct weight *host)
+{
+    if (cols % 16 != 0) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight: NVFP4 needs in-features divisible by 16",
+                  t->file, prefix);
+        return;
+    }
+    if (!shape_is(t, 2, rows, cols / 2)) {
+        bind_shape_error(b, t, rows, cols / 2, 2);
+        return;
+    }
+    const struct st_tensor *sc = bind_find(b, "%s.weight_scale", prefix);
+    const struct st_tensor *s2 = bind_find(b, "%s.weight_scale_2", prefix);
+    if (!sc || sc->dtype != DTYPE_F8_E4M3) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight is U8 (NVFP4) but has no F8_E4M3 weight_scale",
+                  t->file, prefix);
+        return;
+    }
+    if (!shape_is(sc, 2, rows, cols / 16)) {
+        bind_shape_error(b, sc, rows, cols / 16, 2);
+        return;
+    }
+    float scale2 = 1.0f;
+    if (s2) {
+        if (s2->dtype != DTYPE_F32 || s2->n_bytes != 4) {
+            bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight_scale_2 must be one F32", s2->file, prefix);
+            return;
+        }
+        memcpy(&scale2, s2->data, 4);
+    }
+    *host = (struct weight){.format = WEIGHT_NVFP4, .rows = rows, .cols = cols, .data = t->data,
+                            .scale = sc->data, .scale2 = scale2};
+}
+
+static void bind_fp8(struct binder *b, const char *prefix, const struct st_tensor *t, int64_t rows,
+                     int64_t cols, struct weight *host)
+{
+    if (!shape_is(t, 2, rows, cols)) {
+        bind_shape_error(b, t, rows, cols, 2);
+        return;
+    }
+    const struct st_tensor *sc = bind_find(b, "%s.weight_scale_inv", prefix);
+    if (!sc || sc->dtype != DTYPE_F32) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight is F8_E4M3 but has no F32 weight_scale_inv",
+                  t->file, prefix);
+        return;
+    }
+    if (!shape_is(sc, 2, (rows + 127) / 128, (cols + 127) / 128)) {
+        bind_shape_error(b, sc, (rows + 127) / 128, (cols + 127) / 128, 2);
+        return;
+    }
+    *host = (struct weight){.format = WEIGHT_FP8_BLOCK, .rows = rows, .cols = cols, .data = t->data,
+                            .scale = sc->data, .scale2 = 1.0f};
+}
+
+/* Binds `<prefix>.weight` of logical shape [rows, cols] (+ `<prefix>.bias`). */
+static void bind_matrix(struct binder *b, const char *prefix, int64_t rows, int64_t cols, bool bias,
+                        struct weight *out)
+{
+    if (b->st)
+        return;
+    const struct st_tensor *t = bind_find(b, "%s.weight", prefix);
+    if (!t) {
+        char name[512];
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        bind_missing(b, name);
+        return;
+    }
+    struct weight host = {0};
+    enum weight_format f;
+    if (dtype_plain(t->dtype, &f)) {
+        if (!shape_is(t, 2, rows, cols)) {
+            bind_shape_error(b, t, rows, cols, 2);
+            return;
+        }
+        host = (struct weight){.format = f, .rows = rows, .cols = cols, .data = t->data, .scale2 = 1.0f};
+    } else if (t->dtype == DTYPE_U8) {
+        bind_nvfp4(b, prefix, t, rows, cols, &host);
+    } else if (t->dtype == DTYPE_F8_E4M3) {
+        bind_fp8(b, prefix, t, rows, cols, &host);
+    } else {
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s.weight: dtype not supported for a linear layer",
+                  t->file, prefix);
+        return;
+    }
+    if (b->st)
+        return;
+    bind_finish(b, prefix, &host, bias, out);
+}
+
+/* transformers 5.x fused experts: gate_up_proj [E, 2I, D] and down_proj [E, D, I]. */
+static bool bind_fused_experts(struct binder *b, const char *lp, const struct model_desc *d,
+                               struct layer_weights *lw)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s.mlp.experts.gate_up_proj", lp);
+    const struct st_tensor *gu = checkpoint_find(b->ck, name);
+    if (!gu) {
+        snprintf(name, sizeof name, "%s.mlp.experts.gate_up_proj.weight", lp);
+        gu = checkpoint_find(b->ck, name);
+    }
+    if (!gu)
+        return false;
+    snprintf(name, sizeof name, "%s.mlp.experts.down_proj", lp);
+    const struct st_tensor *dn = checkpoint_find(b->ck, name);
+    if (!dn) {
+        snprintf(name, sizeof name, "%s.mlp.experts.down_proj.weight", lp);
+        dn = checkpoint_find(b->ck, name);
+    }
+    if (!dn) {
+        bind_missing(b, name);
+        return true;
+    }
+    int64_t E = d->n_experts, I = d->d_expert, D = d->d_model;
+    enum weight_format f;
+    if (!dtype_plain(gu->dtype, &f) || gu->dtype != dn->dtype) {
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s: fused experts must be BF16/F16/F32", gu->file,
+                  gu->name);
+        return true;
+    }
+    if (gu->n_dims != 3 || gu->shape[0] != E || gu->shape[1] != 2 * I || gu->shape[2] != D) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s: fused gate_up_proj shape does not match [E, 2*I, D]",
+                  gu->file, gu->name);
+        return true;
+    }
+    if (dn->n_dims != 3 || dn->shape[0] != E || dn->shape[1] != D || dn->shape[2] != I) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s: fused down_proj shape does not match [E, D, I]",
+                  dn->file, dn->name);
+        return true;
+    }
+    size_t es = dtype_size(gu->dtype);
+    for (int64_t e = 0; e < E && !b->st; e++) {
+        const char *g0 = (const char *)gu->data + (size_t)(e * 2 * I * D) * es;
+        struct weight g = {.format = f, .rows = I, .cols = D, .data = g0, .scale2 = 1.0f};
+        struct weight u = {.format = f, .rows = I, .cols = D, .data = g0 + (size_t)(I * D) * es, .scale2 = 1.0f};
+        struct weight dw = {.format = f, .rows = D, .cols = I,
+                            .data = (const char *)dn->data + (size_t)(e * D * I) * es, .scale2 = 1.0f};
+        bind_finish(b, gu->name, &g, false, &lw->exp_gate[e]);
+        bind_finish(b, gu->name, &u, false, &lw->exp_up[e]);
+        bind_finish(b, dn->name, &dw, false, &lw->exp_down[e]);
+    }
+    return true;
+}
+
+static void bind_moe(struct binder *b, const char *lp, const struct model_desc *d,
+                     struct layer_weights *lw)
+{
+    char p[512], name[512];
+    snprintf(p, sizeof p, "%s.mlp.gate", lp);
+    bind_matrix(b, p, d->n_experts, d->d_model, false, &lw->router);
+    if (d->has_correction_bias) {
+        snprintf(name, sizeof name, "%s.mlp.gate.e_score_correction_bias", lp);
+        lw->correction_bias = bind_vector(b, name, d->n_experts, true);
+    }
+    size_t E = (size_t)d->n_experts;
+    lw->exp_gate = calloc(E, sizeof(struct weight));
+    lw->exp_up = calloc(E, sizeof(struct weight));
+    lw->exp_down = calloc(E, sizeof(struct weight));
+    if (!lw->exp_gate || !lw->exp_up || !lw->exp_down) {
+        b->st = err_set(b->err, STATUS_NOMEM, "%s: out of memory for expert table", lp);
+        return;
+    }
+    if (!bind_fused_experts(b, lp, d, lw)) {
+        for (int e = 0; e < d->n_experts && !b->st; e++) {
+            snprintf(p, sizeof p, "%s.mlp.experts.%d.gate_proj", lp, e);
+            bind_matrix(b, p, d->d_expert, d->d_model, false, &lw->exp_gate[e]);
+            snprintf(p, sizeof p, "%s.mlp.experts.%d.up_proj", lp, e);
+            bind_matrix(b, p, d->d_expert, d->d_model, false, &lw->exp_up[e]);
+            snprintf(p, sizeof p, "%s.mlp.experts.%d.down_proj", lp, e);
+            bind_matrix(b, p, d->d_model, d->d_expert, false, &lw->exp_down[e]);
+        }
+    }
+    if (d->n_shared_experts > 0) {
+        int64_t width = (int64_t)d->d_expert * d->n_shared_experts;
+        snprintf(p, sizeof p, "%s.mlp.shared_experts.gate_proj", lp);
+        bind_matrix(b, p, width, d->d_model, false, &lw->ffn_gate);
+        snprintf(p, sizeof p, "%s.mlp.shared_experts.up_proj", lp);
+        bind_matrix(b, p, width, d->d_model, false, &lw->ffn_up);
+        snprintf(p, sizeof p, "%s.mlp.shared_experts.down_proj", lp);
+        bind_matrix(b, p, d->d_model, width, false, &lw->ffn_down);
+        lw->has_ffn = true;
+    }
+}
+
+static void bind_layer_gqa(struct binder *b, const struct model_desc *d, int l)
+{
+    struct layer_weights *lw = &b->w->layers[l];
+    char lp[128], p[512];
+    snprintf(lp, sizeof lp, "model.layers.%d", l);
+    snprintf(p, sizeof p, "%s.input_layernorm.weight", lp);
+    lw->attn_norm = bind_vector(b, p, d->d_model, true);
+    snprintf(p, sizeof p, "%s.post_attention_layernorm.weight", lp);
+    lw->ffn_norm = bind_vector(b, p, d->d_model, true);
+    int64_t qd = (int64_t)d->n_heads * d->head_dim, kvd = (int64_t)d->n_kv_heads * d->head_dim;
+    snprintf(p, sizeof p, "%s.self_attn.q_proj", lp);
+    bind_matrix(b, p, qd, d->d_model, d->qkv_bias, &lw->wq);
+    snprintf(p, sizeof p, "%s.self_attn.k_proj", lp);
+    bind_matrix(b, p, kvd, d->d_model, d->qkv_bias, &lw->wk);
+    snprintf(p, sizeof p, "%s.self_attn.v_proj", lp);
+    bind_matrix(b, p, kvd, d->d_model, d->qkv_bias, &lw->wv);
+    snprintf(p, sizeof p, "%s.self_attn.o_proj", lp);
+    bind_matrix(b, p, d->d_model, qd, d->o_bias, &lw->wo);
+    if (d->qk_norm) {
+        snprintf(p, sizeof p, "%s.self_attn.q_norm.weight", lp);
+        lw->q_norm = bind_vector(b, p, d->head_dim, true);
+        snprintf(p, sizeof p, "%s.self_attn.k_norm.weight", lp);
+        lw->k_norm = bind_vector(b, p, d->head_dim, true);
+    }
+    if (d->layers[l].ffn == FFN_MOE) {
+        bind_moe(b, lp, d, lw);
+    } else {
+        snprintf(p, sizeof p, "%s.mlp.gate_proj", lp);
+        bind_matrix(b, p, d->d_ff, d->d_model, false, &lw->ffn_gate);
+        snprintf(p, sizeof p, "%s.mlp.up_proj", lp);
+        bind_matrix(b, p, d->d_ff, d->d_model, false, &lw->ffn_up);
+        snprintf(p, sizeof p, "%s.mlp.down_proj", lp);
+        bind_matrix(b, p, d->d_model, d->d_ff, false, &lw->ffn_down);
+        lw->has_ffn = true;
+    }
+}
+
+static void bind_embedding(struct binder *b, const char *name, const struct model_desc *d,
+                           struct weight *out)
+{
+    const struct st_tensor *t = checkpoint_find(b->ck, name);
+    if (!t) {
+        bind_missing(b, name);
+        return;
+    }
+    enum weight_format f;
+    if (!dtype_plain(t->dtype, &f)) {
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s: embeddings must be BF16, F16 or F32", t->file, name);
+        return;
+    }
+    if (!shape_is(t, 2, d->vocab_size, d->d_model)) {
+        bind_shape_error(b, t, d->vocab_size, d->d_model, 2);
+        return;
+    }
+    struct weight host = {.format = f, .rows = d->vocab_size, .cols = d->d_model, .data = t->data,
+                          .scale2 = 1.0f};
+    bind_finish(b, name, &host, false, out);
+}
+
+enum status model_weights_load(struct model_weights *w, const struct model_desc *d,
+                               const struct checkpoint *ck, struct backend *be, struct err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->be = be;
+    struct binder b = {.ck = ck, .be = be, .w = w, .err = err};
+    w->layers = calloc((size_t)d->n_layers, sizeof *w->layers);
+    if (!w->layers)
+        return err_set(err, STATUS_NOMEM, "out of memory for %d layers", d->n_layers);
+    w->n_layers = d->n_layers;
+    progress_init(&b.prog, "binding weights", ck->total_bytes);
+    bind_embedding(&b, "model.embed_tokens.weight", d, &w->embed);
+    char name[64];
+    snprintf(name, sizeof name, "model.norm.weight");
+    w->final_norm = bind_vector(&b, name, d->d_model, true);
+    if (d->tie_word_embeddings)
+        w->lm_head = w->embed;
+    else
+        bind_embedding(&b, "lm_head.weight", d, &w->lm_head);
+    for (int l = 0; l < d->n_layers && !b.st; l++) {
+        if (d->layers[l].attn != ATTN_GQA) {
+            b.st = err_set(err, STATUS_UNSUPPORTED,
+                           "%s: layer %d uses MLA attention (%s), which this build cannot run yet",
+                           ck->dir, l, model_family_name(d->family));
+            break;
+        }
+        bind_layer_gqa(&b, d, l);
+    }
+    if (!b.st && b.n_missing) {
+        char list[MISSING_LIST_MAX * 170] = "";
+        size_t o = 0;
+        for (int i = 0; i < b.n_missing && i < MISSING_LIST_MAX; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", b.missing[i]);
+        b.st = err_set(err, STATUS_NOT_FOUND, "%s: %d tensor%s missing for %s: %s%s", ck->dir, b.n_missing,
+                       b.n_missing == 1 ? "" : "s", model_family_name(d->family), list,
+                       b.n_missing > MISSING_LIST_MAX ? ", ..." : "");
+    }
+    if (b.st) {
+        model_weights_free(w);
+        return b.st;
+    }
+    progress_finish(&b.prog);
+    return STATUS_OK;
+}
+
+static void free_vec(struct backend *be, float *p)
+{
+    if (p)
+        be->ops->free(be, p);
+}
+
+static void free_bias(struct backend *be, struct weight *wt)
+{
+    free_vec(be, (float *)wt->bias);
+    wt->bias = NULL;
+}
+
+void model_weights_free(struct model_weights *w)
+{
+    if (!w->be) {
+        memset(w, 0, sizeof *w);
+        return;
+    }
+    struct backend *be = w->be;
+    free_vec(be, w->final_norm);
+    if (w->layers) {
+        size_t n = (size_t)w->n_layers;
+        for (size_t l = 0; l < n; l++) {
+            struct layer_weights *lw = &w->layers[l];
+            free_vec(be, lw->attn_norm);
+            free_vec(be, lw->ffn_norm);
+            free_vec(be, lw->q_norm);
+            free_vec(be, lw->k_norm);
+            free_vec(be, lw->correction_bias);
+            free_bias(be, &lw->wq);
+            free_bias(be, &lw->wk);
+            free_bias(be, &lw->wv);
+            free_bias(be, &lw->wo);
+            free(lw->exp_gate);
+            free(lw->exp_up);
+            free(lw->exp_down);
+        }
+        free(w->layers);
+    }
+    memset(w, 0, sizeof *w);
+}

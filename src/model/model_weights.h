@@ -1,0 +1,64 @@
+/* model_weights.h — checkpoint tensors bound to the slots the forward uses.
+ *
+ * Binding reads names from the tensor-name table of the model's family,
+ * checks every shape against the model description and hands each weight to
+ * the backend (the CPU borrows the mmap'ed bytes; a GPU copies them once).
+ * Small vectors (norm weights, biases, the router correction bias) are
+ * converted to fp32 once; big matrices stay in their file format.
+ *
+ * A missing tensor is reported with the full list of what is missing; extra
+ * tensors (MTP layers at index >= num_hidden_layers) are ignored.
+ *
+ * defines: struct layer_weights, struct model_weights, model_weights_load(),
+ *          model_weights_free()
+ */
+#ifndef MOESERVE_MODEL_MODEL_WEIGHTS_H
+#define MOESERVE_MODEL_MODEL_WEIGHTS_H
+
+#include "backend/backend.h"
+#include "format/checkpoint.h"
+#include "model/model_desc.h"
+
+struct layer_weights {
+    float *attn_norm; /* (d_model) f32, backend memory, owned */
+    float *ffn_norm;  /* (d_model) f32, backend memory, owned */
+
+    /* GQA attention */
+    struct weight wq; /* [n_heads * head_dim, d_model] (+ bias) */
+    struct weight wk; /* [n_kv_heads * head_dim, d_model] (+ bias) */
+    struct weight wv; /* [n_kv_heads * head_dim, d_model] (+ bias) */
+    struct weight wo; /* [d_model, n_heads * head_dim] (+ bias) */
+    float *q_norm;    /* (head_dim) f32 or NULL */
+    float *k_norm;    /* (head_dim) f32 or NULL */
+
+    /* dense FFN (also the shared expert of MoE layers) */
+    struct weight ffn_gate; /* [d_ff or d_expert * n_shared, d_model] */
+    struct weight ffn_up;
+    struct weight ffn_down; /* [d_model, ...] */
+    bool has_ffn;           /* dense layer, or MoE layer with a shared expert */
+
+    /* MoE */
+    struct weight router;   /* [n_experts, d_model] */
+    float *correction_bias; /* (n_experts) f32 or NULL */
+    struct weight *exp_gate; /* (n_experts) owned array, each [d_expert, d_model] */
+    struct weight *exp_up;   /* (n_experts) owned array */
+    struct weight *exp_down; /* (n_experts) owned array, each [d_model, d_expert] */
+};
+
+struct model_weights {
+    struct weight embed;   /* [vocab, d_model] */
+    struct weight lm_head; /* [vocab, d_model]; the embedding when tied */
+    float *final_norm;     /* (d_model) f32 */
+    struct layer_weights *layers; /* (n_layers) owned */
+    int n_layers;
+    struct backend *be;    /* borrowed: owner of the f32 vectors */
+    uint64_t bytes_by_format[WEIGHT_FORMAT_COUNT]; /* matrix bytes per format */
+    uint64_t n_params;     /* logical parameters bound */
+};
+
+enum status model_weights_load(struct model_weights *w, const struct model_desc *d,
+                               const struct checkpoint *ck, struct backend *be, struct err *err);
+/* Safe on a zeroed struct. */
+void model_weights_free(struct model_weights *w);
+
+#endif

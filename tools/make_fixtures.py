@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Golden model fixtures for moeserve's parity tests (run on the GPU machine).
+
+Builds seeded tiny random models of each supported family in several shape
+variants with Hugging Face transformers, saves them as real checkpoints (BF16,
+per-expert tensor names as released checkpoints have them, some sharded, one
+in transformers 5.x fused-expert layout), reloads each in float32 and writes
+the reference logits at every position of one forward pass.
+
+Output per fixture, under OUTDIR/<name>/:
+  config.json, generation_config.json, *.safetensors (+ index.json if sharded)
+  ref.json          tokens, shapes, provenance, decisiveness figures
+  ref_logits.bin    float32 little-endian [n_tokens, vocab]
+
+Usage: python3 tools/make_fixtures.py OUTDIR [--only NAME ...]
+Nothing here is hand-written expected data: every number comes from
+transformers' own forward.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import traceback
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModelForCausalLM
+
+# --------------------------------------------------------------------------
+# Variants. Shapes are tiny but every option of spec/models.md parts A and B
+# is switched on somewhere: dense layers mixed in, n_group > 1, qk-norm on and
+# off, biases, partial rotary, odd head counts, GQA ratios, yarn, tied
+# embeddings, sharded and fused layouts, extra MTP tensors to be skipped.
+# --------------------------------------------------------------------------
+VARIANTS = [
+    dict(name="qwen3_basic", family="qwen3_moe", seed=1, n_tokens=24, shard=None,
+         cfg=dict(vocab_size=320, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=32,
+                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                  mlp_only_layers=[1], rms_norm_eps=1e-6, attention_bias=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+    dict(name="qwen3_gqa6_bias_sharded", family="qwen3_moe", seed=2, n_tokens=33, shard="120KB",
+         cfg=dict(vocab_size=288, hidden_size=48, num_hidden_layers=4, num_attention_heads=6,
+                  num_key_value_heads=1, head_dim=24, intermediate_size=80, moe_intermediate_size=40,
+                  num_experts=6, num_experts_per_tok=3, norm_topk_prob=False, decoder_sparse_step=2,
+                  mlp_only_layers=[], rms_norm_eps=1e-6, attention_bias=True,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+    dict(name="qwen3_yarn_tied", family="qwen3_moe", seed=3, n_tokens=40, shard=None,
+         cfg=dict(vocab_size=256, hidden_size=40, num_hidden_layers=2, num_attention_heads=5,
+                  num_key_value_heads=5, head_dim=16, intermediate_size=64, moe_intermediate_size=24,
+                  num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                  mlp_only_layers=[], rms_norm_eps=1e-6, attention_bias=False,
+                  rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                   "original_max_position_embeddings": 16},
+                  max_position_embeddings=64, tie_word_embeddings=True)),
+    dict(name="glm4_basic", family="glm4_moe", seed=4, n_tokens=24, shard=None,
+         cfg=dict(vocab_size=320, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=32,
+                  n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                  n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                  use_qk_norm=False, attention_bias=True, partial_rotary_factor=0.5, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                   "partial_rotary_factor": 0.5},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+    dict(name="glm4_groups_qknorm_sharded", family="glm4_moe", seed=5, n_tokens=30, shard="150KB",
+         mtp_extra=True,
+         cfg=dict(vocab_size=300, hidden_size=48, num_hidden_layers=4, num_attention_heads=6,
+                  num_key_value_heads=2, head_dim=32, intermediate_size=72, moe_intermediate_size=24,
+                  n_routed_experts=16, num_experts_per_tok=4, n_shared_experts=2, first_k_dense_replace=2,
+                  n_group=4, topk_group=2, norm_topk_prob=False, routed_scaling_factor=1.0,
+                  use_qk_norm=True, attention_bias=False, partial_rotary_factor=0.25, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                   "partial_rotary_factor": 0.25},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+    dict(name="glm4_fused_layout", family="glm4_moe", seed=6, n_tokens=20, shard=None, fused=True,
+         cfg=dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=4, head_dim=16, intermediate_size=96, moe_intermediate_size=32,
+                  n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                  n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.5,
+                  use_qk_norm=True, attention_bias=True, partial_rotary_factor=0.5, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 500000.0,
+                                   "partial_rotary_factor": 0.5},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+]
+
+
+def perturb(model, seed):
+    """Re-initialise so activations are O(1), norms/biases are far from 1/0 and
+    routing is decisive (router logits spread over several units)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        items = list(model.named_parameters()) + list(model.named_buffers())
+        for name, t in items:
+            if not t.is_floating_point():
+                continue
+            if "inv_freq" in name:
+                continue
+            if "e_score_correction_bias" in name:
+                t.copy_(torch.randn(t.shape, generator=g) * 0.15)
+            elif name.endswith("norm.weight") or "layernorm" in name:
+                t.copy_(torch.rand(t.shape, generator=g) * 0.8 + 0.6)
+            elif name.endswith(".bias"):
+                t.copy_(torch.randn(t.shape, generator=g) * 0.2)
+            elif "embed_tokens" in name:
+                t.copy_(torch.randn(t.shape, generator=g))
+            elif t.dim() >= 2:
+                fan_in = t.shape[-1]
+                std = 1.0 / math.sqrt(fan_in)
+                if name.endswith("mlp.gate.weight"):
+                    std *= 4.0  # decisive routing
+                t.copy_(torch.randn(t.shape, generator=g) * std)
+
+
+def split_fused_experts(sd, n_layers):
+    """transformers 5.x may keep MoE experts fused ([E, 2I, D] gate_up and
+    [E, D, I] down); real checkpoints store per-expert tensors. Split them."""
+    out = {}
+    for k, v in sd.items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            n_exp, two_i, _ = v.shape
+            half = two_i // 2
+            for e in range(n_exp):
+                out[f"{base}{e}.gate_proj.weight"] = v[e, :half].contiguous()
+                out[f"{base}{e}.up_proj.weight"] = v[e, half:].contiguous()
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[: -len("down_proj")]
+            for e in range(v.shape[0]):
+                out[f"{base}{e}.down_proj.weight"] = v[e].contiguous()
+        else:
+            out[k] = v
+    return out
+
+
+def fuse_experts(sd):
+    """Inverse of split_fused_experts: the layout a 5.x re-save may produce."""
+    out, groups = {}, {}
+    for k, v in sd.items():
+        if ".mlp.experts." in k and k.endswith("_proj.weight") and k.split(".mlp.experts.")[1][0].isdigit():
+            base, rest = k.split(".mlp.experts.")
+            e, proj = rest.split(".")[0], rest.split(".")[1]
+            groups.setdefault(base, {}).setdefault(int(e), {})[proj] = v
+        else:
+            out[k] = v
+    for base, experts in groups.items():
+        ids = sorted(experts)
+        out[f"{base}.mlp.experts.gate_up_proj"] = torch.stack(
+            [torch.cat([experts[e]["gate_proj"], experts[e]["up_proj"]], 0) for e in ids]).contiguous()
+        out[f"{base}.mlp.experts.down_proj"] = torch.stack([experts[e]["down_proj"] for e in ids]).contiguous()
+    return out
+
+
+def read_checkpoint(d):
+    sd = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(d, f)))
+    return sd
+
+
+def write_checkpoint(d, sd, shard_bytes):
+    for f in os.listdir(d):
+        if f.endswith(".safetensors") or f.endswith(".safetensors.index.json"):
+            os.remove(os.path.join(d, f))
+    names = sorted(sd)
+    if not shard_bytes:
+        save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        return 1
+    shards, cur, size = [], [], 0
+    for k in names:
+        nb = sd[k].numel() * sd[k].element_size()
+        if cur and size + nb > shard_bytes:
+            shards.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += nb
+    if cur:
+        shards.append(cur)
+    weight_map, total = {}, 0
+    for i, keys in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file({k: sd[k] for k in keys}, os.path.join(d, fname), metadata={"format": "pt"})
+        for k in keys:
+            weight_map[k] = fname
+            total += sd[k].numel() * sd[k].element_size()
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    return len(shards)
+
+
+def parse_size(s):
+    if not s:
+        return 0
+    s = s.upper()
+    for unit, mul in (("KB", 1000), ("MB", 1000 * 1000)):
+        if s.endswith(unit):
+            return int(float(s[: -len(unit)]) * mul)
+    return int(s)
+
+
+def make_one(v, outdir, log):
+    name = v["name"]
+    d = os.path.join(outdir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    torch.manual_seed(v["seed"])
+    cfg = AutoConfig.for_model(v["family"], **v["cfg"])
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    perturb(model, v["seed"])
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(d)  # writes config.json + generation_config.json
+    saved = read_checkpoint(d)
+    log.write(f"[{name}] save_pretrained keys sample: {sorted(saved)[:6]} ... ({len(saved)} tensors)\n")
+    fused_on_save = any(k.endswith("mlp.experts.gate_up_proj") for k in saved)
+    sd = split_fused_experts(saved, cfg.num_hidden_layers)
+    if v.get("fused"):
+        sd = fuse_experts(sd)
+    if v.get("mtp_extra"):
+        # Released GLM checkpoints carry an MTP layer at index L; loaders must skip it.
+        L, D = cfg.num_hidden_layers, cfg.hidden_size
+        g = torch.Generator().manual_seed(99)
+        sd[f"model.layers.{L}.eh_proj.weight"] = torch.randn(D, 2 * D, generator=g).to(torch.bfloat16)
+        sd[f"model.layers.{L}.enorm.weight"] = torch.ones(D, dtype=torch.bfloat16)
+        sd[f"model.layers.{L}.input_layernorm.weight"] = torch.ones(D, dtype=torch.bfloat16)
+    n_shards = write_checkpoint(d, sd, parse_size(v["shard"]))
+
+    # Reference: reload what is on disk, in float32, eager attention.
+    ref_sd = split_fused_experts(read_checkpoint(d), cfg.num_hidden_layers)
+    ref = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    ref.config._attn_implementation = "eager"
+    ref_keys = set(ref.state_dict())
+    load_sd = {k: t.float() for k, t in ref_sd.items() if not k.startswith(f"model.layers.{cfg.num_hidden_layers}.")}
+    if not any(k.endswith("mlp.experts.0.gate_proj.weight") for k in ref_keys):
+        load_sd = fuse_experts(load_sd)
+    if cfg.tie_word_embeddings:
+        load_sd.pop("lm_head.weight", None)
+    missing, unexpected = ref.load_state_dict(load_sd, strict=False)
+    missing = [k for k in missing if "inv_freq" not in k and not (cfg.tie_word_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(f"{name}: state dict mismatch missing={missing[:8]} unexpected={unexpected[:8]}")
+    if cfg.tie_word_embeddings:
+        ref.tie_weights()
+    ref.eval()
+    g = torch.Generator().manual_seed(1000 + v["seed"])
+    tokens = torch.randint(0, cfg.vocab_size, (v["n_tokens"],), generator=g)
+    with torch.no_grad():
+        out = ref(input_ids=tokens[None], use_cache=False)
+    logits = out.logits[0].float().contiguous()
+    # Cross-check with a second path: the model loaded by from_pretrained.
+    chk = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager") \
+        if not v.get("fused") and not v.get("mtp_extra") else None
+    cross = None
+    if chk is not None:
+        with torch.no_grad():
+            l2 = chk(input_ids=tokens[None], use_cache=False).logits[0].float()
+        cross = float((l2 - logits).abs().max() / logits.abs().max())
+    top2 = logits.topk(2, dim=-1).values
+    gap = float(((top2[:, 0] - top2[:, 1]) / logits.abs().max()).min())
+    logits.numpy().astype("<f4").tofile(os.path.join(d, "ref_logits.bin"))
+    meta = dict(name=name, family=v["family"], tokens=tokens.tolist(), n_tokens=v["n_tokens"],
+                vocab_size=cfg.vocab_size, shards=n_shards, fused_layout=bool(v.get("fused")),
+                fused_on_save=fused_on_save, transformers=transformers.__version__, torch=torch.__version__,
+                max_abs_ref=float(logits.abs().max()), min_top2_gap_rel=gap,
+                from_pretrained_cross_check_rel=cross, seed=v["seed"])
+    with open(os.path.join(d, "ref.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    log.write(f"[{name}] ok shards={n_shards} fused_on_save={fused_on_save} max|ref|={meta['max_abs_ref']:.3f} "
+              f"min_gap={gap:.2e} cross={cross}\n")
+    log.write(f"[{name}] config: {json.dumps(json.load(open(os.path.join(d, 'config.json'))))}\n")
+    return meta
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    os.makedirs(args.outdir, exist_ok=True)
+    log = sys.stdout
+    ok, failed = [], []
+    for v in VARIANTS:
+        if args.only and v["name"] not in args.only:
+            continue
+        try:
+            make_one(v, args.outdir, log)
+            ok.append(v["name"])
+        except Exception:
+            traceback.print_exc()
+            failed.append(v["name"])
+        log.flush()
+    print(f"fixtures: {len(ok)} ok, {len(failed)} failed: {failed}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
