@@ -92,7 +92,7 @@ int cmd_generate(int argc, char **argv)
     enum status st = generate_run(&s, ids, n_ids, &gp, print_token, NULL, &gs, &err);
     int rc = 0;
     if (st) {
-        LOG_ERROR("generate: %s", err.msg);
+        LOG_ERROR("%s", err.msg);
         rc = 1;
     } else {
         struct rusage ru;

@@ -454,6 +454,8 @@ enum status model_weights_load(struct model_weights *w, const struct model_desc 
         model_weights_free(w);
         return b.st;
     }
+    b.prog.total = b.bytes_done; /* the files also hold headers and skipped tensors */
+    progress_update(&b.prog, b.bytes_done);
     progress_finish(&b.prog);
     return STATUS_OK;
 }

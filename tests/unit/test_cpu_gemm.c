@@ -220,6 +220,8 @@ static double rel_err(const float *y, size_t ldy, const double *ref, int m, int6
     return max_diff / max_ref;
 }
 
+static double g_worst; /* largest error seen by check_case since the last reset */
+
 static void check_case(enum weight_format fmt, int m, int64_t N, int64_t K, bool bias, uint64_t seed)
 {
     uint64_t rng = seed;
@@ -243,6 +245,7 @@ static void check_case(enum weight_format fmt, int m, int64_t N, int64_t K, bool
         for (int64_t n = 0; n < N; n++)
             ref[(size_t)i * (size_t)N + (size_t)n] = y_port[(size_t)i * ldy + (size_t)n];
     double e_pair = rel_err(y_fast, ldy, ref, m, N);
+    g_worst = fmax(g_worst, fmax(e_fast, fmax(e_port, e_pair)));
     if (!(e_fast < 1e-5 && e_port < 1e-5 && e_pair < 1e-5))
         fail_msg("%s m=%d N=%lld K=%lld bias=%d: rel err fast %.3g portable %.3g between %.3g",
                  weight_format_name(fmt), m, (long long)N, (long long)K, bias, e_fast, e_port,
@@ -261,6 +264,7 @@ static void check_format(enum weight_format fmt)
     static const int64_t NS[] = {1, 7, 33, 576};
     uint64_t seed = 1000 * (uint64_t)fmt;
     int cases = 0;
+    g_worst = 0.0;
     for (size_t a = 0; a < sizeof(MS) / sizeof(MS[0]); a++)
         for (size_t b = 0; b < sizeof(KS) / sizeof(KS[0]); b++)
             for (size_t c = 0; c < sizeof(NS) / sizeof(NS[0]); c++)
@@ -270,7 +274,7 @@ static void check_format(enum weight_format fmt)
                     check_case(fmt, MS[a], NS[c], KS[b], bias, ++seed);
                     cases++;
                 }
-    print_message("%s: %d cases\n", weight_format_name(fmt), cases);
+    print_message("%s: %d cases, worst rel err %.2g\n", weight_format_name(fmt), cases, g_worst);
 }
 
 static void test_f32(void **state)
