@@ -257,6 +257,12 @@ static void bind_matrix(struct binder *b, const char *prefix, int64_t rows, int6
     }
     if (b->st)
         return;
+    /* safetensors does not promise aligned data; kernels load whole elements */
+    if ((uintptr_t)host.data % dtype_size(t->dtype) != 0) {
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s.weight: data is not aligned to its element size",
+                  t->file, prefix);
+        return;
+    }
     bind_finish(b, prefix, &host, bias, out);
 }
 
