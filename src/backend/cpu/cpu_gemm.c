@@ -51,7 +51,7 @@ enum {
     MR_PORTABLE = 4,  /* x rows per portable micro-tile */
     MR_AVX2 = 6,      /* x rows per AVX2 micro-tile: 12 accumulators + 2 panel + 1 broadcast ymm */
     FUSED_R = 4,      /* W rows converted together in the fused path */
-    FUSED_M = 2,      /* x rows per pass of the fused path: 8 accumulators */
+    FUSED_M = 4,      /* most x rows per pass of the fused path */
     FUSED_M_MAX = 8,  /* largest m that uses the fused path */
     MIN_PARALLEL_MACS = 1 << 18, /* below this a fork/join costs more than it saves */
 };
@@ -275,74 +275,102 @@ static const struct panel_kernels PANEL_PORTABLE = {MR_PORTABLE, pack_portable, 
 #if CPU_GEMM_X86
 
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+/* Loops over the register tile must unroll fully, or the accumulator arrays
+ * are kept in memory and stored on every iteration. */
+#define UNROLL _Pragma("GCC unroll 16")
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-AVX2_INLINE __m256 ld8_bf16(const uint16_t *p)
+/* Decoders: W[row][k .. k+16) -> two vectors of 8 fp32, k a multiple of 16.
+ * They avoid vector shifts where they can (one shift unit on some cores) and
+ * never produce subnormal intermediates (a microcode assist on some cores). */
+
+AVX2_INLINE void ld16_bf16(const uint16_t *p, __m256 *w0, __m256 *w1)
 {
-    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    const __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
+    *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
+    *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
 }
 
-AVX2_INLINE __m256 ld8_f16(const uint16_t *p)
+AVX2_INLINE void ld16_f16(const uint16_t *p, __m256 *w0, __m256 *w1)
 {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    *w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    *w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)));
 }
 
-/* 8 E4M3 codes -> f32 without a table: the 7 magnitude bits land in f32 bits
- * 20..26 (exponent field low bits + 3 mantissa bits), the sign in bit 31, and
- * a multiply by 2^120 rebiases the exponent (and turns the e4m3 subnormals,
- * which arrive as f32 subnormals, into the right normals). 0x7f/0xff -> NaN. */
-AVX2_INLINE __m256 ld8_e4m3(const uint8_t *p)
+/* 8 E4M3 codes, as the high bytes of 8 words, -> f32 * 2^-8. An arithmetic
+ * shift by one turns S.EEEE.MMM into the f16 S.0EEEE.MMM0000000 once the
+ * duplicated sign (bit 14) is cleared: the same number with f16's bias 15
+ * instead of 7, i.e. 2^-8 times the E4M3 value, subnormals included, which
+ * F16C converts exactly. The magnitude 0x7f (NaN in E4M3, 480 in this f16)
+ * is forced to all-ones, a NaN. */
+AVX2_INLINE __m256 e4m3x8_hi(__m128i w)
 {
+    const __m128i nan_code = _mm_set1_epi16(0x7f00);
+    __m128i h = _mm_and_si128(_mm_srai_epi16(w, 1), _mm_set1_epi16((short)0xbfff));
+    h = _mm_or_si128(h, _mm_cmpeq_epi16(_mm_and_si128(w, nan_code), nan_code));
+    return _mm256_cvtph_ps(h);
+}
+
+/* Results are W * 2^-8: s is the block scale, the caller owes a factor 256. */
+AVX2_INLINE void ld16_e4m3(const uint8_t *p, __m256 s, __m256 *w0, __m256 *w1)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+    const __m128i z = _mm_setzero_si128();
+    *w0 = _mm256_mul_ps(e4m3x8_hi(_mm_unpacklo_epi8(z, v)), s);
+    *w1 = _mm256_mul_ps(e4m3x8_hi(_mm_unpackhi_epi8(z, v)), s);
+}
+
+/* 16 E2M1 codes (8 bytes, element 2i in the low nibble of byte i). One
+ * byte shuffle maps each code to 2 * its value as an int8 (0, 1, 2, 3, 4, 6,
+ * 8, 12, sign from bit 3), then int8 -> int32 -> f32 and a multiply by half
+ * the block scale (exact: a power-of-two factor). */
+AVX2_INLINE void ld16_e2m1(const uint8_t *p, __m256 half_s, __m256 *w0, __m256 *w1)
+{
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
     int64_t q;
     memcpy(&q, p, 8);
-    __m256i v = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(q));
-    v = _mm256_srai_epi32(_mm256_slli_epi32(v, 24), 4);
-    v = _mm256_and_si256(v, _mm256_set1_epi32((int)0x87f00000u));
-    const __m256i nan_mag = _mm256_set1_epi32(0x07f00000);
-    v = _mm256_or_si256(v, _mm256_cmpeq_epi32(_mm256_and_si256(v, nan_mag), nan_mag));
-    return _mm256_mul_ps(_mm256_castsi256_ps(v), _mm256_set1_ps(0x1p120f));
+    const __m128i v = _mm_cvtsi64_si128(q);
+    const __m128i codes =
+        _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i vals = _mm_shuffle_epi8(lut, codes);
+    const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(vals));
+    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(vals, vals)));
+    *w0 = _mm256_mul_ps(f0, half_s);
+    *w1 = _mm256_mul_ps(f1, half_s);
 }
 
-/* 8 E2M1 codes (4 bytes, element 2i in the low nibble of byte i, so element j
- * is bits 4j..4j+3 of the little-endian word) -> f32. lut holds the eight
- * magnitudes already multiplied by the block scale; bit 3 is the sign. */
-AVX2_INLINE __m256 ld8_e2m1(const uint8_t *p, __m256 lut)
-{
-    uint32_t q;
-    memcpy(&q, p, 4);
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    __m256i t = _mm256_srlv_epi32(_mm256_set1_epi32((int)q), shifts);
-    __m256 mag = _mm256_permutevar8x32_ps(lut, t); /* uses index bits 0..2 only */
-    __m256 sign = _mm256_castsi256_ps(_mm256_slli_epi32(t, 28));
-    return _mm256_xor_ps(mag, _mm256_and_ps(sign, _mm256_set1_ps(-0.0f)));
-}
-
-/* What ld8 needs per row and scale block: fp8 the block scale, nvfp4 the
- * scaled magnitude table; nothing for unscaled formats. */
+/* What ld16 needs per row and scale block: fp8 the block scale, nvfp4 half
+ * the block scale; nothing for unscaled formats. */
 AVX2_INLINE __m256 block_scale(const struct gemm_args *a, enum weight_format fmt, int64_t n, int64_t k)
 {
     if (fmt == WEIGHT_FP8_BLOCK)
         return _mm256_set1_ps(fp8_scale(a, n, k));
-    if (fmt == WEIGHT_NVFP4) {
-        const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-        return _mm256_mul_ps(mag, _mm256_set1_ps(nvfp4_scale(a, n, k)));
-    }
+    if (fmt == WEIGHT_NVFP4)
+        return _mm256_set1_ps(0.5f * nvfp4_scale(a, n, k));
     return _mm256_setzero_ps();
 }
 
-/* W[row][k .. k+8) as fp32, k a multiple of 8. */
-AVX2_INLINE __m256 ld8(enum weight_format fmt, const void *row, int64_t k, __m256 s)
+/* Factor the decoded values still owe (see ld16_e4m3). */
+#define DECODE_FACTOR(fmt) ((fmt) == WEIGHT_FP8_BLOCK ? 256.0f : 1.0f)
+
+/* W[row][k .. k+16) as fp32 / DECODE_FACTOR, k a multiple of 16. */
+AVX2_INLINE void ld16(enum weight_format fmt, const void *row, int64_t k, __m256 s, __m256 *w0,
+                      __m256 *w1)
 {
     switch (fmt) {
-    case WEIGHT_F32: return _mm256_loadu_ps((const float *)row + k);
-    case WEIGHT_BF16: return ld8_bf16((const uint16_t *)row + k);
-    case WEIGHT_F16: return ld8_f16((const uint16_t *)row + k);
-    case WEIGHT_FP8_BLOCK: return _mm256_mul_ps(ld8_e4m3((const uint8_t *)row + k), s);
-    case WEIGHT_NVFP4: return ld8_e2m1((const uint8_t *)row + k / 2, s);
+    case WEIGHT_F32:
+        *w0 = _mm256_loadu_ps((const float *)row + k);
+        *w1 = _mm256_loadu_ps((const float *)row + k + 8);
+        return;
+    case WEIGHT_BF16: ld16_bf16((const uint16_t *)row + k, w0, w1); return;
+    case WEIGHT_F16: ld16_f16((const uint16_t *)row + k, w0, w1); return;
+    case WEIGHT_FP8_BLOCK: ld16_e4m3((const uint8_t *)row + k, s, w0, w1); return;
+    case WEIGHT_NVFP4: ld16_e2m1((const uint8_t *)row + k / 2, s, w0, w1); return;
     case WEIGHT_FORMAT_COUNT: break;
     }
-    return _mm256_setzero_ps();
+    *w0 = *w1 = _mm256_setzero_ps();
 }
 
 AVX2_INLINE float hsum8(__m256 v)
@@ -359,42 +387,56 @@ AVX2_INLINE float hsum8(__m256 v)
 AVX2_INLINE void fused_tile(const struct gemm_args *a, enum weight_format fmt, int R, int M,
                             int64_t n, int64_t i)
 {
-    const int64_t K = a->k, K8 = K & ~(int64_t)7;
+    const int64_t K = a->k, K16 = K & ~(int64_t)15;
     /* scale block: the inner loop never crosses one */
-    const int64_t bk = fmt == WEIGHT_FP8_BLOCK ? 128 : fmt == WEIGHT_NVFP4 ? 16 : K8;
+    const int64_t bk = fmt == WEIGHT_FP8_BLOCK ? 128 : fmt == WEIGHT_NVFP4 ? 16 : K16;
     const void *row[FUSED_R];
     const float *xr[FUSED_M];
     __m256 acc[FUSED_R][FUSED_M];
+    UNROLL
     for (int r = 0; r < R; r++) {
         row[r] = row_ptr(a, n + r);
+        UNROLL
         for (int j = 0; j < M; j++)
             acc[r][j] = _mm256_setzero_ps();
     }
+    UNROLL
     for (int j = 0; j < M; j++)
         xr[j] = a->x + (size_t)(i + j) * a->ldx;
 
-    for (int64_t k0 = 0; k0 < K8; k0 += bk) {
-        const int64_t k1 = min_i64(k0 + bk, K8);
+    for (int64_t k0 = 0; k0 < K16; k0 += bk) {
+        const int64_t k1 = min_i64(k0 + bk, K16);
         __m256 s[FUSED_R];
+        UNROLL
         for (int r = 0; r < R; r++)
             s[r] = block_scale(a, fmt, n + r, k0);
-        for (int64_t k = k0; k < k1; k += 8) {
-            __m256 xv[FUSED_M];
-            for (int j = 0; j < M; j++)
-                xv[j] = _mm256_loadu_ps(xr[j] + k);
+        for (int64_t k = k0; k < k1; k += 16) {
+            __m256 x0[FUSED_M], x1[FUSED_M];
+            UNROLL
+            for (int j = 0; j < M; j++) {
+                x0[j] = _mm256_loadu_ps(xr[j] + k);
+                x1[j] = _mm256_loadu_ps(xr[j] + k + 8);
+            }
+            UNROLL
             for (int r = 0; r < R; r++) {
-                const __m256 wv = ld8(fmt, row[r], k, s[r]);
-                for (int j = 0; j < M; j++)
-                    acc[r][j] = _mm256_fmadd_ps(wv, xv[j], acc[r][j]);
+                __m256 w0, w1;
+                ld16(fmt, row[r], k, s[r], &w0, &w1);
+                UNROLL
+                for (int j = 0; j < M; j++) {
+                    acc[r][j] = _mm256_fmadd_ps(w0, x0[j], acc[r][j]);
+                    acc[r][j] = _mm256_fmadd_ps(w1, x1[j], acc[r][j]);
+                }
             }
         }
     }
 
     const float *bias = a->w->bias;
+    UNROLL
     for (int r = 0; r < R; r++) {
+        UNROLL
         for (int j = 0; j < M; j++) {
-            float sum = hsum8(acc[r][j]);
-            for (int64_t k = K8; k < K; k++)
+            float sum = hsum8(acc[r][j]) * DECODE_FACTOR(fmt);
+            for (int64_t k = K16; k < K; k++)
                 sum += w_at(a, n + r, k) * xr[j][k];
             if (bias)
                 sum += bias[n + r];
@@ -413,22 +455,35 @@ typedef void (*fused_tile_fn)(const struct gemm_args *a, int64_t n, int64_t i);
 #define FUSED_FNS(FMT, tag)                                                                        \
     FUSED_FN(FMT, tag, 4, 1)                                                                       \
     FUSED_FN(FMT, tag, 4, 2)                                                                       \
+    FUSED_FN(FMT, tag, 2, 3)                                                                       \
+    FUSED_FN(FMT, tag, 2, 4)                                                                       \
     FUSED_FN(FMT, tag, 1, 1)                                                                       \
-    FUSED_FN(FMT, tag, 1, 2)
+    FUSED_FN(FMT, tag, 1, 2)                                                                       \
+    FUSED_FN(FMT, tag, 1, 3)                                                                       \
+    FUSED_FN(FMT, tag, 1, 4)
 #define FUSED_ROW(tag)                                                                             \
     {                                                                                              \
-        {NULL, fused_##tag##_r4_m1, fused_##tag##_r4_m2}, {NULL, fused_##tag##_r1_m1, fused_##tag##_r1_m2} \
+        .wide = {NULL, fused_##tag##_r4_m1, fused_##tag##_r4_m2, fused_##tag##_r2_m3,              \
+                 fused_##tag##_r2_m4},                                                             \
+        .one = {NULL, fused_##tag##_r1_m1, fused_##tag##_r1_m2, fused_##tag##_r1_m3,               \
+                fused_##tag##_r1_m4},                                                              \
     }
 
-_Static_assert(FUSED_R == 4 && FUSED_M == 2, "instantiations below assume R = 4, M <= 2");
 FUSED_FNS(WEIGHT_F32, f32)
 FUSED_FNS(WEIGHT_BF16, bf16)
 FUSED_FNS(WEIGHT_F16, f16)
 FUSED_FNS(WEIGHT_FP8_BLOCK, fp8)
 FUSED_FNS(WEIGHT_NVFP4, nvfp4)
 
-/* [format][full group of FUSED_R rows ? 0 : 1][x rows in this pass] */
-static const fused_tile_fn FUSED_TILES[WEIGHT_FORMAT_COUNT][2][FUSED_M + 1] = {
+/* Per format, indexed by the x rows of a pass (1..FUSED_M): wide tiles cover
+ * FUSED_WIDE_R(M) W rows, one-row tiles the rest of a short group. Fewer W
+ * rows when more x rows, so that R * M accumulators fit the 16 ymm registers. */
+#define FUSED_WIDE_R(M) ((M) <= 2 ? 4 : 2)
+struct fused_tiles {
+    fused_tile_fn wide[FUSED_M + 1];
+    fused_tile_fn one[FUSED_M + 1];
+};
+static const struct fused_tiles FUSED_TILES[WEIGHT_FORMAT_COUNT] = {
     [WEIGHT_F32] = FUSED_ROW(f32),         [WEIGHT_BF16] = FUSED_ROW(bf16),
     [WEIGHT_F16] = FUSED_ROW(f16),         [WEIGHT_FP8_BLOCK] = FUSED_ROW(fp8),
     [WEIGHT_NVFP4] = FUSED_ROW(nvfp4),
@@ -436,7 +491,7 @@ static const fused_tile_fn FUSED_TILES[WEIGHT_FORMAT_COUNT][2][FUSED_M + 1] = {
 
 static void fused_run(const struct gemm_args *a)
 {
-    const fused_tile_fn(*tiles)[FUSED_M + 1] = FUSED_TILES[a->w->format];
+    const struct fused_tiles *tiles = &FUSED_TILES[a->w->format];
     const int64_t groups = (a->n + FUSED_R - 1) / FUSED_R;
     const bool parallel = (double)a->m * (double)a->n * (double)a->k >= MIN_PARALLEL_MACS;
 
@@ -444,16 +499,16 @@ static void fused_run(const struct gemm_args *a)
      * hardware prefetchers follow best */
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t g = 0; g < groups; g++) {
-        const int64_t n = g * FUSED_R;
-        const int64_t rows = min_i64(FUSED_R, a->n - n);
+        const int64_t n0 = g * FUSED_R;
+        const int64_t n_end = min_i64(n0 + FUSED_R, a->n);
         for (int64_t i = 0; i < a->m; i += FUSED_M) {
             const int mm = (int)min_i64(FUSED_M, a->m - i);
-            if (rows == FUSED_R) {
-                tiles[0][mm](a, n, i);
-            } else {
-                for (int64_t r = 0; r < rows; r++)
-                    tiles[1][mm](a, n + r, i);
-            }
+            const int64_t wr = FUSED_WIDE_R(mm);
+            int64_t n = n0;
+            for (; n + wr <= n_end; n += wr)
+                tiles->wide[mm](a, n, i);
+            for (; n < n_end; n++)
+                tiles->one[mm](a, n, i);
         }
     }
 }
@@ -461,28 +516,32 @@ static void fused_run(const struct gemm_args *a)
 AVX2_INLINE void transpose8(__m256 r[8])
 {
     __m256 t[8], u[8];
+    UNROLL
     for (int j = 0; j < 8; j += 2) {
         t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
         t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
     }
+    UNROLL
     for (int j = 0; j < 8; j += 4) {
         u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
         u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xee);
         u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
         u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xee);
     }
+    UNROLL
     for (int j = 0; j < 4; j++) {
         r[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
         r[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
     }
 }
 
-/* Panel pack: 8 rows x 8 columns are converted in registers, transposed and
- * stored as 8 panel lines; partial row groups and K tails go through the
- * scalar decoder. */
+/* Panel pack: 8 rows x 16 columns are converted in registers, transposed as
+ * two 8 x 8 blocks and stored as 16 panel lines; partial row groups and K
+ * tails go through the scalar decoder. */
 AVX2_INLINE void pack_avx2(const struct gemm_args *a, enum weight_format fmt, int64_t n0,
                            int64_t kc0, int64_t kc, float *panel)
 {
+    const __m256 factor = _mm256_set1_ps(DECODE_FACTOR(fmt));
     for (int h = 0; h < PANEL_N; h += 8) {
         const int64_t nh = n0 + h;
         float *dst = panel + h;
@@ -491,18 +550,30 @@ AVX2_INLINE void pack_avx2(const struct gemm_args *a, enum weight_format fmt, in
             continue;
         }
         const void *row[8];
+        UNROLL
         for (int j = 0; j < 8; j++)
             row[j] = row_ptr(a, nh + j);
         int64_t k = 0;
-        for (; k + 8 <= kc; k += 8) {
-            __m256 v[8];
-            for (int j = 0; j < 8; j++)
-                v[j] = ld8(fmt, row[j], kc0 + k, block_scale(a, fmt, nh + j, kc0 + k));
-            transpose8(v);
-            for (int j = 0; j < 8; j++)
-                _mm256_store_ps(dst + (k + j) * PANEL_N, v[j]);
+        for (; k + 16 <= kc; k += 16) {
+            __m256 v0[8], v1[8];
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                ld16(fmt, row[j], kc0 + k, block_scale(a, fmt, nh + j, kc0 + k), &v0[j], &v1[j]);
+                if (fmt == WEIGHT_FP8_BLOCK) {
+                    v0[j] = _mm256_mul_ps(v0[j], factor);
+                    v1[j] = _mm256_mul_ps(v1[j], factor);
+                }
+            }
+            transpose8(v0);
+            transpose8(v1);
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                _mm256_store_ps(dst + (k + j) * PANEL_N, v0[j]);
+                _mm256_store_ps(dst + (k + 8 + j) * PANEL_N, v1[j]);
+            }
         }
         for (; k < kc; k++)
+            UNROLL
             for (int j = 0; j < 8; j++)
                 dst[k * PANEL_N + j] = w_at(a, nh + j, kc0 + k);
     }
@@ -525,6 +596,7 @@ AVX2_INLINE void micro_avx2_mr(int MR, const float *x, size_t ldx, const float *
 {
     __m256 c0[MR_AVX2], c1[MR_AVX2];
     const float *xr[MR_AVX2];
+    UNROLL
     for (int i = 0; i < MR; i++) {
         c0[i] = _mm256_setzero_ps();
         c1[i] = _mm256_setzero_ps();
@@ -533,12 +605,14 @@ AVX2_INLINE void micro_avx2_mr(int MR, const float *x, size_t ldx, const float *
     for (int64_t k = 0; k < kc; k++) {
         const __m256 b0 = _mm256_load_ps(panel + k * PANEL_N);
         const __m256 b1 = _mm256_load_ps(panel + k * PANEL_N + 8);
+        UNROLL
         for (int i = 0; i < MR; i++) {
             const __m256 xv = _mm256_broadcast_ss(xr[i] + k);
             c0[i] = _mm256_fmadd_ps(xv, b0, c0[i]);
             c1[i] = _mm256_fmadd_ps(xv, b1, c1[i]);
         }
     }
+    UNROLL
     for (int i = 0; i < MR; i++) {
         float *yr = y + (size_t)i * ldy;
         if (nvalid == PANEL_N) {
