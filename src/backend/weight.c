@@ -1,6 +1,10 @@
 /* weight.c — see weight.h. */
 #include "backend/weight.h"
 
+#include <string.h>
+
+#include "base/dtype.h"
+
 const char *weight_format_name(enum weight_format f)
 {
     switch (f) {
@@ -31,4 +35,40 @@ size_t weight_bytes(const struct weight *w)
     if (w->bias)
         b += (size_t)w->rows * 4;
     return b;
+}
+
+void weight_dequant_row(const struct weight *w, int64_t row, float *out)
+{
+    size_t K = (size_t)w->cols, r = (size_t)row;
+    switch (w->format) {
+    case WEIGHT_F32:
+        memcpy(out, (const float *)w->data + r * K, K * sizeof(float));
+        break;
+    case WEIGHT_BF16:
+        for (size_t k = 0; k < K; k++)
+            out[k] = bf16_to_f32(((const uint16_t *)w->data)[r * K + k]);
+        break;
+    case WEIGHT_F16:
+        for (size_t k = 0; k < K; k++)
+            out[k] = f16_to_f32(((const uint16_t *)w->data)[r * K + k]);
+        break;
+    case WEIGHT_FP8_BLOCK: {
+        const uint8_t *q = (const uint8_t *)w->data + r * K;
+        const float *sc = (const float *)w->scale + (r / 128) * ((K + 127) / 128);
+        for (size_t k = 0; k < K; k++)
+            out[k] = e4m3_to_f32(q[k]) * sc[k / 128];
+        break;
+    }
+    case WEIGHT_NVFP4: {
+        const uint8_t *q = (const uint8_t *)w->data + r * (K / 2);
+        const uint8_t *sc = (const uint8_t *)w->scale + r * (K / 16);
+        for (size_t k = 0; k < K; k++) {
+            uint8_t code = (k & 1) ? (uint8_t)(q[k / 2] >> 4) : (uint8_t)(q[k / 2] & 15);
+            out[k] = e2m1_to_f32(code) * e4m3_to_f32(sc[k / 16]) * w->scale2;
+        }
+        break;
+    }
+    case WEIGHT_FORMAT_COUNT:
+        break;
+    }
 }

@@ -5,7 +5,8 @@
  * pointers (from the mmap'ed checkpoint on the CPU, from device memory on a
  * GPU backend).
  *
- * defines: enum weight_format, struct weight, weight_format_name(), weight_bytes()
+ * defines: enum weight_format, struct weight, weight_format_name(), weight_bytes(),
+ *          weight_dequant_row()
  */
 #ifndef MOESERVE_BACKEND_WEIGHT_H
 #define MOESERVE_BACKEND_WEIGHT_H
@@ -35,5 +36,9 @@ struct weight {
 const char *weight_format_name(enum weight_format f);
 /* Bytes a kernel reads for this weight (data + scales + bias). */
 size_t weight_bytes(const struct weight *w);
+/* Row `row` of W as fp32 (exact for every format: e2m1*e4m3*scale2 and
+ * e4m3*scale are representable products). Host memory only; the portable
+ * reference that kernels and round-trip tests compare against. */
+void weight_dequant_row(const struct weight *w, int64_t row, float *out);
 
 #endif

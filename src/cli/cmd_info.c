@@ -20,6 +20,17 @@ const char *cli_default_model(void)
     return env && *env ? env : MOESERVE_DEFAULT_MODEL;
 }
 
+/* "bf16+nvfp4" from a bit set of formats. */
+static void info_format_list(unsigned formats, char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        if (formats & (1u << f))
+            o += (size_t)snprintf(buf + o, o < n ? n - o : 0, "%s%s", o ? "+" : "",
+                                  weight_format_name((enum weight_format)f));
+}
+
 static const char *attn_name(enum attn_kind a)
 {
     return a == ATTN_MLA ? "mla" : "gqa";
@@ -53,14 +64,21 @@ int cmd_info(int argc, char **argv)
     struct checkpoint ck;
     struct backend be;
     struct model_weights w;
+    struct quant_config qc;
     int rc = 1;
-    if (checkpoint_open(&ck, dir, &err)) {
+    if (quant_config_load(&qc, dir, &err)) {
         LOG_ERROR("%s", err.msg);
         model_desc_free(&d);
         return 1;
     }
+    if (checkpoint_open(&ck, dir, &err)) {
+        LOG_ERROR("%s", err.msg);
+        model_desc_free(&d);
+        quant_config_free(&qc);
+        return 1;
+    }
     backend_cpu_create(&be, &err);
-    if (model_weights_load(&w, &d, &ck, &be, &err)) {
+    if (model_weights_load(&w, &d, &ck, &qc, &be, &err)) {
         LOG_ERROR("%s", err.msg);
         goto done;
     }
@@ -91,6 +109,19 @@ int cmd_info(int argc, char **argv)
             if (w.bytes_by_format[f])
                 json_add(bf, weight_format_name((enum weight_format)f), json_new_number((double)w.bytes_by_format[f]));
         json_add(o, "weight_bytes", json_new_number((double)weight_bytes));
+        json_add(o, "quantization", json_new_string(quant_algo_name(qc.algo)));
+        struct json *mk = json_add(o, "modules", json_new_object());
+        for (int k = 0; k < WK_COUNT; k++) {
+            if (!w.kinds[k].params)
+                continue;
+            struct json *e = json_add(mk, weight_kind_name((enum weight_kind)k), json_new_object());
+            char fmts[96];
+            info_format_list(w.kinds[k].formats, fmts, sizeof fmts);
+            json_add(e, "format", json_new_string(fmts));
+            json_add(e, "parameters", json_new_number((double)w.kinds[k].params));
+            json_add(e, "bytes", json_new_number((double)w.kinds[k].bytes));
+            json_add(e, "bits_per_weight", json_new_number(8.0 * (double)w.kinds[k].bytes / (double)w.kinds[k].params));
+        }
         json_add(o, "kv_bytes_per_token_layer0", json_new_number((double)kv_layer0));
         json_add(o, "kv_bytes_per_token", json_new_number((double)kv_token));
         char *s = json_print(o, true);
@@ -113,6 +144,15 @@ int cmd_info(int argc, char **argv)
             if (w.bytes_by_format[f])
                 printf("  %-12s %.2f MiB\n", weight_format_name((enum weight_format)f),
                        (double)w.bytes_by_format[f] / 1048576.0);
+        printf("quantization   %s\n", quant_algo_name(qc.algo));
+        for (int k = 0; k < WK_COUNT; k++) {
+            if (!w.kinds[k].params)
+                continue;
+            char fmts[96];
+            info_format_list(w.kinds[k].formats, fmts, sizeof fmts);
+            printf("  %-15s %-22s %10.3f M params  %6.2f bits/weight\n", weight_kind_name((enum weight_kind)k), fmts,
+                   (double)w.kinds[k].params / 1e6, 8.0 * (double)w.kinds[k].bytes / (double)w.kinds[k].params);
+        }
         printf("files          %zu, %.2f MiB on disk\n", ck.n_files, (double)ck.total_bytes / 1048576.0);
         printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (bf16)\n",
                (unsigned long long)kv_layer0, (double)kv_token / 1024.0);
@@ -122,6 +162,7 @@ int cmd_info(int argc, char **argv)
     rc = 0;
     model_weights_free(&w);
 done:
+    quant_config_free(&qc);
     backend_destroy(&be);
     checkpoint_close(&ck);
     model_desc_free(&d);

@@ -34,10 +34,13 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     }
     if (st)
         goto fail;
+    st = quant_config_load(&s->qc, dir, err);
+    if (st)
+        goto fail;
     st = checkpoint_open(&s->ck, dir, err);
     if (st)
         goto fail;
-    st = model_weights_load(&s->w, &s->desc, &s->ck, &s->be, err);
+    st = model_weights_load(&s->w, &s->desc, &s->ck, &s->qc, &s->be, err);
     if (st)
         goto fail;
     int blocks_per_seq = (def.max_context + def.block_size - 1) / def.block_size;
@@ -62,5 +65,6 @@ void model_session_close(struct model_session *s)
     checkpoint_close(&s->ck);
     backend_destroy(&s->be);
     model_desc_free(&s->desc);
+    quant_config_free(&s->qc);
     memset(s, 0, sizeof *s);
 }

@@ -28,6 +28,7 @@ struct session_opts {
 struct model_session {
     struct checkpoint ck;
     struct model_desc desc;
+    struct quant_config qc;
     struct backend be;
     struct model_weights w;
     struct kv_cache kv;

@@ -7,9 +7,16 @@
  *   BF16 / F16 / F32 `.weight`                      -> plain
  *   U8 `.weight` + F8_E4M3 `.weight_scale` (+ F32 `.weight_scale_2`) -> NVFP4
  *   F8_E4M3 `.weight` + F32 `.weight_scale_inv`     -> FP8 block 128x128
+ *   U8 `.weight_packed` + `.weight_scale` + `.weight_global_scale` -> NVFP4
+ *     (compressed-tensors; its global scale is the inverse of ModelOpt's)
+ * and checked against the config's promise (quant_config_expect). Scales are
+ * scanned once at load: NaN, Inf or negative block scales are refused here
+ * rather than turning into NaN logits later.
  */
 #include "model/model_weights.h"
 
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +29,8 @@
 
 struct binder {
     const struct checkpoint *ck;
+    const struct quant_config *qc; /* may be NULL */
+    enum weight_kind kind;         /* module kind being bound, for the stats */
     struct backend *be;
     struct model_weights *w;
     struct err *err;
@@ -39,12 +48,17 @@ static void bind_missing(struct binder *b, const char *name)
     b->n_missing++;
 }
 
-static enum status bind_fail(struct binder *b, enum status code, const char *fmt, const char *a,
-                             const char *c)
+static enum status bind_fail(struct binder *b, enum status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum status bind_fail(struct binder *b, enum status code, const char *fmt, ...)
 {
     if (!b->st) {
-        char msg[600];
-        snprintf(msg, sizeof msg, fmt, a, c);
+        char msg[ERR_MSG_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
         b->st = err_set(b->err, code, "%s", msg);
     }
     return b->st;
@@ -160,6 +174,10 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
         return;
     b->w->bytes_by_format[host->format] += weight_bytes(host);
     b->w->n_params += (uint64_t)host->rows * (uint64_t)host->cols;
+    struct weight_kind_stats *ks = &b->w->kinds[b->kind];
+    ks->params += (uint64_t)host->rows * (uint64_t)host->cols;
+    ks->bytes += weight_bytes(host);
+    ks->formats |= 1u << host->format;
     enum status st = b->be->ops->weight_load(b->be, host, out, b->err);
     if (st) {
         b->st = st;
@@ -169,12 +187,21 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
     progress_update(&b->prog, b->bytes_done);
 }
 
+/* NVFP4 block scales must be finite and non-negative (UE4M3). */
+static bool nvfp4_scales_ok(const struct st_tensor *sc)
+{
+    const uint8_t *p = sc->data;
+    for (size_t i = 0; i < sc->n_bytes; i++)
+        if ((p[i] & 0x7f) == 0x7f || ((p[i] & 0x80) && (p[i] & 0x7f)))
+            return false;
+    return true;
+}
+
 static void bind_nvfp4(struct binder *b, const char *prefix, const struct st_tensor *t, int64_t rows,
-                       int64_t cols, struct weight *host)
+                       int64_t cols, bool compressed_tensors, struct weight *host)
 {
     if (cols % 16 != 0) {
-        bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight: NVFP4 needs in-features divisible by 16",
-                  t->file, prefix);
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s: NVFP4 needs in-features divisible by 16", t->file, t->name);
         return;
     }
     if (!shape_is(t, 2, rows, cols / 2)) {
@@ -182,23 +209,37 @@ static void bind_nvfp4(struct binder *b, const char *prefix, const struct st_ten
         return;
     }
     const struct st_tensor *sc = bind_find(b, "%s.weight_scale", prefix);
-    const struct st_tensor *s2 = bind_find(b, "%s.weight_scale_2", prefix);
+    const struct st_tensor *s2 = bind_find(b, compressed_tensors ? "%s.weight_global_scale" : "%s.weight_scale_2",
+                                           prefix);
     if (!sc || sc->dtype != DTYPE_F8_E4M3) {
-        bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight is U8 (NVFP4) but has no F8_E4M3 weight_scale",
-                  t->file, prefix);
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s is U8 (NVFP4) but has no F8_E4M3 weight_scale", t->file, t->name);
         return;
     }
     if (!shape_is(sc, 2, rows, cols / 16)) {
         bind_shape_error(b, sc, rows, cols / 16, 2);
         return;
     }
+    if (!nvfp4_scales_ok(sc)) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s: NaN or negative E4M3 block scale", sc->file, sc->name);
+        return;
+    }
     float scale2 = 1.0f;
     if (s2) {
         if (s2->dtype != DTYPE_F32 || s2->n_bytes != 4) {
-            bind_fail(b, STATUS_FORMAT, "%s: tensor %s.weight_scale_2 must be one F32", s2->file, prefix);
+            bind_fail(b, STATUS_FORMAT, "%s: tensor %s must hold one F32", s2->file, s2->name);
             return;
         }
         memcpy(&scale2, s2->data, 4);
+        if (compressed_tensors)
+            scale2 = 1.0f / scale2; /* compressed-tensors stores the inverse */
+        if (!isfinite(scale2) || !(scale2 > 0)) {
+            bind_fail(b, STATUS_FORMAT, "%s: tensor %s: global scale is not a finite positive number", s2->file,
+                      s2->name);
+            return;
+        }
+    } else if (compressed_tensors) {
+        bind_fail(b, STATUS_FORMAT, "%s: tensor %s has no weight_global_scale", t->file, t->name);
+        return;
     }
     *host = (struct weight){.format = WEIGHT_NVFP4, .rows = rows, .cols = cols, .data = t->data,
                             .scale = sc->data, .scale2 = scale2};
@@ -221,8 +262,21 @@ static void bind_fp8(struct binder *b, const char *prefix, const struct st_tenso
         bind_shape_error(b, sc, (rows + 127) / 128, (cols + 127) / 128, 2);
         return;
     }
+    for (size_t i = 0; i < sc->n_bytes / 4; i++) {
+        float f;
+        memcpy(&f, (const char *)sc->data + 4 * i, 4);
+        if (!isfinite(f) || f < 0) {
+            bind_fail(b, STATUS_FORMAT, "%s: tensor %s: scale %zu is NaN, infinite or negative", sc->file, sc->name, i);
+            return;
+        }
+    }
     *host = (struct weight){.format = WEIGHT_FP8_BLOCK, .rows = rows, .cols = cols, .data = t->data,
                             .scale = sc->data, .scale2 = 1.0f};
+}
+
+static const char *format_desc(enum weight_format f)
+{
+    return f == WEIGHT_BF16 || f == WEIGHT_F16 || f == WEIGHT_F32 ? "unquantized" : weight_format_name(f);
 }
 
 /* Binds `<prefix>.weight` of logical shape [rows, cols] (+ `<prefix>.bias`). */
@@ -232,6 +286,9 @@ static void bind_matrix(struct binder *b, const char *prefix, int64_t rows, int6
     if (b->st)
         return;
     const struct st_tensor *t = bind_find(b, "%s.weight", prefix);
+    bool packed = false;
+    if (!t && (t = bind_find(b, "%s.weight_packed", prefix)))
+        packed = true;
     if (!t) {
         char name[512];
         snprintf(name, sizeof name, "%s.weight", prefix);
@@ -240,27 +297,35 @@ static void bind_matrix(struct binder *b, const char *prefix, int64_t rows, int6
     }
     struct weight host = {0};
     enum weight_format f;
-    if (dtype_plain(t->dtype, &f)) {
+    if (!packed && dtype_plain(t->dtype, &f)) {
         if (!shape_is(t, 2, rows, cols)) {
             bind_shape_error(b, t, rows, cols, 2);
             return;
         }
         host = (struct weight){.format = f, .rows = rows, .cols = cols, .data = t->data, .scale2 = 1.0f};
     } else if (t->dtype == DTYPE_U8) {
-        bind_nvfp4(b, prefix, t, rows, cols, &host);
+        bind_nvfp4(b, prefix, t, rows, cols, packed, &host);
     } else if (t->dtype == DTYPE_F8_E4M3) {
         bind_fp8(b, prefix, t, rows, cols, &host);
     } else {
-        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s.weight: dtype not supported for a linear layer",
-                  t->file, prefix);
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s: dtype not supported for a linear layer", t->file, t->name);
         return;
     }
     if (b->st)
         return;
+    if (b->qc && b->qc->algo != QUANT_NONE) {
+        enum weight_format want = quant_config_expect(b->qc, prefix);
+        bool want_plain = want == WEIGHT_BF16, got_plain = !strcmp(format_desc(host.format), "unquantized");
+        if (want_plain != got_plain || (!want_plain && want != host.format)) {
+            bind_fail(b, STATUS_FORMAT, "%s: tensor %s is %s but %s (%s) makes module %s %s", t->file, t->name,
+                      format_desc(host.format), b->qc->source, quant_algo_name(b->qc->algo), prefix,
+                      format_desc(want));
+            return;
+        }
+    }
     /* safetensors does not promise aligned data; kernels load whole elements */
     if ((uintptr_t)host.data % dtype_size(t->dtype) != 0) {
-        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s.weight: data is not aligned to its element size",
-                  t->file, prefix);
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: tensor %s: data is not aligned to its element size", t->file, t->name);
         return;
     }
     bind_finish(b, prefix, &host, bias, out);
@@ -325,7 +390,9 @@ static void bind_moe(struct binder *b, const char *lp, const struct model_desc *
 {
     char p[512], name[512];
     snprintf(p, sizeof p, "%s.mlp.gate", lp);
+    b->kind = WK_ROUTER;
     bind_matrix(b, p, d->n_experts, d->d_model, false, &lw->router);
+    b->kind = WK_ROUTED_EXPERTS;
     if (d->has_correction_bias) {
         snprintf(name, sizeof name, "%s.mlp.gate.e_score_correction_bias", lp);
         lw->correction_bias = bind_vector(b, name, d->n_experts, true);
@@ -349,6 +416,7 @@ static void bind_moe(struct binder *b, const char *lp, const struct model_desc *
         }
     }
     if (d->n_shared_experts > 0) {
+        b->kind = WK_SHARED_EXPERT;
         int64_t width = (int64_t)d->d_expert * d->n_shared_experts;
         snprintf(p, sizeof p, "%s.mlp.shared_experts.gate_proj", lp);
         bind_matrix(b, p, width, d->d_model, false, &lw->ffn_gate);
@@ -370,6 +438,7 @@ static void bind_layer_gqa(struct binder *b, const struct model_desc *d, int l)
     snprintf(p, sizeof p, "%s.post_attention_layernorm.weight", lp);
     lw->ffn_norm = bind_vector(b, p, d->d_model, true);
     int64_t qd = (int64_t)d->n_heads * d->head_dim, kvd = (int64_t)d->n_kv_heads * d->head_dim;
+    b->kind = WK_ATTENTION;
     snprintf(p, sizeof p, "%s.self_attn.q_proj", lp);
     bind_matrix(b, p, qd, d->d_model, d->qkv_bias, &lw->wq);
     snprintf(p, sizeof p, "%s.self_attn.k_proj", lp);
@@ -387,6 +456,7 @@ static void bind_layer_gqa(struct binder *b, const struct model_desc *d, int l)
     if (d->layers[l].ffn == FFN_MOE) {
         bind_moe(b, lp, d, lw);
     } else {
+        b->kind = WK_DENSE_MLP;
         snprintf(p, sizeof p, "%s.mlp.gate_proj", lp);
         bind_matrix(b, p, d->d_ff, d->d_model, false, &lw->ffn_gate);
         snprintf(p, sizeof p, "%s.mlp.up_proj", lp);
@@ -419,25 +489,35 @@ static void bind_embedding(struct binder *b, const char *name, const struct mode
     bind_finish(b, name, &host, false, out);
 }
 
+const char *weight_kind_name(enum weight_kind k)
+{
+    static const char *const names[WK_COUNT] = {"embedding", "attention", "dense mlp", "shared expert",
+                                                 "routed experts", "router", "lm_head"};
+    return (unsigned)k < WK_COUNT ? names[k] : "?";
+}
+
 enum status model_weights_load(struct model_weights *w, const struct model_desc *d,
-                               const struct checkpoint *ck, struct backend *be, struct err *err)
+                               const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
+                               struct err *err)
 {
     memset(w, 0, sizeof *w);
     w->be = be;
-    struct binder b = {.ck = ck, .be = be, .w = w, .err = err};
+    struct binder b = {.ck = ck, .qc = qc, .be = be, .w = w, .err = err};
     w->layers = calloc((size_t)d->n_layers, sizeof *w->layers);
     if (!w->layers)
         return err_set(err, STATUS_NOMEM, "out of memory for %d layers", d->n_layers);
     w->n_layers = d->n_layers;
     progress_init(&b.prog, "binding weights", ck->total_bytes);
+    b.kind = WK_EMBEDDING;
     bind_embedding(&b, "model.embed_tokens.weight", d, &w->embed);
     char name[64];
     snprintf(name, sizeof name, "model.norm.weight");
     w->final_norm = bind_vector(&b, name, d->d_model, true);
+    b.kind = WK_LM_HEAD;
     if (d->tie_word_embeddings)
         w->lm_head = w->embed;
     else
-        bind_embedding(&b, "lm_head.weight", d, &w->lm_head);
+        bind_matrix(&b, "lm_head", d->vocab_size, d->d_model, false, &w->lm_head);
     for (int l = 0; l < d->n_layers && !b.st; l++) {
         if (d->layers[l].attn != ATTN_GQA) {
             b.st = err_set(err, STATUS_UNSUPPORTED,

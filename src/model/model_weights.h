@@ -9,14 +9,16 @@
  * A missing tensor is reported with the full list of what is missing; extra
  * tensors (MTP layers at index >= num_hidden_layers) are ignored.
  *
- * defines: struct layer_weights, struct model_weights, model_weights_load(),
- *          model_weights_free()
+ * defines: struct layer_weights, struct model_weights, enum weight_kind,
+ *          struct weight_kind_stats, model_weights_load(), model_weights_free(),
+ *          weight_kind_name()
  */
 #ifndef MOESERVE_MODEL_MODEL_WEIGHTS_H
 #define MOESERVE_MODEL_MODEL_WEIGHTS_H
 
 #include "backend/backend.h"
 #include "format/checkpoint.h"
+#include "format/quant_config.h"
 #include "model/model_desc.h"
 
 struct layer_weights {
@@ -45,6 +47,24 @@ struct layer_weights {
     struct weight *exp_down; /* (n_experts) owned array, each [d_model, d_expert] */
 };
 
+/* Module kinds, for reporting which format each part of the model uses. */
+enum weight_kind {
+    WK_EMBEDDING,
+    WK_ATTENTION,
+    WK_DENSE_MLP,
+    WK_SHARED_EXPERT,
+    WK_ROUTED_EXPERTS,
+    WK_ROUTER,
+    WK_LM_HEAD,
+    WK_COUNT,
+};
+
+struct weight_kind_stats {
+    uint64_t params;
+    uint64_t bytes;
+    unsigned formats; /* bit (1 << enum weight_format) per format seen */
+};
+
 struct model_weights {
     struct weight embed;   /* [vocab, d_model] */
     struct weight lm_head; /* [vocab, d_model]; the embedding when tied */
@@ -54,10 +74,16 @@ struct model_weights {
     struct backend *be;    /* borrowed: owner of the f32 vectors */
     uint64_t bytes_by_format[WEIGHT_FORMAT_COUNT]; /* matrix bytes per format */
     uint64_t n_params;     /* logical parameters bound */
+    struct weight_kind_stats kinds[WK_COUNT];
 };
 
+const char *weight_kind_name(enum weight_kind k);
+
+/* qc (may be NULL) is what the checkpoint's config promises; a tensor that
+ * contradicts it is an error naming both. */
 enum status model_weights_load(struct model_weights *w, const struct model_desc *d,
-                               const struct checkpoint *ck, struct backend *be, struct err *err);
+                               const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
+                               struct err *err);
 /* Safe on a zeroed struct. */
 void model_weights_free(struct model_weights *w);
 

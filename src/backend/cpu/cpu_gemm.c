@@ -52,7 +52,7 @@ enum {
     MR_AVX2 = 6,      /* x rows per AVX2 micro-tile: 12 accumulators + 2 panel + 1 broadcast ymm */
     FUSED_R = 4,      /* W rows converted together in the fused path */
     FUSED_M = 4,      /* most x rows per pass of the fused path */
-    FUSED_M_MAX = 8,  /* largest m that uses the fused path */
+    FUSED_M_MAX = 32,  /* largest m that uses the fused path */
     MIN_PARALLEL_MACS = 1 << 18, /* below this a fork/join costs more than it saves */
 };
 
@@ -102,11 +102,10 @@ static inline float fp8_scale(const struct gemm_args *a, int64_t n, int64_t k)
     return ((const float *)a->w->scale)[(size_t)(n / 128) * (size_t)a->n_kb + (size_t)(k / 128)];
 }
 
-/* e4m3 block scale times the tensor scale: one rounding, shared by all paths. */
 static inline float nvfp4_scale(const struct gemm_args *a, int64_t n, int64_t k)
 {
     const uint8_t *s = (const uint8_t *)a->w->scale;
-    return E4M3_LUT[s[(size_t)n * (size_t)(a->k / 16) + (size_t)(k / 16)]] * a->w->scale2;
+    return E4M3_LUT[s[(size_t)n * (size_t)(a->k / 16) + (size_t)(k / 16)]];
 }
 
 /* W[n, k] as fp32; for tails and edge rows only. */
@@ -120,7 +119,9 @@ static inline float w_at(const struct gemm_args *a, int64_t n, int64_t k)
     case WEIGHT_FP8_BLOCK: return E4M3_LUT[((const uint8_t *)row)[k]] * fp8_scale(a, n, k);
     case WEIGHT_NVFP4: {
         uint8_t b = ((const uint8_t *)row)[k / 2];
-        return e2m1_to_f32((k & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15)) * nvfp4_scale(a, n, k);
+        /* e2m1 * e4m3 is exact in f32; scale2 is the one rounding */
+        return e2m1_to_f32((k & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15)) * nvfp4_scale(a, n, k) *
+               a->w->scale2;
     }
     case WEIGHT_FORMAT_COUNT: break;
     }
@@ -284,12 +285,20 @@ static const struct panel_kernels PANEL_PORTABLE = {MR_PORTABLE, pack_portable, 
  * They avoid vector shifts where they can (one shift unit on some cores) and
  * never produce subnormal intermediates (a microcode assist on some cores). */
 
+/* 8 bf16 -> f32 by placing each 16-bit word in the top half of a 32-bit lane:
+ * the same 16 bytes in both 128-bit lanes, one byte shuffle, no shift. */
+AVX2_INLINE __m256 bf16x8(const uint16_t *p)
+{
+    const __m256i place = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
+                                           -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(v, place));
+}
+
 AVX2_INLINE void ld16_bf16(const uint16_t *p, __m256 *w0, __m256 *w1)
 {
-    const __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    const __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8)));
-    *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
-    *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+    *w0 = bf16x8(p);
+    *w1 = bf16x8(p + 8);
 }
 
 AVX2_INLINE void ld16_f16(const uint16_t *p, __m256 *w0, __m256 *w1)
@@ -321,41 +330,55 @@ AVX2_INLINE void ld16_e4m3(const uint8_t *p, __m256 s, __m256 *w0, __m256 *w1)
     *w1 = _mm256_mul_ps(e4m3x8_hi(_mm_unpackhi_epi8(z, v)), s);
 }
 
-/* 16 E2M1 codes (8 bytes, element 2i in the low nibble of byte i). One
- * byte shuffle maps each code to 2 * its value as an int8 (0, 1, 2, 3, 4, 6,
- * 8, 12, sign from bit 3), then int8 -> int32 -> f32 and a multiply by half
- * the block scale (exact: a power-of-two factor). */
-AVX2_INLINE void ld16_e2m1(const uint8_t *p, __m256 half_s, __m256 *w0, __m256 *w1)
+/* 16 E2M1 codes (8 bytes, element 2i in the low nibble of byte i). Every
+ * E2M1 value is an f16 whose low byte is zero, so one byte shuffle maps a
+ * code to its f16 high byte; F16C converts, and the block scale multiplies. */
+AVX2_INLINE void ld16_e2m1(const uint8_t *p, __m256 s, __m256 *w0, __m256 *w1)
 {
-    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    /* f16 high bytes of 0, .5, 1, 1.5, 2, 3, 4, 6, then the same negated */
+    const __m128i lut = _mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, (char)0x80,
+                                      (char)0xb8, (char)0xbc, (char)0xbe, (char)0xc0, (char)0xc2,
+                                      (char)0xc4, (char)0xc6);
     const __m128i m4 = _mm_set1_epi8(0x0f);
     int64_t q;
     memcpy(&q, p, 8);
     const __m128i v = _mm_cvtsi64_si128(q);
     const __m128i codes =
         _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-    const __m128i vals = _mm_shuffle_epi8(lut, codes);
-    const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(vals));
-    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(vals, vals)));
-    *w0 = _mm256_mul_ps(f0, half_s);
-    *w1 = _mm256_mul_ps(f1, half_s);
+    const __m128i hi = _mm_shuffle_epi8(lut, codes);
+    const __m128i z = _mm_setzero_si128();
+    *w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(z, hi)), s);
+    *w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(z, hi)), s);
 }
 
-/* What ld16 needs per row and scale block: fp8 the block scale, nvfp4 half
- * the block scale; nothing for unscaled formats. */
-AVX2_INLINE __m256 block_scale(const struct gemm_args *a, enum weight_format fmt, int64_t n, int64_t k)
+/* Where a row's block scales start (fp8, nvfp4; NULL for unscaled formats). */
+AVX2_INLINE const void *scale_row(const struct gemm_args *a, enum weight_format fmt, int64_t n)
 {
     if (fmt == WEIGHT_FP8_BLOCK)
-        return _mm256_set1_ps(fp8_scale(a, n, k));
+        return (const float *)a->w->scale + (size_t)(n / 128) * (size_t)a->n_kb;
     if (fmt == WEIGHT_NVFP4)
-        return _mm256_set1_ps(0.5f * nvfp4_scale(a, n, k));
+        return (const uint8_t *)a->w->scale + (size_t)n * (size_t)(a->k / 16);
+    return NULL;
+}
+
+/* The block scale ld16 multiplies by for the block holding column k. */
+AVX2_INLINE __m256 block_scale(enum weight_format fmt, const void *srow, int64_t k)
+{
+    if (fmt == WEIGHT_FP8_BLOCK)
+        return _mm256_broadcast_ss((const float *)srow + ((size_t)k >> 7));
+    if (fmt == WEIGHT_NVFP4)
+        return _mm256_broadcast_ss(&E4M3_LUT[((const uint8_t *)srow)[(size_t)k >> 4]]);
     return _mm256_setzero_ps();
 }
 
-/* Factor the decoded values still owe (see ld16_e4m3). */
-#define DECODE_FACTOR(fmt) ((fmt) == WEIGHT_FP8_BLOCK ? 256.0f : 1.0f)
+/* What ld16's values still owe W, applied once per output (fused path) or
+ * per panel element (pack): 2^8 for fp8 (see ld16_e4m3), scale2 for nvfp4. */
+AVX2_INLINE float decode_factor(const struct gemm_args *a, enum weight_format fmt)
+{
+    return fmt == WEIGHT_FP8_BLOCK ? 256.0f : fmt == WEIGHT_NVFP4 ? a->w->scale2 : 1.0f;
+}
 
-/* W[row][k .. k+16) as fp32 / DECODE_FACTOR, k a multiple of 16. */
+/* W[row][k .. k+16) as fp32 / decode_factor(), k a multiple of 16. */
 AVX2_INLINE void ld16(enum weight_format fmt, const void *row, int64_t k, __m256 s, __m256 *w0,
                       __m256 *w1)
 {
@@ -390,12 +413,13 @@ AVX2_INLINE void fused_tile(const struct gemm_args *a, enum weight_format fmt, i
     const int64_t K = a->k, K16 = K & ~(int64_t)15;
     /* scale block: the inner loop never crosses one */
     const int64_t bk = fmt == WEIGHT_FP8_BLOCK ? 128 : fmt == WEIGHT_NVFP4 ? 16 : K16;
-    const void *row[FUSED_R];
+    const void *row[FUSED_R], *srow[FUSED_R];
     const float *xr[FUSED_M];
     __m256 acc[FUSED_R][FUSED_M];
     UNROLL
     for (int r = 0; r < R; r++) {
         row[r] = row_ptr(a, n + r);
+        srow[r] = scale_row(a, fmt, n + r);
         UNROLL
         for (int j = 0; j < M; j++)
             acc[r][j] = _mm256_setzero_ps();
@@ -409,7 +433,7 @@ AVX2_INLINE void fused_tile(const struct gemm_args *a, enum weight_format fmt, i
         __m256 s[FUSED_R];
         UNROLL
         for (int r = 0; r < R; r++)
-            s[r] = block_scale(a, fmt, n + r, k0);
+            s[r] = block_scale(fmt, srow[r], k0);
         for (int64_t k = k0; k < k1; k += 16) {
             __m256 x0[FUSED_M], x1[FUSED_M];
             UNROLL
@@ -431,11 +455,12 @@ AVX2_INLINE void fused_tile(const struct gemm_args *a, enum weight_format fmt, i
     }
 
     const float *bias = a->w->bias;
+    const float factor = decode_factor(a, fmt);
     UNROLL
     for (int r = 0; r < R; r++) {
         UNROLL
         for (int j = 0; j < M; j++) {
-            float sum = hsum8(acc[r][j]) * DECODE_FACTOR(fmt);
+            float sum = hsum8(acc[r][j]) * factor;
             for (int64_t k = K16; k < K; k++)
                 sum += w_at(a, n + r, k) * xr[j][k];
             if (bias)
@@ -541,7 +566,7 @@ AVX2_INLINE void transpose8(__m256 r[8])
 AVX2_INLINE void pack_avx2(const struct gemm_args *a, enum weight_format fmt, int64_t n0,
                            int64_t kc0, int64_t kc, float *panel)
 {
-    const __m256 factor = _mm256_set1_ps(DECODE_FACTOR(fmt));
+    const __m256 factor = _mm256_set1_ps(decode_factor(a, fmt));
     for (int h = 0; h < PANEL_N; h += 8) {
         const int64_t nh = n0 + h;
         float *dst = panel + h;
@@ -549,17 +574,19 @@ AVX2_INLINE void pack_avx2(const struct gemm_args *a, enum weight_format fmt, in
             pack_rows_portable(a, nh, 8, kc0, kc, dst);
             continue;
         }
-        const void *row[8];
+        const void *row[8], *srow[8];
         UNROLL
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 8; j++) {
             row[j] = row_ptr(a, nh + j);
+            srow[j] = scale_row(a, fmt, nh + j);
+        }
         int64_t k = 0;
         for (; k + 16 <= kc; k += 16) {
             __m256 v0[8], v1[8];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                ld16(fmt, row[j], kc0 + k, block_scale(a, fmt, nh + j, kc0 + k), &v0[j], &v1[j]);
-                if (fmt == WEIGHT_FP8_BLOCK) {
+                ld16(fmt, row[j], kc0 + k, block_scale(fmt, srow[j], kc0 + k), &v0[j], &v1[j]);
+                if (fmt == WEIGHT_FP8_BLOCK || fmt == WEIGHT_NVFP4) {
                     v0[j] = _mm256_mul_ps(v0[j], factor);
                     v1[j] = _mm256_mul_ps(v1[j], factor);
                 }
