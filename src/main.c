@@ -16,6 +16,7 @@ static const struct {
     {"logits", cmd_logits, "write the logits of one forward pass (float32 [tokens, vocab])"},
     {"info", cmd_info, "describe a checkpoint: family, layers, parameters, formats, memory"},
     {"bench", cmd_bench, "measure prefill and decode speed against memory bandwidth"},
+    {"quantize", cmd_quantize, "write an NVFP4 or FP8 copy of a checkpoint"},
 };
 
 static void usage(FILE *out)

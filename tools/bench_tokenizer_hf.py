@@ -13,32 +13,14 @@ Usage: RAYON_NUM_THREADS=1 python3 tools/bench_tokenizer_hf.py TOKDIR OUTDIR
 import hashlib
 import json
 import os
-import random
 import sys
 import time
 
 from tokenizers import Tokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_tokenizer_golden import NAMES, golden_strings  # noqa: E402
-
-TARGET = 10 * 1024 * 1024
-
-
-def build_corpus():
-    pieces = golden_strings(["<|im_start|>", "<|endoftext|>"])
-    pieces = [p for p in pieces if p.strip()]
-    rng = random.Random(7)
-    out, size = [], 0
-    while size < TARGET:
-        doc = []
-        for _ in range(rng.randint(5, 40)):
-            doc.append(rng.choice(pieces))
-            doc.append(rng.choice([" ", " ", "\n", ". ", ", "]))
-        d = "".join(doc).replace("\n\n", "\n")
-        out.append(d)
-        size += len(d.encode("utf-8")) + 2
-    return "\n\n".join(out)
+from make_tokenizer_golden import NAMES  # noqa: E402
+from make_tokenizer_corpus import build_corpus  # noqa: E402  (shared with tools/bench_tokenizer.c)
 
 
 def main():

@@ -99,6 +99,7 @@ struct json *json_new_array(void) { return (struct json *)cJSON_CreateArray(); }
 struct json *json_new_string(const char *s) { return (struct json *)cJSON_CreateString(s); }
 struct json *json_new_number(double v) { return (struct json *)cJSON_CreateNumber(v); }
 struct json *json_new_bool(bool v) { return (struct json *)cJSON_CreateBool(v); }
+struct json *json_new_null(void) { return (struct json *)cJSON_CreateNull(); }
 
 struct json *json_add(struct json *obj, const char *key, struct json *val)
 {

@@ -51,6 +51,7 @@ struct json *json_new_array(void);
 struct json *json_new_string(const char *s);
 struct json *json_new_number(double v);
 struct json *json_new_bool(bool v);
+struct json *json_new_null(void);
 struct json *json_add(struct json *obj, const char *key, struct json *val);
 struct json *json_append(struct json *arr, struct json *val);
 /* Returns a malloc'ed string (caller frees), NULL on OOM. */

@@ -9,7 +9,7 @@
  * unwritten element or a write past rows is caught; x padding is NaN so a read
  * past cols poisons the result.
  *
- * Not here: speed (tools/bench_gemm.c), thread-count sweeps.
+ * Not here: speed (tools/bench_gemm.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +324,23 @@ static void test_edges(void **state)
     }
 }
 
+/* Other team sizes partition rows differently (uneven panel items, a thread
+ * with no rows); results must not depend on it beyond rounding. */
+static void test_threads(void **state)
+{
+    (void)state;
+    const int saved = omp_get_max_threads();
+    uint64_t seed = 500;
+    for (int t = 1; t <= 5; t += 2) {
+        omp_set_num_threads(t);
+        check_case(WEIGHT_BF16, 1, 576, 1024, true, ++seed);
+        check_case(WEIGHT_NVFP4, 8, 33, 1024, false, ++seed);
+        check_case(WEIGHT_FP8_BLOCK, 64, 576, 576, true, ++seed);
+        check_case(WEIGHT_F16, 17, 7, 1024, true, ++seed);
+    }
+    omp_set_num_threads(saved);
+}
+
 /* Hand-built nvfp4 row, independent of the reference's reading of the layout:
  * element 2i is byte i's low nibble. Identity x makes y the decoded row. */
 static void test_nvfp4_layout(void **state)
@@ -401,6 +419,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvfp4_layout), cmocka_unit_test(test_fp8_nan),
         cmocka_unit_test(test_k_zero),       cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_f32),          cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_f16),          cmocka_unit_test(test_fp8_block),
         cmocka_unit_test(test_nvfp4),

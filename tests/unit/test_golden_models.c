@@ -1,7 +1,9 @@
 /* test_golden_models.c — parity with Hugging Face transformers on every fixture.
  *
  * For each tests/golden/models/<name>/ (made by tools/make_fixtures.py from
- * transformers' own fp32 forward): one batched pass over the fixture tokens
+ * transformers' own fp32 forward) and each tests/golden/quant/<name>/ (our
+ * quantizer's output; reference from independent PyTorch dequantization +
+ * transformers, tools/make_quant_fixtures.py): one batched pass over the fixture tokens
  * must match ref_logits.bin within 1e-3 * max|ref| with the same argmax at
  * every position; incremental decode (prefill k, then one token at a time)
  * and a batch mixing two sequences at different positions must match the
@@ -194,12 +196,12 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void test_all_fixtures(void **state)
+/* Checks every fixture directory under tests/golden/<group>; returns how many. */
+static int check_group(const char *group)
 {
-    (void)state;
     const char *src = getenv("MOESERVE_SRC");
     char root[1024];
-    snprintf(root, sizeof root, "%s/tests/golden/models", src ? src : ".");
+    snprintf(root, sizeof root, "%s/tests/golden/%s", src ? src : ".", group);
     DIR *dp = opendir(root);
     assert_non_null(dp);
     char *names[64];
@@ -210,18 +212,31 @@ static void test_all_fixtures(void **state)
             names[n++] = strdup(de->d_name);
     closedir(dp);
     qsort(names, (size_t)n, sizeof names[0], cmp_str);
-    assert_true(n >= 6); /* every family and variant of tools/make_fixtures.py */
     for (int i = 0; i < n; i++) {
         char dir[1100];
         snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
         check_fixture(dir);
         free(names[i]);
     }
+    return n;
+}
+
+static void test_bf16_fixtures(void **state)
+{
+    (void)state;
+    assert_true(check_group("models") >= 6); /* every variant of tools/make_fixtures.py */
+}
+
+static void test_quantized_fixtures(void **state)
+{
+    (void)state;
+    assert_true(check_group("quant") >= 8); /* every variant of tools/make_quant_inputs.sh */
 }
 
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_all_fixtures)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16_fixtures),
+                                       cmocka_unit_test(test_quantized_fixtures)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

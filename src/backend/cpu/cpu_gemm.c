@@ -2,13 +2,13 @@
  *
  * Two algorithms, chosen by the number of x rows m:
  *  - fused (m <= FUSED_M_MAX, decode): memory-bound, so W must be streamed
- *    once. A thread takes FUSED_R consecutive W rows, converts 8 elements of
- *    each to fp32 in registers and multiplies them into FUSED_M x rows at once
- *    (dot-product form, one horizontal sum per output). Further passes over
- *    the x rows find the same W rows still in L1/L2, so DRAM sees W once.
+ *    once. A thread takes FUSED_R consecutive W rows, converts 16 elements of
+ *    each to fp32 in registers and multiplies them into up to FUSED_M x rows
+ *    at once (dot-product form, one horizontal sum per output). Later passes
+ *    over the x rows find the same W rows still in L1/L2, so DRAM sees W once.
  *  - panel (larger m, prefill): compute-bound. A thread converts up to
  *    ITEM_N_MAX W rows x KC columns into transposed fp32 micro-panels
- *    (panel[k][16]) on its stack, then a register-blocked micro-kernel
+ *    (panel[k][16], 64 KB on its stack), then a register-blocked micro-kernel
  *    broadcasts x[i][k] against 16 W rows at a time (6 x 16 on AVX2), so each
  *    converted W element is reused by every x row and each x element by 16 W
  *    rows. y is written on the first KC chunk and accumulated on the others.
@@ -21,13 +21,15 @@
  * thread), choosing the thread count (OpenMP defaults rule).
  *
  * Invariants: reads stay inside W [rows, cols], its scales, and x [m, cols]
- * (K tails that are not a multiple of 8 go through scalar code, never wider
- * loads); writes stay inside y [m, rows]. All formats decode to the same fp32
- * value in every path: fp8 = e4m3 * block scale; nvfp4 = e2m1 * (e4m3 scale *
- * scale2), the product in brackets rounded once; only summation order differs.
+ * (K tails that are not a multiple of 16 go through scalar code, never wider
+ * loads); writes stay inside y [m, rows]. Each path computes every W element
+ * with at most one rounding (fp8: e4m3 * block scale; nvfp4: the exact
+ * e2m1 * e4m3 product times scale2, which the fused path applies to the sum
+ * instead), so paths differ only in summation order.
  */
 #include "backend/cpu/cpu_gemm.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,7 +54,7 @@ enum {
     MR_AVX2 = 6,      /* x rows per AVX2 micro-tile: 12 accumulators + 2 panel + 1 broadcast ymm */
     FUSED_R = 4,      /* W rows converted together in the fused path */
     FUSED_M = 4,      /* most x rows per pass of the fused path */
-    FUSED_M_MAX = 32,  /* largest m that uses the fused path */
+    FUSED_M_MAX = 8,  /* largest m that uses the fused path */
     MIN_PARALLEL_MACS = 1 << 18, /* below this a fork/join costs more than it saves */
 };
 
@@ -102,6 +104,7 @@ static inline float fp8_scale(const struct gemm_args *a, int64_t n, int64_t k)
     return ((const float *)a->w->scale)[(size_t)(n / 128) * (size_t)a->n_kb + (size_t)(k / 128)];
 }
 
+/* The e4m3 block scale as f32, without scale2. */
 static inline float nvfp4_scale(const struct gemm_args *a, int64_t n, int64_t k)
 {
     const uint8_t *s = (const uint8_t *)a->w->scale;
@@ -685,16 +688,19 @@ static const struct panel_kernels PANEL_AVX2[WEIGHT_FORMAT_COUNT] = {
 };
 
 /* __builtin_cpu_supports checks OS support for the ymm state too; F16C is
- * read from CPUID because not every compiler knows the name "f16c". */
+ * read from CPUID because not every compiler knows the name "f16c". Cached
+ * because CPUID traps to the hypervisor in a VM. */
 static bool cpu_has_avx2(void)
 {
-    static int cached = -1; /* benign race: every thread computes the same value */
-    if (cached < 0) {
+    static atomic_int cached = -1; /* racing first calls all store the same value */
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
         unsigned eax, ebx, ecx, edx;
         bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
-    return cached;
+    return v;
 }
 #endif /* CPU_GEMM_X86 */
 

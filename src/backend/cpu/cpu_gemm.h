@@ -3,7 +3,8 @@
  * W is read in the checkpoint's format (f32, bf16, f16, fp8 block-128, nvfp4)
  * and converted to fp32 on the fly; there is never a dequantised copy of W.
  * Accumulation is fp32. Threads: OpenMP over output features, with the
- * runtime's default team size.
+ * runtime's default team size; each thread uses up to ~70 KB of stack
+ * scratch and nothing is allocated.
  *
  * defines: cpu_gemm(), cpu_gemm_force_scalar()
  */
