@@ -10,7 +10,7 @@ BUILD_FUZZ  ?= build-fuzz
 FUZZ_SECONDS ?= 30
 DEB_PKGS    := cmake pkg-config gcc clang libomp-dev libcjson-dev libcmocka-dev libpcre2-dev \
                libutf8proc-dev libmicrohttpd-dev
-RUN_MODEL   ?= $(firstword $(wildcard models/moeserve-tiny) tests/golden/models/qwen3_basic)
+RUN_MODEL   ?= models/moeserve-tiny
 
 .PHONY: all deps npm-deps build run test test-unit test-asan test-fuzz bench clean
 
@@ -36,7 +36,7 @@ build: deps
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	$(BUILD)/moeserve generate --model $(RUN_MODEL) --tokens 1,2,3,4,5 -n 16
+	$(BUILD)/moeserve generate --model $(RUN_MODEL) --prompt "And God said unto Moses," -n 64 --temperature 0.7 --top-p 0.9 --seed 3
 
 test: test-unit test-asan test-fuzz
 

@@ -17,6 +17,9 @@ static const struct {
     {"info", cmd_info, "describe a checkpoint: family, layers, parameters, formats, memory"},
     {"bench", cmd_bench, "measure prefill and decode speed against memory bandwidth"},
     {"quantize", cmd_quantize, "write an NVFP4 or FP8 copy of a checkpoint"},
+    {"tokenize", cmd_tokenize, "text -> token ids (JSON array), exactly as HF tokenizers"},
+    {"detokenize", cmd_detokenize, "token ids -> text"},
+    {"perplexity", cmd_perplexity, "score a text file: perplexity over windows"},
 };
 
 static void usage(FILE *out)

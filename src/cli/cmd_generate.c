@@ -1,23 +1,69 @@
 /* cmd_generate.c — `moeserve generate`: continue a prompt.
  *
- * Until the tokenizer lands the prompt is given as token ids and the output
- * is token ids, one per line on stdout; timings go to stderr.
+ * --prompt TEXT is encoded with the model's tokenizer and the continuation is
+ * streamed to stdout as text (whole UTF-8 characters only); --chat first
+ * renders the prompt as a user message through the model's chat template.
+ * --tokens 1,2,3 takes and prints token ids instead (one per line).
+ * Timings and memory go to stderr.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "base/log.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "engine/generate.h"
+#include "format/chat_template.h"
+#include "format/tokenizer.h"
+
+struct printer {
+    struct detok_stream ds; /* text mode when ds.tok is set */
+    struct err err;
+    bool failed;
+};
 
 static bool print_token(void *user, int32_t tok)
 {
-    (void)user;
-    printf("%d\n", tok);
+    struct printer *p = user;
+    if (!p->ds.tok) {
+        printf("%d\n", tok);
+        fflush(stdout);
+        return true;
+    }
+    char buf[256];
+    size_t n = 0;
+    if (detok_stream_push(&p->ds, tok, buf, sizeof buf, &n, &p->err)) {
+        p->failed = true;
+        return false;
+    }
+    fwrite(buf, 1, n, stdout);
     fflush(stdout);
     return true;
+}
+
+/* Renders the prompt as one user turn with the generation prompt appended. */
+static enum status chat_wrap(const char *model, const char *prompt, char **out, struct err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
+    struct chat_template *ct = NULL;
+    struct json *vars = NULL;
+    enum status st = chat_template_from_config(&ct, path, &vars, err);
+    if (st)
+        return st;
+    struct json *ctx = vars ? vars : json_new_object();
+    struct json *msgs = json_add(ctx, "messages", json_new_array());
+    struct json *m = json_append(msgs, json_new_object());
+    json_add(m, "role", json_new_string("user"));
+    json_add(m, "content", json_new_string(prompt));
+    json_add(ctx, "add_generation_prompt", json_new_bool(true));
+    size_t len = 0;
+    st = chat_template_render(ct, ctx, out, &len, err);
+    json_free(ctx);
+    chat_template_free(ct);
+    return st;
 }
 
 int cmd_generate(int argc, char **argv)
@@ -25,7 +71,8 @@ int cmd_generate(int argc, char **argv)
     struct cli_opt opts[] = {
         {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
         {.name = "tokens", .metavar = "IDS", .help = "prompt as comma-separated token ids"},
-        {.name = "prompt", .metavar = "TEXT", .help = "prompt text (needs the tokenizer)"},
+        {.name = "prompt", .metavar = "TEXT", .help = "prompt text, encoded with the model's tokenizer"},
+        {.name = "chat", .help = "wrap the prompt in the model's chat template as a user message"},
         {.name = "n", .short_name = 'n', .metavar = "N", .help = "tokens to generate (default 32)"},
         {.name = "temperature", .metavar = "X", .help = "0 = greedy (default 0)"},
         {.name = "top-p", .metavar = "P", .help = "nucleus sampling mass in (0, 1] (default 1)"},
@@ -47,12 +94,9 @@ int cmd_generate(int argc, char **argv)
         LOG_ERROR("generate: %s", err.msg);
         return 2;
     }
-    if (cli_get(opts, n, "prompt", NULL)) {
-        LOG_ERROR("generate: --prompt needs the tokenizer, which this build does not have yet; use --tokens");
-        return 2;
-    }
-    if (!cli_get(opts, n, "tokens", NULL)) {
-        LOG_ERROR("generate: --tokens is required (see --help)");
+    const char *prompt = cli_get(opts, n, "prompt", NULL);
+    if (!prompt == !cli_get(opts, n, "tokens", NULL)) {
+        LOG_ERROR("generate: give exactly one of --prompt and --tokens (see --help)");
         return 2;
     }
     long n_new = 32, top_k = 0, seed = 0, max_ctx = 0;
@@ -65,21 +109,45 @@ int cmd_generate(int argc, char **argv)
         LOG_ERROR("generate: %s", err.msg);
         return 2;
     }
+    const char *model = cli_get(opts, n, "model", cli_default_model());
     int32_t *ids = NULL;
     int n_ids = 0;
-    if (cli_parse_ids(cli_get(opts, n, "tokens", NULL), "--tokens", &ids, &n_ids, &err)) {
+    struct printer pr = {0};
+    struct tokenizer *tok = NULL;
+    if (prompt) {
+        char *chat = NULL;
+        struct tok_ids ti = {0};
+        if ((cli_flag(opts, n, "chat") && chat_wrap(model, prompt, &chat, &err)) ||
+            cli_load_tokenizer(model, &tok, &err) ||
+            tokenizer_encode(tok, chat ? chat : prompt, strlen(chat ? chat : prompt), false, &ti, &err)) {
+            LOG_ERROR("generate: %s", err.msg);
+            free(chat);
+            tokenizer_free(tok);
+            return 1;
+        }
+        free(chat);
+        ids = ti.ids;
+        n_ids = (int)ti.n;
+        detok_stream_init(&pr.ds, tok, true);
+        if (n_ids == 0) {
+            LOG_ERROR("generate: the prompt encodes to no tokens");
+            tokenizer_free(tok);
+            free(ids);
+            return 2;
+        }
+    } else if (cli_parse_ids(cli_get(opts, n, "tokens", NULL), "--tokens", &ids, &n_ids, &err)) {
         LOG_ERROR("generate: %s", err.msg);
         return 2;
     }
     if (!max_ctx)
         max_ctx = n_ids + n_new;
-    const char *model = cli_get(opts, n, "model", cli_default_model());
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = n_ids < 512 ? n_ids : 512,
                               .max_seqs = 1, .max_context = (int)max_ctx};
     struct model_session s;
     if (model_session_open(&s, model, &so, &err)) {
         LOG_ERROR("%s", err.msg);
         free(ids);
+        tokenizer_free(tok);
         return 1;
     }
     struct generate_params gp = {
@@ -89,7 +157,20 @@ int cmd_generate(int argc, char **argv)
         .n_stop = s.desc.n_eos,
     };
     struct generate_stats gs;
-    enum status st = generate_run(&s, ids, n_ids, &gp, print_token, NULL, &gs, &err);
+    enum status st = generate_run(&s, ids, n_ids, &gp, print_token, &pr, &gs, &err);
+    if (!st && pr.failed)
+        st = err_set(&err, pr.err.code, "%s", pr.err.msg);
+    if (!st && tok) {
+        char buf[256];
+        size_t k = 0;
+        do {
+            if (detok_stream_flush(&pr.ds, buf, sizeof buf, &k, &err))
+                break;
+            fwrite(buf, 1, k, stdout);
+        } while (k);
+        putchar('\n');
+        fflush(stdout);
+    }
     int rc = 0;
     if (st) {
         LOG_ERROR("%s", err.msg);
@@ -104,6 +185,8 @@ int cmd_generate(int argc, char **argv)
                  (double)ru.ru_maxrss / 1024.0);
     }
     model_session_close(&s);
+    detok_stream_free(&pr.ds);
+    tokenizer_free(tok);
     free(ids);
     return rc;
 }

@@ -1,0 +1,137 @@
+/* cmd_perplexity.c — `moeserve perplexity`: how well a model predicts a text.
+ *
+ * Protocol (tools/eval_ppl_hf.py computes the same with transformers): the
+ * file is encoded without special tokens and cut into consecutive windows of
+ * W tokens (the last may be shorter, at least 2); each window runs from a
+ * fresh context; perplexity = exp(mean negative log-likelihood of tokens
+ * 1..n-1 of every window).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/json.h"
+#include "base/log.h"
+#include "base/mapped_file.h"
+#include "base/timer.h"
+#include "cli/cli_args.h"
+#include "cli/commands.h"
+#include "engine/model_session.h"
+#include "format/tokenizer.h"
+
+int cmd_perplexity(int argc, char **argv)
+{
+    struct cli_opt opts[] = {
+        {.name = "model", .metavar = "DIR", .help = "model directory (default: the shipped model)"},
+        {.name = "file", .metavar = "FILE", .help = "text to score (required)"},
+        {.name = "window", .metavar = "N", .help = "tokens per window (default 256)"},
+        {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
+        {.name = "json", .help = "print JSON"},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    struct err err = {0};
+    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
+    if (r == CLI_HELP) {
+        cli_print_help("moeserve perplexity [--model DIR] --file FILE [--window N] [--json]",
+                       "Scores a text: perplexity over consecutive windows, each from a fresh context.", opts, n);
+        return 0;
+    }
+    long window = 256;
+    if (r == CLI_ERROR || cli_int(opts, n, "window", 2, 1 << 16, &window, &err) || !cli_get(opts, n, "file", NULL)) {
+        LOG_ERROR("perplexity: %s", err.msg[0] ? err.msg : "--file is required");
+        return 2;
+    }
+    const char *model = cli_get(opts, n, "model", cli_default_model());
+    const char *file = cli_get(opts, n, "file", NULL);
+    struct tokenizer *tok = NULL;
+    struct mapped_file mf = {0};
+    struct tok_ids ids = {0};
+    if (cli_load_tokenizer(model, &tok, &err) || mapped_file_open(&mf, file, &err) ||
+        tokenizer_encode(tok, mf.data ? mf.data : "", mf.size, false, &ids, &err)) {
+        LOG_ERROR("perplexity: %s", err.msg);
+        tokenizer_free(tok);
+        mapped_file_close(&mf);
+        return 1;
+    }
+    mapped_file_close(&mf);
+    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)window,
+                              .max_seqs = 1, .max_context = (int)window};
+    struct model_session s;
+    if (model_session_open(&s, model, &so, &err)) {
+        LOG_ERROR("%s", err.msg);
+        tokenizer_free(tok);
+        tok_ids_free(&ids);
+        return 1;
+    }
+    size_t V = (size_t)s.desc.vocab_size;
+    float *logits = malloc((size_t)window * V * sizeof(float));
+    int32_t *pos = malloc((size_t)window * sizeof(int32_t)), *seq = calloc((size_t)window, sizeof(int32_t));
+    int32_t *rows = malloc((size_t)window * sizeof(int32_t));
+    for (long i = 0; i < window; i++)
+        pos[i] = rows[i] = (int32_t)i;
+    double nll = 0;
+    long predicted = 0;
+    int rc = 0;
+    double t0 = timer_now();
+    for (size_t w0 = 0; w0 < ids.n && !rc; w0 += (size_t)window) {
+        int len = (int)(ids.n - w0 < (size_t)window ? ids.n - w0 : (size_t)window);
+        if (len < 2)
+            break;
+        struct kv_seq ks;
+        kv_seq_init(&ks);
+        struct kv_seq *seqs[1] = {&ks};
+        struct forward_batch b = {.n_tokens = len, .tokens = ids.ids + w0, .pos = pos, .seq = seq, .n_seqs = 1,
+                                  .seqs = seqs, .n_logits = len - 1, .logit_rows = rows};
+        if (kv_seq_reserve(&ks, &s.kv, len, &err) || forward_run(&s.fwd, &b, logits, &err)) {
+            LOG_ERROR("perplexity: %s", err.msg);
+            rc = 1;
+        }
+        kv_seq_release(&ks, &s.kv);
+        for (int i = 0; i < len - 1 && !rc; i++) {
+            const float *l = logits + (size_t)i * V;
+            float mx = l[0];
+            for (size_t v = 1; v < V; v++)
+                mx = l[v] > mx ? l[v] : mx;
+            double sum = 0;
+            for (size_t v = 0; v < V; v++)
+                sum += exp((double)(l[v] - mx));
+            nll += log(sum) + mx - l[ids.ids[w0 + (size_t)i + 1]];
+            predicted++;
+        }
+    }
+    double dt = timer_now() - t0;
+    if (!rc && predicted == 0) {
+        LOG_ERROR("perplexity: %s has fewer than 2 tokens", file);
+        rc = 1;
+    }
+    if (!rc) {
+        double ppl = exp(nll / (double)predicted);
+        if (cli_flag(opts, n, "json")) {
+            struct json *o = json_new_object();
+            json_add(o, "model", json_new_string(model));
+            json_add(o, "file", json_new_string(file));
+            json_add(o, "tokens", json_new_number((double)ids.n));
+            json_add(o, "predicted", json_new_number((double)predicted));
+            json_add(o, "window", json_new_number((double)window));
+            json_add(o, "nll", json_new_number(nll / (double)predicted));
+            json_add(o, "perplexity", json_new_number(ppl));
+            json_add(o, "tokens_per_second", json_new_number((double)ids.n / dt));
+            char *js = json_print(o, false);
+            printf("%s\n", js);
+            free(js);
+            json_free(o);
+        } else {
+            printf("perplexity %.4f (mean NLL %.5f over %ld predicted tokens of %zu, windows of %ld) in %.1f s, "
+                   "%.0f tok/s\n",
+                   ppl, nll / (double)predicted, predicted, ids.n, window, dt, (double)ids.n / dt);
+        }
+    }
+    free(logits);
+    free(pos);
+    free(seq);
+    free(rows);
+    tok_ids_free(&ids);
+    tokenizer_free(tok);
+    model_session_close(&s);
+    return rc;
+}
