@@ -76,7 +76,9 @@ static bool regex_rewrite_onig(const char *p, size_t len, struct sbuf *out)
                 i = j;
                 continue;
             }
-            const char *body = (n == 's' || n == 'S') ? ONIG_SPACE : (n == 'w' || n == 'W') ? ONIG_WORD : NULL;
+            const char *body = (n == 's' || n == 'S')   ? ONIG_SPACE
+                               : (n == 'w' || n == 'W') ? ONIG_WORD
+                                                        : NULL;
             if (body && in_class && (n == 's' || n == 'w')) {
                 sbuf_puts(out, body);
             } else if (body && !in_class) {
@@ -195,7 +197,8 @@ enum status regex_find(const struct regex *re, struct regex_scratch *s, const ch
             if (!s->context || !s->jit_stack)
                 return err_set(err, STATUS_NOMEM, "regex: out of memory");
             pcre2_jit_stack_assign(s->context, NULL, s->jit_stack);
-            rc = pcre2_jit_match(re->code, (PCRE2_SPTR)subject, len, start, PCRE2_NO_UTF_CHECK, md, s->context);
+            rc = pcre2_jit_match(re->code, (PCRE2_SPTR)subject, len, start, PCRE2_NO_UTF_CHECK, md,
+                                 s->context);
         }
     } else {
         rc = pcre2_match(re->code, (PCRE2_SPTR)subject, len, start, PCRE2_NO_UTF_CHECK, md, NULL);

@@ -190,8 +190,28 @@ size_t unicode_utf8_incomplete_tail(const char *str, size_t len)
     return 0;
 }
 
-enum status unicode_normalize(enum unicode_form form, const char *s, size_t len, char **out,
-                              size_t *out_len, struct err *err)
+bool unicode_is_nfc_quick(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t i = 0; i < len;) {
+        if (s[i] < 0xCC) { /* below U+0300 (or a continuation byte of one) */
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        i += unicode_utf8_decode(str + i, len - i, &cp);
+        bool ok = (cp >= 0x3041 && cp <= 0x3096) || (cp >= 0x30A1 && cp <= 0x30FA) ||
+                  (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
+                  (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xFF01 && cp <= 0xFF60) ||
+                  (cp >= 0x1F300 && cp <= 0x1F64F) || (cp >= 0x1F900 && cp <= 0x1F9FF);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+enum status unicode_normalize(enum unicode_form form, const char *s, size_t len, char **out, size_t *out_len,
+                              struct err *err)
 {
     *out = NULL;
     *out_len = 0;
@@ -271,15 +291,6 @@ static bool unicode_is_alpha_symbol(uint32_t cp)
            (cp >= 0x1F150 && cp <= 0x1F169) || (cp >= 0x1F170 && cp <= 0x1F189);
 }
 
-static bool unicode_is_alphabetic(uint32_t cp)
-{
-    enum unicode_cat c = unicode_category(cp);
-    if (c >= UNICODE_CAT_LU && c <= UNICODE_CAT_LO)
-        return true;
-    /* Other_Alphabetic is mostly spacing/non-spacing marks; Mc counts whole. */
-    return c == UNICODE_CAT_NL || c == UNICODE_CAT_MC || unicode_is_alpha_symbol(cp);
-}
-
 bool unicode_is_word(uint32_t cp)
 {
     if (cp < 0x80)
@@ -303,11 +314,6 @@ bool unicode_is_punctuation(uint32_t cp)
 {
     enum unicode_cat c = unicode_category(cp);
     return c >= UNICODE_CAT_PC && c <= UNICODE_CAT_PO;
-}
-
-bool unicode_is_alphanumeric(uint32_t cp)
-{
-    return unicode_is_alphabetic(cp) || unicode_is_numeric(cp);
 }
 
 size_t unicode_to_lower(uint32_t cp, uint32_t out[3])

@@ -14,9 +14,10 @@
  *
  * defines: unicode_utf8_validate(), unicode_utf8_decode(), unicode_utf8_encode(),
  *          unicode_utf8_char_len(), unicode_utf8_lossy(), unicode_utf8_incomplete_tail(),
- *          enum unicode_form, unicode_normalize(), enum unicode_cat, unicode_category(),
+ *          enum unicode_form, unicode_is_nfc_quick(), unicode_normalize(),
+ *          enum unicode_cat, unicode_category(),
  *          unicode_is_whitespace(), unicode_is_word(), unicode_is_numeric(),
- *          unicode_is_punctuation(), unicode_is_alphanumeric(), unicode_to_lower()
+ *          unicode_is_punctuation(), unicode_to_lower()
  */
 #ifndef MOESERVE_BASE_UNICODE_H
 #define MOESERVE_BASE_UNICODE_H
@@ -49,29 +50,55 @@ size_t unicode_utf8_incomplete_tail(const char *s, size_t len);
 
 enum unicode_form { UNICODE_NFC, UNICODE_NFD, UNICODE_NFKC, UNICODE_NFKD };
 
+/* True when valid UTF-8 s is certainly in NFC already: every char has
+ * canonical class 0 and NFC_Quick_Check = Yes (a conservative list: below
+ * U+0300, kana letters, CJK ideographs, Hangul syllables, fullwidth forms,
+ * emoji). False means "maybe not": run unicode_normalize. */
+bool unicode_is_nfc_quick(const char *s, size_t len);
+
 /* Normalises valid UTF-8 into a malloc'ed, NUL-terminated *out (caller frees). */
-enum status unicode_normalize(enum unicode_form form, const char *s, size_t len, char **out,
-                              size_t *out_len, struct err *err);
+enum status unicode_normalize(enum unicode_form form, const char *s, size_t len, char **out, size_t *out_len,
+                              struct err *err);
 
 /* General category, major class first (the letter of \p{X}). */
 enum unicode_cat {
     UNICODE_CAT_CN, /* unassigned */
-    UNICODE_CAT_LU, UNICODE_CAT_LL, UNICODE_CAT_LT, UNICODE_CAT_LM, UNICODE_CAT_LO,
-    UNICODE_CAT_MN, UNICODE_CAT_MC, UNICODE_CAT_ME,
-    UNICODE_CAT_ND, UNICODE_CAT_NL, UNICODE_CAT_NO,
-    UNICODE_CAT_PC, UNICODE_CAT_PD, UNICODE_CAT_PS, UNICODE_CAT_PE, UNICODE_CAT_PI,
-    UNICODE_CAT_PF, UNICODE_CAT_PO,
-    UNICODE_CAT_SM, UNICODE_CAT_SC, UNICODE_CAT_SK, UNICODE_CAT_SO,
-    UNICODE_CAT_ZS, UNICODE_CAT_ZL, UNICODE_CAT_ZP,
-    UNICODE_CAT_CC, UNICODE_CAT_CF, UNICODE_CAT_CS, UNICODE_CAT_CO,
+    UNICODE_CAT_LU,
+    UNICODE_CAT_LL,
+    UNICODE_CAT_LT,
+    UNICODE_CAT_LM,
+    UNICODE_CAT_LO,
+    UNICODE_CAT_MN,
+    UNICODE_CAT_MC,
+    UNICODE_CAT_ME,
+    UNICODE_CAT_ND,
+    UNICODE_CAT_NL,
+    UNICODE_CAT_NO,
+    UNICODE_CAT_PC,
+    UNICODE_CAT_PD,
+    UNICODE_CAT_PS,
+    UNICODE_CAT_PE,
+    UNICODE_CAT_PI,
+    UNICODE_CAT_PF,
+    UNICODE_CAT_PO,
+    UNICODE_CAT_SM,
+    UNICODE_CAT_SC,
+    UNICODE_CAT_SK,
+    UNICODE_CAT_SO,
+    UNICODE_CAT_ZS,
+    UNICODE_CAT_ZL,
+    UNICODE_CAT_ZP,
+    UNICODE_CAT_CC,
+    UNICODE_CAT_CF,
+    UNICODE_CAT_CS,
+    UNICODE_CAT_CO,
 };
 
 enum unicode_cat unicode_category(uint32_t cp);
-bool unicode_is_whitespace(uint32_t cp);   /* White_Space (Rust char::is_whitespace) */
-bool unicode_is_word(uint32_t cp);         /* Unicode \w: Alphabetic, M, Nd, Pc, Join_Control */
-bool unicode_is_numeric(uint32_t cp);      /* N* (Rust char::is_numeric) */
-bool unicode_is_punctuation(uint32_t cp);  /* P* */
-bool unicode_is_alphanumeric(uint32_t cp); /* Alphabetic or N* (Rust char::is_alphanumeric) */
+bool unicode_is_whitespace(uint32_t cp);  /* White_Space (Rust char::is_whitespace) */
+bool unicode_is_word(uint32_t cp);        /* Unicode \w: Alphabetic, M, Nd, Pc, Join_Control */
+bool unicode_is_numeric(uint32_t cp);     /* N* (Rust char::is_numeric) */
+bool unicode_is_punctuation(uint32_t cp); /* P* */
 /* Full lowercase mapping of one char (Rust char::to_lowercase); returns 1..3. */
 size_t unicode_to_lower(uint32_t cp, uint32_t out[3]);
 
