@@ -7,7 +7,12 @@ fresh context, the mean negative log-likelihood of tokens 1..n-1; perplexity =
 exp(total NLL / predicted tokens). Quantized checkpoints are dequantized with
 the independent PyTorch code of make_quant_fixtures.py and run in fp32.
 
+With --generate PROMPT, also writes the greedy continuation (ids and text of
+--new tokens, no special tokens added to the prompt) as JSON to --gen-out, the
+reference for moeserve's end-to-end generate test.
+
 Usage: python3 tools/eval_ppl_hf.py MODEL_DIR TEXT_FILE [--window 256]
+                                    [--generate PROMPT --new N --gen-out FILE]
 """
 import argparse
 import json
@@ -47,6 +52,9 @@ def main():
     ap.add_argument("model")
     ap.add_argument("text")
     ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--generate")
+    ap.add_argument("--new", type=int, default=40)
+    ap.add_argument("--gen-out")
     a = ap.parse_args()
     tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
     ids = tok.encode(open(a.text, encoding="utf-8").read(), add_special_tokens=False).ids
@@ -64,6 +72,17 @@ def main():
             n += len(w) - 1
     print(json.dumps(dict(model=a.model, tokens=len(ids), predicted=n, window=a.window, nll=nll / n,
                           perplexity=math.exp(nll / n))))
+    if a.generate:
+        p = tok.encode(a.generate, add_special_tokens=False).ids
+        x = torch.tensor([p], device="cuda")
+        with torch.no_grad():
+            for _ in range(a.new):  # greedy, full recompute: no cache subtleties
+                nxt = model(input_ids=x, use_cache=False).logits[0, -1].argmax()
+                x = torch.cat([x, nxt.view(1, 1)], dim=1)
+        new = x[0, len(p):].tolist()
+        rec = dict(prompt=a.generate, prompt_ids=p, ids=new, text=tok.decode(new, skip_special_tokens=True))
+        json.dump(rec, open(a.gen_out, "w"), indent=1, ensure_ascii=False)
+        print(json.dumps(rec, ensure_ascii=False))
 
 
 if __name__ == "__main__":
