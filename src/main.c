@@ -19,7 +19,9 @@ static const struct {
     {"quantize", cmd_quantize, "write an NVFP4 or FP8 copy of a checkpoint"},
     {"tokenize", cmd_tokenize, "text -> token ids (JSON array), exactly as HF tokenizers"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
+    {"chat-template", cmd_chat_template, "render a chat with the model's chat template"},
     {"perplexity", cmd_perplexity, "score a text file: perplexity over windows"},
+    {"plan", cmd_plan, "which kernel, tile and shared memory each op gets on a GPU (or --profile NAME)"},
 };
 
 static void usage(FILE *out)

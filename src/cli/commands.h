@@ -19,6 +19,8 @@ int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_chat_template(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 struct tokenizer;
 /* Loads DIR/tokenizer.json. */

@@ -1,0 +1,158 @@
+/* cmd_plan.c — `moeserve plan`: which kernel each op runs on a GPU, and why.
+ *
+ * The device is a probed CUDA device (--device N, default 0 in a CUDA
+ * build) or a named profile (--profile NAME) for a GPU you do not have;
+ * --smem-budget lowers the per-block shared-memory budget (an H200 planning
+ * exactly the tiles an sm_120 gets). Shapes come from --model DIR's
+ * config.json and its quantization config, else Qwen3-30B-A3B-like
+ * defaults; --weights overrides the weight format of experts and linears.
+ *
+ * Deliberately not here: any choice; this only gathers inputs for
+ * plan_build_request() and prints its plan (table, or --json).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/log.h"
+#include "cli/cli_args.h"
+#include "cli/commands.h"
+#include "format/quant_config.h"
+#include "model/model_desc.h"
+#include "plan/plan.h"
+
+/* "bf16" | "fp8" | "nvfp4" (W4A4) | "nvfp4-w4a16". */
+static bool plan_parse_weights(const char *s, struct plan_weights *w)
+{
+    if (!strcmp(s, "bf16"))
+        plan_weights_default(w, WEIGHT_BF16, false);
+    else if (!strcmp(s, "fp8"))
+        plan_weights_default(w, WEIGHT_FP8_BLOCK, false);
+    else if (!strcmp(s, "nvfp4"))
+        plan_weights_default(w, WEIGHT_NVFP4, true);
+    else if (!strcmp(s, "nvfp4-w4a16"))
+        plan_weights_default(w, WEIGHT_NVFP4, false);
+    else
+        return false;
+    return true;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    struct cli_opt opts[] = {
+        {.name = "model",
+         .metavar = "DIR",
+         .help = "size the ops with this checkpoint (default: Qwen3-30B-A3B-like)"},
+        {.name = "device", .metavar = "N", .help = "probe CUDA device N (default 0 in a CUDA build)"},
+        {.name = "profile", .metavar = "NAME", .help = "plan for a named GPU instead of probing one"},
+        {.name = "smem-budget", .metavar = "BYTES", .help = "lower the per-block shared-memory budget"},
+        {.name = "weights",
+         .metavar = "FORMAT",
+         .help = "weight format of experts and linears: bf16, fp8, nvfp4 (W4A4), nvfp4-w4a16"},
+        {.name = "json", .help = "print JSON instead of a table"},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    struct err err = {0};
+    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
+    if (r == CLI_HELP) {
+        char about[512];
+        snprintf(about, sizeof about,
+                 "Plans every op for a GPU: kernel variant, instruction family, tile, stages, shared memory, "
+                 "expected bound and why.\nProfiles: %s.",
+                 plan_profile_names());
+        cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
+                       "[--weights FORMAT] [--json]",
+                       about, opts, n);
+        return 0;
+    }
+    if (r == CLI_ERROR) {
+        LOG_ERROR("plan: %s", err.msg);
+        return 2;
+    }
+    const char *profile = cli_get(opts, n, "profile", NULL);
+    if (profile && cli_get(opts, n, "device", NULL)) {
+        LOG_ERROR("plan: --device and --profile exclude each other");
+        return 2;
+    }
+    long device = 0, budget = 0;
+    if (cli_int(opts, n, "device", 0, 1023, &device, &err) ||
+        cli_int(opts, n, "smem-budget", 1, 1L << 30, &budget, &err)) {
+        LOG_ERROR("plan: %s", err.msg);
+        return 2;
+    }
+    struct plan_weights w;
+    plan_weights_default(&w, WEIGHT_BF16, false);
+    const char *wopt = cli_get(opts, n, "weights", NULL);
+    if (wopt && !plan_parse_weights(wopt, &w)) {
+        LOG_ERROR("plan: option --weights: \"%s\" is not one of bf16, fp8, nvfp4, nvfp4-w4a16", wopt);
+        return 2;
+    }
+
+    struct device_caps caps;
+    if (profile) {
+        if (plan_caps_from_profile(&caps, profile, &err)) {
+            LOG_ERROR("plan: %s", err.msg);
+            return 2;
+        }
+    } else if (plan_caps_probe(&caps, (int)device, &err)) {
+        if (strstr(err.msg, "--profile"))
+            LOG_ERROR("plan: %s", err.msg);
+        else
+            LOG_ERROR("plan: %s; to plan for a GPU you do not have: --profile NAME (%s)", err.msg,
+                      plan_profile_names());
+        return 1;
+    }
+
+    const char *dir = cli_get(opts, n, "model", NULL);
+    struct model_desc d;
+    memset(&d, 0, sizeof d);
+    if (dir) {
+        if (model_desc_load(&d, dir, &err)) {
+            LOG_ERROR("plan: %s", err.msg);
+            return 1;
+        }
+        if (!wopt) {
+            struct quant_config qc;
+            if (quant_config_load(&qc, dir, &err)) {
+                LOG_ERROR("plan: %s", err.msg);
+                model_desc_free(&d);
+                return 1;
+            }
+            plan_weights_from_quant(&w, &qc, &d);
+            quant_config_free(&qc);
+        }
+    }
+
+    struct plan_request req = {
+        .desc = dir ? &d : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget};
+    struct plan *p = malloc(sizeof *p);
+    int rc = 1;
+    if (!p) {
+        LOG_ERROR("plan: out of memory");
+        goto done;
+    }
+    if (plan_build_request(p, &caps, &req, &err)) {
+        LOG_ERROR("%s", err.msg);
+        goto done;
+    }
+    if (cli_flag(opts, n, "json")) {
+        struct json *j = plan_to_json(p);
+        char *s = j ? json_print(j, true) : NULL;
+        if (!s) {
+            LOG_ERROR("plan: out of memory printing JSON");
+            json_free(j);
+            goto done;
+        }
+        printf("%s\n", s);
+        free(s);
+        json_free(j);
+    } else {
+        plan_print(p);
+    }
+    rc = 0;
+done:
+    free(p);
+    model_desc_free(&d);
+    return rc;
+}

@@ -1,0 +1,202 @@
+/* plan.h — what a GPU has, and which kernel each op runs on it.
+ *
+ * A struct device_caps is filled from a probe of a real device (CUDA
+ * runtime + NVML) or from a named profile (../shared/spec/devices.md); the
+ * instruction-set features come from the one capability table
+ * (plan/caps_table.c), the only place that maps a compute capability to
+ * features. The planner turns caps (+ a model description) into a struct
+ * plan: per op, the kernel variant, instruction family, tile, stages, shared
+ * memory, expected bound and the reason for the choice. Kernels read their
+ * configuration from the plan and never look at the compute capability.
+ *
+ * Ops of a plan, in forward order (plan_find() by these names; every MoE op
+ * has "moe" in its name). tile_m/n/k are what the kernel's block covers:
+ *   embedding          token-row gather; tile_m tokens per block
+ *   rmsnorm            RMSNorm fused with the residual add; tile_m rows per block
+ *   rope_qk_norm       per-head q/k RMSNorm (when the model has it) + RoPE; tile_m tokens
+ *   kv_cache_write     k, v (or MLA latent) into the paged bf16 cache; tile_m tokens
+ *   attention_prefill  flash-style causal attention: tile_m query rows x tile_n keys x
+ *                      tile_k = qk head dim; K/V tiles in smem, `stages` buffers, bf16 operands
+ *   attention_decode   split-K (flash-decoding) over the cache: tile_m query heads of one kv
+ *                      head (GQA group; all heads for MLA) x tile_n keys x tile_k = head dim;
+ *                      split_k chunks for the reference batch (plan_decode_splits() at launch)
+ *   moe_route          router scores (softmax | sigmoid+bias, grouped) + top-k; tile_m tokens
+ *   moe_align          token -> expert counting sort, each expert's rows padded to tile_m
+ *                      (= moe_experts_gemm's tile_m: the GEMM's row blocks never mix experts)
+ *   moe_experts_gemm   grouped expert GEMM (gate_up and down) in the experts' weight format
+ *   moe_silu_mul       silu(gate) * up over the gate_up output
+ *   linear             attention projections (q/k/v/o; MLA q_a/q_b/kv_a/kv_b/o) in their format
+ *   linear_ffn         dense FFN layers and shared experts; present only when the model has them
+ *   lm_head            final projection (cuBLAS for bf16)
+ *   sample             temperature / top-k / top-p over the logits; tile_m rows per block
+ * A kernel launched with smem_bytes > 48 KiB must first raise
+ * cudaFuncAttributeMaxDynamicSharedMemorySize to it.
+ *
+ * Tiles are chosen for a reference workload (struct plan_shapes: a
+ * prefill chunk of prefill_tokens tokens, decode of decode_batch sequences
+ * at decode_ctx); the kernels accept any size.
+ *
+ * defines: struct device_caps, enum plan_math, struct op_plan, struct plan_shapes, struct plan,
+ *          enum plan_bound, struct plan_weights, struct plan_request,
+ *          plan_caps_from_profile(), plan_profile_names(), plan_caps_probe(),
+ *          plan_caps_apply_table(), plan_caps_table_warning(), plan_build(),
+ *          plan_build_request(), plan_weights_default(), plan_weights_from_quant(),
+ *          plan_find(), plan_decode_splits(), plan_math_name(), plan_to_json(),
+ *          plan_caps_to_json(), plan_print()
+ */
+#ifndef MOESERVE_PLAN_PLAN_H
+#define MOESERVE_PLAN_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/weight.h"
+#include "base/json.h"
+#include "base/status.h"
+#include "model/model_desc.h"
+
+struct quant_config;
+
+/* Instruction families a kernel's inner loop runs on. */
+enum plan_math {
+    PLAN_MATH_FP32_FMA,             /* portable: any GPU */
+    PLAN_MATH_BF16_MMA,             /* mma.sync m16n8k16 bf16 */
+    PLAN_MATH_BF16_WGMMA,           /* wgmma.mma_async, sm_90a */
+    PLAN_MATH_BF16_TCGEN05,         /* tcgen05.mma, sm_100a */
+    PLAN_MATH_FP8_MMA,              /* mma.sync e4m3 */
+    PLAN_MATH_FP8_WGMMA,            /* wgmma e4m3, sm_90a */
+    PLAN_MATH_FP4_BLOCK_SCALED_MMA, /* mma.sync kind::mxf4nvf4.block_scale, sm_120a */
+    PLAN_MATH_FP4_TCGEN05,          /* tcgen05.mma kind::mxf4nvf4, sm_100a */
+    PLAN_MATH_COUNT,
+};
+
+struct device_caps {
+    char name[128];
+    char source[64]; /* "probe:0" or "profile:h200" */
+    int cc_major, cc_minor;
+    int sm_count;
+    size_t smem_per_block_optin; /* the real per-block budget, bytes */
+    size_t smem_per_sm;
+    size_t total_mem;
+    size_t l2_bytes;
+    int regs_per_block;
+    double mem_bw_gbs; /* measured or datasheet */
+    double power_limit_w;
+    bool nvlink; /* to at least one peer */
+    int n_gpus;
+    /* instruction features (from plan/caps_table.c, refined by which variants load) */
+    bool bf16_mma;
+    bool fp8_mma;
+    bool wgmma;                /* sm_90a */
+    bool tcgen05;              /* sm_100a */
+    bool fp4_mma_block_scaled; /* sm_120a mma.sync kind::mxf4nvf4 */
+    bool tma;
+    bool known_cc; /* false: newer than the table, portable path + warning */
+    /* extensions */
+    char arch[16];       /* fatbin target that serves it: "sm_90a"; "" when unknown */
+    double sm_clock_ghz; /* boost clock (datasheet for profiles, probed otherwise) */
+    int peers;           /* other GPUs this one can access directly (cudaDeviceCanAccessPeer) */
+    /* dense FLOP per clock per SM for each family; 0 = not available (caps_table.c) */
+    double flops_per_clk_sm[PLAN_MATH_COUNT];
+};
+
+enum plan_bound { PLAN_BOUND_MEMORY, PLAN_BOUND_COMPUTE };
+
+#define PLAN_MAX_OPS 32
+
+struct op_plan {
+    char op[48];     /* "attention_prefill", "attention_decode", "moe_experts_gemm", "linear", ... */
+    char kernel[64]; /* variant name, e.g. "attn_prefill_mma_bf16" */
+    char math[32];   /* fp32_fma, bf16_mma, bf16_wgmma, fp4_block_scaled_mma, ... */
+    int tile_m, tile_n, tile_k;
+    int stages;
+    int threads; /* per block */
+    size_t smem_bytes;
+    enum plan_bound bound;
+    char reason[256];
+    /* extensions */
+    enum plan_math math_id;           /* math as an enum */
+    enum weight_format weight_format; /* GEMM ops: the weights' format (WEIGHT_BF16 otherwise) */
+    int split_k;                      /* attention_decode: KV chunks for the reference batch; 1 otherwise */
+    bool portable_fallback;           /* a tensor-core variant existed but none was eligible */
+    double est_us;                    /* cost-model time for the reference workload, microseconds */
+};
+
+/* The shapes the plan was sized for. */
+struct plan_shapes {
+    char source[160]; /* model directory, or "default (Qwen3-30B-A3B-like)" */
+    bool mla;
+    int d_model, vocab;
+    int n_heads, n_kv_heads, head_dim; /* GQA */
+    int qk_head_dim, v_head_dim;       /* attention_prefill dims (MLA: nope+rope, v) */
+    int decode_k_dim, decode_v_dim;    /* attention_decode dims (MLA: latent+rope, latent) */
+    int n_experts, n_experts_used, d_expert;
+    int d_ff;                                     /* dense layers / shared experts width; 0 if none */
+    int prefill_tokens, decode_batch, decode_ctx; /* the reference workload */
+};
+
+/* Weight formats by group, as the checkpoint stores them. */
+struct plan_weights {
+    enum weight_format experts; /* routed experts' gate/up/down */
+    enum weight_format attn;    /* attention projections */
+    enum weight_format ffn;     /* dense FFN layers and shared experts */
+    enum weight_format lm_head;
+    bool fp4_activations; /* W4A4 NVFP4 (calibrated input scales): activations may be FP4 */
+};
+
+struct plan {
+    struct device_caps caps;
+    size_t smem_budget; /* min(caps, --smem-budget) */
+    struct op_plan ops[PLAN_MAX_OPS];
+    int n_ops;
+    char warnings[512];
+    /* extensions */
+    struct plan_shapes shapes;
+    struct plan_weights weights;
+};
+
+struct plan_request {
+    const struct model_desc *desc;      /* NULL: Qwen3-30B-A3B-like shapes */
+    const struct plan_weights *weights; /* NULL: bf16 everywhere */
+    const char *model_name;             /* names the shapes' source (a directory); may be NULL */
+    size_t smem_budget;                 /* 0: the device's own */
+    /* NULL: every candidate variant is taken to load (profiles). A backend passes
+     * its own test (in its fatbin for this device, self-test passed). */
+    bool (*variant_loads)(void *ctx, const char *kernel);
+    void *variant_ctx;
+};
+
+/* Fills caps for a named profile of spec/devices.md; STATUS_NOT_FOUND lists the names. */
+enum status plan_caps_from_profile(struct device_caps *caps, const char *name, struct err *err);
+/* "a100, rtx-a6000, ..." */
+const char *plan_profile_names(void);
+/* Probes CUDA device `index` (STATUS_UNSUPPORTED in a build without CUDA). */
+enum status plan_caps_probe(struct device_caps *caps, int index, struct err *err);
+/* From caps->cc_major/minor: instruction features, arch, per-SM rates, known_cc; fills
+ * smem_per_block_optin / smem_per_sm from the table where they are 0. Returns known_cc. */
+bool plan_caps_apply_table(struct device_caps *caps);
+/* Why caps is not in the table (empty string when it is). */
+void plan_caps_table_warning(const struct device_caps *caps, char *buf, size_t n);
+
+/* smem_budget 0 = the device's own. desc may be NULL (generic shapes). bf16 weights. */
+enum status plan_build(struct plan *p, const struct device_caps *caps, const struct model_desc *desc,
+                       size_t smem_budget, struct err *err);
+enum status plan_build_request(struct plan *p, const struct device_caps *caps, const struct plan_request *req,
+                               struct err *err);
+/* bf16 everywhere, or `f` for experts and linears (lm_head stays bf16). */
+void plan_weights_default(struct plan_weights *w, enum weight_format f, bool fp4_activations);
+/* What a checkpoint's quantization config promises for each group (desc picks the module names). */
+void plan_weights_from_quant(struct plan_weights *w, const struct quant_config *q,
+                             const struct model_desc *desc);
+
+const struct op_plan *plan_find(const struct plan *p, const char *op);
+/* KV chunks for an attention_decode launch of n_seqs sequences whose longest context is max_ctx:
+ * enough blocks for two per SM, each chunk a multiple of tile_n. */
+int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);
+const char *plan_math_name(enum plan_math m);
+struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
+struct json *plan_to_json(const struct plan *p);
+void plan_print(const struct plan *p);
+
+#endif

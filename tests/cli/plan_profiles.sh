@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `moeserve plan` through the real binary: every profile plans every op within
+# its shared-memory budget (also with --smem-budget 101376 on the H200), the
+# RTX PRO 6000 runs NVFP4 experts on fp4 block-scaled mma and the H200 does
+# not, and bad input is refused with a message naming the problem.
+# The JSON is read with grep/awk only (no python, no jq).
+# Usage: plan_profiles.sh MOESERVE SRC_DIR WORK_DIR
+set -u
+bin=$1 src=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+profiles="a100 rtx-a6000 l40s h100 h200 b200 rtx-pro-6000 rtx-5090 dgx-spark"
+
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+
+# ops FILE: one line "op math smem_bytes" per op of a plan's JSON
+ops() {
+    grep -oE '"(op|math|smem_bytes)":[[:space:]]*("[^"]*"|[0-9]+)' "$1" |
+        sed -E 's/^"[a-z_]+":[[:space:]]*//; s/"//g' |
+        awk '{ v[n++ % 3] = $0; if (n % 3 == 0) print v[0], v[1], v[2] }'
+}
+budget() { grep -oE '"smem_budget":[[:space:]]*[0-9]+' "$1" | grep -oE '[0-9]+$'; }
+math_of() { ops "$1" | awk -v op="$2" '$1 == op { print $2 }'; }
+
+# check_plan NAME FILE [WANT_BUDGET]: at least 13 ops, each smem_bytes <= the budget
+check_plan() {
+    local name=$1 f=$2 want=${3:-} b n over
+    b=$(budget "$f")
+    n=$(ops "$f" | wc -l)
+    if [ -z "$b" ] || [ "$n" -lt 13 ]; then
+        bad "$name: no budget or too few ops ($n)"
+        return
+    fi
+    if [ -n "$want" ] && [ "$b" != "$want" ]; then
+        bad "$name: smem_budget $b, want $want"
+        return
+    fi
+    over=$(ops "$f" | awk -v b="$b" '$3 + 0 > b + 0 { print $1 " " $3 }')
+    if [ -n "$over" ]; then
+        bad "$name: over the budget $b: $over"
+    else
+        ok "$name: $n ops within $b B"
+    fi
+}
+
+for p in $profiles; do
+    for w in bf16 fp8 nvfp4 nvfp4-w4a16; do
+        f="$work/$p-$w.json"
+        if ! "$bin" plan --profile "$p" --weights "$w" --json >"$f" 2>"$work/err"; then
+            bad "$p $w: exit status $?: $(head -c 300 "$work/err")"
+            continue
+        fi
+        check_plan "$p --weights $w" "$f"
+    done
+done
+
+f="$work/h200-sm120.json"
+"$bin" plan --profile h200 --smem-budget 101376 --weights nvfp4 --json >"$f" 2>/dev/null
+check_plan "h200 --smem-budget 101376" "$f" 101376
+"$bin" plan --profile h200 --smem-budget 101376 --json >"$work/h200-sm120-bf16.json" 2>/dev/null
+check_plan "h200 --smem-budget 101376 (bf16)" "$work/h200-sm120-bf16.json" 101376
+
+m=$(math_of "$work/rtx-pro-6000-nvfp4.json" moe_experts_gemm)
+[ "$m" = fp4_block_scaled_mma ] && ok "rtx-pro-6000 nvfp4 experts: $m" || bad "rtx-pro-6000 nvfp4 experts: math \"$m\""
+m=$(math_of "$work/h200-nvfp4.json" moe_experts_gemm)
+[ -n "$m" ] && [ "$m" != fp4_block_scaled_mma ] && ok "h200 nvfp4 experts: $m" || bad "h200 nvfp4 experts: math \"$m\""
+m=$(math_of "$work/h200-sm120.json" moe_experts_gemm)
+[ -n "$m" ] && [ "$m" != fp4_block_scaled_mma ] && ok "h200 sm_120 budget experts: $m" ||
+    bad "h200 sm_120 budget experts: math \"$m\""
+
+# the shipped model is a W4A4 NVFP4 checkpoint: its quantization config decides the format
+tiny=$src/models/moeserve-tiny
+if [ -d "$tiny" ]; then
+    f="$work/tiny-rtx.json"
+    "$bin" plan --model "$tiny" --profile rtx-pro-6000 --json >"$f" 2>/dev/null
+    check_plan "moeserve-tiny on rtx-pro-6000" "$f"
+    m=$(math_of "$f" moe_experts_gemm)
+    [ "$m" = fp4_block_scaled_mma ] && ok "moeserve-tiny experts on rtx-pro-6000: $m" ||
+        bad "moeserve-tiny experts on rtx-pro-6000: math \"$m\""
+fi
+
+# the table names every op and the device
+out=$("$bin" plan --profile rtx-pro-6000 --weights nvfp4 2>&1)
+if grep -q "^moe_experts_gemm .*fp4_block_scaled_mma" <<<"$out" && grep -q "^device .*RTX PRO 6000" <<<"$out"; then
+    ok "table output"
+else
+    bad "table output: $(head -c 400 <<<"$out")"
+fi
+
+# a tiny budget falls back to the portable path, loudly
+out=$("$bin" plan --profile rtx-pro-6000 --weights nvfp4 --smem-budget 4096 2>&1)
+if grep -q "PORTABLE FALLBACK" <<<"$out" && grep -q "WARNING: portable fallback" <<<"$out"; then
+    ok "portable fallback is loud"
+else
+    bad "portable fallback: $(tail -c 400 <<<"$out")"
+fi
+
+# expect NAME WANT_SUBSTRING -- args: exits 1 or 2 with a message naming the problem
+expect() {
+    local name=$1 want=$2 out rc
+    shift 3
+    out=$("$bin" "$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then
+        bad "$name: exit status $rc: $out"
+    elif ! grep -qF -- "$want" <<<"$out"; then
+        bad "$name: message lacks \"$want\": $out"
+    else
+        ok "$name"
+    fi
+}
+expect unknown_profile "rtx-pro-6000, rtx-5090, dgx-spark" -- plan --profile rtx-9090
+expect device_and_profile "exclude" -- plan --profile h200 --device 0
+expect bad_budget "--smem-budget" -- plan --profile h200 --smem-budget lots
+expect bad_weights "--weights" -- plan --profile h200 --weights int3
+
+# no --device/--profile: a CUDA-less build says so and suggests --profile; a GPU machine plans
+out=$("$bin" plan --json 2>&1 >/dev/null)
+rc=$?
+if [ $rc -eq 0 ]; then
+    ok "plan without --profile probed a GPU"
+elif [ $rc -eq 1 ] && grep -q -- "--profile" <<<"$out"; then
+    ok "plan without --profile: $(head -c 160 <<<"$out")"
+else
+    bad "plan without --profile: exit $rc: $out"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
