@@ -45,14 +45,14 @@ test-unit: build npm-deps
 
 # The unit and golden tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps npm-deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON >/dev/null
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON -DMOESERVE_CUDA=OFF >/dev/null
 	cmake --build $(BUILD_ASAN) -j$(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS) -L 'unit|cli'
 
 # libFuzzer targets (clang), each run for a bounded time on its seed corpus.
 test-fuzz: deps
-	CC=clang cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_FUZZ=ON >/dev/null
+	CC=clang cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF >/dev/null
 	cmake --build $(BUILD_FUZZ) -j$(JOBS)
 	@set -e; for f in $(BUILD_FUZZ)/fuzz_*; do \
 	  name=$$(basename $$f); corpus=tests/fuzz/corpus_$${name#fuzz_}; \

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "base/log.h"
+#ifdef MOESERVE_HAVE_CUDA
+#include "backend/cuda/backend_cuda.h"
+#endif
 
 enum status model_session_open(struct model_session *s, const char *dir, const struct session_opts *o,
                                struct err *err)
@@ -28,9 +31,17 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
         goto fail;
     if (strcmp(def.backend, "cpu") == 0) {
         st = backend_cpu_create(&s->be, err);
+#ifdef MOESERVE_HAVE_CUDA
+    } else if (strcmp(def.backend, "cuda") == 0) {
+        st = backend_cuda_create(&s->be, 0, o ? o->smem_budget : 0, err);
+    } else {
+        st = err_set(err, STATUS_UNSUPPORTED, "backend \"%s\" is not available in this build (have: cpu, cuda)",
+                     def.backend);
+#else
     } else {
         st = err_set(err, STATUS_UNSUPPORTED, "backend \"%s\" is not available in this build (have: cpu)",
                      def.backend);
+#endif
     }
     if (st)
         goto fail;

@@ -23,6 +23,8 @@ struct session_opts {
     int max_seqs;        /* sequences in flight; default 1 */
     int max_context;     /* tokens per sequence the cache must hold; default 4096 */
     int block_size;      /* KV block size in tokens; default 16 */
+    size_t smem_budget;  /* cuda: shared-memory bytes per block the plan may use (--smem-budget);
+                            0 = MOESERVE_SMEM_BUDGET or the device's own */
 };
 
 struct model_session {

@@ -1,0 +1,672 @@
+/* backend_cuda.c — the CUDA backend's host side: the ops table, device memory,
+ * the stream, the cuBLAS handle, weight upload, and the plan -> kernel
+ * configuration (see backend_cuda.h).
+ *
+ * Everything runs on one non-blocking stream of the device chosen at
+ * creation; upload/download/synchronize order against it. Weights are copied
+ * once, in their file format, into allocations this backend owns (the
+ * model's struct weight only borrows them) and frees at destroy.
+ *
+ * Linear layers: BF16 and F32 weights go through cuBLAS (F32: SGEMM, no
+ * TF32; BF16: bf16 x bf16 -> fp32 GEMM on activations split into bf16
+ * hi + lo, because activations rounded to bf16 once put a golden fixture
+ * 7.5e-2 away from transformers while the split stays near 1e-5), every
+ * other format (F16, FP8 block, NVFP4) through cuda_gemm.cu, which reads the
+ * stored format and accumulates in fp32. MoE experts of every format go
+ * through the grouped kernel of cuda_gemm.cu (cuda_moe.cu sorts and
+ * combines), with no host synchronisation.
+ *
+ * Tile sizes come from the plan built at creation (plan_build_request with
+ * the device's caps, the shared-memory budget, and a filter that admits only
+ * the variants this backend has: fp32-FMA kernels and cuBLAS); nothing here
+ * compares compute capabilities. A plan entry that does not fit this kernel's own
+ * shared-memory layout is shrunk to fit the budget, never grown.
+ *
+ * Not here: multiple devices per backend, CUDA graphs, tensor-core GEMM
+ * variants for quantized weights (next), a quantized KV cache.
+ */
+#include "backend/cuda/backend_cuda.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "base/log.h"
+
+/* The per-expert weight tables of one MoE layer in device memory: gate, up, down. */
+struct moe_table {
+    const struct weight *key; /* the layer's gate array (host), identifies the layer */
+    int n_experts;
+    struct cuda_wdev *host; /* (3 * n_experts) what dev holds, to detect a changed array */
+    struct cuda_wdev *dev;  /* (3 * n_experts) device */
+};
+
+struct cuda_backend {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    struct plan plan;
+    size_t smem_budget; /* bytes of shared memory a block may use */
+    int sm_count;
+    struct cuda_attn_cfg attn_prefill; /* as planned, fitted per head_dim at each call */
+    struct cuda_attn_cfg attn_decode;  /* rows == 0: one KV group of one token */
+    enum cuda_gemm_tile tile_linear;
+    enum cuda_gemm_tile tile_moe;
+    int force_splits; /* tests: > 0 split count, -1 never split, 0 auto */
+    void *scratch;    /* device: bf16 activations, attention partials */
+    size_t scratch_bytes;
+    void **owned; /* (n_owned) device allocations holding weights */
+    size_t n_owned, cap_owned;
+    struct moe_table *tables; /* (n_tables) */
+    int n_tables, cap_tables;
+    struct cuda_wdev *tmp; /* (tmp_cap) host scratch for building a table */
+    size_t tmp_cap;
+    struct cuda_error_sink sink;
+};
+
+static struct cuda_backend *ctx(struct backend *be)
+{
+    return (struct cuda_backend *)be->impl;
+}
+
+#define CHECK(c, call) CUDA_CHECK(&(c)->sink, call)
+
+/* ---------------------------------------------------------------- memory */
+
+static void *cu_alloc(struct backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* out of memory is the caller's to report, not a sticky error */
+        LOG_DEBUG("cuda: cudaMalloc(%zu) failed: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free(struct backend *be, void *p)
+{
+    if (p)
+        CHECK(ctx(be), cudaFree(p));
+}
+
+static void cu_upload(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+    struct cuda_backend *c = ctx(be);
+    if (!bytes)
+        return;
+    /* synchronous for the caller: src may be reused as soon as we return */
+    if (CHECK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream)))
+        CHECK(c, cudaStreamSynchronize(c->stream));
+}
+
+static void cu_download(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+    struct cuda_backend *c = ctx(be);
+    if (!bytes)
+        return;
+    if (CHECK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream)))
+        CHECK(c, cudaStreamSynchronize(c->stream));
+}
+
+static void cu_synchronize(struct backend *be)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cudaStreamSynchronize(c->stream));
+}
+
+/* A device buffer of at least `bytes` for one op's temporaries. Grows
+ * rarely (the first calls at a new largest shape); cudaFree waits for the
+ * device, so no kernel still reads the old buffer. */
+static void *scratch_get(struct cuda_backend *c, size_t bytes)
+{
+    if (bytes <= c->scratch_bytes)
+        return c->scratch;
+    size_t want = bytes + bytes / 4;
+    if (c->scratch)
+        CHECK(c, cudaFree(c->scratch));
+    c->scratch = NULL;
+    c->scratch_bytes = 0;
+    if (!CHECK(c, cudaMalloc(&c->scratch, want))) {
+        c->scratch = NULL;
+        return NULL;
+    }
+    c->scratch_bytes = want;
+    LOG_DEBUG("cuda: scratch grown to %zu bytes", want);
+    return c->scratch;
+}
+
+static bool own(struct cuda_backend *c, void *p)
+{
+    if (c->n_owned == c->cap_owned) {
+        size_t cap = c->cap_owned ? c->cap_owned * 2 : 256;
+        void **n = realloc(c->owned, cap * sizeof *n);
+        if (!n)
+            return false;
+        c->owned = n;
+        c->cap_owned = cap;
+    }
+    c->owned[c->n_owned++] = p;
+    return true;
+}
+
+/* Copies bytes of host memory into a new device allocation this backend owns. */
+static enum status upload_owned(struct cuda_backend *c, const void *src, size_t bytes, const void **out,
+                                struct err *err)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return err_set(err, STATUS_NOMEM, "cuda: cannot allocate %zu bytes of device memory for a weight: %s",
+                       bytes, cudaGetErrorString(e));
+    }
+    if (!own(c, p)) {
+        CHECK(c, cudaFree(p));
+        return err_set(err, STATUS_NOMEM, "cuda: out of host memory");
+    }
+    /* On the backend's stream (a plain cudaMemcpy from pageable memory may return before its DMA
+     * lands, and the legacy stream does not order against a non-blocking one), then wait, so the
+     * caller may unmap src. */
+    if (bytes && (!CHECK(c, cudaMemcpyAsync(p, src, bytes, cudaMemcpyHostToDevice, c->stream)) ||
+                  !CHECK(c, cudaStreamSynchronize(c->stream))))
+        return cuda_sink_status(&c->sink, err);
+    *out = p;
+    return STATUS_OK;
+}
+
+static enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out,
+                                  struct err *err)
+{
+    struct cuda_backend *c = ctx(be);
+    size_t n = (size_t)host->rows * (size_t)host->cols, data = 0, scale = 0;
+    switch (host->format) {
+    case WEIGHT_F32: data = n * 4; break;
+    case WEIGHT_BF16:
+    case WEIGHT_F16: data = n * 2; break;
+    case WEIGHT_FP8_BLOCK:
+        data = n;
+        scale = (size_t)((host->rows + 127) / 128) * (size_t)((host->cols + 127) / 128) * sizeof(float);
+        break;
+    case WEIGHT_NVFP4:
+        if (host->cols % 16)
+            return err_set(err, STATUS_UNSUPPORTED,
+                           "cuda: NVFP4 weight with %lld columns (not a multiple of 16)",
+                           (long long)host->cols);
+        data = n / 2;
+        scale = n / 16;
+        break;
+    default: return err_set(err, STATUS_UNSUPPORTED, "cuda: weight format %d", (int)host->format);
+    }
+    *out = *host; /* the bias is already backend memory (model_weights binds it first) */
+    enum status st = upload_owned(c, host->data, data, &out->data, err);
+    if (!st && scale)
+        st = upload_owned(c, host->scale, scale, &out->scale, err);
+    return st;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static void cu_embed(struct backend *be, const struct weight *table, const int32_t *tokens, int n, float *out)
+{
+    struct cuda_backend *c = ctx(be);
+    if (table->format != WEIGHT_F32 && table->format != WEIGHT_BF16 && table->format != WEIGHT_F16)
+        PANIC("embedding in format %s", weight_format_name(table->format)); /* model_weights refuses these */
+    CHECK(c, cuda_embed(c->stream, table->format, table->data, table->cols, tokens, n, out));
+}
+
+/* The planned tile, or a shorter one when there are fewer rows than it has. */
+static enum cuda_gemm_tile tile_for_rows(enum cuda_gemm_tile planned, double rows)
+{
+    if (rows <= 16)
+        return CUDA_GEMM_16x64;
+    if (rows <= 32 && planned == CUDA_GEMM_64x64)
+        return CUDA_GEMM_32x64;
+    return planned;
+}
+
+static void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
+{
+    struct cuda_backend *c = ctx(be);
+    if (m <= 0)
+        return;
+    ASSERT(w->rows <= INT_MAX && w->cols <= INT_MAX);
+    int N = (int)w->rows, K = (int)w->cols;
+    const float one = 1.0f, zero = 0.0f;
+    if (w->format == WEIGHT_BF16) {
+        /* x = hi + lo (two bf16 rows per activation row): one GEMM over 2m columns reads W once,
+         * and y = W hi + W lo is within ~1e-5 of the fp32 product (bf16 alone: ~1e-2) */
+        size_t xn = (size_t)m * (size_t)K, x_bytes = (2 * xn * sizeof(uint16_t) + 255) / 256 * 256;
+        char *s = scratch_get(c, x_bytes + 2 * (size_t)m * (size_t)N * sizeof(float));
+        if (!s)
+            return;
+        uint16_t *xb = (uint16_t *)s;
+        float *y2 = (float *)(s + x_bytes); /* (2m, N): W hi rows, then W lo rows */
+        ASSERT(2 * (int64_t)m <= INT_MAX);
+        if (!CHECK(c, cuda_f32_to_bf16_split(c->stream, x, xb, xb + xn, xn)))
+            return;
+        /* column-major view: Y^T (N x 2m) = W (K x N)^T . X^T (K x 2m) */
+        if (!CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, 2 * m, K, &one, w->data, CUDA_R_16BF,
+                                   K, xb, CUDA_R_16BF, K, &zero, y2, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT)))
+            return;
+        CHECK(c, cuda_sum_halves(c->stream, y2, y2 + (size_t)m * (size_t)N, w->bias, m, N, y));
+        return;
+    } else if (w->format == WEIGHT_F32) {
+        if (!CHECK(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, m, K, &one, w->data, K, x, K, &zero,
+                                  y, N)))
+            return;
+    } else {
+        struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+        CHECK(c, cuda_gemm(c->stream, w->format, &wd, N, K, x, m, y, tile_for_rows(c->tile_linear, m)));
+        return; /* bias added in the kernel's epilogue */
+    }
+    if (w->bias)
+        CHECK(c, cuda_bias_add(c->stream, y, w->bias, m, N));
+}
+
+static void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps,
+                       float *y)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_rmsnorm(c->stream, x, w, rows, dim, eps, y));
+}
+
+static void cu_add_rmsnorm(struct backend *be, float *h, const float *delta, const float *w, int rows,
+                           int dim, float eps, float *y)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_add_rmsnorm(c->stream, h, delta, w, rows, dim, eps, y));
+}
+
+static void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_stride,
+                    const struct rope_args *args, const int32_t *pos)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_rope(c->stream, x, n_tokens, n_heads, head_stride, args, pos));
+}
+
+static void cu_kv_store(struct backend *be, const struct paged_kv *kv, const float *k, const float *v,
+                        int n_tokens, const int32_t *slots)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_kv_store(c->stream, kv, k, v, n_tokens, slots));
+}
+
+static int ceil_div(int64_t a, int64_t b)
+{
+    int64_t r = (a + b - 1) / b;
+    return r > INT_MAX ? INT_MAX : (int)r;
+}
+
+static void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv,
+                         const struct attn_batch *b, int n_heads, float scale, float *out)
+{
+    struct cuda_backend *c = ctx(be);
+    if (b->n_tokens <= 0)
+        return;
+    ASSERT(kv->n_kv_heads > 0 && n_heads % kv->n_kv_heads == 0);
+    int hd = kv->head_dim, group = n_heads / kv->n_kv_heads;
+    int64_t q_rows = (int64_t)b->n_tokens * group;
+
+    struct cuda_attn_cfg cfg = c->attn_prefill;
+    if (!cuda_attention_fit(&cfg, hd, c->smem_budget))
+        PANIC("cuda: no attention tile fits head_dim %d in %zu bytes of shared memory", hd, c->smem_budget);
+    int blocks = ceil_div(q_rows, cfg.rows) * kv->n_kv_heads;
+    int splits = 1;
+    if (c->force_splits > 0 || (c->force_splits == 0 && blocks < c->sm_count)) {
+        /* few query rows: split the keys so that every SM has work (decode) */
+        cfg = c->attn_decode;
+        if (cfg.rows <= 0 || cfg.rows > group)
+            cfg.rows = group; /* a block never mixes tokens: decode rows are one token's heads */
+        if (!cuda_attention_fit(&cfg, hd, c->smem_budget))
+            PANIC("cuda: no decode attention tile fits head_dim %d in %zu bytes", hd, c->smem_budget);
+        int dblocks = ceil_div(q_rows, cfg.rows) * kv->n_kv_heads;
+        splits = c->force_splits > 0 ? c->force_splits : ceil_div(2 * (int64_t)c->sm_count, dblocks);
+        if (splits > 64)
+            splits = 64;
+        if (splits < 1)
+            splits = 1;
+    }
+    float *work = NULL;
+    size_t wf = cuda_attention_workspace_floats(b->n_tokens, n_heads, hd, splits);
+    if (wf && !(work = scratch_get(c, wf * sizeof(float))))
+        return;
+    CHECK(c, cuda_attention(c->stream, q, kv, b, n_heads, scale, out, &cfg, splits, work));
+}
+
+static void cu_silu_mul(struct backend *be, const float *gate, const float *up, int rows, int dim, float *out)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)rows * (size_t)dim, out));
+}
+
+static void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args,
+                         int32_t *ids, float *weights)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_moe_route(c->stream, logits, n_tokens, args, ids, weights));
+}
+
+static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct weight *w0)
+{
+    /* one format and shape per projection: the grouped kernel reads them once */
+    ASSERT(w->format == w0->format && w->rows == w0->rows && w->cols == w0->cols);
+    d->data = w->data;
+    d->scale = w->scale;
+    d->bias = w->bias;
+    d->scale2 = w->scale2;
+}
+
+/* The device table of args' expert weights, uploaded at the layer's first
+ * call and reused after (the table changes only if the arrays do). */
+static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struct moe_args *a)
+{
+    size_t n = (size_t)a->n_experts, bytes = 3 * n * sizeof(struct cuda_wdev);
+    if (c->tmp_cap < 3 * n) {
+        struct cuda_wdev *t = realloc(c->tmp, bytes);
+        if (!t)
+            PANIC("cuda: out of host memory");
+        c->tmp = t;
+        c->tmp_cap = 3 * n;
+    }
+    for (size_t e = 0; e < n; e++) {
+        wdev_from(&c->tmp[e], &a->gate[e], &a->gate[0]);
+        wdev_from(&c->tmp[n + e], &a->up[e], &a->up[0]);
+        wdev_from(&c->tmp[2 * n + e], &a->down[e], &a->down[0]);
+    }
+    struct moe_table *t = NULL;
+    for (int i = 0; i < c->n_tables; i++)
+        if (c->tables[i].key == a->gate && c->tables[i].n_experts == a->n_experts)
+            t = &c->tables[i];
+    if (t && memcmp(t->host, c->tmp, bytes) == 0)
+        return t->dev;
+    if (!t) {
+        if (c->n_tables == c->cap_tables) {
+            int cap = c->cap_tables ? c->cap_tables * 2 : 64;
+            struct moe_table *nt = realloc(c->tables, (size_t)cap * sizeof *nt);
+            if (!nt)
+                PANIC("cuda: out of host memory");
+            c->tables = nt;
+            c->cap_tables = cap;
+        }
+        t = &c->tables[c->n_tables];
+        memset(t, 0, sizeof *t);
+        t->key = a->gate;
+        t->n_experts = a->n_experts;
+        t->host = malloc(bytes);
+        if (!t->host)
+            PANIC("cuda: out of host memory");
+        void *dev = NULL;
+        if (!CHECK(c, cudaMalloc(&dev, bytes))) {
+            free(t->host);
+            return NULL;
+        }
+        t->dev = dev;
+        c->n_tables++;
+    }
+    memcpy(t->host, c->tmp, bytes);
+    /* ordered after the kernels already queued; pageable source is staged before the call returns */
+    if (!CHECK(c, cudaMemcpyAsync(t->dev, t->host, bytes, cudaMemcpyHostToDevice, c->stream)))
+        return NULL;
+    return t->dev;
+}
+
+static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
+                           const float *weights, const struct moe_args *a, float *work, float *out)
+{
+    struct cuda_backend *c = ctx(be);
+    if (n_tokens <= 0)
+        return;
+    int64_t pairs64 = (int64_t)n_tokens * a->n_used;
+    ASSERT(pairs64 < INT_MAX / 4);
+    int pairs = (int)pairs64;
+    size_t D = (size_t)a->d_model, I = (size_t)a->d_expert, n = (size_t)a->n_experts;
+    const struct cuda_wdev *table = moe_table_get(c, a);
+    if (!table)
+        return;
+    double rows_per_expert = (double)pairs / (double)(a->n_experts < pairs ? a->n_experts : pairs);
+    enum cuda_gemm_tile tile = tile_for_rows(c->tile_moe, rows_per_expert);
+    int bm = cuda_gemm_tile_rows(tile);
+    int max_tiles = cuda_moe_max_tiles(pairs, a->n_experts, bm);
+    /* compact layout inside the caller's workspace (backend_moe_workspace_floats) */
+    float *gate = work;
+    float *up = gate + (size_t)pairs * I;
+    float *yg = up + (size_t)pairs * I;
+    int32_t *sorted_pair = (int32_t *)(yg + (size_t)pairs * D);
+    int32_t *row_of_pair = sorted_pair + pairs;
+    int32_t *n_tiles = row_of_pair + pairs;
+    int32_t *tiles = n_tiles + 1;
+    size_t used = (size_t)pairs * (2 * I + D) + 2 * (size_t)pairs + 1 + 3 * (size_t)max_tiles;
+    ASSERT(used <= backend_moe_workspace_floats(n_tokens, a->n_used, a->d_model, a->d_expert));
+    if (!CHECK(c, cuda_moe_sort(c->stream, ids, pairs, a->n_experts, bm, sorted_pair, row_of_pair, tiles,
+                                n_tiles, max_tiles)))
+        return;
+    if (!CHECK(c, cuda_gemm_grouped(c->stream, a->gate[0].format, table, (int64_t)I, (int64_t)D, x,
+                                    sorted_pair, a->n_used, tiles, n_tiles, max_tiles, gate, tile)))
+        return;
+    if (!CHECK(c, cuda_gemm_grouped(c->stream, a->up[0].format, table + n, (int64_t)I, (int64_t)D, x,
+                                    sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, tile)))
+        return;
+    if (!CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)))
+        return;
+    if (!CHECK(c, cuda_gemm_grouped(c->stream, a->down[0].format, table + 2 * n, (int64_t)D, (int64_t)I, gate,
+                                    NULL, 1, tiles, n_tiles, max_tiles, yg, tile)))
+        return;
+    CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
+}
+
+static void cu_add(struct backend *be, float *y, const float *x, size_t n)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_add(c->stream, y, x, n));
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+static void cuda_backend_free(struct cuda_backend *c)
+{
+    if (c->stream)
+        CHECK(c, cudaStreamSynchronize(c->stream));
+    for (size_t i = 0; i < c->n_owned; i++)
+        CHECK(c, cudaFree(c->owned[i]));
+    for (int i = 0; i < c->n_tables; i++) {
+        CHECK(c, cudaFree(c->tables[i].dev));
+        free(c->tables[i].host);
+    }
+    if (c->scratch)
+        CHECK(c, cudaFree(c->scratch));
+    if (c->blas)
+        CHECK(c, cublasDestroy(c->blas));
+    if (c->stream)
+        CHECK(c, cudaStreamDestroy(c->stream));
+    free(c->owned);
+    free(c->tables);
+    free(c->tmp);
+    free(c);
+}
+
+static void cu_destroy(struct backend *be)
+{
+    if (be->impl)
+        cuda_backend_free(ctx(be));
+    be->impl = NULL;
+}
+
+static const struct backend_ops CUDA_OPS = {
+    .name = "cuda",
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .synchronize = cu_synchronize,
+    .weight_load = cu_weight_load,
+    .embed = cu_embed,
+    .linear = cu_linear,
+    .rmsnorm = cu_rmsnorm,
+    .add_rmsnorm = cu_add_rmsnorm,
+    .rope = cu_rope,
+    .kv_store = cu_kv_store,
+    .attention = cu_attention,
+    .silu_mul = cu_silu_mul,
+    .moe_route = cu_moe_route,
+    .moe_experts = cu_moe_experts,
+    .add = cu_add,
+};
+
+/* The compiled tile with the largest tile_m not above the plan's. */
+static enum cuda_gemm_tile gemm_tile_from(const struct op_plan *op)
+{
+    if (op->tile_m >= 64)
+        return CUDA_GEMM_64x64;
+    if (op->tile_m >= 32)
+        return CUDA_GEMM_32x64;
+    return CUDA_GEMM_16x64;
+}
+
+/* The planner's variant names this backend has kernels for: the fp32-FMA
+ * families and cuBLAS; every small op has one portable kernel here. The
+ * tensor-core variants (names with mma, wgmma, tcgen05) do not exist yet,
+ * so the plan must not choose them. */
+static bool cuda_variant_loads(void *ctx_, const char *kernel)
+{
+    (void)ctx_;
+    return !strstr(kernel, "_mma") && !strstr(kernel, "wgmma") && !strstr(kernel, "tcgen05");
+}
+
+/* Reads the kernel configuration out of the plan. A missing entry means the
+ * portable default, said loudly (devices.md, planner rule 4). */
+static void configure_from_plan(struct cuda_backend *c)
+{
+    const struct op_plan *op;
+    c->attn_prefill = (struct cuda_attn_cfg){.rows = 64, .keys = 64, .threads = 128};
+    if ((op = plan_find(&c->plan, "attention_prefill"))) {
+        if (op->tile_m > 0)
+            c->attn_prefill.rows = op->tile_m;
+        if (op->tile_n > 0)
+            c->attn_prefill.keys = op->tile_n;
+        if (op->threads >= 32)
+            c->attn_prefill.threads = op->threads;
+    } else {
+        LOG_WARN("cuda: the plan has no attention_prefill entry; using the portable 64x64 tile");
+    }
+    c->attn_decode = (struct cuda_attn_cfg){.rows = 0, .keys = 64, .threads = 128};
+    if ((op = plan_find(&c->plan, "attention_decode"))) {
+        if (op->tile_m > 0)
+            c->attn_decode.rows = op->tile_m; /* query heads of one KV head per block */
+        if (op->tile_n > 0)
+            c->attn_decode.keys = op->tile_n;
+        if (op->threads >= 32)
+            c->attn_decode.threads = op->threads;
+    } else {
+        LOG_WARN("cuda: the plan has no attention_decode entry; using 64 keys per step");
+    }
+    c->tile_moe = CUDA_GEMM_64x64;
+    if ((op = plan_find(&c->plan, "moe_experts_gemm")))
+        c->tile_moe = gemm_tile_from(op);
+    else
+        LOG_WARN("cuda: the plan has no moe_experts_gemm entry; using the 64x64 fp32 tile");
+    /* "linear" is cuBLAS (no tile) for 16-bit weights; the quantised ones then use the expert tile */
+    c->tile_linear = c->tile_moe;
+    if ((op = plan_find(&c->plan, "linear")) && op->tile_m > 0)
+        c->tile_linear = gemm_tile_from(op);
+}
+
+static enum status budget_from_env(size_t *out, struct err *err)
+{
+    const char *s = getenv("MOESERVE_SMEM_BUDGET");
+    *out = 0;
+    if (!s || !*s)
+        return STATUS_OK;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || !end || *end || v < 1024 || v > (1ull << 30))
+        return err_set(err, STATUS_INVALID, "MOESERVE_SMEM_BUDGET=\"%s\": expected a byte count >= 1024", s);
+    *out = (size_t)v;
+    return STATUS_OK;
+}
+
+int backend_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+enum status backend_cuda_create(struct backend *be, int device, size_t smem_budget, struct err *err)
+{
+    memset(be, 0, sizeof *be);
+    int n = backend_cuda_device_count();
+    if (device < 0 || device >= n)
+        return err_set(err, STATUS_UNSUPPORTED, "cuda: device %d requested, %d CUDA device%s usable", device,
+                       n, n == 1 ? "" : "s");
+    enum status st = STATUS_OK;
+    if (!smem_budget && (st = budget_from_env(&smem_budget, err)))
+        return st;
+    struct cuda_backend *c = calloc(1, sizeof *c);
+    if (!c)
+        return err_set(err, STATUS_NOMEM, "cuda: out of host memory");
+    c->device = device;
+    struct device_caps caps;
+    struct plan_request req = {.smem_budget = smem_budget, .variant_loads = cuda_variant_loads};
+    if ((st = plan_caps_probe(&caps, device, err)) || (st = plan_build_request(&c->plan, &caps, &req, err))) {
+        err_prefix(err, "cuda: planning for device %d", device);
+        free(c);
+        return st;
+    }
+    if (!CHECK(c, cudaSetDevice(device)) ||
+        !CHECK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking))) {
+        st = cuda_sink_status(&c->sink, err);
+        cuda_backend_free(c);
+        return st;
+    }
+    if (!CHECK(c, cublasCreate(&c->blas)) || !CHECK(c, cublasSetStream(c->blas, c->stream)) ||
+        !CHECK(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH))) {
+        st = cuda_sink_status(&c->sink, err);
+        cuda_backend_free(c);
+        return st;
+    }
+    c->smem_budget = c->plan.smem_budget ? c->plan.smem_budget : c->plan.caps.smem_per_block_optin;
+    if (!c->smem_budget)
+        c->smem_budget = 48 * 1024;
+    c->sm_count = c->plan.caps.sm_count;
+    if (c->sm_count <= 0 &&
+        !CHECK(c, cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device)))
+        c->sm_count = 1;
+    configure_from_plan(c);
+    LOG_INFO("cuda: device %d (%s), %d SMs, shared-memory budget %zu bytes/block; attention prefill %dx%d "
+             "(%d threads), decode %d keys (%d threads)",
+             device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows,
+             c->attn_prefill.keys, c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads);
+    be->ops = &CUDA_OPS;
+    be->impl = c;
+    return STATUS_OK;
+}
+
+enum status backend_cuda_status(const struct backend *be, struct err *err)
+{
+    return cuda_sink_status(&((const struct cuda_backend *)be->impl)->sink, err);
+}
+
+const struct plan *backend_cuda_plan(const struct backend *be)
+{
+    return &((const struct cuda_backend *)be->impl)->plan;
+}
+
+void backend_cuda_set_attention_splits(struct backend *be, int n)
+{
+    ctx(be)->force_splits = n;
+}

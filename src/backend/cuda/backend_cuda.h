@@ -1,0 +1,43 @@
+/* backend_cuda.h — the CUDA backend: every op of struct backend_ops on one GPU.
+ *
+ * Exists only in a build with MOESERVE_HAVE_CUDA. At creation the backend
+ * probes its device and builds a struct plan (plan/plan.h); every kernel
+ * takes its tile, thread count and shared-memory budget from that plan and
+ * never looks at the compute capability. Weights are copied to the device
+ * once, in their file format (DESIGN.md decision 3); activations stay fp32.
+ *
+ * Errors: ops return nothing, so the first failing CUDA/cuBLAS call is
+ * recorded (with file:line) and logged; backend_cuda_status() returns it.
+ *
+ * defines: backend_cuda_create(), backend_cuda_device_count(), backend_cuda_status(),
+ *          backend_cuda_plan(), backend_cuda_set_attention_splits()
+ */
+#ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
+#define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "plan/plan.h"
+
+/* Creates the backend on CUDA device `device`. smem_budget (bytes per block)
+ * lowers the planner's shared-memory budget, so an H200 can run the tiles
+ * an sm_120 would get; 0 = the environment variable MOESERVE_SMEM_BUDGET if
+ * set, else the device's own opt-in limit. */
+enum status backend_cuda_create(struct backend *be, int device, size_t smem_budget, struct err *err);
+
+/* Usable CUDA devices; 0 without a driver or a GPU (never fails). */
+int backend_cuda_device_count(void);
+
+/* STATUS_OK, or the first CUDA/cuBLAS failure of an op on this backend. */
+enum status backend_cuda_status(const struct backend *be, struct err *err);
+
+/* The plan the backend's kernels follow (borrowed, lives as long as be). */
+const struct plan *backend_cuda_plan(const struct backend *be);
+
+/* For tests: n > 0 forces the split-K (decode) attention kernel with n key
+ * splits, -1 forces the unsplit (prefill) kernel, 0 restores the automatic
+ * choice. */
+void backend_cuda_set_attention_splits(struct backend *be, int n);
+
+#endif

@@ -1,0 +1,331 @@
+/* cuda_attention.cu — causal GQA attention over the paged KV cache, fp32.
+ *
+ * One kernel, two uses:
+ *  - prefill (n_splits == 1): a block takes `rows` query rows of one KV head
+ *    (rows are (token, head-of-the-group) pairs, token-major) and walks the
+ *    keys 0..max(pos) of their sequence in steps of `keys`, staging each
+ *    step's K and V in dynamic shared memory once for all its rows: a
+ *    tile_m x tile_n flash-attention tile with an online softmax.
+ *  - decode (n_splits > 1): the same blocks, but each also takes one of
+ *    n_splits contiguous key ranges (split-K), writes its unnormalised
+ *    partial (max, sum, acc[head_dim]) to a workspace, and attn_merge_kernel
+ *    combines the splits. This keeps the GPU busy when there are few query
+ *    rows and long contexts.
+ * The batch may mix sequences: a block whose rows belong to several
+ * sequences processes them one sequence at a time (each K/V tile is staged
+ * for one sequence), so any batch is correct; the usual batch (one
+ * sequence's tokens contiguous) needs one pass.
+ *
+ * Layout per block (floats): Q[rows][hd], O[rows][hd], K[keys][hd+1] (the
+ * +1 keeps the per-lane key reads free of bank conflicts), V[keys][hd],
+ * m[rows], l[rows], P[warps][keys]; ints: token, pos, seq, done per row.
+ * Warp w owns rows w, w + warps, ...: lanes split the keys for the scores
+ * and the head dimension for the P.V update. head_dim is a run-time value.
+ *
+ * Deliberately not here: tensor cores (bf16/fp16 K/V), a KV cache in any
+ * type but fp32, sliding windows.
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+struct attn_params {
+    const float *q;  /* (n_tokens, n_heads, hd) */
+    const float *kc; /* (slots, n_kv, hd) */
+    const float *vc;
+    const int32_t *pos, *seq, *table;
+    int max_blocks, block_size, n_kv, hd;
+    int n_tokens, n_heads, group;
+    int rows, keys;
+    float scale;
+    int n_splits;
+    float *out;  /* (n_tokens, n_heads, hd) when n_splits == 1 */
+    float *part; /* (n_splits, n_tokens, n_heads, hd + 2) otherwise */
+};
+
+__host__ __device__ inline size_t attn_smem_floats(int rows, int keys, int hd, int warps)
+{
+    return (size_t)rows * hd * 2 + (size_t)keys * (hd + 1) + (size_t)keys * hd + (size_t)rows * 2 +
+           (size_t)warps * keys + (size_t)rows * 4 /* ints */;
+}
+
+__global__ void attn_kernel(attn_params p)
+{
+    extern __shared__ float smem[];
+    const int R = p.rows, TN = p.keys, hd = p.hd;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *Qs = smem;
+    float *Os = Qs + (size_t)R * hd;
+    float *Ks = Os + (size_t)R * hd;
+    float *Vs = Ks + (size_t)TN * (hd + 1);
+    float *Ms = Vs + (size_t)TN * hd;
+    float *Ls = Ms + R;
+    float *Ps = Ls + R;
+    int *rtok = (int *)(Ps + (size_t)warps * TN);
+    int *rpos = rtok + R;
+    int *rseq = rpos + R;
+    int *rdone = rseq + R;
+    __shared__ int s_cur, s_kmax;
+
+    const int g = blockIdx.y, split = blockIdx.z;
+    const int64_t row0 = (int64_t)blockIdx.x * R, total = (int64_t)p.n_tokens * p.group;
+
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+        int64_t rg = row0 + r;
+        if (rg < total) {
+            int t = (int)(rg / p.group);
+            rtok[r] = t;
+            rpos[r] = p.pos[t];
+            rseq[r] = p.seq[t];
+            rdone[r] = 0;
+        } else {
+            rtok[r] = -1;
+            rpos[r] = -1;
+            rseq[r] = -1;
+            rdone[r] = 1;
+        }
+        Ms[r] = -INFINITY;
+        Ls[r] = 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * hd; i += blockDim.x) {
+        int r = i / hd, d = i % hd;
+        float qv = 0.0f;
+        if (rtok[r] >= 0) {
+            int h = g * p.group + (int)((row0 + r) % p.group);
+            qv = p.q[((size_t)rtok[r] * p.n_heads + h) * hd + d];
+        }
+        Qs[i] = qv;
+        Os[i] = 0.0f;
+    }
+
+    for (;;) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            /* the next sequence among the rows not yet done, and its last key */
+            int cur = -1, kmax = -1;
+            for (int r = 0; r < R; r++) {
+                if (rdone[r])
+                    continue;
+                if (cur < 0)
+                    cur = rseq[r];
+                if (rseq[r] == cur && rpos[r] > kmax)
+                    kmax = rpos[r];
+            }
+            s_cur = cur;
+            s_kmax = kmax;
+        }
+        __syncthreads();
+        const int cur = s_cur;
+        if (cur < 0)
+            break;
+        const int klen = s_kmax + 1;
+        int lo = 0, hi = klen;
+        if (p.n_splits > 1) {
+            int chunk = (klen + p.n_splits - 1) / p.n_splits;
+            lo = split * chunk < klen ? split * chunk : klen;
+            hi = lo + chunk < klen ? lo + chunk : klen;
+        }
+        const int32_t *blocks = p.table + (size_t)cur * p.max_blocks;
+        for (int k0 = lo; k0 < hi; k0 += TN) {
+            const int nk = hi - k0 < TN ? hi - k0 : TN;
+            for (int i = threadIdx.x; i < nk * hd; i += blockDim.x) {
+                int j = i / hd, d = i % hd, kk = k0 + j;
+                size_t slot = (size_t)blocks[kk / p.block_size] * p.block_size + (size_t)(kk % p.block_size);
+                size_t src = (slot * p.n_kv + g) * hd + d;
+                Ks[(size_t)j * (hd + 1) + d] = p.kc[src];
+                Vs[(size_t)j * hd + d] = p.vc[src];
+            }
+            __syncthreads();
+            float *Pw = Ps + (size_t)warp * TN;
+            for (int r = warp; r < R; r += warps) {
+                if (rdone[r] || rseq[r] != cur || rpos[r] < k0)
+                    continue;
+                const int nv = rpos[r] - k0 + 1 < nk ? rpos[r] - k0 + 1 : nk; /* causal: keys <= pos */
+                const float *qr = Qs + (size_t)r * hd;
+                float mloc = -INFINITY;
+                for (int j = lane; j < nv; j += 32) {
+                    const float *kr = Ks + (size_t)j * (hd + 1);
+                    float dot = 0.0f;
+                    for (int d = 0; d < hd; d++)
+                        dot = fmaf(qr[d], kr[d], dot);
+                    float s = dot * p.scale;
+                    Pw[j] = s;
+                    mloc = fmaxf(mloc, s);
+                }
+                mloc = warp_max(mloc);
+                const float m_old = Ms[r];
+                const float m_new = fmaxf(m_old, mloc);
+                const float alpha = expf(m_old - m_new); /* 0 on the first tile (m_old = -inf) */
+                float lsum = 0.0f;
+                for (int j = lane; j < nv; j += 32) {
+                    float e = expf(Pw[j] - m_new);
+                    Pw[j] = e;
+                    lsum += e;
+                }
+                lsum = warp_sum(lsum);
+                __syncwarp();
+                float *orow = Os + (size_t)r * hd;
+                for (int d = lane; d < hd; d += 32) {
+                    float a = orow[d] * alpha;
+                    for (int j = 0; j < nv; j++)
+                        a = fmaf(Pw[j], Vs[(size_t)j * hd + d], a);
+                    orow[d] = a;
+                }
+                if (lane == 0) {
+                    Ms[r] = m_new;
+                    Ls[r] = Ls[r] * alpha + lsum;
+                }
+                __syncwarp();
+            }
+            __syncthreads(); /* K/V are overwritten by the next step */
+        }
+        for (int r = threadIdx.x; r < R; r += blockDim.x)
+            if (!rdone[r] && rseq[r] == cur)
+                rdone[r] = 1;
+    }
+
+    /* every row's state is final; write it out */
+    for (int i = threadIdx.x; i < R * hd; i += blockDim.x) {
+        int r = i / hd, d = i % hd;
+        if (rtok[r] < 0)
+            continue;
+        int h = g * p.group + (int)((row0 + r) % p.group);
+        size_t th = (size_t)rtok[r] * p.n_heads + h;
+        if (p.n_splits == 1) {
+            p.out[th * hd + d] = Os[i] / Ls[r];
+        } else {
+            float *dst = p.part + ((size_t)split * p.n_tokens * p.n_heads + th) * (size_t)(hd + 2);
+            if (d == 0) {
+                dst[0] = Ms[r];
+                dst[1] = Ls[r];
+            }
+            dst[2 + d] = Os[i];
+        }
+    }
+}
+
+/* out[t, h, :] from the n_splits partials of (t, h); one block per (t, h). */
+__global__ void attn_merge_kernel(const float *part, int n_splits, int n_th, int hd, float *out)
+{
+    size_t th = blockIdx.x;
+    size_t stride = (size_t)n_th * (hd + 2);
+    const float *p0 = part + th * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        M = fmaxf(M, p0[s * stride]);
+    float l = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float *ps = p0 + s * stride;
+        if (ps[1] > 0.0f)
+            l += ps[1] * expf(ps[0] - M);
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float *ps = p0 + s * stride;
+            if (ps[1] > 0.0f)
+                a += ps[2 + d] * expf(ps[0] - M);
+        }
+        out[th * hd + d] = a / l;
+    }
+}
+
+} // namespace
+
+extern "C" int cuda_attention_fit(struct cuda_attn_cfg *cfg, int head_dim, size_t budget)
+{
+    if (cfg->threads < 32)
+        cfg->threads = 32;
+    cfg->threads = (cfg->threads / 32) * 32;
+    if (cfg->threads > 1024)
+        cfg->threads = 1024;
+    if (cfg->rows < 1)
+        cfg->rows = 1;
+    if (cfg->keys < 1)
+        cfg->keys = 1;
+    budget = budget > 256 ? budget - 256 : 0; /* room for the kernel's static shared variables */
+    for (;;) {
+        size_t bytes = attn_smem_floats(cfg->rows, cfg->keys, head_dim, cfg->threads / 32) * 4;
+        if (bytes <= budget) {
+            cfg->smem_bytes = bytes;
+            return 1;
+        }
+        /* keys first (down to 32), then rows (down to one per warp), then both to 1 */
+        if (cfg->keys > 32)
+            cfg->keys /= 2;
+        else if (cfg->rows > cfg->threads / 32)
+            cfg->rows /= 2;
+        else if (cfg->keys > 1)
+            cfg->keys /= 2;
+        else if (cfg->rows > 1)
+            cfg->rows /= 2;
+        else if (cfg->threads > 32)
+            cfg->threads /= 2;
+        else
+            return 0;
+    }
+}
+
+extern "C" size_t cuda_attention_workspace_floats(int n_tokens, int n_heads, int head_dim, int n_splits)
+{
+    if (n_splits <= 1)
+        return 0;
+    return (size_t)n_splits * (size_t)n_tokens * (size_t)n_heads * (size_t)(head_dim + 2);
+}
+
+extern "C" cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct paged_kv *kv,
+                                      const struct attn_batch *b, int n_heads, float scale, float *out,
+                                      const struct cuda_attn_cfg *cfg, int n_splits, float *work)
+{
+    if (b->n_tokens <= 0)
+        return cudaSuccess;
+    if (n_heads % kv->n_kv_heads || n_splits < 1 || n_splits > 65535 || kv->n_kv_heads > 65535 ||
+        (n_splits > 1 && !work))
+        return cudaErrorInvalidValue;
+    attn_params p;
+    p.q = q;
+    p.kc = kv->k;
+    p.vc = kv->v;
+    p.pos = b->pos;
+    p.seq = b->seq;
+    p.table = b->block_table;
+    p.max_blocks = b->max_blocks;
+    p.block_size = kv->block_size;
+    p.n_kv = kv->n_kv_heads;
+    p.hd = kv->head_dim;
+    p.n_tokens = b->n_tokens;
+    p.n_heads = n_heads;
+    p.group = n_heads / kv->n_kv_heads;
+    p.rows = cfg->rows;
+    p.keys = cfg->keys;
+    p.scale = scale;
+    p.n_splits = n_splits;
+    p.out = out;
+    p.part = work;
+    if (cfg->smem_bytes != attn_smem_floats(cfg->rows, cfg->keys, p.hd, cfg->threads / 32) * 4)
+        return cudaErrorInvalidValue; /* not fitted for this head_dim */
+    if (cfg->smem_bytes > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)cfg->smem_bytes);
+        if (e != cudaSuccess)
+            return e;
+    }
+    int64_t row_tiles = ((int64_t)p.n_tokens * p.group + p.rows - 1) / p.rows;
+    if (row_tiles > 0x7fffffff)
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)row_tiles, (unsigned)p.n_kv, (unsigned)n_splits);
+    attn_kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
+    if (n_splits > 1) {
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+        int n_th = p.n_tokens * n_heads;
+        unsigned threads = p.hd >= 128 ? 128u : p.hd > 32 ? 64u : 32u;
+        attn_merge_kernel<<<(unsigned)n_th, threads, 0, stream>>>(work, n_splits, n_th, p.hd, out);
+    }
+    return CUDA_LAUNCH_RESULT();
+}

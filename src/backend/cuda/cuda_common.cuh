@@ -1,0 +1,154 @@
+/* cuda_common.cuh — device helpers shared by the .cu files (never included from C).
+ *
+ * Number decoders that are bit-exact with base/dtype.h (E4M3, E2M1, BF16,
+ * F16 -> f32), the weight loaders every GEMM uses (one element, or 8
+ * consecutive elements of a row when K % 8 == 0), and warp/block reductions.
+ * Arithmetic that must match the CPU reference rounding for rounding uses
+ * the explicit __f*_rn intrinsics, which nvcc never contracts into FMAs.
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_COMMON_CUH
+#define MOESERVE_BACKEND_CUDA_CUDA_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.h"
+
+#define CUDA_LAUNCH_RESULT() cudaGetLastError()
+
+static inline unsigned cuda_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 1048576 ? 1048576 : (b ? b : 1)); /* grid-stride loops cover the rest */
+}
+
+/* OCP E4M3 "fn" (bias 7, S.1111.111 = NaN), exactly as e4m3_to_f32(). */
+__device__ __forceinline__ float dev_e4m3(uint32_t b)
+{
+    uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float f;
+    if (e == 15u && m == 7u)
+        f = __uint_as_float(0x7fc00000u);
+    else if (e == 0u)
+        f = (float)m * 0x1p-9f;
+    else
+        f = __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -f : f;
+}
+
+/* E2M1: magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign. */
+__device__ __forceinline__ float dev_e2m1(uint32_t c)
+{
+    uint32_t e = (c >> 1) & 3u, m = c & 1u;
+    float f = e ? __uint_as_float(((e + 126u) << 23) | (m << 22)) : (m ? 0.5f : 0.0f);
+    return (c & 8u) ? -f : f;
+}
+
+__device__ __forceinline__ float dev_bf16(uint32_t h)
+{
+    return __uint_as_float(h << 16);
+}
+
+__device__ __forceinline__ float dev_f16(uint32_t h)
+{
+    return __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* W[n, k] as fp32 (NVFP4 without scale2, which the callers apply to the sum). */
+template <int FMT>
+__device__ __forceinline__ float w_load1(const cuda_wdev &w, int64_t n, int64_t k, int64_t K)
+{
+    if constexpr (FMT == WEIGHT_F32) {
+        return ((const float *)w.data)[n * K + k];
+    } else if constexpr (FMT == WEIGHT_BF16) {
+        return dev_bf16(((const uint16_t *)w.data)[n * K + k]);
+    } else if constexpr (FMT == WEIGHT_F16) {
+        return dev_f16(((const uint16_t *)w.data)[n * K + k]);
+    } else if constexpr (FMT == WEIGHT_FP8_BLOCK) {
+        const float *sc = (const float *)w.scale;
+        int64_t kb = (K + 127) / 128;
+        return dev_e4m3(((const uint8_t *)w.data)[n * K + k]) * sc[(n / 128) * kb + k / 128];
+    } else {
+        uint32_t byte = ((const uint8_t *)w.data)[n * (K / 2) + k / 2];
+        uint32_t code = (k & 1) ? (byte >> 4) : (byte & 15u);
+        return dev_e2m1(code) * dev_e4m3(((const uint8_t *)w.scale)[n * (K / 16) + k / 16]);
+    }
+}
+
+/* W[n, k .. k+8) as fp32; needs K % 8 == 0 and k % 8 == 0 (so every load is
+ * aligned to its width: rows start on 32-byte (f32), 16-byte (16-bit),
+ * 8-byte (fp8) and 4-byte (nvfp4) boundaries of a cudaMalloc'ed base). */
+template <int FMT>
+__device__ __forceinline__ void w_load8(const cuda_wdev &w, int64_t n, int64_t k, int64_t K, float v[8])
+{
+    if constexpr (FMT == WEIGHT_F32) {
+        const float4 *p = (const float4 *)((const float *)w.data + n * K + k);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else if constexpr (FMT == WEIGHT_BF16 || FMT == WEIGHT_F16) {
+        uint4 u = __ldg((const uint4 *)((const uint16_t *)w.data + n * K + k));
+        uint32_t q[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if constexpr (FMT == WEIGHT_BF16) {
+                v[2 * i] = dev_bf16(q[i] & 0xffffu);
+                v[2 * i + 1] = dev_bf16(q[i] >> 16);
+            } else {
+                v[2 * i] = dev_f16(q[i] & 0xffffu);
+                v[2 * i + 1] = dev_f16(q[i] >> 16);
+            }
+        }
+    } else if constexpr (FMT == WEIGHT_FP8_BLOCK) {
+        uint2 u = __ldg((const uint2 *)((const uint8_t *)w.data + n * K + k));
+        const float *sc = (const float *)w.scale;
+        float s = __ldg(sc + (n / 128) * ((K + 127) / 128) + k / 128);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[i] = dev_e4m3((u.x >> (8 * i)) & 255u) * s;
+            v[4 + i] = dev_e4m3((u.y >> (8 * i)) & 255u) * s;
+        }
+    } else {
+        uint32_t u = __ldg((const uint32_t *)((const uint8_t *)w.data + n * (K / 2) + k / 2));
+        float s = dev_e4m3(__ldg((const uint8_t *)w.scale + n * (K / 16) + k / 16));
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = dev_e2m1((u >> (4 * i)) & 15u) * s; /* low nibble first */
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
+__device__ __forceinline__ double block_sum_double(double v)
+{
+    __shared__ double part[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < nw; i++) /* same order in every thread: identical results */
+        s += part[i];
+    return s;
+}
+
+#endif

@@ -1,0 +1,168 @@
+/* cuda_elementwise.cu — memory-bound element-wise ops: embedding gather, add,
+ * SiLU * up, bias add, fp32 -> bf16 hi + lo split and the sum of the two
+ * halves of a split GEMM, paged KV store.
+ *
+ * Grid-stride loops, 256 threads; no shared memory. Rounding matches the
+ * CPU reference exactly (no fused multiply-adds where the CPU has none).
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+template <int FMT>
+__global__ void embed_kernel(const void *table, int64_t dim, const int32_t *tokens, int n, float *out)
+{
+    size_t total = (size_t)n * (size_t)dim;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / (size_t)dim, j = i % (size_t)dim;
+        size_t src = (size_t)tokens[t] * (size_t)dim + j;
+        if constexpr (FMT == WEIGHT_F32)
+            out[i] = ((const float *)table)[src];
+        else if constexpr (FMT == WEIGHT_BF16)
+            out[i] = dev_bf16(((const uint16_t *)table)[src]);
+        else
+            out[i] = dev_f16(((const uint16_t *)table)[src]);
+    }
+}
+
+__global__ void add_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void silu_mul_kernel(const float *gate, const float *up, size_t n, float *out)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        /* g / (1 + expf(-g)) * up, rounded step by step as the CPU does */
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+    }
+}
+
+__global__ void bias_add_kernel(float *y, const float *bias, int rows, int64_t cols)
+{
+    size_t total = (size_t)rows * (size_t)cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], bias[i % (size_t)cols]);
+}
+
+/* Nearest even, as f32_to_bf16() of base/dtype.h; NaN stays a quiet NaN. */
+__device__ __forceinline__ uint16_t dev_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__global__ void f32_to_bf16_split_kernel(const float *x, uint16_t *hi, uint16_t *lo, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        uint16_t h = dev_to_bf16(v);
+        hi[i] = h;
+        lo[i] = dev_to_bf16(__fsub_rn(v, dev_bf16(h))); /* exact residual, rounded once more */
+    }
+}
+
+__global__ void sum_halves_kernel(const float *a, const float *b, const float *bias, int rows, int64_t cols,
+                                  float *y)
+{
+    size_t total = (size_t)rows * (size_t)cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = __fadd_rn(a[i], b[i]);
+        y[i] = bias ? __fadd_rn(v, bias[i % (size_t)cols]) : v;
+    }
+}
+
+__global__ void kv_store_kernel(float *kc, float *vc, const float *k, const float *v, int n_tokens,
+                                int64_t row, const int32_t *slots)
+{
+    size_t total = (size_t)n_tokens * (size_t)row;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / (size_t)row, j = i % (size_t)row;
+        size_t dst = (size_t)slots[t] * (size_t)row + j;
+        kc[dst] = k[i];
+        vc[dst] = v[i];
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_embed(cudaStream_t stream, enum weight_format fmt, const void *table, int64_t dim,
+                                  const int32_t *tokens, int n, float *out)
+{
+    if (n <= 0 || dim <= 0)
+        return cudaSuccess;
+    unsigned g = cuda_blocks((size_t)n * (size_t)dim, 256);
+    switch (fmt) {
+    case WEIGHT_F32: embed_kernel<WEIGHT_F32><<<g, 256, 0, stream>>>(table, dim, tokens, n, out); break;
+    case WEIGHT_BF16: embed_kernel<WEIGHT_BF16><<<g, 256, 0, stream>>>(table, dim, tokens, n, out); break;
+    case WEIGHT_F16: embed_kernel<WEIGHT_F16><<<g, 256, 0, stream>>>(table, dim, tokens, n, out); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_add(cudaStream_t stream, float *y, const float *x, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    add_kernel<<<cuda_blocks(n, 256), 256, 0, stream>>>(y, x, n);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_silu_mul(cudaStream_t stream, const float *gate, const float *up, size_t n,
+                                     float *out)
+{
+    if (!n)
+        return cudaSuccess;
+    silu_mul_kernel<<<cuda_blocks(n, 256), 256, 0, stream>>>(gate, up, n, out);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_bias_add(cudaStream_t stream, float *y, const float *bias, int rows, int64_t cols)
+{
+    if (rows <= 0 || cols <= 0)
+        return cudaSuccess;
+    bias_add_kernel<<<cuda_blocks((size_t)rows * (size_t)cols, 256), 256, 0, stream>>>(y, bias, rows, cols);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_f32_to_bf16_split(cudaStream_t stream, const float *x, uint16_t *hi, uint16_t *lo,
+                                              size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    f32_to_bf16_split_kernel<<<cuda_blocks(n, 256), 256, 0, stream>>>(x, hi, lo, n);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_sum_halves(cudaStream_t stream, const float *a, const float *b, const float *bias,
+                                       int rows, int64_t cols, float *y)
+{
+    if (rows <= 0 || cols <= 0)
+        return cudaSuccess;
+    sum_halves_kernel<<<cuda_blocks((size_t)rows * (size_t)cols, 256), 256, 0, stream>>>(a, b, bias, rows,
+                                                                                         cols, y);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_kv_store(cudaStream_t stream, const struct paged_kv *kv, const float *k,
+                                     const float *v, int n_tokens, const int32_t *slots)
+{
+    int64_t row = (int64_t)kv->n_kv_heads * kv->head_dim;
+    if (n_tokens <= 0 || row <= 0)
+        return cudaSuccess;
+    kv_store_kernel<<<cuda_blocks((size_t)n_tokens * (size_t)row, 256), 256, 0, stream>>>(
+        kv->k, kv->v, k, v, n_tokens, row, slots);
+    return CUDA_LAUNCH_RESULT();
+}

@@ -1,0 +1,135 @@
+/* cuda_kernels.h — the plain C launchers of the CUDA kernels, one .cu per op family.
+ *
+ * Every launcher enqueues on `stream`, checks its arguments' shapes only as
+ * far as a launch needs, and returns the launch's cudaError_t (the caller
+ * checks it with CUDA_CHECK). Pointers are device memory unless a comment
+ * says otherwise. Templates and kernels stay inside the .cu files.
+ *
+ * defines: struct cuda_wdev, struct cuda_attn_cfg, enum cuda_gemm_tile,
+ *          cuda_embed(), cuda_add(), cuda_silu_mul(), cuda_bias_add(), cuda_f32_to_bf16_split(),
+ *          cuda_sum_halves(), cuda_kv_store() (cuda_elementwise.cu); cuda_rmsnorm(), cuda_add_rmsnorm()
+ * (cuda_norm.cu); cuda_rope() (cuda_rope.cu); cuda_attention_fit(), cuda_attention_workspace_floats(),
+ *          cuda_attention() (cuda_attention.cu); cuda_moe_route() (cuda_moe_route.cu);
+ *          cuda_gemm(), cuda_gemm_grouped(), cuda_gemm_tile_rows() (cuda_gemm.cu);
+ *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu)
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_KERNELS_H
+#define MOESERVE_BACKEND_CUDA_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One weight matrix (or one expert's) as the kernels read it; format and
+ * shape are passed beside it. */
+struct cuda_wdev {
+    const void *data;  /* see enum weight_format */
+    const void *scale; /* FP8_BLOCK f32 [ceil(N/128), ceil(K/128)]; NVFP4 e4m3 [N, K/16]; else NULL */
+    const float *bias; /* (N) or NULL */
+    float scale2;      /* NVFP4 global scale, applied to the fp32 sum; 1 otherwise */
+};
+
+/* ---- cuda_elementwise.cu ---- */
+/* out[i, :] = table[tokens[i], :]; table F32, BF16 or F16 [*, dim]. */
+cudaError_t cuda_embed(cudaStream_t stream, enum weight_format fmt, const void *table, int64_t dim,
+                       const int32_t *tokens, int n, float *out);
+/* y[i] += x[i] */
+cudaError_t cuda_add(cudaStream_t stream, float *y, const float *x, size_t n);
+/* out[i] = silu(gate[i]) * up[i]; out may be gate */
+cudaError_t cuda_silu_mul(cudaStream_t stream, const float *gate, const float *up, size_t n, float *out);
+/* y[r, n] += bias[n] for y (rows, cols) */
+cudaError_t cuda_bias_add(cudaStream_t stream, float *y, const float *bias, int rows, int64_t cols);
+/* x[i] ~= hi[i] + lo[i] in bf16: hi = bf16(x), lo = bf16(x - hi) (nearest even; about 16
+ * significant bits together, where bf16 alone keeps 8) */
+cudaError_t cuda_f32_to_bf16_split(cudaStream_t stream, const float *x, uint16_t *hi, uint16_t *lo, size_t n);
+/* y[r, c] = a[r, c] + b[r, c] (+ bias[c]) for (rows, cols); y may be a */
+cudaError_t cuda_sum_halves(cudaStream_t stream, const float *a, const float *b, const float *bias, int rows,
+                            int64_t cols, float *y);
+/* kv->k[slots[t], :] = k[t, :], same for v; kv is a host struct of device pointers */
+cudaError_t cuda_kv_store(cudaStream_t stream, const struct paged_kv *kv, const float *k, const float *v,
+                          int n_tokens, const int32_t *slots);
+
+/* ---- cuda_norm.cu ---- */
+cudaError_t cuda_rmsnorm(cudaStream_t stream, const float *x, const float *w, int rows, int dim, float eps,
+                         float *y);
+cudaError_t cuda_add_rmsnorm(cudaStream_t stream, float *h, const float *delta, const float *w, int rows,
+                             int dim, float eps, float *y);
+
+/* ---- cuda_rope.cu ---- */
+/* args is a host struct; args->inv_freq and pos are device pointers. */
+cudaError_t cuda_rope(cudaStream_t stream, float *x, int n_tokens, int n_heads, int head_stride,
+                      const struct rope_args *args, const int32_t *pos);
+
+/* ---- cuda_attention.cu ---- */
+/* A tile configuration of the attention kernel. rows: query rows (token x
+ * head of one KV group) per block; keys: keys staged per step. */
+struct cuda_attn_cfg {
+    int rows;
+    int keys;
+    int threads;       /* multiple of 32 */
+    size_t smem_bytes; /* filled by cuda_attention_fit() */
+};
+/* Shrinks cfg (keys first, then rows) until its dynamic shared memory for
+ * head_dim fits in budget; false if nothing fits. */
+int cuda_attention_fit(struct cuda_attn_cfg *cfg, int head_dim, size_t budget);
+/* Floats of workspace cuda_attention needs for n_splits > 1 (0 otherwise). */
+size_t cuda_attention_workspace_floats(int n_tokens, int n_heads, int head_dim, int n_splits);
+/* Causal paged GQA attention (see backend_ops.attention). kv and b are host
+ * structs of device pointers. n_splits == 1: the tiled (prefill) kernel
+ * writes out directly; n_splits > 1: every block handles one of n_splits key
+ * ranges and a second kernel merges the partial softmaxes kept in work. cfg
+ * must have passed cuda_attention_fit(). */
+cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct paged_kv *kv,
+                           const struct attn_batch *b, int n_heads, float scale, float *out,
+                           const struct cuda_attn_cfg *cfg, int n_splits, float *work);
+
+/* ---- cuda_moe_route.cu ---- */
+/* args is a host struct; args->correction_bias is a device pointer (or NULL). */
+cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
+                           const struct route_args *args, int32_t *ids, float *weights);
+
+/* ---- cuda_gemm.cu ---- */
+/* Tile shapes of the fp32-FMA GEMM (rows x output features, 256 threads): the
+ * planner's fp32 family has tile_m 16, 32 or 64. */
+enum cuda_gemm_tile { CUDA_GEMM_16x64, CUDA_GEMM_32x64, CUDA_GEMM_64x64, CUDA_GEMM_TILE_COUNT };
+int cuda_gemm_tile_rows(enum cuda_gemm_tile t);
+/* y[i, :N] = x[i, :K] W^T (+ bias) for i < m; W in format fmt, read as stored
+ * (dequantised in registers, fp32 accumulation). m <= 8 runs a GEMV kernel
+ * (one warp per output feature), larger m the tiled kernel. x, y dense. */
+cudaError_t cuda_gemm(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w, int64_t N,
+                      int64_t K, const float *x, int m, float *y, enum cuda_gemm_tile tile);
+/* Grouped GEMM over row tiles: tile i (i < *n_tiles, at most max_tiles) is
+ * tiles[3i..3i+2] = {expert, first row, rows}; its rows r read x row
+ * (x_rows ? x_rows[r] / x_row_div : r) and write y row r, with the weight
+ * table[expert] (device array). */
+cudaError_t cuda_gemm_grouped(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
+                              int64_t N, int64_t K, const float *x, const int32_t *x_rows, int x_row_div,
+                              const int32_t *tiles, const int32_t *n_tiles, int max_tiles, float *y,
+                              enum cuda_gemm_tile tile);
+
+/* ---- cuda_moe.cu ---- */
+/* Upper bound on row tiles for pairs (token, slot) pairs over n_experts. */
+int cuda_moe_max_tiles(int pairs, int n_experts, int tile_rows);
+/* Counting sort of the pairs by expert: sorted_pair[r] = pair of compact row
+ * r (rows grouped by ascending expert), row_of_pair[p] = its row; tiles and
+ * *n_tiles as cuda_gemm_grouped wants them. */
+cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, int n_experts, int tile_rows,
+                          int32_t *sorted_pair, int32_t *row_of_pair, int32_t *tiles, int32_t *n_tiles,
+                          int max_tiles);
+/* out[t, :] = sum over the token's slots in ascending expert id of
+ * weights[t, j] * y[row_of_pair[t * n_used + j], :] */
+cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const float *weights, int n_tokens,
+                             int n_used, int dim, const int32_t *row_of_pair, const float *y, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,194 @@
+/* cuda_moe_route.cu — router scores -> top-k expert ids and weights, one block per token.
+ *
+ * Mirrors route_one() of backend_cpu.c step by step: softmax (max, expf,
+ * double sum, double division) or sigmoid; selection scores = prob +
+ * correction bias; optional grouped selection (a group scores the sum of its
+ * two best selection scores, the topk_group best groups stay); top-k by
+ * repeated arg-max with ties to the lower expert id; weights are the
+ * unbiased probabilities, renormalised in double (+ eps) and scaled. The
+ * small serial parts (group scores, the final k weights) run on one thread
+ * in the CPU's order so that the results are the same numbers.
+ *
+ * Limits (checked by the launcher): n_experts <= 4096, n_used <= 64,
+ * n_group <= 64 and dividing n_experts.
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+enum { ROUTE_MAX_E = 4096, ROUTE_MAX_K = 64, ROUTE_MAX_G = 64, ROUTE_THREADS = 256 };
+
+/* a better than b: larger value, ties to the lower index; idx < 0 is "none" */
+__device__ __forceinline__ bool better(float va, int ia, float vb, int ib)
+{
+    if (ib < 0)
+        return ia >= 0;
+    if (ia < 0)
+        return false;
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* Arg-max of s over the entries not taken; every thread gets the index. */
+__device__ int block_argmax_untaken(const float *s, const unsigned char *taken, int n)
+{
+    __shared__ float wv[32];
+    __shared__ int wi[32];
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (!taken[i] && better(s[i], i, bv, bi)) {
+            bv = s[i];
+            bi = i;
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    __syncthreads(); /* wv/wi may still be read by the previous call */
+    if (threadIdx.x % 32 == 0) {
+        wv[threadIdx.x / 32] = bv;
+        wi[threadIdx.x / 32] = bi;
+    }
+    __syncthreads();
+    bv = -INFINITY;
+    bi = -1;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        if (better(wv[w], wi[w], bv, bi)) {
+            bv = wv[w];
+            bi = wi[w];
+        }
+    return bi;
+}
+
+__device__ float block_max(float v)
+{
+    __shared__ float part[32];
+    v = warp_max(v);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = v;
+    __syncthreads();
+    float m = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        m = fmaxf(m, part[w]);
+    return m;
+}
+
+__global__ void __launch_bounds__(ROUTE_THREADS)
+    moe_route_kernel(const float *logits, int E, int k, int sigmoid, const float *bias, int n_group,
+                     int topk_group, int normalize, float eps, float scaling, int32_t *ids, float *wout)
+{
+    extern __shared__ float rsm[];
+    float *prob = rsm;                                    /* (E) */
+    float *choice = prob + E;                             /* (E) */
+    unsigned char *taken = (unsigned char *)(choice + E); /* (E) */
+    __shared__ float gscore[ROUTE_MAX_G];
+    __shared__ unsigned char gtaken[ROUTE_MAX_G];
+    __shared__ int sel[ROUTE_MAX_K];
+    const float *lg = logits + (size_t)blockIdx.x * E;
+
+    if (!sigmoid) {
+        float m = -INFINITY;
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            m = fmaxf(m, lg[e]);
+        float mx = block_max(m);
+        double sum = 0;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            prob[e] = expf(__fsub_rn(lg[e], mx));
+            sum += prob[e];
+        }
+        sum = block_sum_double(sum);
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            prob[e] = (float)((double)prob[e] / sum);
+    } else {
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            prob[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lg[e])));
+    }
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        choice[e] = __fadd_rn(prob[e], bias ? bias[e] : 0.0f);
+        taken[e] = 0;
+    }
+    __syncthreads();
+    if (n_group > 1) {
+        int gsize = E / n_group;
+        for (int g = threadIdx.x; g < n_group; g += blockDim.x) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int e = g * gsize; e < (g + 1) * gsize; e++) {
+                if (choice[e] > b1) {
+                    b2 = b1;
+                    b1 = choice[e];
+                } else if (choice[e] > b2) {
+                    b2 = choice[e];
+                }
+            }
+            gscore[g] = __fadd_rn(b1, b2);
+            gtaken[g] = 0;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < topk_group; i++) {
+                int best = -1;
+                for (int g = 0; g < n_group; g++)
+                    if (!gtaken[g] && (best < 0 || gscore[g] > gscore[best]))
+                        best = g;
+                gtaken[best] = 1;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < E; e += blockDim.x)
+            if (!gtaken[e / gsize])
+                choice[e] = -INFINITY;
+        __syncthreads();
+    }
+    for (int j = 0; j < k; j++) {
+        int e = block_argmax_untaken(choice, taken, E);
+        if (threadIdx.x == 0) {
+            sel[j] = e;
+            taken[e] = 1;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        int32_t *io = ids + (size_t)blockIdx.x * k;
+        float *wo = wout + (size_t)blockIdx.x * k;
+        double wsum = 0;
+        for (int j = 0; j < k; j++) {
+            io[j] = sel[j];
+            wo[j] = prob[sel[j]];
+            wsum += prob[sel[j]];
+        }
+        for (int j = 0; j < k; j++) {
+            float w = wo[j];
+            if (normalize)
+                w = (float)((double)w / (wsum + (double)eps));
+            wo[j] = __fmul_rn(w, scaling);
+        }
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
+                                      const struct route_args *a, int32_t *ids, float *weights)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    int n_group = a->n_group > 1 ? a->n_group : 1;
+    if (a->n_experts < 1 || a->n_experts > ROUTE_MAX_E || a->n_used < 1 || a->n_used > ROUTE_MAX_K ||
+        a->n_used > a->n_experts || n_group > ROUTE_MAX_G || a->n_experts % n_group ||
+        (n_group > 1 && (a->topk_group < 1 || a->topk_group > n_group)))
+        return cudaErrorInvalidValue;
+    size_t smem = (size_t)a->n_experts * (2 * sizeof(float) + 1);
+    moe_route_kernel<<<(unsigned)n_tokens, ROUTE_THREADS, smem, stream>>>(
+        logits, a->n_experts, a->n_used, a->score == ROUTE_SIGMOID, a->correction_bias, n_group,
+        a->topk_group, a->normalize ? 1 : 0, a->normalize_eps, a->scaling, ids, weights);
+    return CUDA_LAUNCH_RESULT();
+}

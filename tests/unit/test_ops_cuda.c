@@ -1,0 +1,752 @@
+/* test_ops_cuda.c — every op of the CUDA backend against the CPU reference backend.
+ *
+ * Each op runs on random inputs (never all zeros) on both backends; the
+ * CUDA output buffer is poisoned with NaN first, so an element the kernel
+ * does not write fails the test. Error = max|gpu - cpu| / max|cpu|:
+ * <= 1e-5 for fp32 ops (and for every linear/expert path that computes in
+ * fp32: F32, F16, FP8 block, NVFP4), <= 1e-4 where cuBLAS takes bf16
+ * operands (BF16 linear: activations split into bf16 hi + lo; a single
+ * bf16 rounding would need 2e-2). Routing must pick identical expert ids.
+ * Attention runs over a paged cache (block size 16, scattered block
+ * tables) with several sequences at different lengths, GQA ratios 1..8 and
+ * head_dim 24/64/128, through the unsplit (prefill) kernel, the split-K
+ * (decode) kernel and the automatic choice.
+ *
+ * The whole suite runs twice: with the device's own shared-memory budget
+ * (or MOESERVE_SMEM_BUDGET) and with the budget forced to 101376 bytes (the
+ * tiles an sm_120 gets). Without a CUDA device it prints a skip message and
+ * exits 0. MOESERVE_OPS_QUICK=1 leaves out the largest attention case (for
+ * compute-sanitizer runs).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "base/dtype.h"
+#include "base/log.h"
+
+#define TOL_F32 1e-5
+#define TOL_BF16 1e-4 /* BF16 linear: cuBLAS on bf16 hi + lo activations (one bf16 rounding alone: 2e-2) */
+
+struct pair {
+    struct backend cpu;
+    struct backend gpu;
+    size_t budget;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t rng_next(uint64_t *s) /* splitmix64 */
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_unit(uint64_t *s) /* uniform [-1, 1) */
+{
+    return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
+}
+
+static float *rand_floats(size_t n, float scale, uint64_t *rng)
+{
+    float *p = malloc(n * sizeof(float) + 4);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = scale * rng_unit(rng);
+    return p;
+}
+
+static void *dev_copy(struct backend *g, const void *h, size_t bytes)
+{
+    void *d = g->ops->alloc(g, bytes);
+    assert_non_null(d);
+    g->ops->upload(g, d, h, bytes);
+    return d;
+}
+
+/* n floats of NaN on the device: what a kernel does not write stays NaN. */
+static float *dev_nan(struct backend *g, size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    float *d = dev_copy(g, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static float *fetch(struct backend *g, const void *d, size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 4);
+    g->ops->download(g, h, d, n * sizeof(float));
+    return h;
+}
+
+static void gpu_ok(struct backend *g)
+{
+    struct err err = {0};
+    g->ops->synchronize(g);
+    if (backend_cuda_status(g, &err))
+        fail_msg("CUDA error: %s", err.msg);
+}
+
+/* max|got - want| / max|want|; every got must be written (not NaN). */
+static double check_close(const char *what, const float *got, const float *want, size_t n, double tol)
+{
+    double d = 0, m = 0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]))
+            fail_msg("%s: element %zu not written (NaN; reference %g)", what, i, (double)want[i]);
+        double e = fabs((double)got[i] - (double)want[i]);
+        if (e > d) {
+            d = e;
+            worst = i;
+        }
+        m = fabs((double)want[i]) > m ? fabs((double)want[i]) : m;
+    }
+    double rel = m > 0 ? d / m : d;
+    if (rel > tol)
+        fail_msg("%s: rel err %.3e > %.1e (element %zu: gpu %.9g cpu %.9g)", what, rel, tol, worst,
+                 (double)got[worst], (double)want[worst]);
+    return rel;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+struct test_weight {
+    struct weight host; /* host pointers: what the CPU backend reads */
+    struct weight dev;  /* after weight_load on the GPU */
+    void *data, *scale;
+    float *bias, *dev_bias;
+};
+
+static void weight_make(struct test_weight *t, struct pair *p, enum weight_format fmt, int64_t n, int64_t k,
+                        bool bias, uint64_t *rng)
+{
+    memset(t, 0, sizeof *t);
+    size_t nk = (size_t)(n * k);
+    t->host = (struct weight){.format = fmt, .rows = n, .cols = k, .scale2 = 1.0f};
+    switch (fmt) {
+    case WEIGHT_F32: t->data = rand_floats(nk, 1.0f, rng); break;
+    case WEIGHT_BF16: {
+        uint16_t *d = malloc(nk * 2 + 2);
+        for (size_t i = 0; i < nk; i++)
+            d[i] = f32_to_bf16(rng_unit(rng));
+        t->data = d;
+        break;
+    }
+    case WEIGHT_F16: {
+        uint16_t *d = malloc(nk * 2 + 2);
+        for (size_t i = 0; i < nk; i++) {
+            uint64_t r = rng_next(rng);
+            uint16_t exp = (uint16_t)(r % 8 == 0 ? 0 : 10 + (r >> 3) % 6); /* some subnormals */
+            d[i] = (uint16_t)(((r >> 8) & 0x8000u) | (exp << 10) | ((r >> 20) & 0x3ffu));
+        }
+        t->data = d;
+        break;
+    }
+    case WEIGHT_FP8_BLOCK: {
+        uint8_t *d = malloc(nk + 1);
+        for (size_t i = 0; i < nk; i++) {
+            uint8_t b;
+            do
+                b = (uint8_t)rng_next(rng);
+            while ((b & 0x7f) == 0x7f);
+            d[i] = b;
+        }
+        size_t ns = (size_t)((n + 127) / 128 * ((k + 127) / 128));
+        float *s = malloc(ns * 4 + 4);
+        for (size_t i = 0; i < ns; i++)
+            s[i] = ldexpf(1.0f + 0.5f * rng_unit(rng), -(int)(rng_next(rng) % 12));
+        t->data = d;
+        t->scale = s;
+        break;
+    }
+    case WEIGHT_NVFP4: {
+        uint8_t *d = malloc(nk / 2 + 1);
+        for (size_t i = 0; i < nk / 2; i++)
+            d[i] = (uint8_t)rng_next(rng);
+        uint8_t *s = malloc(nk / 16 + 1);
+        for (size_t i = 0; i < nk / 16; i++)
+            s[i] = (uint8_t)(1 + rng_next(rng) % 0x7e);
+        t->data = d;
+        t->scale = s;
+        t->host.scale2 = 0.37f;
+        break;
+    }
+    case WEIGHT_FORMAT_COUNT: fail();
+    }
+    t->host.data = t->data;
+    t->host.scale = t->scale;
+    struct weight h = t->host;
+    if (bias) {
+        t->bias = rand_floats((size_t)n, 1.0f, rng);
+        t->host.bias = t->bias;
+        t->dev_bias = dev_copy(&p->gpu, t->bias, (size_t)n * sizeof(float));
+        h.bias = t->dev_bias; /* as model_weights does: the bias is backend memory before weight_load */
+    }
+    struct err err = {0};
+    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, &err))
+        fail_msg("weight_load: %s", err.msg);
+}
+
+static void weight_free(struct test_weight *t, struct pair *p)
+{
+    if (t->dev_bias)
+        p->gpu.ops->free(&p->gpu, t->dev_bias);
+    free(t->data);
+    free(t->scale);
+    free(t->bias);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int setup_budget(void **state, size_t budget)
+{
+    struct pair *p = calloc(1, sizeof *p);
+    struct err err = {0};
+    p->budget = budget;
+    if (backend_cpu_create(&p->cpu, &err) || backend_cuda_create(&p->gpu, 0, budget, &err)) {
+        print_error("backend: %s\n", err.msg);
+        free(p);
+        return -1;
+    }
+    const struct plan *pl = backend_cuda_plan(&p->gpu);
+    print_message("  device %s, plan budget %zu bytes/block (requested %zu)\n", pl->caps.name,
+                  pl->smem_budget, budget);
+    *state = p;
+    return 0;
+}
+
+static int setup_default(void **state)
+{
+    return setup_budget(state, 0);
+}
+
+static int setup_small(void **state)
+{
+    return setup_budget(state, 101376);
+}
+
+static int teardown(void **state)
+{
+    struct pair *p = *state;
+    backend_destroy(&p->gpu);
+    backend_destroy(&p->cpu);
+    free(p);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- element-wise ops */
+
+static void test_embed(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 11;
+    enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16};
+    for (size_t f = 0; f < 3; f++) {
+        struct test_weight t;
+        weight_make(&t, p, fmts[f], 97, 130, false, &rng);
+        int n = 37;
+        int32_t tok[37];
+        for (int i = 0; i < n; i++)
+            tok[i] = (int32_t)(rng_next(&rng) % 97);
+        float *want = malloc((size_t)n * 130 * 4);
+        p->cpu.ops->embed(&p->cpu, &t.host, tok, n, want);
+        int32_t *dtok = dev_copy(&p->gpu, tok, sizeof tok);
+        float *dout = dev_nan(&p->gpu, (size_t)n * 130);
+        p->gpu.ops->embed(&p->gpu, &t.dev, dtok, n, dout);
+        gpu_ok(&p->gpu);
+        float *got = fetch(&p->gpu, dout, (size_t)n * 130);
+        check_close(weight_format_name(fmts[f]), got, want, (size_t)n * 130, 0.0);
+        free(got);
+        free(want);
+        p->gpu.ops->free(&p->gpu, dtok);
+        p->gpu.ops->free(&p->gpu, dout);
+        weight_free(&t, p);
+    }
+}
+
+static void test_rmsnorm(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 12;
+    int dims[] = {64, 130, 4096};
+    for (int c = 0; c < 3; c++) {
+        int rows = 7, dim = dims[c];
+        size_t n = (size_t)rows * (size_t)dim;
+        float *x = rand_floats(n, 3.0f, &rng), *w = rand_floats((size_t)dim, 1.0f, &rng);
+        float *want = malloc(n * 4);
+        p->cpu.ops->rmsnorm(&p->cpu, x, w, rows, dim, 1e-6f, want);
+        float *dx = dev_copy(&p->gpu, x, n * 4), *dw = dev_copy(&p->gpu, w, (size_t)dim * 4);
+        float *dy = dev_nan(&p->gpu, n);
+        p->gpu.ops->rmsnorm(&p->gpu, dx, dw, rows, dim, 1e-6f, dy);
+        p->gpu.ops->rmsnorm(&p->gpu, dx, dw, rows, dim, 1e-6f, dx); /* in place */
+        gpu_ok(&p->gpu);
+        float *got = fetch(&p->gpu, dy, n), *got2 = fetch(&p->gpu, dx, n);
+        check_close("rmsnorm", got, want, n, TOL_F32);
+        check_close("rmsnorm in place", got2, want, n, TOL_F32);
+        free(got), free(got2), free(want), free(x), free(w);
+        p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dw), p->gpu.ops->free(&p->gpu, dy);
+    }
+}
+
+static void test_add_rmsnorm(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 13;
+    int rows = 5, dim = 257;
+    size_t n = (size_t)rows * (size_t)dim;
+    float *h = rand_floats(n, 2.0f, &rng), *d = rand_floats(n, 2.0f, &rng),
+          *w = rand_floats((size_t)dim, 1.0f, &rng);
+    float *dh = dev_copy(&p->gpu, h, n * 4), *dd = dev_copy(&p->gpu, d, n * 4),
+          *dw = dev_copy(&p->gpu, w, (size_t)dim * 4);
+    float *dy = dev_nan(&p->gpu, n);
+    float *want = malloc(n * 4);
+    p->cpu.ops->add_rmsnorm(&p->cpu, h, d, w, rows, dim, 1e-5f, want);
+    p->gpu.ops->add_rmsnorm(&p->gpu, dh, dd, dw, rows, dim, 1e-5f, dy);
+    gpu_ok(&p->gpu);
+    float *gy = fetch(&p->gpu, dy, n), *gh = fetch(&p->gpu, dh, n);
+    check_close("add_rmsnorm y", gy, want, n, TOL_F32);
+    check_close("add_rmsnorm h", gh, h, n, 0.0);
+    free(gy), free(gh), free(want), free(h), free(d), free(w);
+    p->gpu.ops->free(&p->gpu, dh), p->gpu.ops->free(&p->gpu, dd), p->gpu.ops->free(&p->gpu, dw);
+    p->gpu.ops->free(&p->gpu, dy);
+}
+
+static void test_rope(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 14;
+    /* {heads, head_stride, dim, offset, interleaved, attention factor} */
+    struct {
+        int heads, stride, dim, offset, inter;
+        float af;
+    } cs[] = {
+        {6, 64, 64, 0, 0, 1.0f}, {4, 48, 16, 8, 0, 1.3f}, {5, 128, 64, 64, 1, 1.0f}, {3, 32, 32, 0, 1, 0.8f}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int T = 23, H = cs[c].heads, hs = cs[c].stride, dim = cs[c].dim;
+        size_t n = (size_t)T * (size_t)H * (size_t)hs;
+        float *x = rand_floats(n, 1.0f, &rng);
+        float inv[64];
+        for (int i = 0; i < dim / 2; i++)
+            inv[i] = powf(10000.0f, -2.0f * (float)i / (float)dim);
+        int32_t pos[23];
+        for (int t = 0; t < T; t++)
+            pos[t] = (int32_t)(rng_next(&rng) % 9000);
+        struct rope_args a = {.dim = dim,
+                              .offset = cs[c].offset,
+                              .interleaved = cs[c].inter != 0,
+                              .attention_factor = cs[c].af,
+                              .inv_freq = inv};
+        float *dx = dev_copy(&p->gpu, x, n * 4);
+        float *dinv = dev_copy(&p->gpu, inv, (size_t)dim / 2 * 4);
+        int32_t *dpos = dev_copy(&p->gpu, pos, sizeof pos);
+        p->cpu.ops->rope(&p->cpu, x, T, H, hs, &a, pos);
+        a.inv_freq = dinv;
+        p->gpu.ops->rope(&p->gpu, dx, T, H, hs, &a, dpos);
+        gpu_ok(&p->gpu);
+        float *got = fetch(&p->gpu, dx, n);
+        char what[64];
+        snprintf(what, sizeof what, "rope case %zu", c);
+        check_close(what, got, x, n, TOL_F32);
+        free(got), free(x);
+        p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dinv), p->gpu.ops->free(&p->gpu, dpos);
+    }
+}
+
+static void test_silu_mul_add(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 15;
+    int rows = 9, dim = 333;
+    size_t n = (size_t)rows * (size_t)dim;
+    float *g = rand_floats(n, 6.0f, &rng), *u = rand_floats(n, 2.0f, &rng);
+    float *want = malloc(n * 4);
+    p->cpu.ops->silu_mul(&p->cpu, g, u, rows, dim, want);
+    float *dg = dev_copy(&p->gpu, g, n * 4), *du = dev_copy(&p->gpu, u, n * 4), *dy = dev_nan(&p->gpu, n);
+    p->gpu.ops->silu_mul(&p->gpu, dg, du, rows, dim, dy);
+    p->gpu.ops->silu_mul(&p->gpu, dg, du, rows, dim, dg); /* out == gate, as the forward calls it */
+    gpu_ok(&p->gpu);
+    float *got = fetch(&p->gpu, dy, n), *got2 = fetch(&p->gpu, dg, n);
+    check_close("silu_mul", got, want, n, TOL_F32);
+    check_close("silu_mul in place", got2, want, n, TOL_F32);
+    /* add, on identical inputs */
+    p->gpu.ops->upload(&p->gpu, dy, want, n * 4);
+    p->cpu.ops->add(&p->cpu, want, u, n);
+    p->gpu.ops->add(&p->gpu, dy, du, n);
+    gpu_ok(&p->gpu);
+    free(got);
+    got = fetch(&p->gpu, dy, n);
+    check_close("add", got, want, n, 0.0);
+    free(got), free(got2), free(want), free(g), free(u);
+    p->gpu.ops->free(&p->gpu, dg), p->gpu.ops->free(&p->gpu, du), p->gpu.ops->free(&p->gpu, dy);
+}
+
+static void test_kv_store(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 16;
+    int n_blocks = 9, bs = 16, nkv = 3, hd = 40, T = 20;
+    size_t row = (size_t)nkv * (size_t)hd, slots_all = (size_t)n_blocks * (size_t)bs;
+    float *kc = rand_floats(slots_all * row, 1.0f, &rng), *vc = rand_floats(slots_all * row, 1.0f, &rng);
+    float *k = rand_floats((size_t)T * row, 1.0f, &rng), *v = rand_floats((size_t)T * row, 1.0f, &rng);
+    int32_t slots[20];
+    for (int t = 0; t < T; t++) /* distinct slots, scattered */
+        slots[t] = (int32_t)((t * 37 + 5) % (int)slots_all);
+    struct paged_kv hk = {.k = kc, .v = vc, .block_size = bs, .n_kv_heads = nkv, .head_dim = hd};
+    struct paged_kv dk = hk;
+    dk.k = dev_copy(&p->gpu, kc, slots_all * row * 4);
+    dk.v = dev_copy(&p->gpu, vc, slots_all * row * 4);
+    float *dkk = dev_copy(&p->gpu, k, (size_t)T * row * 4), *dvv = dev_copy(&p->gpu, v, (size_t)T * row * 4);
+    int32_t *ds = dev_copy(&p->gpu, slots, sizeof slots);
+    p->cpu.ops->kv_store(&p->cpu, &hk, k, v, T, slots);
+    p->gpu.ops->kv_store(&p->gpu, &dk, dkk, dvv, T, ds);
+    gpu_ok(&p->gpu);
+    float *gk = fetch(&p->gpu, dk.k, slots_all * row), *gv = fetch(&p->gpu, dk.v, slots_all * row);
+    check_close("kv_store k", gk, kc, slots_all * row, 0.0);
+    check_close("kv_store v", gv, vc, slots_all * row, 0.0);
+    free(gk), free(gv), free(kc), free(vc), free(k), free(v);
+    p->gpu.ops->free(&p->gpu, dk.k), p->gpu.ops->free(&p->gpu, dk.v), p->gpu.ops->free(&p->gpu, dkk);
+    p->gpu.ops->free(&p->gpu, dvv), p->gpu.ops->free(&p->gpu, ds);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+struct attn_case {
+    const char *name;
+    int n_heads, n_kv, hd;
+    int n_seqs;
+    int len[6];   /* keys each sequence has after this step */
+    int fresh[6]; /* its last `fresh` positions are the batch's query tokens */
+    bool shuffle; /* batch rows in random order (sequences interleaved) */
+};
+
+static void run_attention_case(struct pair *p, const struct attn_case *ac, uint64_t *rng)
+{
+    const int bs = 16;
+    int max_blocks = 0, n_blocks = 0, T = 0;
+    for (int s = 0; s < ac->n_seqs; s++) {
+        int b = (ac->len[s] + bs - 1) / bs;
+        max_blocks = b > max_blocks ? b : max_blocks;
+        n_blocks += b;
+        T += ac->fresh[s];
+    }
+    n_blocks += 3; /* unused blocks in the pool */
+    /* a scattered block table: a random permutation of the pool */
+    int32_t *perm = malloc((size_t)n_blocks * 4);
+    for (int i = 0; i < n_blocks; i++)
+        perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(rng_next(rng) % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int32_t *table = calloc((size_t)ac->n_seqs * (size_t)max_blocks, 4);
+    int used = 0;
+    for (int s = 0; s < ac->n_seqs; s++)
+        for (int b = 0; b < (ac->len[s] + bs - 1) / bs; b++)
+            table[s * max_blocks + b] = perm[used++];
+    int32_t *pos = malloc((size_t)T * 4), *seq = malloc((size_t)T * 4);
+    int t = 0;
+    for (int s = 0; s < ac->n_seqs; s++)
+        for (int i = ac->len[s] - ac->fresh[s]; i < ac->len[s]; i++, t++) {
+            pos[t] = i;
+            seq[t] = s;
+        }
+    if (ac->shuffle)
+        for (int i = T - 1; i > 0; i--) {
+            int j = (int)(rng_next(rng) % (uint64_t)(i + 1));
+            int32_t a = pos[i], b = seq[i];
+            pos[i] = pos[j], seq[i] = seq[j];
+            pos[j] = a, seq[j] = b;
+        }
+    size_t row = (size_t)ac->n_kv * (size_t)ac->hd, cache = (size_t)n_blocks * bs * row;
+    size_t qn = (size_t)T * (size_t)ac->n_heads * (size_t)ac->hd;
+    float *kc = rand_floats(cache, 1.0f, rng), *vc = rand_floats(cache, 1.0f, rng),
+          *q = rand_floats(qn, 1.0f, rng);
+    float scale = 1.0f / sqrtf((float)ac->hd);
+    struct paged_kv hkv = {.k = kc, .v = vc, .block_size = bs, .n_kv_heads = ac->n_kv, .head_dim = ac->hd};
+    struct attn_batch hb = {
+        .n_tokens = T, .pos = pos, .seq = seq, .block_table = table, .max_blocks = max_blocks};
+    float *want = malloc(qn * 4);
+    p->cpu.ops->attention(&p->cpu, q, &hkv, &hb, ac->n_heads, scale, want);
+
+    struct paged_kv dkv = hkv;
+    dkv.k = dev_copy(&p->gpu, kc, cache * 4);
+    dkv.v = dev_copy(&p->gpu, vc, cache * 4);
+    struct attn_batch db = hb;
+    db.pos = dev_copy(&p->gpu, pos, (size_t)T * 4);
+    db.seq = dev_copy(&p->gpu, seq, (size_t)T * 4);
+    db.block_table = dev_copy(&p->gpu, table, (size_t)ac->n_seqs * (size_t)max_blocks * 4);
+    float *dq = dev_copy(&p->gpu, q, qn * 4);
+    int modes[] = {0, -1, 2, 7};
+    const char *mode_names[] = {"auto", "unsplit", "2 splits", "7 splits"};
+    for (int m = 0; m < 4; m++) {
+        backend_cuda_set_attention_splits(&p->gpu, modes[m]);
+        float *dout = dev_nan(&p->gpu, qn);
+        p->gpu.ops->attention(&p->gpu, dq, &dkv, &db, ac->n_heads, scale, dout);
+        gpu_ok(&p->gpu);
+        float *got = fetch(&p->gpu, dout, qn);
+        char what[128];
+        snprintf(what, sizeof what, "attention %s (%s)", ac->name, mode_names[m]);
+        double e = check_close(what, got, want, qn, TOL_F32);
+        print_message("    %-48s rel err %.2e\n", what, e);
+        free(got);
+        p->gpu.ops->free(&p->gpu, dout);
+    }
+    backend_cuda_set_attention_splits(&p->gpu, 0);
+    p->gpu.ops->free(&p->gpu, dkv.k), p->gpu.ops->free(&p->gpu, dkv.v);
+    p->gpu.ops->free(&p->gpu, (void *)db.pos), p->gpu.ops->free(&p->gpu, (void *)db.seq);
+    p->gpu.ops->free(&p->gpu, (void *)db.block_table), p->gpu.ops->free(&p->gpu, dq);
+    free(kc), free(vc), free(q), free(want), free(pos), free(seq), free(table), free(perm);
+}
+
+static void test_attention(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 17;
+    static const struct attn_case cases[] = {
+        {"hd64 gqa4 chunked prefill", 8, 2, 64, 4, {1, 17, 40, 100}, {1, 17, 9, 100}, false},
+        {"hd128 gqa8 prefill+decode", 16, 2, 128, 3, {300, 33, 16}, {300, 1, 16}, false},
+        {"hd128 mha decode", 4, 4, 128, 2, {50, 129}, {1, 1}, false},
+        {"hd64 gqa8 decode 5 seqs", 8, 1, 64, 5, {1, 15, 16, 17, 700}, {1, 1, 1, 1, 1}, false},
+        {"hd24 gqa6 interleaved rows", 6, 1, 24, 2, {37, 10}, {37, 10}, true},
+        {"hd128 gqa2 mixed, shuffled", 8, 4, 128, 3, {64, 200, 5}, {1, 64, 5}, true},
+        {"hd128 gqa8 large prefill", 32, 4, 128, 2, {512, 384}, {512, 384}, false},
+    };
+    size_t n = sizeof cases / sizeof cases[0];
+    if (getenv("MOESERVE_OPS_QUICK"))
+        n--; /* under compute-sanitizer: the large prefill would take minutes */
+    for (size_t c = 0; c < n; c++)
+        run_attention_case(p, &cases[c], &rng);
+}
+
+/* ---------------------------------------------------------------- routing */
+
+static void test_moe_route(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 18;
+    struct {
+        int E, k;
+        enum route_score score;
+        bool bias;
+        int n_group, topk_group;
+        bool normalize;
+        float eps, scaling;
+        bool ties;
+    } cs[] = {
+        {64, 8, ROUTE_SOFTMAX, false, 1, 1, true, 0.0f, 1.0f, false},
+        {64, 8, ROUTE_SOFTMAX, false, 1, 1, false, 0.0f, 1.0f, true},
+        {16, 4, ROUTE_SIGMOID, true, 4, 2, true, 1e-20f, 2.5f, false},
+        {256, 8, ROUTE_SIGMOID, true, 8, 4, true, 1e-20f, 2.5f, false},
+        {160, 6, ROUTE_SIGMOID, true, 1, 1, false, 0.0f, 16.0f, true},
+        {128, 8, ROUTE_SOFTMAX, false, 1, 1, true, 1e-6f, 1.0f, false},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int T = 45, E = cs[c].E, k = cs[c].k;
+        float *lg = rand_floats((size_t)T * E, 4.0f, &rng);
+        if (cs[c].ties) /* many exact ties: the lower expert id must win on both */
+            for (int i = 0; i < T * E; i++)
+                lg[i] = (float)(int)(lg[i] * 2.0f) * 0.5f;
+        float *bias = cs[c].bias ? rand_floats((size_t)E, 0.5f, &rng) : NULL;
+        struct route_args a = {.n_experts = E,
+                               .n_used = k,
+                               .score = cs[c].score,
+                               .correction_bias = bias,
+                               .n_group = cs[c].n_group,
+                               .topk_group = cs[c].topk_group,
+                               .normalize = cs[c].normalize,
+                               .normalize_eps = cs[c].eps,
+                               .scaling = cs[c].scaling};
+        int32_t *ids = malloc((size_t)T * k * 4);
+        float *w = malloc((size_t)T * k * 4);
+        p->cpu.ops->moe_route(&p->cpu, lg, T, &a, ids, w);
+        float *dlg = dev_copy(&p->gpu, lg, (size_t)T * E * 4);
+        float *dbias = bias ? dev_copy(&p->gpu, bias, (size_t)E * 4) : NULL;
+        int32_t *dids = (int32_t *)dev_nan(&p->gpu, (size_t)T * k);
+        float *dw = dev_nan(&p->gpu, (size_t)T * k);
+        a.correction_bias = dbias;
+        p->gpu.ops->moe_route(&p->gpu, dlg, T, &a, dids, dw);
+        gpu_ok(&p->gpu);
+        int32_t *gids = malloc((size_t)T * k * 4);
+        p->gpu.ops->download(&p->gpu, gids, dids, (size_t)T * k * 4);
+        float *gw = fetch(&p->gpu, dw, (size_t)T * k);
+        for (int i = 0; i < T * k; i++)
+            if (gids[i] != ids[i])
+                fail_msg("moe_route case %zu: token %d slot %d: gpu expert %d, cpu %d", c, i / k, i % k,
+                         gids[i], ids[i]);
+        char what[64];
+        snprintf(what, sizeof what, "moe_route case %zu weights", c);
+        check_close(what, gw, w, (size_t)T * k, TOL_F32);
+        free(gids), free(gw), free(ids), free(w), free(lg), free(bias);
+        p->gpu.ops->free(&p->gpu, dlg), p->gpu.ops->free(&p->gpu, dids), p->gpu.ops->free(&p->gpu, dw);
+        if (dbias)
+            p->gpu.ops->free(&p->gpu, dbias);
+    }
+}
+
+/* ---------------------------------------------------------------- linear */
+
+static void run_linear(struct pair *p, enum weight_format fmt, int64_t N, int64_t K, int m, bool bias,
+                       uint64_t *rng)
+{
+    struct test_weight t;
+    weight_make(&t, p, fmt, N, K, bias, rng);
+    size_t xn = (size_t)m * (size_t)K, yn = (size_t)m * (size_t)N;
+    float *x = rand_floats(xn, 1.0f, rng), *want = malloc(yn * 4);
+    p->cpu.ops->linear(&p->cpu, &t.host, x, m, want);
+    float *dx = dev_copy(&p->gpu, x, xn * 4), *dy = dev_nan(&p->gpu, yn);
+    p->gpu.ops->linear(&p->gpu, &t.dev, dx, m, dy);
+    gpu_ok(&p->gpu);
+    float *got = fetch(&p->gpu, dy, yn);
+    char what[128];
+    snprintf(what, sizeof what, "linear %s N=%lld K=%lld m=%d%s", weight_format_name(fmt), (long long)N,
+             (long long)K, m, bias ? " +bias" : "");
+    check_close(what, got, want, yn, fmt == WEIGHT_BF16 ? TOL_BF16 : TOL_F32);
+    free(got), free(x), free(want);
+    p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dy);
+    weight_free(&t, p);
+}
+
+static void test_linear(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 19;
+    enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
+    /* shapes: aligned; fp8 blocks cut at 128 (N = 200, K = 48 + 256); K % 8 != 0 (scalar loads) */
+    struct {
+        int64_t N, K;
+    } shapes[] = {{96, 64}, {200, 304}, {77, 40}, {130, 37}};
+    int ms[] = {1, 3, 8, 9, 40, 130};
+    for (size_t f = 0; f < 5; f++)
+        for (size_t s = 0; s < 4; s++) {
+            if (fmts[f] == WEIGHT_NVFP4 && shapes[s].K % 16)
+                continue;
+            for (size_t i = 0; i < 6; i++)
+                run_linear(p, fmts[f], shapes[s].N, shapes[s].K, ms[i], (i + s) % 2 == 0, &rng);
+        }
+}
+
+/* ---------------------------------------------------------------- experts */
+
+static void run_moe(struct pair *p, enum weight_format fmt, int T, int E, int k, int D, int I, bool skewed,
+                    uint64_t *rng)
+{
+    struct test_weight *g = calloc((size_t)E, sizeof *g), *u = calloc((size_t)E, sizeof *u),
+                       *dn = calloc((size_t)E, sizeof *dn);
+    struct weight *hg = calloc((size_t)E, sizeof *hg), *hu = calloc((size_t)E, sizeof *hu),
+                  *hd = calloc((size_t)E, sizeof *hd);
+    struct weight *dg = calloc((size_t)E, sizeof *dg), *du = calloc((size_t)E, sizeof *du),
+                  *dd = calloc((size_t)E, sizeof *dd);
+    for (int e = 0; e < E; e++) {
+        weight_make(&g[e], p, fmt, I, D, false, rng);
+        weight_make(&u[e], p, fmt, I, D, false, rng);
+        weight_make(&dn[e], p, fmt, D, I, false, rng);
+        hg[e] = g[e].host, hu[e] = u[e].host, hd[e] = dn[e].host;
+        dg[e] = g[e].dev, du[e] = u[e].dev, dd[e] = dn[e].dev;
+    }
+    int32_t *ids = malloc((size_t)T * k * 4);
+    float *w = malloc((size_t)T * k * 4);
+    for (int t = 0; t < T; t++) {
+        /* k distinct experts per token; skewed: all tokens in the first k + 1 experts */
+        int span = skewed ? k + 1 : E;
+        for (int j = 0; j < k; j++) {
+            int e;
+            bool dup;
+            do {
+                e = (int)(rng_next(rng) % (uint64_t)span);
+                dup = false;
+                for (int i = 0; i < j; i++)
+                    dup |= ids[t * k + i] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+            w[t * k + j] = 0.1f + 0.9f * fabsf(rng_unit(rng));
+        }
+    }
+    float *x = rand_floats((size_t)T * D, 1.0f, rng);
+    size_t wf = backend_moe_workspace_floats(T, k, D, I);
+    float *work = malloc(wf * 4), *want = malloc((size_t)T * D * 4);
+    struct moe_args ha = {
+        .n_experts = E, .n_used = k, .d_model = D, .d_expert = I, .gate = hg, .up = hu, .down = hd};
+    p->cpu.ops->moe_experts(&p->cpu, x, T, ids, w, &ha, work, want);
+    struct moe_args da = ha;
+    da.gate = dg, da.up = du, da.down = dd;
+    float *dx = dev_copy(&p->gpu, x, (size_t)T * D * 4), *dw = dev_copy(&p->gpu, w, (size_t)T * k * 4);
+    int32_t *dids = dev_copy(&p->gpu, ids, (size_t)T * k * 4);
+    float *dwork = dev_nan(&p->gpu, wf), *dout = dev_nan(&p->gpu, (size_t)T * D);
+    p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
+    gpu_ok(&p->gpu);
+    float *got = fetch(&p->gpu, dout, (size_t)T * D);
+    char what[128];
+    snprintf(what, sizeof what, "moe_experts %s T=%d E=%d k=%d D=%d I=%d%s", weight_format_name(fmt), T, E, k,
+             D, I, skewed ? " skewed" : "");
+    double e = check_close(what, got, want, (size_t)T * D, TOL_F32);
+    print_message("    %-56s rel err %.2e\n", what, e);
+    free(got);
+    /* a second call through the cached expert table must give the same numbers */
+    p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
+    gpu_ok(&p->gpu);
+    got = fetch(&p->gpu, dout, (size_t)T * D);
+    check_close(what, got, want, (size_t)T * D, TOL_F32);
+    free(got);
+    p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dw), p->gpu.ops->free(&p->gpu, dids);
+    p->gpu.ops->free(&p->gpu, dwork), p->gpu.ops->free(&p->gpu, dout);
+    for (int i = 0; i < E; i++) {
+        weight_free(&g[i], p);
+        weight_free(&u[i], p);
+        weight_free(&dn[i], p);
+    }
+    free(g), free(u), free(dn), free(hg), free(hu), free(hd), free(dg), free(du), free(dd);
+    free(ids), free(w), free(x), free(work), free(want);
+}
+
+static void test_moe_experts(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 20;
+    enum weight_format fmts[] = {WEIGHT_BF16, WEIGHT_NVFP4, WEIGHT_FP8_BLOCK, WEIGHT_F32};
+    for (size_t f = 0; f < 4; f++) {
+        run_moe(p, fmts[f], 1, 16, 4, 64, 48, false, &rng);
+        run_moe(p, fmts[f], 5, 16, 4, 64, 48, false, &rng);
+        run_moe(p, fmts[f], 70, 16, 4, 64, 48, false, &rng);
+        run_moe(p, fmts[f], 150, 8, 2, 128, 96, true, &rng); /* > 64 rows per expert: several tiles each */
+    }
+    run_moe(p, WEIGHT_BF16, 33, 12, 3, 40, 24, false, &rng); /* widths not a multiple of 8 */
+}
+
+int main(void)
+{
+    log_set_level(LOG_LEVEL_WARN);
+    if (backend_cuda_device_count() == 0) {
+        printf("test_ops_cuda: no CUDA device found, skipping (needs a GPU; run tools/gpu_check.sh there)\n");
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embed),        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_add_rmsnorm),  cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_silu_mul_add), cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
+    };
+    int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);
+    failed += cmocka_run_group_tests_name("cuda ops, smem budget 101376 (sm_120 tiles)", tests, setup_small,
+                                          teardown);
+    return failed;
+}

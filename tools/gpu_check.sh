@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# gpu_check.sh — the GPU-only checks, for the GPU machine (DESIGN.md "Testing").
+#
+#   tools/gpu_check.sh BUILD_DIR
+#
+# 1. ctest -L gpu                                   (device's own shared-memory budget)
+# 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
+# 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
+# 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
+# then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
+# BUILD_DIR/gpu_check/. GPU_CHECK_TIMEOUT=SECONDS bounds each step. Exit status: 0 when every
+# step passed.
+set -u
+build=${1:?usage: tools/gpu_check.sh BUILD_DIR}
+build=$(cd "$build" && pwd) || exit 2
+src=$(cd "$(dirname "$0")/.." && pwd)
+logs=${OUT:-$build/gpu_check}
+mkdir -p "$logs"
+ops="$build/tests/test_ops_cuda"
+[ -x "$ops" ] || { echo "gpu_check: $ops not built (configure with CUDA)" >&2; exit 2; }
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+
+names=()
+results=()
+times=()
+step() { # step NAME LOG COMMAND...
+    local name=$1 log=$2
+    shift 2
+    local t0=$SECONDS
+    echo "== $name" | tee "$logs/$log"
+    if [ -n "${GPU_CHECK_TIMEOUT:-}" ]; then
+        timeout "$GPU_CHECK_TIMEOUT" "$@" >>"$logs/$log" 2>&1
+    else
+        "$@" >>"$logs/$log" 2>&1
+    fi
+    local rc=$?
+    names+=("$name")
+    times+=($((SECONDS - t0)))
+    if [ $rc -eq 0 ]; then results+=("pass"); else results+=("FAIL (rc $rc, see $log)"); fi
+    tail -n 25 "$logs/$log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>&1 || true
+step "ctest -L gpu" ctest_gpu.log \
+    ctest --test-dir "$build" -L gpu --output-on-failure -V
+step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
+    env MOESERVE_SMEM_BUDGET=101376 ctest --test-dir "$build" -L gpu --output-on-failure -V
+if [ -n "$sanitizer" ]; then
+    step "memcheck test_ops_cuda" memcheck.log \
+        env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
+    step "racecheck test_ops_cuda" racecheck.log \
+        env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool racecheck --error-exitcode 1 "$ops"
+else
+    names+=("compute-sanitizer"); results+=("not found"); times+=(0)
+fi
+
+echo
+printf '%-32s %-40s %s\n' "check" "result" "seconds" | tee "$logs/summary.txt"
+fail=0
+for i in "${!names[@]}"; do
+    printf '%-32s %-40s %s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}" | tee -a "$logs/summary.txt"
+    case "${results[$i]}" in pass) ;; *) fail=1 ;; esac
+done
+echo "gpu: $(cat "$logs/gpu.txt" 2>/dev/null)" | tee -a "$logs/summary.txt"
+echo "logs: $logs"
+exit $fail
