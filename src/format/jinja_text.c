@@ -175,14 +175,14 @@ bool jtext_isspace(uint32_t cp)
 {
     if (cp < 0x80)
         return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool jtext_islinebreak(uint32_t cp)
 {
-    return cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D ||
-           cp == 0x1E || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+    return cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D || cp == 0x1E ||
+           cp == 0x85 || cp == 0x2028 || cp == 0x2029;
 }
 
 bool jtext_isalnum(uint32_t cp)
@@ -245,8 +245,8 @@ bool jtext_is_lower(locale_t loc, uint32_t cp)
 
 bool jtext_is_cased(locale_t loc, uint32_t cp)
 {
-    return jtext_is_upper(loc, cp) || jtext_is_lower(loc, cp) ||
-           jtext_upper(loc, cp) != cp || jtext_lower(loc, cp) != cp;
+    return jtext_is_upper(loc, cp) || jtext_is_lower(loc, cp) || jtext_upper(loc, cp) != cp ||
+           jtext_lower(loc, cp) != cp;
 }
 
 bool jtext_float_repr(struct jbuf *b, double v)

@@ -42,8 +42,8 @@ size_t jtext_count_cp(const char *s, size_t n);
 /* Byte offset of code point index `i` (clamped to n). */
 size_t jtext_cp_offset(const char *s, size_t n, size_t i);
 
-bool jtext_isspace(uint32_t cp); /* Python str.isspace() */
-bool jtext_isalnum(uint32_t cp); /* approximation of Python's \w minus '_' */
+bool jtext_isspace(uint32_t cp);     /* Python str.isspace() */
+bool jtext_isalnum(uint32_t cp);     /* approximation of Python's \w minus '_' */
 bool jtext_islinebreak(uint32_t cp); /* Python str.splitlines() boundaries */
 
 /* Case mapping of one code point (loc may be (locale_t)0: ASCII only). */

@@ -647,6 +647,7 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
         !CHECK(c, cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device)))
         c->sm_count = 1;
     configure_from_plan(c);
+    LOG_DEBUG("cuda: %s", cuda_build_arch_list());
     LOG_INFO("cuda: device %d (%s), %d SMs, shared-memory budget %zu bytes/block; attention prefill %dx%d "
              "(%d threads), decode %d keys (%d threads)",
              device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows,

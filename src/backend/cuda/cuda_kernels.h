@@ -128,6 +128,9 @@ cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, in
 cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const float *weights, int n_tokens,
                              int n_used, int dim, const int32_t *row_of_pair, const float *y, float *out);
 
+/* "moeserve-cuda-archs: 800,900,1000,1200": the families compiled into this binary. */
+const char *cuda_build_arch_list(void);
+
 #ifdef __cplusplus
 }
 #endif
