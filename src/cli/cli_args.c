@@ -1,6 +1,8 @@
 /* cli_args.c — see cli_args.h. */
 #include "cli/cli_args.h"
 
+#include "base/log.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -161,4 +163,19 @@ enum status cli_parse_ids(const char *s, const char *what, int32_t **ids, int *n
     *ids = out;
     *n = k;
     return STATUS_OK;
+}
+
+size_t cli_smem_budget(const struct cli_opt *opts, int n_opts)
+{
+    const char *v = cli_get(opts, n_opts, "smem-budget", NULL);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || x < 1024) {
+        LOG_WARN("--smem-budget \"%s\" is not a byte count >= 1024: using the device's own budget", v);
+        return 0;
+    }
+    return (size_t)x;
 }

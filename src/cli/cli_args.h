@@ -12,6 +12,7 @@
 #define MOESERVE_CLI_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -37,6 +38,9 @@ enum status cli_int(const struct cli_opt *opts, int n_opts, const char *name, lo
                     struct err *err);
 enum status cli_float(const struct cli_opt *opts, int n_opts, const char *name, double lo, double hi,
                       double *out, struct err *err);
+/* --smem-budget BYTES as a number (0 when absent or not a positive integer;
+ * the CUDA backend then uses the device's own budget). */
+size_t cli_smem_budget(const struct cli_opt *opts, int n_opts);
 /* "1,2,3" -> malloc'ed array (caller frees). */
 enum status cli_parse_ids(const char *s, const char *what, int32_t **ids, int *n, struct err *err);
 

@@ -72,6 +72,8 @@ int cmd_bench(int argc, char **argv)
     struct cli_opt opts[] = {
         {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
+        {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
+                                                           "(e.g. 101376, an sm_120's)"},
         {.name = "prompt-len", .metavar = "N", .help = "prefill length in tokens (default 128)"},
         {.name = "decode", .metavar = "N", .help = "decode steps to time (default 32)"},
         {.name = "seed", .metavar = "S", .help = "seed of the random prompt (default 1)"},
@@ -94,7 +96,7 @@ int cmd_bench(int argc, char **argv)
     }
     const char *model = cli_get(opts, n, "model", cli_default_model());
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)plen,
-                              .max_seqs = 1, .max_context = (int)(plen + ndec + 1)};
+                              .max_seqs = 1, .max_context = (int)(plen + ndec + 1), .smem_budget = cli_smem_budget(opts, n)};
     struct model_session s;
     if (model_session_open(&s, model, &so, &err)) {
         LOG_ERROR("%s", err.msg);

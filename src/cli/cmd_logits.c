@@ -18,6 +18,8 @@ int cmd_logits(int argc, char **argv)
         {.name = "tokens", .metavar = "IDS", .help = "comma-separated token ids, e.g. 1,2,3 (required)"},
         {.name = "out", .metavar = "FILE", .help = "output file: float32 LE [n_tokens, vocab] (required)"},
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
+        {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
+                                                           "(e.g. 101376, an sm_120's)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -39,7 +41,7 @@ int cmd_logits(int argc, char **argv)
     }
     const char *model = cli_get(opts, n, "model", cli_default_model());
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = n_ids,
-                              .max_seqs = 1, .max_context = n_ids, .block_size = 16};
+                              .max_seqs = 1, .max_context = n_ids, .block_size = 16, .smem_budget = cli_smem_budget(opts, n)};
     struct model_session s;
     int rc = 1;
     float *logits = NULL;
