@@ -86,6 +86,26 @@ VARIANTS = [
                   rope_parameters={"rope_type": "default", "rope_theta": 500000.0,
                                    "partial_rotary_factor": 0.5},
                   max_position_embeddings=256, tie_word_embeddings=False)),
+    # glm_moe_dsa (GLM-5): MLA + DSA indexer; index_topk below the sequence length so the sparse path runs
+    dict(name="dsa_basic", family="glm_moe_dsa", seed=7, n_tokens=24, shard=None,
+         cfg=dict(vocab_size=256, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16,
+                  qk_rope_head_dim=8, v_head_dim=16, index_n_heads=8, index_head_dim=16, index_topk=8,
+                  intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                  n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, norm_topk_prob=True,
+                  routed_scaling_factor=2.5, rms_norm_eps=1e-5, attention_bias=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+    dict(name="dsa_shared_indexer", family="glm_moe_dsa", seed=8, n_tokens=30, shard="150KB",
+         cfg=dict(vocab_size=288, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+                  qk_rope_head_dim=8, v_head_dim=24, index_n_heads=8, index_head_dim=16, index_topk=6,
+                  indexer_types=["full", "shared", "full", "shared"],
+                  intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                  n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, norm_topk_prob=True,
+                  routed_scaling_factor=1.5, rms_norm_eps=1e-5, attention_bias=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
 ]
 
 
