@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,11 +43,35 @@ static const char *src_dir(void)
     return s ? s : ".";
 }
 
+/* All scratch directories live under one root, removed by the group teardown. */
+static char g_root[1024];
+
 static void tmp_dir(char *out, size_t n, const char *tag)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(out, n, "%s/quant_%s_XXXXXX", t && *t ? t : "/tmp", tag);
+    snprintf(out, n, "%s/%s_XXXXXX", g_root, tag);
     assert_non_null(mkdtemp(out));
+}
+
+static int root_setup(void **state)
+{
+    (void)state;
+    const char *t = getenv("TMPDIR");
+    snprintf(g_root, sizeof g_root, "%s/test_quant_XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(g_root) ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int root_teardown(void **state)
+{
+    (void)state;
+    return nftw(g_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ---- codecs ---------------------------------------------------------------- */
@@ -453,5 +478,5 @@ int main(void)
         cmocka_unit_test(test_nvfp4_needs_k_multiple_of_16), cmocka_unit_test(test_config_contradiction),
         cmocka_unit_test(test_quantizer_refusals),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, root_setup, root_teardown);
 }
