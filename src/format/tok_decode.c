@@ -43,6 +43,13 @@ static enum status dec_one_char(const struct json *j, const char *key, const cha
     return STATUS_OK;
 }
 
+static enum status dec_parse(struct tok_decoder *d, const struct json *j, const char *path, struct err *err);
+
+static enum status dec_parse_any(void *ctx, const struct json *j, const char *path, struct err *err)
+{
+    return dec_parse(ctx, j, path, err);
+}
+
 static enum status dec_parse(struct tok_decoder *d, const struct json *j, const char *path, struct err *err)
 {
     if (!json_is_object(j))
@@ -51,19 +58,9 @@ static enum status dec_parse(struct tok_decoder *d, const struct json *j, const 
     enum status st = tok_json_str(j, "type", path, true, &type, err);
     if (st)
         return st;
-    char sub[512];
     struct tok_dec step = {0};
     if (!strcmp(type, "Sequence")) {
-        const struct json *list = json_get(j, "decoders");
-        if (!json_is_array(list))
-            return err_set(err, STATUS_FORMAT, "%s.decoders: expected an array", path);
-        size_t i = 0;
-        for (const struct json *e = json_child(list); e; e = json_next(e), i++) {
-            snprintf(sub, sizeof sub, "%s.decoders[%zu]", path, i);
-            if ((st = dec_parse(d, e, sub, err)))
-                return st;
-        }
-        return STATUS_OK;
+        return tok_sequence_parse(d, j, "decoders", path, dec_parse_any, err);
     } else if (!strcmp(type, "ByteLevel")) {
         step.kind = TOK_DEC_BYTELEVEL;
     } else if (!strcmp(type, "ByteFallback")) {
@@ -72,18 +69,9 @@ static enum status dec_parse(struct tok_decoder *d, const struct json *j, const 
         step.kind = TOK_DEC_FUSE;
     } else if (!strcmp(type, "Replace")) {
         step.kind = TOK_DEC_REPLACE;
-        const char *content;
-        snprintf(sub, sizeof sub, "%s.pattern", path);
-        if ((st = tok_json_str(j, "content", path, true, &content, err)) ||
-            (st = tok_pattern_parse(json_get(j, "pattern"), sub, &step.pattern, &step.pattern_len, &step.re,
-                                    err)))
+        if ((st = tok_replace_parse(j, path, &step.pattern, &step.pattern_len, &step.re, &step.content,
+                                    &step.content_len, err)))
             return st;
-        step.content_len = strlen(content);
-        if (!(step.content = tok_strdup_n(content, step.content_len))) {
-            free(step.pattern);
-            regex_free(step.re);
-            return err_set(err, STATUS_NOMEM, "out of memory loading the decoder");
-        }
     } else if (!strcmp(type, "Strip")) {
         step.kind = TOK_DEC_STRIP;
         if ((st = dec_one_char(j, "content", path, &step.ch, err)) ||

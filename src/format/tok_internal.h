@@ -218,6 +218,14 @@ void tok_pretokenizer_free(struct tok_pretokenizer *pt);
 /* A {"String": s} or {"Regex": r} pattern: *lit (owned copy) or *re. */
 enum status tok_pattern_parse(const struct json *pat, const char *path, char **lit, size_t *lit_len,
                               struct regex **re, struct err *err);
+/* A "Replace" step (normalizer or decoder): its pattern and owned content copy.
+ * On failure nothing is left allocated. */
+enum status tok_replace_parse(const struct json *j, const char *path, char **pattern, size_t *pattern_len,
+                              struct regex **re, char **content, size_t *content_len, struct err *err);
+/* A "Sequence" step: calls parse(ctx, element, "path.key[i]") for every element of j[key]. */
+typedef enum status (*tok_parse_fn)(void *ctx, const struct json *j, const char *path, struct err *err);
+enum status tok_sequence_parse(void *ctx, const struct json *j, const char *key, const char *path, tok_parse_fn parse,
+                               struct err *err);
 /* All matches of a regex (Oniguruma find_iter rules for empty matches) or of a
  * literal (non-overlapping, left to right; "" never matches) into *out. */
 enum status tok_find_all(const struct regex *re, const char *lit, size_t lit_len, struct regex_scratch *rx,

@@ -28,6 +28,11 @@ static enum status tok_norm_add(struct tok_normalizer *nz, struct tok_norm *step
     return STATUS_OK;
 }
 
+static enum status norm_parse_any(void *ctx, const struct json *j, const char *path, struct err *err)
+{
+    return tok_normalizer_parse(ctx, j, path, err);
+}
+
 enum status tok_normalizer_parse(struct tok_normalizer *nz, const struct json *j, const char *path,
                                  struct err *err)
 {
@@ -39,19 +44,9 @@ enum status tok_normalizer_parse(struct tok_normalizer *nz, const struct json *j
     enum status st = tok_json_str(j, "type", path, true, &type, err);
     if (st)
         return st;
-    char sub[512];
     struct tok_norm step = {0};
     if (!strcmp(type, "Sequence")) {
-        const struct json *list = json_get(j, "normalizers");
-        if (!json_is_array(list))
-            return err_set(err, STATUS_FORMAT, "%s.normalizers: expected an array", path);
-        size_t i = 0;
-        for (const struct json *e = json_child(list); e; e = json_next(e), i++) {
-            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", path, i);
-            if ((st = tok_normalizer_parse(nz, e, sub, err)))
-                return st;
-        }
-        return STATUS_OK;
+        return tok_sequence_parse(nz, j, "normalizers", path, norm_parse_any, err);
     } else if (!strcmp(type, "NFC")) {
         step.kind = TOK_NORM_NFC;
     } else if (!strcmp(type, "NFD")) {
@@ -66,19 +61,9 @@ enum status tok_normalizer_parse(struct tok_normalizer *nz, const struct json *j
         step.kind = TOK_NORM_LOWERCASE;
     } else if (!strcmp(type, "Replace")) {
         step.kind = TOK_NORM_REPLACE;
-        const char *content;
-        snprintf(sub, sizeof sub, "%s.pattern", path);
-        if ((st = tok_json_str(j, "content", path, true, &content, err)) ||
-            (st = tok_pattern_parse(json_get(j, "pattern"), sub, &step.pattern, &step.pattern_len, &step.re,
-                                    err)))
+        if ((st = tok_replace_parse(j, path, &step.pattern, &step.pattern_len, &step.re, &step.content,
+                                    &step.content_len, err)))
             return st;
-        step.content_len = strlen(content);
-        step.content = tok_strdup_n(content, step.content_len);
-        if (!step.content) {
-            free(step.pattern);
-            regex_free(step.re);
-            return err_set(err, STATUS_NOMEM, "out of memory loading the normalizer");
-        }
     } else if (!strcmp(type, "Prepend")) {
         step.kind = TOK_NORM_PREPEND;
         const char *prepend;

@@ -24,6 +24,44 @@ static const char WHITESPACE_PATTERN[] = "\\w+|[^\\w\\s]+";
 
 /* ---- patterns ---- */
 
+enum status tok_replace_parse(const struct json *j, const char *path, char **pattern, size_t *pattern_len,
+                              struct regex **re, char **content, size_t *content_len, struct err *err)
+{
+    const char *c;
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s.pattern", path);
+    enum status st;
+    if ((st = tok_json_str(j, "content", path, true, &c, err)) ||
+        (st = tok_pattern_parse(json_get(j, "pattern"), sub, pattern, pattern_len, re, err)))
+        return st;
+    *content_len = strlen(c);
+    if (!(*content = tok_strdup_n(c, *content_len))) {
+        free(*pattern);
+        regex_free(*re);
+        *pattern = NULL;
+        *re = NULL;
+        return err_set(err, STATUS_NOMEM, "%s: out of memory", path);
+    }
+    return STATUS_OK;
+}
+
+enum status tok_sequence_parse(void *ctx, const struct json *j, const char *key, const char *path, tok_parse_fn parse,
+                               struct err *err)
+{
+    const struct json *list = json_get(j, key);
+    if (!json_is_array(list))
+        return err_set(err, STATUS_FORMAT, "%s.%s: expected an array", path, key);
+    char sub[512];
+    size_t i = 0;
+    enum status st;
+    for (const struct json *e = json_child(list); e; e = json_next(e), i++) {
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", path, key, i);
+        if ((st = parse(ctx, e, sub, err)))
+            return st;
+    }
+    return STATUS_OK;
+}
+
 enum status tok_pattern_parse(const struct json *pat, const char *path, char **lit, size_t *lit_len,
                               struct regex **re, struct err *err)
 {
@@ -168,6 +206,14 @@ static enum status tok_metaspace_parse(const struct json *j, const char *path, s
 }
 
 enum status tok_pretokenizer_parse(struct tok_pretokenizer *pt, const struct json *j, const char *path,
+                                   struct err *err);
+
+static enum status pre_parse_any(void *ctx, const struct json *j, const char *path, struct err *err)
+{
+    return tok_pretokenizer_parse(ctx, j, path, err);
+}
+
+enum status tok_pretokenizer_parse(struct tok_pretokenizer *pt, const struct json *j, const char *path,
                                    struct err *err)
 {
     if (json_is_null(j))
@@ -181,16 +227,7 @@ enum status tok_pretokenizer_parse(struct tok_pretokenizer *pt, const struct jso
     char sub[512];
     struct tok_pre step = {.behavior = TOK_SPLIT_ISOLATED};
     if (!strcmp(type, "Sequence")) {
-        const struct json *list = json_get(j, "pretokenizers");
-        if (!json_is_array(list))
-            return err_set(err, STATUS_FORMAT, "%s.pretokenizers: expected an array", path);
-        size_t i = 0;
-        for (const struct json *e = json_child(list); e; e = json_next(e), i++) {
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", path, i);
-            if ((st = tok_pretokenizer_parse(pt, e, sub, err)))
-                return st;
-        }
-        return STATUS_OK;
+        return tok_sequence_parse(pt, j, "pretokenizers", path, pre_parse_any, err);
     } else if (!strcmp(type, "Split")) {
         step.kind = TOK_PRE_SPLIT;
         snprintf(sub, sizeof sub, "%s.pattern", path);
