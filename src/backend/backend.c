@@ -10,6 +10,12 @@ size_t backend_moe_workspace_floats(int n_tokens, int n_used, int d_model, int d
     return pairs * ((size_t)d_model * 2 + (size_t)d_expert * 2) + pairs * 2 + 16;
 }
 
+size_t backend_dsa_workspace_floats(int n_tokens, int topk)
+{
+    /* one candidate heap per token: (score, position) pairs */
+    return (size_t)n_tokens * (size_t)topk * 2 + 16;
+}
+
 void backend_destroy(struct backend *be)
 {
     if (be->ops && be->ops->destroy)

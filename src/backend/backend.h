@@ -9,6 +9,7 @@
  *
  * defines: struct backend, struct backend_ops, struct paged_kv, struct attn_batch,
  *          struct rope_args, struct route_args, struct moe_args, backend_moe_workspace_floats(),
+ *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
  *          backend_cpu_create(), backend_destroy()
  */
 #ifndef MOESERVE_BACKEND_BACKEND_H
@@ -73,6 +74,38 @@ struct moe_args {
     const struct weight *down; /* (n_experts) each [d_model, d_expert] */
 };
 
+/* One MLA layer's slice of the paged cache (glm_moe_dsa, spec/models.md C.8). Per token
+ * slot: the normalised KV latent c_kv followed by the roped shared key k_r (never the
+ * per-head expanded K/V), and, on layers that own a DSA indexer, the indexer key. Token
+ * slot s = block * block_size + offset, as in struct paged_kv. */
+struct paged_latent {
+    float *latent;  /* (n_slots, kv_rank + rope_dim) */
+    float *index_k; /* (n_slots, index_dim), or NULL on layers without an indexer */
+    int block_size;
+    int kv_rank;    /* kv_lora_rank */
+    int rope_dim;   /* qk_rope_head_dim */
+    int index_dim;  /* index_head_dim (0 when index_k is NULL) */
+};
+
+/* MLA head geometry. kv_b_proj rows of head h: [h*(nope+v), h*(nope+v)+nope) are W_uk_h
+ * (k_nope from the latent), the next v rows are W_uv_h (values from the latent). */
+struct mla_dims {
+    int n_heads;
+    int nope;    /* qk_nope_head_dim */
+    int rope;    /* qk_rope_head_dim */
+    int v;       /* v_head_dim */
+    int kv_rank; /* kv_lora_rank */
+};
+
+/* The DSA indexer's selection (spec C.4). */
+struct dsa_args {
+    int n_heads;        /* index_n_heads */
+    int head_dim;       /* index_head_dim */
+    int topk;           /* index_topk: keys kept per query */
+    float head_scale;   /* index_n_heads^-0.5, multiplies the weights_proj output */
+    float score_scale;  /* index_head_dim^-0.5, inside the ReLU */
+};
+
 struct backend_ops {
     const char *name;
     void (*destroy)(struct backend *be);
@@ -120,6 +153,55 @@ struct backend_ops {
                         const float *weights, const struct moe_args *args, float *work, float *out);
     /* y[i] += x[i] */
     void (*add)(struct backend *be, float *y, const float *x, size_t n);
+
+    /* ---- MLA + DSA (glm_moe_dsa, spec/models.md part C) ---- */
+    /* y[r, :] = w * (x[r, :] - mean) / sqrt(var + eps) + b, population variance; x == y allowed */
+    void (*layernorm)(struct backend *be, const float *x, const float *w, const float *b, int rows, int dim,
+                      float eps, float *y);
+    /* Cache slot slots[t] of kv gets [w * rmsnorm(ckv[t, :kv_rank]) | ckv[t, kv_rank:]] (the
+     * rope key already rotated); kv->index_k[slots[t]] gets idx_k[t, :] when idx_k is not NULL.
+     * ckv: (n_tokens, kv_rank + rope_dim); idx_k: (n_tokens, index_dim). */
+    void (*mla_store)(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w,
+                      float eps, const float *idx_k, int n_tokens, const int32_t *slots);
+    /* Absorbs W_uk into the query: q_abs[t, h, :] = [W_uk_h^T q[t, h, :nope] | q[t, h, nope:]].
+     * q: (n_tokens, n_heads, nope + rope); q_abs: (n_tokens, n_heads, kv_rank + rope). */
+    void (*mla_absorb_q)(struct backend *be, const struct weight *kv_b, const struct mla_dims *m,
+                         const float *q, int n_tokens, float *q_abs);
+    /* Attention in latent space, every head on the one latent row per key:
+     * o_lat[t, h, :] = sum_j softmax_j(scale * q_abs[t, h, :] . latent_j) c_kv_j over the keys j of
+     * sel[t, 0..sel_k) (positions, ascending, -1 padded) or, when sel is NULL, over 0..pos[t]. */
+    void (*mla_attention)(struct backend *be, const float *q_abs, const struct paged_latent *kv,
+                          const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
+                          float *o_lat);
+    /* out[t, h * v + j] = W_uv_h[j, :] . o_lat[t, h, :]; out: (n_tokens, n_heads * v). */
+    void (*mla_expand_o)(struct backend *be, const struct weight *kv_b, const struct mla_dims *m,
+                         const float *o_lat, int n_tokens, float *out);
+    /* DSA indexer: for every token, sel[t, 0..topk) = the positions of the topk highest
+     * I(t, j) = sum_h w_idx[t, h] * head_scale * relu(score_scale * q_idx[t, h, :] . index_k_j)
+     * over keys j <= pos[t] (ties to the lower position), ascending; all of 0..pos[t] when
+     * pos[t] < topk; -1 after the last. q_idx: (n_tokens, n_heads, head_dim); w_idx:
+     * (n_tokens, n_heads); work: backend_dsa_workspace_floats() floats. */
+    void (*dsa_select)(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv,
+                       const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel);
+
+    /* ---- optional fast paths (NULL: the forward composes the ops above instead) ---- */
+    /* ys[j][m, ws[j]->rows] = x ws[j]^T (+ bias) for j < n_w <= 3: weights sharing one input
+     * (q/k/v) in one pass where the backend can. */
+    void (*linear_multi)(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m,
+                         float *const *ys);
+    /* Per token: per-head RMSNorm of q and k (skipped when q_norm is NULL), RoPE on both, then
+     * k and v into the cache slots: rmsnorm + rope + rope + kv_store in one op. */
+    void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,
+                      const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope,
+                      const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
+    /* ids[r] = argmax of logits[r, :vocab] (lowest id on ties), -1 if the row holds a NaN. */
+    void (*argmax)(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
+    /* Replays the op sequence captured under key; false when there is none. */
+    bool (*graph_replay)(struct backend *be, uint64_t key);
+    /* Starts recording the ops that follow instead of running them; false if not possible. */
+    bool (*graph_capture_begin)(struct backend *be);
+    /* Stops recording and keeps the graph under key; false (nothing kept) on failure. */
+    bool (*graph_capture_end)(struct backend *be, uint64_t key);
 };
 
 struct backend {
@@ -129,6 +211,8 @@ struct backend {
 
 /* Scratch the moe_experts op needs, in floats. */
 size_t backend_moe_workspace_floats(int n_tokens, int n_used, int d_model, int d_expert);
+/* Scratch the dsa_select op needs, in floats. */
+size_t backend_dsa_workspace_floats(int n_tokens, int topk);
 
 enum status backend_cpu_create(struct backend *be, struct err *err);
 /* Safe on a zeroed struct. */

@@ -1,12 +1,17 @@
 /* cmd_info.c — `moeserve info`: what a checkpoint is and what it will cost.
  *
  * Reads config.json and binds the weights on the CPU backend (mmap only, no
- * compute), so the report reflects exactly what a run would load.
+ * compute), so the report reflects exactly what a run would load. KV figures
+ * are what engine/kv_cache.c allocates per token: K and V for GQA layers; for
+ * MLA layers the latent row plus, on layers with their own DSA indexer, the
+ * indexer key (never the expanded per-head K/V, shown only for comparison).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/json.h"
+#include "engine/kv_cache.h"
 #include "base/log.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
@@ -29,6 +34,30 @@ static void info_format_list(unsigned formats, char *buf, size_t n)
         if (formats & (1u << f))
             o += (size_t)snprintf(buf + o, o < n ? n - o : 0, "%s%s", o ? "+" : "",
                                   weight_format_name((enum weight_format)f));
+}
+
+/* MLA cache rows per token and layer, in values: the latent row (c_kv + rope key), the
+ * indexer key on layers that own one, and, for comparison, the expanded per-head K/V
+ * that transformers caches (spec C.8). */
+struct info_kv_mla {
+    bool on;
+    uint64_t latent, index, expanded;
+    int full_layers;
+};
+
+static void info_kv_mla(const struct model_desc *d, struct info_kv_mla *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int l = 0; l < d->n_layers; l++) {
+        m->on |= d->layers[l].attn == ATTN_MLA;
+        m->full_layers += d->layers[l].indexer == INDEXER_FULL;
+    }
+    if (!m->on)
+        return;
+    m->latent = (uint64_t)d->kv_lora_rank + (uint64_t)d->qk_rope_head_dim;
+    m->index = m->full_layers ? (uint64_t)d->index_head_dim : 0;
+    m->expanded = (uint64_t)d->n_heads * ((uint64_t)d->qk_nope_head_dim + (uint64_t)d->qk_rope_head_dim +
+                                          (uint64_t)d->v_head_dim);
 }
 
 static const char *attn_name(enum attn_kind a)
@@ -88,10 +117,11 @@ int cmd_info(int argc, char **argv)
     uint64_t weight_bytes = 0;
     for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
         weight_bytes += w.bytes_by_format[f];
-    uint64_t kv_token = 0;
-    for (int l = 0; l < d.n_layers; l++)
-        kv_token += model_desc_kv_elems_per_token(&d, l) * 2; /* bf16 cache on GPUs */
-    uint64_t kv_layer0 = model_desc_kv_elems_per_token(&d, 0) * 2;
+    /* what engine/kv_cache.c allocates (fp32 values on every backend today) */
+    uint64_t kv_token = kv_cache_bytes(&d, 1, 1);
+    uint64_t kv_layer0 = model_desc_kv_elems_per_token(&d, 0) * sizeof(float);
+    struct info_kv_mla mla;
+    info_kv_mla(&d, &mla);
     if (cli_flag(opts, n, "json")) {
         struct json *o = json_new_object();
         json_add(o, "model", json_new_string(dir));
@@ -122,8 +152,16 @@ int cmd_info(int argc, char **argv)
             json_add(e, "bytes", json_new_number((double)w.kinds[k].bytes));
             json_add(e, "bits_per_weight", json_new_number(8.0 * (double)w.kinds[k].bytes / (double)w.kinds[k].params));
         }
+        json_add(o, "kv_dtype", json_new_string("f32"));
         json_add(o, "kv_bytes_per_token_layer0", json_new_number((double)kv_layer0));
         json_add(o, "kv_bytes_per_token", json_new_number((double)kv_token));
+        if (mla.on) {
+            struct json *k = json_add(o, "kv_mla", json_new_object());
+            json_add(k, "latent_values_per_token_layer", json_new_number((double)mla.latent));
+            json_add(k, "indexer_values_per_token_layer", json_new_number((double)mla.index));
+            json_add(k, "indexer_layers", json_new_number(mla.full_layers));
+            json_add(k, "expanded_kv_values_per_token_layer", json_new_number((double)mla.expanded));
+        }
         char *s = json_print(o, true);
         printf("%s\n", s);
         free(s);
@@ -154,8 +192,13 @@ int cmd_info(int argc, char **argv)
                    (double)w.kinds[k].params / 1e6, 8.0 * (double)w.kinds[k].bytes / (double)w.kinds[k].params);
         }
         printf("files          %zu, %.2f MiB on disk\n", ck.n_files, (double)ck.total_bytes / 1048576.0);
-        printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (bf16)\n",
+        printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (f32)\n",
                (unsigned long long)kv_layer0, (double)kv_token / 1024.0);
+        if (mla.on)
+            printf("  mla latent   %llu values (kv_lora_rank + rope) + indexer key %llu values on %d of %d layers;"
+                   " expanded K/V would be %llu values\n",
+                   (unsigned long long)mla.latent, (unsigned long long)mla.index, mla.full_layers, d.n_layers,
+                   (unsigned long long)mla.expanded);
         printf("memory needed  %.2f MiB weights + %.1f MiB KV per 1k tokens\n", (double)weight_bytes / 1048576.0,
                (double)kv_token * 1000.0 / 1048576.0);
     }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/forward_mla.h"
 #include "model/rope.h"
 
 static size_t ffn_width(const struct model_desc *d)
@@ -20,6 +21,12 @@ static size_t ffn_width(const struct model_desc *d)
     if ((size_t)d->d_expert > wdt)
         wdt = (size_t)d->d_expert;
     return wdt;
+}
+
+/* int32s of batch metadata: tokens, positions, sequence rows, cache slots (T each), block tables. */
+static size_t forward_meta_ints(const struct forward *f)
+{
+    return 4 * (size_t)f->max_tokens + (size_t)f->max_seqs * (size_t)f->max_blocks;
 }
 
 enum status forward_init(struct forward *f, const struct model_desc *d, const struct model_weights *w,
@@ -64,11 +71,8 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->logits, (size_t)f->logit_chunk * (size_t)d->vocab_size * 4},
         {(void **)&f->x_sel, (size_t)f->logit_chunk * D * 4},
         {(void **)&f->inv_freq, (size_t)(d->rope.dim / 2 + 1) * 4},
-        {(void **)&f->d_tokens, T * 4},
-        {(void **)&f->d_pos, T * 4},
-        {(void **)&f->d_seq, T * 4},
-        {(void **)&f->d_slots, T * 4},
-        {(void **)&f->d_table, (size_t)max_seqs * (size_t)f->max_blocks * 4},
+        {(void **)&f->d_meta, forward_meta_ints(f) * 4},
+        {(void **)&f->d_argmax, (size_t)f->logit_chunk * 4},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = be->ops->alloc(be, bufs[i].bytes);
@@ -78,9 +82,18 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
                            bufs[i].bytes, be->ops->name);
         }
     }
-    f->h_slots = malloc(T * sizeof(int32_t));
-    f->h_table = malloc((size_t)max_seqs * (size_t)f->max_blocks * sizeof(int32_t));
-    if (!f->h_slots || !f->h_table) {
+    /* the five metadata arrays live in one device buffer, filled by one upload per pass */
+    f->d_tokens = f->d_meta;
+    f->d_pos = f->d_tokens + T;
+    f->d_seq = f->d_pos + T;
+    f->d_slots = f->d_seq + T;
+    f->d_table = f->d_slots + T;
+    f->h_meta = malloc(forward_meta_ints(f) * sizeof(int32_t));
+    f->graph_seen = calloc(FORWARD_MAX_GRAPH_KEYS, sizeof *f->graph_seen);
+    /* MOESERVE_NO_GRAPHS=1: every pass runs op by op (to measure what graphs save, or to debug) */
+    const char *ng = getenv("MOESERVE_NO_GRAPHS");
+    f->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
+    if (!f->h_meta || !f->graph_seen) {
         forward_free(f);
         return err_set(err, STATUS_NOMEM, "forward: out of host memory");
     }
@@ -91,22 +104,27 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     }
     rope_inv_freq(&d->rope, inv_freq);
     be->ops->upload(be, f->inv_freq, inv_freq, (size_t)(d->rope.dim / 2) * sizeof(float));
-    return STATUS_OK;
+    enum status st = forward_mla_init(f, err);
+    if (st)
+        forward_free(f);
+    return st;
 }
 
 void forward_free(struct forward *f)
 {
+    forward_mla_free(f);
     if (f->be) {
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
                         f->v,        f->attn,     f->gate,      f->up,       f->router,   f->route_w,
-                        f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_tokens,
-                        f->d_pos,    f->d_seq,    f->d_slots,   f->d_table};
+                        f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_meta,
+                        f->d_argmax};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 f->be->ops->free(f->be, bufs[i]);
     }
-    free(f->h_slots);
-    free(f->h_table);
+    free(f->h_meta);
+    free(f->h_logits);
+    free(f->graph_seen);
     memset(f, 0, sizeof *f);
 }
 
@@ -134,23 +152,25 @@ static enum status forward_check_batch(const struct forward *f, const struct for
     return STATUS_OK;
 }
 
-/* Uploads tokens, positions, cache slots and block tables. */
+/* Uploads tokens, positions, sequence rows, cache slots and block tables: one copy, laid out as
+ * d_meta is (a synchronous upload per array cost more than the decode step's kernels). */
 static void forward_upload_batch(struct forward *f, const struct forward_batch *b)
 {
     struct backend *be = f->be;
-    int bs = f->kv->block_size;
-    for (int i = 0; i < b->n_tokens; i++)
-        f->h_slots[i] = kv_seq_slot(b->seqs[b->seq[i]], b->pos[i], bs);
+    int bs = f->kv->block_size, n = b->n_tokens;
+    size_t T = (size_t)f->max_tokens;
+    int32_t *tok = f->h_meta, *pos = tok + T, *seq = pos + T, *slots = seq + T, *table = slots + T;
+    memcpy(tok, b->tokens, (size_t)n * sizeof(int32_t));
+    memcpy(pos, b->pos, (size_t)n * sizeof(int32_t));
+    memcpy(seq, b->seq, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++)
+        slots[i] = kv_seq_slot(b->seqs[b->seq[i]], b->pos[i], bs);
     for (int s = 0; s < b->n_seqs; s++) {
-        int32_t *row = f->h_table + (size_t)s * (size_t)f->max_blocks;
+        int32_t *row = table + (size_t)s * (size_t)f->max_blocks;
         memcpy(row, b->seqs[s]->blocks, (size_t)b->seqs[s]->n_blocks * sizeof(int32_t));
     }
-    size_t n = (size_t)b->n_tokens * sizeof(int32_t);
-    be->ops->upload(be, f->d_tokens, b->tokens, n);
-    be->ops->upload(be, f->d_pos, b->pos, n);
-    be->ops->upload(be, f->d_seq, b->seq, n);
-    be->ops->upload(be, f->d_slots, f->h_slots, n);
-    be->ops->upload(be, f->d_table, f->h_table, (size_t)b->n_seqs * (size_t)f->max_blocks * sizeof(int32_t));
+    size_t used = 4 * T + (size_t)b->n_seqs * (size_t)f->max_blocks;
+    be->ops->upload(be, f->d_meta, f->h_meta, used * sizeof(int32_t));
 }
 
 static void forward_attention_gqa(struct forward *f, int l, int n)
@@ -158,22 +178,35 @@ static void forward_attention_gqa(struct forward *f, int l, int n)
     const struct model_desc *d = f->d;
     const struct layer_weights *lw = &f->w->layers[l];
     struct backend *be = f->be;
-    be->ops->linear(be, &lw->wq, f->x, n, f->q);
-    be->ops->linear(be, &lw->wk, f->x, n, f->k);
-    be->ops->linear(be, &lw->wv, f->x, n, f->v);
+    struct rope_args ra = {.dim = d->rope.dim, .offset = d->rope.offset,
+                           .interleaved = d->rope.layout == ROPE_INTERLEAVED,
+                           .attention_factor = d->rope.attention_factor, .inv_freq = f->inv_freq};
+    const struct paged_kv *kv = &f->kv->layers[l];
+    struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
+                            .max_blocks = f->max_blocks};
+    if (be->ops->linear_multi) {
+        const struct weight *ws[3] = {&lw->wq, &lw->wk, &lw->wv};
+        float *ys[3] = {f->q, f->k, f->v};
+        be->ops->linear_multi(be, 3, ws, f->x, n, ys);
+    } else {
+        be->ops->linear(be, &lw->wq, f->x, n, f->q);
+        be->ops->linear(be, &lw->wk, f->x, n, f->k);
+        be->ops->linear(be, &lw->wv, f->x, n, f->v);
+    }
+    if (be->ops->attn_prep) {
+        be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra,
+                           f->d_pos, kv, f->d_slots);
+        be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
+        be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
+        return;
+    }
     if (lw->q_norm) {
         be->ops->rmsnorm(be, f->q, lw->q_norm, n * d->n_heads, d->head_dim, d->norm_eps, f->q);
         be->ops->rmsnorm(be, f->k, lw->k_norm, n * d->n_kv_heads, d->head_dim, d->norm_eps, f->k);
     }
-    struct rope_args ra = {.dim = d->rope.dim, .offset = d->rope.offset,
-                           .interleaved = d->rope.layout == ROPE_INTERLEAVED,
-                           .attention_factor = d->rope.attention_factor, .inv_freq = f->inv_freq};
     be->ops->rope(be, f->q, n, d->n_heads, d->head_dim, &ra, f->d_pos);
     be->ops->rope(be, f->k, n, d->n_kv_heads, d->head_dim, &ra, f->d_pos);
-    const struct paged_kv *kv = &f->kv->layers[l];
     be->ops->kv_store(be, kv, f->k, f->v, n, f->d_slots);
-    struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
-                            .max_blocks = f->max_blocks};
     be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
     be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
 }
@@ -221,23 +254,133 @@ static void forward_ffn(struct forward *f, int l, int n)
     }
 }
 
-/* Final norm on the wanted rows of the residual stream h, then lm_head. */
-static void forward_logits(struct forward *f, const struct forward_batch *b, const float *h,
-                           float *logits_out)
+/* Final norm on the wanted rows c0 .. c0+cn of the residual stream h, then lm_head into f->logits. */
+static void forward_logits_chunk(struct forward *f, const struct forward_batch *b, int c0, int cn)
 {
     struct backend *be = f->be;
-    size_t D = (size_t)f->d->d_model, V = (size_t)f->d->vocab_size;
-    for (int c0 = 0; c0 < b->n_logits; c0 += f->logit_chunk) {
-        int cn = b->n_logits - c0 < f->logit_chunk ? b->n_logits - c0 : f->logit_chunk;
+    size_t D = (size_t)f->d->d_model;
+    if (cn <= 0)
+        return;
+    bool contiguous = true;
+    for (int i = 1; i < cn && contiguous; i++)
+        contiguous = b->logit_rows[c0 + i] == b->logit_rows[c0] + i;
+    if (contiguous) {
+        be->ops->rmsnorm(be, f->h + (size_t)b->logit_rows[c0] * D, f->w->final_norm, cn, (int)D,
+                         f->d->norm_eps, f->x_sel);
+    } else {
         /* gather the wanted rows (device-to-device through the backend) */
-        for (int i = 0; i < cn; i++) {
-            const float *src = h + (size_t)b->logit_rows[c0 + i] * D;
-            float *dst = f->x_sel + (size_t)i * D;
-            be->ops->rmsnorm(be, src, f->w->final_norm, 1, (int)D, f->d->norm_eps, dst);
-        }
-        be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
-        be->ops->download(be, logits_out + (size_t)c0 * V, f->logits, (size_t)cn * V * sizeof(float));
+        for (int i = 0; i < cn; i++)
+            be->ops->rmsnorm(be, f->h + (size_t)b->logit_rows[c0 + i] * D, f->w->final_norm, 1, (int)D,
+                             f->d->norm_eps, f->x_sel + (size_t)i * D);
     }
+    be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
+    if (b->argmax_out && be->ops->argmax)
+        be->ops->argmax(be, f->logits, cn, f->d->vocab_size, f->d_argmax);
+}
+
+/* The host's share of chunk c0 .. c0+cn: logits and/or their argmax. A row with a NaN logit
+ * is an error (the argmax guard), never token 0. */
+static enum status forward_emit(struct forward *f, const struct forward_batch *b, int c0, int cn,
+                                float *logits_out, struct err *err)
+{
+    struct backend *be = f->be;
+    size_t V = (size_t)f->d->vocab_size;
+    if (logits_out)
+        be->ops->download(be, logits_out + (size_t)c0 * V, f->logits, (size_t)cn * V * sizeof(float));
+    if (!b->argmax_out)
+        return STATUS_OK;
+    int32_t *ids = b->argmax_out + c0;
+    if (be->ops->argmax) {
+        be->ops->download(be, ids, f->d_argmax, (size_t)cn * sizeof(int32_t));
+    } else {
+        const float *host = logits_out ? logits_out + (size_t)c0 * V : NULL;
+        if (!host) {
+            if (!f->h_logits && !(f->h_logits = malloc((size_t)f->logit_chunk * V * sizeof(float))))
+                return err_set(err, STATUS_NOMEM, "forward: out of host memory for logits");
+            be->ops->download(be, f->h_logits, f->logits, (size_t)cn * V * sizeof(float));
+            host = f->h_logits;
+        }
+        for (int i = 0; i < cn; i++) {
+            const float *row = host + (size_t)i * V;
+            int32_t best = 0;
+            for (size_t v = 0; v < V && best >= 0; v++) {
+                if (row[v] != row[v])
+                    best = -1;
+                else if (row[v] > row[best])
+                    best = (int32_t)v;
+            }
+            ids[i] = best;
+        }
+    }
+    for (int i = 0; i < cn; i++)
+        if (ids[i] < 0)
+            return err_set(err, STATUS_INVALID, "forward: the logits of batch row %d contain NaN",
+                           b->logit_rows[c0 + i]);
+    return STATUS_OK;
+}
+
+/* Every op of the pass up to the residual stream's last add (no host work, no copies). */
+static void forward_layers(struct forward *f, const struct forward_batch *b)
+{
+    const struct model_desc *d = f->d;
+    struct backend *be = f->be;
+    int n = b->n_tokens;
+    be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
+    for (int l = 0; l < d->n_layers; l++) {
+        const struct layer_weights *lw = &f->w->layers[l];
+        if (l == 0)
+            be->ops->rmsnorm(be, f->h, lw->attn_norm, n, d->d_model, d->norm_eps, f->x);
+        else
+            be->ops->add_rmsnorm(be, f->h, f->delta, lw->attn_norm, n, d->d_model, d->norm_eps, f->x);
+        if (d->layers[l].attn == ATTN_MLA)
+            forward_mla_attention(f, n, l);
+        else
+            forward_attention_gqa(f, l, n);
+        be->ops->add_rmsnorm(be, f->h, f->delta, lw->ffn_norm, n, d->d_model, d->norm_eps, f->x);
+        forward_ffn(f, l, n);
+    }
+    /* final residual add; the final norm is applied per selected row in forward_logits_chunk */
+    be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
+}
+
+/* A decode-shaped pass (every row wants logits, in order, one chunk) depends on nothing but its
+ * token count once the metadata is uploaded, so it can be captured once and replayed: the key,
+ * or 0 when the pass is not of that shape. MLA passes size scratch from host-side positions. */
+static uint64_t forward_graph_key(const struct forward *f, const struct forward_batch *b)
+{
+    if (!f->use_graphs || f->mla || b->n_logits != b->n_tokens || b->n_logits > f->logit_chunk)
+        return 0;
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] != i)
+            return 0;
+    return (uint64_t)b->n_tokens << 1 | (b->argmax_out ? 1u : 0u);
+}
+
+/* Runs the pass from a graph when one is captured for its key; captures it the second time
+ * the key is seen (the first run grew every scratch buffer to this shape). */
+static void forward_run_device(struct forward *f, const struct forward_batch *b)
+{
+    struct backend *be = f->be;
+    uint64_t key = forward_graph_key(f, b);
+    if (key && be->ops->graph_replay) {
+        if (be->ops->graph_replay(be, key))
+            return;
+        bool seen = false;
+        for (int i = 0; i < f->n_graph_seen && !seen; i++)
+            seen = f->graph_seen[i] == key;
+        if (seen && be->ops->graph_capture_begin(be)) {
+            forward_layers(f, b);
+            forward_logits_chunk(f, b, 0, b->n_logits);
+            if (be->ops->graph_capture_end(be, key) && be->ops->graph_replay(be, key))
+                return;
+            /* capture failed: nothing ran, run the ops directly below */
+        } else if (!seen && f->n_graph_seen < FORWARD_MAX_GRAPH_KEYS) {
+            f->graph_seen[f->n_graph_seen++] = key;
+        }
+    }
+    forward_layers(f, b);
+    if (b->n_logits <= f->logit_chunk)
+        forward_logits_chunk(f, b, 0, b->n_logits);
 }
 
 enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
@@ -246,26 +389,18 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
     enum status st = forward_check_batch(f, b, err);
     if (st)
         return st;
-    const struct model_desc *d = f->d;
-    struct backend *be = f->be;
-    int n = b->n_tokens;
     forward_upload_batch(f, b);
-    be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
-    for (int l = 0; l < d->n_layers; l++) {
-        const struct layer_weights *lw = &f->w->layers[l];
-        if (l == 0)
-            be->ops->rmsnorm(be, f->h, lw->attn_norm, n, d->d_model, d->norm_eps, f->x);
-        else
-            be->ops->add_rmsnorm(be, f->h, f->delta, lw->attn_norm, n, d->d_model, d->norm_eps, f->x);
-        if (d->layers[l].attn != ATTN_GQA)
-            return err_set(err, STATUS_UNSUPPORTED, "layer %d: MLA attention is not implemented yet", l);
-        forward_attention_gqa(f, l, n);
-        be->ops->add_rmsnorm(be, f->h, f->delta, lw->ffn_norm, n, d->d_model, d->norm_eps, f->x);
-        forward_ffn(f, l, n);
+    forward_run_device(f, b);
+    if (b->n_logits <= f->logit_chunk) {
+        if (b->n_logits > 0)
+            st = forward_emit(f, b, 0, b->n_logits, logits_out, err);
+    } else {
+        for (int c0 = 0; c0 < b->n_logits && !st; c0 += f->logit_chunk) {
+            int cn = b->n_logits - c0 < f->logit_chunk ? b->n_logits - c0 : f->logit_chunk;
+            forward_logits_chunk(f, b, c0, cn);
+            st = forward_emit(f, b, c0, cn, logits_out, err);
+        }
     }
-    /* final residual add; the final norm is applied per selected row in forward_logits */
-    be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
-    forward_logits(f, b, f->h, logits_out);
-    be->ops->synchronize(be);
-    return STATUS_OK;
+    f->be->ops->synchronize(f->be);
+    return st;
 }

@@ -21,6 +21,8 @@
 #include "model/model_desc.h"
 #include "model/model_weights.h"
 
+struct forward_mla;
+
 struct forward_batch {
     int n_tokens;
     const int32_t *tokens;      /* (n_tokens) token ids */
@@ -30,7 +32,12 @@ struct forward_batch {
     struct kv_seq *const *seqs; /* (n_seqs) */
     int n_logits;
     const int32_t *logit_rows;  /* (n_logits) batch rows whose logits are returned */
+    int32_t *argmax_out;        /* (n_logits) host, or NULL: the greedy token of each such row, found
+                                   where the logits are (a NaN logit is an error); forward_run's
+                                   logits_out may then be NULL */
 };
+
+enum { FORWARD_MAX_GRAPH_KEYS = 256 };
 
 struct forward {
     const struct model_desc *d;     /* borrowed */
@@ -60,11 +67,19 @@ struct forward {
     float *logits;  /* (logit_chunk, vocab) */
     float *x_sel;   /* (logit_chunk, d_model) */
     float *inv_freq;    /* (rope.dim / 2) */
-    int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table; /* batch metadata */
+    int32_t *d_meta;    /* batch metadata, one buffer: the five arrays below point into it */
+    int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table;
+    int32_t *d_argmax;  /* (logit_chunk) */
 
     /* host scratch, owned */
-    int32_t *h_slots;   /* (T) */
-    int32_t *h_table;   /* (max_seqs, max_blocks) */
+    int32_t *h_meta;    /* staging of d_meta */
+    float *h_logits;    /* (logit_chunk, vocab) when argmax is wanted without logits and the backend
+                           has no argmax op; taken at first need */
+    uint64_t *graph_seen; /* (FORWARD_MAX_GRAPH_KEYS) graph keys run once, captured when seen again */
+    int n_graph_seen;
+    bool use_graphs;    /* backend graphs for decode-shaped passes (MOESERVE_NO_GRAPHS=1: off) */
+
+    struct forward_mla *mla; /* MLA/DSA buffers (engine/forward_mla.h), owned; NULL without MLA layers */
 };
 
 enum status forward_init(struct forward *f, const struct model_desc *d, const struct model_weights *w,
@@ -73,7 +88,8 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
 /* Safe on a zeroed struct. */
 void forward_free(struct forward *f);
 /* Runs the batch; writes logits for the requested rows to logits_out
- * (n_logits, vocab) host memory. Bad token ids or positions are an error. */
+ * (n_logits, vocab) host memory (NULL: not wanted), and their argmax to
+ * b->argmax_out when set. Bad token ids or positions are an error. */
 enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
                         struct err *err);
 

@@ -1,6 +1,7 @@
 /* kv_cache.c — see kv_cache.h. */
 #include "engine/kv_cache.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,28 @@ uint64_t kv_cache_bytes(const struct model_desc *d, int n_blocks, int block_size
     for (int l = 0; l < d->n_layers; l++)
         per_token += model_desc_kv_elems_per_token(d, l) * sizeof(float);
     return per_token * (uint64_t)n_blocks * (uint64_t)block_size;
+}
+
+/* Layer l's latent rows (c_kv | k_r) and, when it owns an indexer, its key rows. */
+static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_desc *d, int l, struct err *err)
+{
+    struct paged_latent *p = &kv->latent[l];
+    size_t slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
+    p->block_size = kv->block_size;
+    p->kv_rank = d->kv_lora_rank;
+    p->rope_dim = d->qk_rope_head_dim;
+    size_t bytes = slots * (size_t)(p->kv_rank + p->rope_dim) * sizeof(float);
+    p->latent = kv->be->ops->alloc(kv->be, bytes);
+    if (p->latent && d->layers[l].indexer == INDEXER_FULL) {
+        p->index_dim = d->index_head_dim;
+        bytes = slots * (size_t)p->index_dim * sizeof(float);
+        p->index_k = kv->be->ops->alloc(kv->be, bytes);
+    }
+    if (!p->latent || (p->index_dim && !p->index_k))
+        return err_set(err, STATUS_NOMEM,
+                       "KV cache: cannot allocate %d blocks x %d tokens of MLA latent (%.1f MiB for layer %d) on %s",
+                       kv->n_blocks, kv->block_size, (double)bytes / 1048576.0, l, kv->be->ops->name);
+    return STATUS_OK;
 }
 
 enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct model_desc *d,
@@ -25,13 +48,27 @@ enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct 
     kv->n_blocks = n_blocks;
     kv->layers = calloc((size_t)d->n_layers, sizeof *kv->layers);
     kv->free_ids = malloc((size_t)n_blocks * sizeof *kv->free_ids);
-    if (!kv->layers || !kv->free_ids) {
+    kv->refs = calloc((size_t)n_blocks, sizeof *kv->refs);
+    bool mla = false;
+    for (int l = 0; l < d->n_layers; l++)
+        mla |= d->layers[l].attn == ATTN_MLA;
+    if (mla)
+        kv->latent = calloc((size_t)d->n_layers, sizeof *kv->latent);
+    if (!kv->layers || !kv->free_ids || !kv->refs || (mla && !kv->latent)) {
         kv_cache_free(kv);
         return err_set(err, STATUS_NOMEM, "KV cache: out of host memory");
     }
     size_t row = (size_t)d->n_kv_heads * (size_t)d->head_dim;
     size_t bytes = (size_t)n_blocks * (size_t)block_size * row * sizeof(float);
     for (int l = 0; l < d->n_layers; l++) {
+        if (d->layers[l].attn == ATTN_MLA) {
+            enum status st = kv_cache_init_latent(kv, d, l, err);
+            if (st) {
+                kv_cache_free(kv);
+                return st;
+            }
+            continue;
+        }
         struct paged_kv *p = &kv->layers[l];
         p->block_size = block_size;
         p->n_kv_heads = d->n_kv_heads;
@@ -62,8 +99,18 @@ void kv_cache_free(struct kv_cache *kv)
                 kv->be->ops->free(kv->be, kv->layers[l].v);
         }
     }
+    if (kv->latent) {
+        for (int l = 0; l < kv->n_layers; l++) {
+            if (kv->latent[l].latent)
+                kv->be->ops->free(kv->be, kv->latent[l].latent);
+            if (kv->latent[l].index_k)
+                kv->be->ops->free(kv->be, kv->latent[l].index_k);
+        }
+    }
+    free(kv->latent);
     free(kv->layers);
     free(kv->free_ids);
+    free(kv->refs);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -72,12 +119,54 @@ void kv_seq_init(struct kv_seq *s)
     memset(s, 0, sizeof *s);
 }
 
+void kv_block_ref(struct kv_cache *kv, int32_t id)
+{
+    ASSERT(id >= 0 && id < kv->n_blocks && kv->refs[id] > 0);
+    kv->refs[id]++;
+}
+
+void kv_block_unref(struct kv_cache *kv, int32_t id)
+{
+    ASSERT(id >= 0 && id < kv->n_blocks && kv->refs[id] > 0);
+    if (--kv->refs[id] == 0)
+        kv->free_ids[kv->n_free++] = id;
+}
+
 void kv_seq_release(struct kv_seq *s, struct kv_cache *kv)
 {
     for (int i = s->n_blocks - 1; i >= 0; i--)
-        kv->free_ids[kv->n_free++] = s->blocks[i];
+        kv_block_unref(kv, s->blocks[i]);
     free(s->blocks);
     memset(s, 0, sizeof *s);
+}
+
+/* Grows the block table to hold at least need ids. */
+static enum status kv_seq_grow(struct kv_seq *s, int need, struct err *err)
+{
+    if (need <= s->cap)
+        return STATUS_OK;
+    int cap = s->cap ? s->cap : 8;
+    while (cap < need)
+        cap *= 2;
+    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
+    if (!nb)
+        return err_set(err, STATUS_NOMEM, "KV cache: out of host memory for a block table");
+    s->blocks = nb;
+    s->cap = cap;
+    return STATUS_OK;
+}
+
+enum status kv_seq_share(struct kv_seq *s, struct kv_cache *kv, const int32_t *ids, int n, struct err *err)
+{
+    ASSERT(s->n_tokens == s->n_blocks * kv->block_size); /* appended blocks start a block */
+    enum status st = kv_seq_grow(s, s->n_blocks + n, err);
+    if (st)
+        return st;
+    for (int i = 0; i < n; i++) {
+        kv_block_ref(kv, ids[i]);
+        s->blocks[s->n_blocks++] = ids[i];
+    }
+    return STATUS_OK;
 }
 
 enum status kv_seq_reserve(struct kv_seq *s, struct kv_cache *kv, int n_tokens, struct err *err)
@@ -89,17 +178,13 @@ enum status kv_seq_reserve(struct kv_seq *s, struct kv_cache *kv, int n_tokens, 
         return err_set(err, STATUS_NOMEM,
                        "KV cache full: %d tokens need %d more blocks of %d tokens, %d of %d free",
                        n_tokens, need - s->n_blocks, kv->block_size, kv->n_free, kv->n_blocks);
-    if (need > s->cap) {
-        int cap = s->cap ? s->cap : 8;
-        while (cap < need)
-            cap *= 2;
-        int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
-        if (!nb)
-            return err_set(err, STATUS_NOMEM, "KV cache: out of host memory for a block table");
-        s->blocks = nb;
-        s->cap = cap;
+    enum status st = kv_seq_grow(s, need, err);
+    if (st)
+        return st;
+    while (s->n_blocks < need) {
+        int32_t id = kv->free_ids[--kv->n_free];
+        kv->refs[id] = 1;
+        s->blocks[s->n_blocks++] = id;
     }
-    while (s->n_blocks < need)
-        s->blocks[s->n_blocks++] = kv->free_ids[--kv->n_free];
     return STATUS_OK;
 }

@@ -2,13 +2,20 @@
  *
  * Memory for every layer is taken once at init (backend memory); sequences
  * own lists of block ids (their block table) and grow one block at a time.
+ * Each layer is sized by its attention kind: GQA layers hold K and V, MLA
+ * layers only the latent row (kv_lora_rank + rope dims) and, on layers that
+ * own a DSA indexer, the indexer key (model_desc_kv_elems_per_token()).
  * A full cache is a recoverable STATUS_NOMEM naming how many blocks were
  * needed and free, never a crash; freeing a sequence returns its blocks at
  * once.
+ * Blocks are reference counted so that full blocks of a common prefix can be
+ * shared (engine/prefix_cache.c): a block returns to the free stack when its
+ * last holder lets go. Only full blocks are ever shared, so a shared block is
+ * never written again.
  *
  * defines: struct kv_cache, struct kv_seq, kv_cache_init(), kv_cache_free(),
  *          kv_cache_bytes(), kv_seq_init(), kv_seq_release(), kv_seq_reserve(),
- *          kv_seq_slot()
+ *          kv_seq_share(), kv_block_ref(), kv_block_unref(), kv_seq_slot()
  */
 #ifndef MOESERVE_ENGINE_KV_CACHE_H
 #define MOESERVE_ENGINE_KV_CACHE_H
@@ -23,9 +30,12 @@ struct kv_cache {
     int n_layers;
     int block_size;           /* tokens per block */
     int n_blocks;
-    struct paged_kv *layers;  /* (n_layers) owned; k/v in backend memory, owned */
+    struct paged_kv *layers;  /* (n_layers) owned; k/v in backend memory, owned (GQA layers) */
+    struct paged_latent *latent; /* (n_layers) owned, NULL without MLA layers; MLA layers' latent
+                                    (+ indexer key) rows in backend memory, owned (spec C.8) */
     int32_t *free_ids;        /* (n_blocks) stack of free block ids, host, owned */
     int n_free;
+    int32_t *refs;            /* (n_blocks) holders of each block (sequences, prefix cache), host, owned */
 };
 
 struct kv_seq {
@@ -47,6 +57,12 @@ void kv_seq_init(struct kv_seq *s);
 void kv_seq_release(struct kv_seq *s, struct kv_cache *kv);
 /* Makes room for positions [0, n_tokens). */
 enum status kv_seq_reserve(struct kv_seq *s, struct kv_cache *kv, int n_tokens, struct err *err);
+/* Appends n full, already computed blocks (a cached prefix) to an empty or
+ * block-aligned sequence, taking a reference on each; n_tokens is not changed. */
+enum status kv_seq_share(struct kv_seq *s, struct kv_cache *kv, const int32_t *ids, int n, struct err *err);
+/* One more / one less holder of block id; the last unref frees it. */
+void kv_block_ref(struct kv_cache *kv, int32_t id);
+void kv_block_unref(struct kv_cache *kv, int32_t id);
 
 static inline int32_t kv_seq_slot(const struct kv_seq *s, int pos, int block_size)
 {

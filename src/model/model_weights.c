@@ -428,17 +428,11 @@ static void bind_moe(struct binder *b, const char *lp, const struct model_desc *
     }
 }
 
-static void bind_layer_gqa(struct binder *b, const struct model_desc *d, int l)
+static void bind_attention_gqa(struct binder *b, const struct model_desc *d, const char *lp,
+                               struct layer_weights *lw)
 {
-    struct layer_weights *lw = &b->w->layers[l];
-    char lp[128], p[512];
-    snprintf(lp, sizeof lp, "model.layers.%d", l);
-    snprintf(p, sizeof p, "%s.input_layernorm.weight", lp);
-    lw->attn_norm = bind_vector(b, p, d->d_model, true);
-    snprintf(p, sizeof p, "%s.post_attention_layernorm.weight", lp);
-    lw->ffn_norm = bind_vector(b, p, d->d_model, true);
+    char p[512];
     int64_t qd = (int64_t)d->n_heads * d->head_dim, kvd = (int64_t)d->n_kv_heads * d->head_dim;
-    b->kind = WK_ATTENTION;
     snprintf(p, sizeof p, "%s.self_attn.q_proj", lp);
     bind_matrix(b, p, qd, d->d_model, d->qkv_bias, &lw->wq);
     snprintf(p, sizeof p, "%s.self_attn.k_proj", lp);
@@ -453,6 +447,59 @@ static void bind_layer_gqa(struct binder *b, const struct model_desc *d, int l)
         snprintf(p, sizeof p, "%s.self_attn.k_norm.weight", lp);
         lw->k_norm = bind_vector(b, p, d->head_dim, true);
     }
+}
+
+/* MLA projections and, on "full" layers, the DSA indexer (spec C.7). Shared
+ * layers have no indexer tensors; any that are present are left unbound. */
+static void bind_attention_mla(struct binder *b, const struct model_desc *d, int l, const char *lp,
+                               struct layer_weights *lw)
+{
+    char p[512];
+    int64_t H = d->n_heads, qk = (int64_t)d->qk_nope_head_dim + d->qk_rope_head_dim;
+    snprintf(p, sizeof p, "%s.self_attn.q_a_proj", lp);
+    bind_matrix(b, p, d->q_lora_rank, d->d_model, d->mla_bias, &lw->q_a);
+    snprintf(p, sizeof p, "%s.self_attn.q_a_layernorm.weight", lp);
+    lw->q_a_norm = bind_vector(b, p, d->q_lora_rank, true);
+    snprintf(p, sizeof p, "%s.self_attn.q_b_proj", lp);
+    bind_matrix(b, p, H * qk, d->q_lora_rank, false, &lw->q_b);
+    snprintf(p, sizeof p, "%s.self_attn.kv_a_proj_with_mqa", lp);
+    bind_matrix(b, p, (int64_t)d->kv_lora_rank + d->qk_rope_head_dim, d->d_model, d->mla_bias, &lw->kv_a);
+    snprintf(p, sizeof p, "%s.self_attn.kv_a_layernorm.weight", lp);
+    lw->kv_a_norm = bind_vector(b, p, d->kv_lora_rank, true);
+    snprintf(p, sizeof p, "%s.self_attn.kv_b_proj", lp);
+    bind_matrix(b, p, H * ((int64_t)d->qk_nope_head_dim + d->v_head_dim), d->kv_lora_rank, false, &lw->kv_b);
+    snprintf(p, sizeof p, "%s.self_attn.o_proj", lp);
+    bind_matrix(b, p, d->d_model, H * d->v_head_dim, d->mla_bias, &lw->wo);
+    if (d->layers[l].indexer != INDEXER_FULL)
+        return;
+    lw->has_indexer = true;
+    int64_t HI = d->index_n_heads, DI = d->index_head_dim;
+    snprintf(p, sizeof p, "%s.self_attn.indexer.wq_b", lp);
+    bind_matrix(b, p, HI * DI, d->q_lora_rank, false, &lw->idx_wq);
+    snprintf(p, sizeof p, "%s.self_attn.indexer.wk", lp);
+    bind_matrix(b, p, DI, d->d_model, false, &lw->idx_wk);
+    snprintf(p, sizeof p, "%s.self_attn.indexer.weights_proj", lp);
+    bind_matrix(b, p, HI, d->d_model, false, &lw->idx_wproj);
+    snprintf(p, sizeof p, "%s.self_attn.indexer.k_norm.weight", lp);
+    lw->idx_k_norm_w = bind_vector(b, p, DI, true);
+    snprintf(p, sizeof p, "%s.self_attn.indexer.k_norm.bias", lp);
+    lw->idx_k_norm_b = bind_vector(b, p, DI, true);
+}
+
+static void bind_layer(struct binder *b, const struct model_desc *d, int l)
+{
+    struct layer_weights *lw = &b->w->layers[l];
+    char lp[128], p[512];
+    snprintf(lp, sizeof lp, "model.layers.%d", l);
+    snprintf(p, sizeof p, "%s.input_layernorm.weight", lp);
+    lw->attn_norm = bind_vector(b, p, d->d_model, true);
+    snprintf(p, sizeof p, "%s.post_attention_layernorm.weight", lp);
+    lw->ffn_norm = bind_vector(b, p, d->d_model, true);
+    b->kind = WK_ATTENTION;
+    if (d->layers[l].attn == ATTN_MLA)
+        bind_attention_mla(b, d, l, lp, lw);
+    else
+        bind_attention_gqa(b, d, lp, lw);
     if (d->layers[l].ffn == FFN_MOE) {
         bind_moe(b, lp, d, lw);
     } else {
@@ -518,15 +565,8 @@ enum status model_weights_load(struct model_weights *w, const struct model_desc 
         w->lm_head = w->embed;
     else
         bind_matrix(&b, "lm_head", d->vocab_size, d->d_model, false, &w->lm_head);
-    for (int l = 0; l < d->n_layers && !b.st; l++) {
-        if (d->layers[l].attn != ATTN_GQA) {
-            b.st = err_set(err, STATUS_UNSUPPORTED,
-                           "%s: layer %d uses MLA attention (%s), which this build cannot run yet",
-                           ck->dir, l, model_family_name(d->family));
-            break;
-        }
-        bind_layer_gqa(&b, d, l);
-    }
+    for (int l = 0; l < d->n_layers && !b.st; l++)
+        bind_layer(&b, d, l);
     if (!b.st && b.n_missing) {
         char list[MISSING_LIST_MAX * 170] = "";
         size_t o = 0;
@@ -575,6 +615,12 @@ void model_weights_free(struct model_weights *w)
             free_vec(be, lw->q_norm);
             free_vec(be, lw->k_norm);
             free_vec(be, lw->correction_bias);
+            free_vec(be, lw->q_a_norm);
+            free_vec(be, lw->kv_a_norm);
+            free_vec(be, lw->idx_k_norm_w);
+            free_vec(be, lw->idx_k_norm_b);
+            free_bias(be, &lw->q_a);
+            free_bias(be, &lw->kv_a);
             free_bias(be, &lw->wq);
             free_bias(be, &lw->wk);
             free_bias(be, &lw->wv);

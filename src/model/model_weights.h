@@ -33,6 +33,21 @@ struct layer_weights {
     float *q_norm;    /* (head_dim) f32 or NULL */
     float *k_norm;    /* (head_dim) f32 or NULL */
 
+    /* MLA attention (glm_moe_dsa, spec C.2/C.7); o_proj is wo above, [d_model, n_heads * v] */
+    struct weight q_a;  /* [q_lora_rank, d_model] (+ bias) */
+    struct weight q_b;  /* [n_heads * (nope + rope), q_lora_rank] */
+    struct weight kv_a; /* [kv_lora_rank + rope, d_model] (+ bias): kv_a_proj_with_mqa */
+    struct weight kv_b; /* [n_heads * (nope + v), kv_lora_rank] */
+    float *q_a_norm;    /* (q_lora_rank) f32 */
+    float *kv_a_norm;   /* (kv_lora_rank) f32 */
+    /* DSA indexer: "full" layers only (spec C.5) */
+    bool has_indexer;
+    struct weight idx_wq;    /* [index_n_heads * index_head_dim, q_lora_rank]: indexer.wq_b */
+    struct weight idx_wk;    /* [index_head_dim, d_model]: indexer.wk */
+    struct weight idx_wproj; /* [index_n_heads, d_model]: indexer.weights_proj */
+    float *idx_k_norm_w;     /* (index_head_dim) f32: indexer.k_norm (LayerNorm) weight */
+    float *idx_k_norm_b;     /* (index_head_dim) f32: its bias */
+
     /* dense FFN (also the shared expert of MoE layers) */
     struct weight ffn_gate; /* [d_ff or d_expert * n_shared, d_model] */
     struct weight ffn_up;

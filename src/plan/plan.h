@@ -20,6 +20,11 @@
  *   attention_decode   split-K (flash-decoding) over the cache: tile_m query heads of one kv
  *                      head (GQA group; all heads for MLA) x tile_n keys x tile_k = head dim;
  *                      split_k chunks for the reference batch (plan_decode_splits() at launch)
+ *   mla_attention      MLA (glm_moe_dsa): attention in latent space over the cached [c_kv | k_r]
+ *                      rows, one token's tile_m heads per block x tile_n keys per step, split-K
+ *                      over the selected keys; planned with GLM-5 dims when there is no model
+ *   dsa_index          the DSA indexer's scores: tile_n keys per block (one per thread), then a
+ *                      top-k per query
  *   moe_route          router scores (softmax | sigmoid+bias, grouped) + top-k; tile_m tokens
  *   moe_align          token -> expert counting sort, each expert's rows padded to tile_m
  *                      (= moe_experts_gemm's tile_m: the GEMM's row blocks never mix experts)
@@ -42,6 +47,7 @@
  *          plan_caps_apply_table(), plan_caps_table_warning(), plan_build(),
  *          plan_build_request(), plan_weights_default(), plan_weights_from_quant(),
  *          plan_find(), plan_decode_splits(), plan_math_name(), plan_to_json(),
+ *          plan_mla_attention_smem(), plan_dsa_index_smem(),
  *          plan_caps_to_json(), plan_print()
  */
 #ifndef MOESERVE_PLAN_PLAN_H
@@ -191,6 +197,10 @@ void plan_weights_from_quant(struct plan_weights *w, const struct quant_config *
                              const struct model_desc *desc);
 
 const struct op_plan *plan_find(const struct plan *p, const char *op);
+/* Shared memory of the fp32 MLA latent attention tile and the DSA score tile (planner.c's
+ * formulas; the CUDA kernels lay their shared memory out exactly so). */
+size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim);
+size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim);
 /* KV chunks for an attention_decode launch of n_seqs sequences whose longest context is max_ctx:
  * enough blocks for two per SM, each chunk a multiple of tile_n. */
 int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);

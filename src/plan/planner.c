@@ -29,6 +29,9 @@
  *   attention_decode:  2 x (tile_m x Dk + stages x tile_n x Dkv)   (Dkv = Dk + Dv, or Dk for
  *       MLA where V is the first Dv dims of the cached latent)
  *   stages 0 (portable only): operands read straight from global memory through L1: 0 bytes.
+ *   mla_attention (fp32; Dk = kv_lora_rank + rope, R = kv_lora_rank, warps = threads / 32):
+ *       4 x (tile_m x (Dk + R) + tile_n x (Dk + 1) + warps x tile_n + 2 x tile_m)
+ *   dsa_index (fp32; H_I indexer heads of D_I dims):  4 x (H_I x D_I + H_I + tile_n x (D_I + 1))
  *
  * Cost model, per part of an op (a GEMM of the op, ...):
  *   t = max(bytes / BW, l2_bytes / L2BW, flops / rate)   (math + the larger of the two memory
@@ -896,6 +899,97 @@ int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx)
     return decode_splits(p->caps.sm_count, base, max_ctx, o->tile_n);
 }
 
+/* ---- MLA + DSA (glm_moe_dsa) ---- */
+
+/* GLM-5's dims stand in when the plan has no MLA model (a backend plans before it knows
+ * the model; its kernels fit the tile to the real dims at launch). */
+struct mla_ref {
+    int heads, kv_rank, rope, idx_heads, idx_dim, topk;
+};
+
+static void mla_ref_dims(const struct plan_ctx *x, struct mla_ref *r)
+{
+    const struct model_desc *d = x->req->desc;
+    *r = (struct mla_ref){.heads = 64, .kv_rank = 512, .rope = 64, .idx_heads = 32, .idx_dim = 128, .topk = 2048};
+    if (d && x->p->shapes.mla) {
+        r->heads = d->n_heads, r->kv_rank = d->kv_lora_rank, r->rope = d->qk_rope_head_dim;
+        r->idx_heads = d->index_n_heads, r->idx_dim = d->index_head_dim, r->topk = d->index_topk;
+    }
+}
+
+size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim)
+{
+    size_t f = (size_t)rows * (size_t)(k_dim + v_dim) + (size_t)keys * (size_t)(k_dim + 1) +
+               (size_t)(threads / 32) * (size_t)keys + 2 * (size_t)rows;
+    return f * 4;
+}
+
+size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim)
+{
+    return 4 * ((size_t)idx_heads * (size_t)idx_dim + (size_t)idx_heads + (size_t)keys * (size_t)(idx_dim + 1));
+}
+
+/* mla_attention: attention in latent space over the cached [c_kv | k_r] rows (the query
+ * absorbed through W_uk, values = the c_kv part of the same rows): one token's tile_m heads
+ * per block share every staged key; split-K over the selected keys. dsa_index: the indexer's
+ * scores, one key per thread (tile_n keys per block), then a radix top-k per query. */
+static enum status plan_mla_dsa(struct plan_ctx *x, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    if (x->req->desc && !s->mla)
+        return STATUS_OK;
+    struct mla_ref r;
+    mla_ref_dims(x, &r);
+    int Dk = r.kv_rank + r.rope, R = r.kv_rank, B = s->decode_batch;
+    int keys_q = imin(s->decode_ctx, r.topk); /* keys each decode query attends to */
+    static const int TM[] = {64, 32, 16, 8, 4, 2, 1}, TN[] = {64, 32, 16, 8};
+    for (int a = 0; a < 7; a++) {
+        int tm = imin(TM[a], r.heads);
+        if (a > 0 && tm == imin(TM[a - 1], r.heads))
+            continue;
+        for (int b = 0; b < 4; b++) {
+            int tn = TN[b];
+            struct cand *c = cand_add(x, "mla_latent_attn_fp32", PLAN_MATH_FP32_FMA, 0);
+            c->threads = 128;
+            c->regs = 64;
+            c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = 1;
+            c->smem = plan_mla_attention_smem(tm, tn, c->threads, Dk, R);
+            c->feed = SMEM_BYTES_PER_CLK * 4 * tm / (double)(tm + 1); /* each staged key serves tm heads */
+            double head_blocks = ceil_div(r.heads, tm), base = (double)B * head_blocks;
+            c->split_k = decode_splits(x->caps->sm_count, base, keys_q, tn);
+            double flops = 2.0 * B * r.heads * (double)keys_q * (Dk + R);
+            double cache = (double)B * keys_q * Dk * 4;
+            cand_part(c, flops, cache + (double)B * r.heads * (Dk + R) * 4, cache * head_blocks,
+                      base * c->split_k);
+        }
+    }
+    char note[192];
+    snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query", r.heads,
+             Dk, R, keys_q);
+    enum status st = plan_choose(x, "mla_attention", WEIGHT_BF16, note, err);
+    if (st)
+        return st;
+
+    static const int KN[] = {512, 256, 128, 64, 32};
+    double T = s->prefill_tokens, ctx = s->decode_ctx;
+    for (int b = 0; b < 5; b++) {
+        struct cand *c = cand_add(x, "dsa_index_score_fp32", PLAN_MATH_FP32_FMA, 0);
+        c->threads = KN[b];
+        c->regs = 48;
+        c->tm = 1, c->tn = KN[b], c->tk = r.idx_dim, c->stages = 1;
+        c->smem = plan_dsa_index_smem(KN[b], r.idx_heads, r.idx_dim);
+        c->feed = SMEM_BYTES_PER_CLK * 2; /* q broadcast + the thread's own key: ~2 FLOP per smem byte */
+        /* prefill: every query scores its causal keys (half the square on average) */
+        double pairs = T * ctx / 2;
+        double flops = 2.0 * pairs * r.idx_heads * r.idx_dim;
+        cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4 / KN[b],
+                  T * ceil_div(ctx / 2, KN[b]));
+    }
+    snprintf(note, sizeof note, "%d indexer heads x %d dims; radix top-%d per query (1024 threads, 1 KiB smem)",
+             r.idx_heads, r.idx_dim, r.topk);
+    return plan_choose(x, "dsa_index", WEIGHT_BF16, note, err);
+}
+
 /* ---- the small ops: one or a few variants each, all memory-bound ---- */
 
 static int row_threads(int width)
@@ -1201,6 +1295,7 @@ enum status plan_build_request(struct plan *p, const struct device_caps *caps, c
     /* forward order */
     if (!(st = plan_front(&x, err)) && !(st = plan_linear(&x, err)) && !(st = plan_rope_kv(&x, err)) &&
         !(st = plan_attention_prefill(&x, err)) && !(st = plan_attention_decode(&x, err)) &&
+        !(st = plan_mla_dsa(&x, err)) &&
         !(st = plan_linear_ffn(&x, err)) && !(p->shapes.n_experts > 0 && (st = plan_moe(&x, err))))
         st = plan_tail(&x, err);
     free(x.c);

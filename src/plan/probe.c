@@ -7,13 +7,11 @@
  * whether any NVLink is up. The instruction features then come from the
  * capability table (plan_caps_apply_table), never from here.
  *
- * NVML is a driver library, not a toolkit one (nvml.h is missing from some
- * toolkit installs), so it is opened with dlopen and the six functions used
- * are declared below with their documented ABI; a machine without it still
- * probes, with power_limit_w 0 and nvlink false.
+ * NVML is opened at run time through plan/nvml_lib.h; a machine without it
+ * still probes, with power_limit_w 0 and nvlink false.
  *
  * Every CUDA call goes through CUDA_CHECK, every NVML call through
- * NVML_CHECK. A build without CUDA (no MOESERVE_HAVE_CUDA) returns
+ * NVML_LIB_CHECK. A build without CUDA (no MOESERVE_HAVE_CUDA) returns
  * STATUS_UNSUPPORTED.
  */
 #include <stdio.h>
@@ -25,7 +23,8 @@
 #ifdef MOESERVE_HAVE_CUDA
 
 #include <cuda_runtime.h>
-#include <dlfcn.h>
+
+#include "plan/nvml_lib.h"
 
 #define CUDA_CHECK(call)                                                                                     \
     do {                                                                                                     \
@@ -35,94 +34,30 @@
                            #call, cudaGetErrorName(e_), cudaGetErrorString(e_));                             \
     } while (0)
 
-/* NVML ABI subset (nvml.h): nvmlReturn_t is an int enum, 0 = NVML_SUCCESS. */
-typedef struct nvml_device_st *nvml_device;
-enum { NVML_OK = 0, NVML_CLOCK_SM_ID = 1, NVML_MAX_LINKS = 18 };
-
-struct nvml {
-    void *lib;
-    int (*init)(void);
-    int (*shutdown)(void);
-    const char *(*error_string)(int);
-    int (*handle_by_pci)(const char *bus_id, nvml_device *dev);
-    int (*power_limit)(nvml_device dev, unsigned int *milliwatts);
-    int (*nvlink_state)(nvml_device dev, unsigned int link, int *is_active);
-    int (*max_clock)(nvml_device dev, int type, unsigned int *mhz);
-};
-
-/* Non-fatal: NVML fields are optional. Evaluates to true on success. */
-#define NVML_CHECK(nv, call) probe_nvml_ok((nv), (call), #call)
-
-static bool probe_nvml_ok(const struct nvml *nv, int rc, const char *what)
-{
-    if (rc == NVML_OK)
-        return true;
-    LOG_DEBUG("probe: %s: %s", what, nv->error_string ? nv->error_string(rc) : "NVML error");
-    return false;
-}
-
-static bool probe_nvml_open(struct nvml *nv)
-{
-    memset(nv, 0, sizeof *nv);
-    nv->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!nv->lib)
-        return false;
-        /* POSIX: dlsym results convert to function pointers through this memcpy. */
-#define NVML_SYM(field, name)                                                                                \
-    do {                                                                                                     \
-        void *s_ = dlsym(nv->lib, name);                                                                     \
-        memcpy(&nv->field, &s_, sizeof s_);                                                                  \
-    } while (0)
-    NVML_SYM(init, "nvmlInit_v2");
-    NVML_SYM(shutdown, "nvmlShutdown");
-    NVML_SYM(error_string, "nvmlErrorString");
-    NVML_SYM(handle_by_pci, "nvmlDeviceGetHandleByPciBusId_v2");
-    NVML_SYM(power_limit, "nvmlDeviceGetPowerManagementLimit");
-    NVML_SYM(nvlink_state, "nvmlDeviceGetNvLinkState");
-    NVML_SYM(max_clock, "nvmlDeviceGetMaxClockInfo");
-#undef NVML_SYM
-    if (!nv->init || !nv->shutdown || !nv->handle_by_pci || !nv->power_limit || !nv->nvlink_state ||
-        !nv->max_clock || !NVML_CHECK(nv, nv->init())) {
-        dlclose(nv->lib);
-        nv->lib = NULL;
-        return false;
-    }
-    return true;
-}
-
-static void probe_nvml_close(struct nvml *nv)
-{
-    if (!nv->lib)
-        return;
-    NVML_CHECK(nv, nv->shutdown());
-    dlclose(nv->lib);
-    nv->lib = NULL;
-}
-
 /* Power limit, NVLink and max SM clock from NVML; leaves caps alone where NVML cannot tell. */
 static void probe_nvml(struct device_caps *caps, const char *pci_bus_id)
 {
-    struct nvml nv;
-    if (!probe_nvml_open(&nv)) {
+    struct nvml_lib nv;
+    if (!nvml_lib_open(&nv)) {
         LOG_DEBUG("probe: NVML unavailable: power limit and NVLink unknown");
         return;
     }
     nvml_device dev;
-    if (NVML_CHECK(&nv, nv.handle_by_pci(pci_bus_id, &dev))) {
+    if (NVML_LIB_CHECK(&nv, nv.handle_by_pci(pci_bus_id, &dev))) {
         unsigned int mw = 0, mhz = 0;
-        if (NVML_CHECK(&nv, nv.power_limit(dev, &mw)))
+        if (NVML_LIB_CHECK(&nv, nv.power_limit(dev, &mw)))
             caps->power_limit_w = mw / 1000.0;
-        if (NVML_CHECK(&nv, nv.max_clock(dev, NVML_CLOCK_SM_ID, &mhz)) && mhz)
+        if (NVML_LIB_CHECK(&nv, nv.max_clock(dev, NVML_LIB_CLOCK_SM, &mhz)) && mhz)
             caps->sm_clock_ghz = mhz / 1000.0;
         /* Links past the device's count answer an error; any active one is enough. */
-        for (unsigned int link = 0; link < NVML_MAX_LINKS && !caps->nvlink; link++) {
+        for (unsigned int link = 0; link < NVML_LIB_MAX_LINKS && !caps->nvlink; link++) {
             int active = 0;
-            if (nv.nvlink_state(dev, link, &active) != NVML_OK)
+            if (nv.nvlink_state(dev, link, &active) != NVML_LIB_OK)
                 continue; /* expected for absent links: not worth a message per link */
             caps->nvlink = active != 0;
         }
     }
-    probe_nvml_close(&nv);
+    nvml_lib_close(&nv);
 }
 
 enum status plan_caps_probe(struct device_caps *caps, int index, struct err *err)

@@ -1,6 +1,6 @@
 /* test_golden_cuda.c — every golden fixture through the CUDA backend.
  *
- * For each tests/golden/models/<name>/ and tests/golden/quant/<name>/: one
+ * For each tests/golden/{models,quant,dsa}/<name>/: one
  * batched pass on --backend cuda (model_session with backend "cuda") must
  * match transformers' ref_logits.bin within 2e-2 * max|ref| (DESIGN.md's
  * bound for CUDA bf16 paths; the split-bf16 linears give ~1e-5) with the
@@ -44,6 +44,13 @@ static void test_quantized_fixtures(void **state)
     assert_true(check_group(&CUDA_CFG, "quant") >= 8);
 }
 
+/* glm_moe_dsa: MLA over the latent cache, the DSA indexer, decode past index_topk. */
+static void test_dsa_fixtures(void **state)
+{
+    (void)state;
+    assert_true(check_group(&CUDA_CFG, "dsa") >= 2);
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
@@ -52,6 +59,7 @@ int main(void)
         return 0;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16_fixtures),
-                                       cmocka_unit_test(test_quantized_fixtures)};
+                                       cmocka_unit_test(test_quantized_fixtures),
+                                       cmocka_unit_test(test_dsa_fixtures)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -633,10 +633,10 @@ static void test_linear(void **state)
     /* shapes: aligned; fp8 blocks cut at 128 (N = 200, K = 48 + 256); K % 8 != 0 (scalar loads) */
     struct {
         int64_t N, K;
-    } shapes[] = {{96, 64}, {200, 304}, {77, 40}, {130, 37}};
+    } shapes[] = {{96, 64}, {200, 304}, {77, 40}, {130, 37}, {130, 1056}};
     int ms[] = {1, 3, 8, 9, 40, 130};
     for (size_t f = 0; f < 5; f++)
-        for (size_t s = 0; s < 4; s++) {
+        for (size_t s = 0; s < 5; s++) {
             if (fmts[f] == WEIGHT_NVFP4 && shapes[s].K % 16)
                 continue;
             for (size_t i = 0; i < 6; i++)
@@ -729,6 +729,133 @@ static void test_moe_experts(void **state)
         run_moe(p, fmts[f], 150, 8, 2, 128, 96, true, &rng); /* > 64 rows per expert: several tiles each */
     }
     run_moe(p, WEIGHT_BF16, 33, 12, 3, 40, 24, false, &rng); /* widths not a multiple of 8 */
+    /* the decode path (few tokens, pair by pair) at widths every format's chunks divide */
+    for (size_t f = 0; f < 4; f++) {
+        run_moe(p, fmts[f], 1, 32, 8, 256, 96, false, &rng);
+        run_moe(p, fmts[f], 3, 32, 8, 256, 96, false, &rng);
+        run_moe(p, fmts[f], 8, 16, 4, 1056, 160, true, &rng);
+    }
+}
+
+/* ---------------------------------------------------------------- fused decode ops */
+
+static void test_linear_multi(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 21;
+    enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
+    int64_t K = 512, N[3] = {256, 64, 72};
+    int ms[] = {1, 2};
+    for (size_t f = 0; f < 5; f++)
+        for (size_t mi = 0; mi < 2; mi++) {
+            int m = ms[mi];
+            struct test_weight t[3];
+            const struct weight *hw[3], *dw[3];
+            float *want[3], *dy[3];
+            float *x = rand_floats((size_t)m * K, 1.0f, &rng), *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4);
+            for (int j = 0; j < 3; j++) {
+                weight_make(&t[j], p, fmts[f], N[j], K, j == 1, &rng);
+                hw[j] = &t[j].host, dw[j] = &t[j].dev;
+                want[j] = malloc((size_t)m * N[j] * 4);
+                p->cpu.ops->linear(&p->cpu, hw[j], x, m, want[j]);
+                dy[j] = dev_nan(&p->gpu, (size_t)m * N[j]);
+            }
+            p->gpu.ops->linear_multi(&p->gpu, 3, dw, dx, m, dy);
+            gpu_ok(&p->gpu);
+            for (int j = 0; j < 3; j++) {
+                float *got = fetch(&p->gpu, dy[j], (size_t)m * N[j]);
+                char what[128];
+                snprintf(what, sizeof what, "linear_multi %s m=%d weight %d", weight_format_name(fmts[f]), m, j);
+                check_close(what, got, want[j], (size_t)m * N[j], fmts[f] == WEIGHT_BF16 ? TOL_BF16 : TOL_F32);
+                free(got), free(want[j]);
+                p->gpu.ops->free(&p->gpu, dy[j]);
+                weight_free(&t[j], p);
+            }
+            free(x);
+            p->gpu.ops->free(&p->gpu, dx);
+        }
+}
+
+/* attn_prep against the ops it fuses: rmsnorm q, rmsnorm k, rope q, rope k, kv_store. */
+static void test_attn_prep(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 22;
+    struct {
+        int nh, nkv, hd, dim, offset;
+        bool interleaved, norm;
+    } cases[] = {{8, 2, 128, 128, 0, false, true}, {6, 6, 64, 32, 0, true, false}, {4, 1, 96, 48, 16, false, true}};
+    for (size_t c = 0; c < 3; c++) {
+        int nh = cases[c].nh, nkv = cases[c].nkv, hd = cases[c].hd, T = 5, bs = 16, n_blocks = 4;
+        size_t qn = (size_t)T * nh * hd, kn = (size_t)T * nkv * hd, row = (size_t)nkv * hd;
+        size_t cache = (size_t)n_blocks * bs * row;
+        float *q = rand_floats(qn, 2.0f, &rng), *k = rand_floats(kn, 2.0f, &rng), *v = rand_floats(kn, 1.0f, &rng);
+        float *qw = rand_floats((size_t)hd, 1.0f, &rng), *kw = rand_floats((size_t)hd, 1.0f, &rng);
+        float *kc = rand_floats(cache, 1.0f, &rng), *vc = rand_floats(cache, 1.0f, &rng);
+        float inv_freq[128];
+        for (int i = 0; i < cases[c].dim / 2; i++)
+            inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)cases[c].dim);
+        int32_t pos[5] = {0, 7, 300, 4095, 12}, slots[5] = {3, 17, 40, 63, 9};
+        /* the CPU reference: the five unfused ops */
+        float *dq = dev_copy(&p->gpu, q, qn * 4), *dk = dev_copy(&p->gpu, k, kn * 4), *dv = dev_copy(&p->gpu, v, kn * 4);
+        float *dqw = dev_copy(&p->gpu, qw, (size_t)hd * 4), *dkw = dev_copy(&p->gpu, kw, (size_t)hd * 4);
+        float *dinv = dev_copy(&p->gpu, inv_freq, sizeof inv_freq);
+        int32_t *dpos = dev_copy(&p->gpu, pos, sizeof pos), *dslots = dev_copy(&p->gpu, slots, sizeof slots);
+        struct paged_kv hkv = {.k = kc, .v = vc, .block_size = bs, .n_kv_heads = nkv, .head_dim = hd};
+        struct paged_kv dkv = hkv;
+        dkv.k = dev_copy(&p->gpu, kc, cache * 4);
+        dkv.v = dev_copy(&p->gpu, vc, cache * 4);
+        struct rope_args ra = {.dim = cases[c].dim, .offset = cases[c].offset, .interleaved = cases[c].interleaved,
+                               .attention_factor = 1.0f, .inv_freq = inv_freq};
+        if (cases[c].norm) {
+            p->cpu.ops->rmsnorm(&p->cpu, q, qw, T * nh, hd, 1e-6f, q);
+            p->cpu.ops->rmsnorm(&p->cpu, k, kw, T * nkv, hd, 1e-6f, k);
+        }
+        p->cpu.ops->rope(&p->cpu, q, T, nh, hd, &ra, pos);
+        p->cpu.ops->rope(&p->cpu, k, T, nkv, hd, &ra, pos);
+        p->cpu.ops->kv_store(&p->cpu, &hkv, k, v, T, slots);
+        struct rope_args da = ra;
+        da.inv_freq = dinv;
+        p->gpu.ops->attn_prep(&p->gpu, dq, dk, dv, T, nh, cases[c].norm ? dqw : NULL, cases[c].norm ? dkw : NULL,
+                              1e-6f, &da, dpos, &dkv, dslots);
+        gpu_ok(&p->gpu);
+        float *gq = fetch(&p->gpu, dq, qn), *gk = fetch(&p->gpu, dkv.k, cache), *gv = fetch(&p->gpu, dkv.v, cache);
+        char what[96];
+        snprintf(what, sizeof what, "attn_prep case %zu q", c);
+        check_close(what, gq, q, qn, TOL_F32);
+        snprintf(what, sizeof what, "attn_prep case %zu k cache", c);
+        check_close(what, gk, kc, cache, TOL_F32);
+        snprintf(what, sizeof what, "attn_prep case %zu v cache", c);
+        check_close(what, gv, vc, cache, 0.0);
+        free(gq), free(gk), free(gv), free(q), free(k), free(v), free(qw), free(kw), free(kc), free(vc);
+        void *ptrs[] = {dq, dk, dv, dqw, dkw, dinv, dpos, dslots, dkv.k, dkv.v};
+        for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+            p->gpu.ops->free(&p->gpu, ptrs[i]);
+    }
+}
+
+static void test_argmax(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 23;
+    int rows = 4, V = 151936;
+    float *l = rand_floats((size_t)rows * V, 10.0f, &rng);
+    l[0 * (size_t)V + 77777] = 50.0f;                                  /* row 0: a clear winner */
+    l[1 * (size_t)V + 5] = 60.0f, l[1 * (size_t)V + 90000] = 60.0f;    /* row 1: a tie -> lowest id */
+    l[2 * (size_t)V + 3] = NAN, l[2 * (size_t)V + 10] = 99.0f;         /* row 2: NaN -> -1 */
+    for (int i = 0; i < V; i++)                                        /* row 3: all -inf -> 0 */
+        l[3 * (size_t)V + i] = -INFINITY;
+    float *dl = dev_copy(&p->gpu, l, (size_t)rows * V * 4);
+    int32_t *dids = dev_copy(&p->gpu, (int32_t[4]){-7, -7, -7, -7}, 16), ids[4];
+    p->gpu.ops->argmax(&p->gpu, dl, rows, V, dids);
+    gpu_ok(&p->gpu);
+    p->gpu.ops->download(&p->gpu, ids, dids, sizeof ids);
+    assert_int_equal(ids[0], 77777);
+    assert_int_equal(ids[1], 5);
+    assert_int_equal(ids[2], -1);
+    assert_int_equal(ids[3], 0);
+    free(l);
+    p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, dids);
 }
 
 int main(void)
@@ -744,6 +871,8 @@ int main(void)
         cmocka_unit_test(test_silu_mul_add), cmocka_unit_test(test_kv_store),
         cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
+        cmocka_unit_test(test_linear_multi), cmocka_unit_test(test_attn_prep),
+        cmocka_unit_test(test_argmax),
     };
     int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);
     failed += cmocka_run_group_tests_name("cuda ops, smem budget 101376 (sm_120 tiles)", tests, setup_small,

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_mla.h"
 #include "base/dtype.h"
 
 #define CPU_MAX_HEAD_DIM 1024
@@ -391,6 +392,12 @@ static const struct backend_ops CPU_OPS = {
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,
     .add = cpu_add,
+    .layernorm = cpu_layernorm,
+    .mla_store = cpu_mla_store,
+    .mla_absorb_q = cpu_mla_absorb_q,
+    .mla_attention = cpu_mla_attention,
+    .mla_expand_o = cpu_mla_expand_o,
+    .dsa_select = cpu_dsa_select,
 };
 
 enum status backend_cpu_create(struct backend *be, struct err *err)

@@ -39,6 +39,14 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "base/log.h"
 
+/* One captured op sequence (a decode step of some batch size), replayed by key. */
+struct cuda_graph {
+    uint64_t key;
+    cudaGraphExec_t exec;
+};
+
+enum { CUDA_MAX_GRAPHS = 128 };
+
 /* The per-expert weight tables of one MoE layer in device memory: gate, up, down. */
 struct moe_table {
     const struct weight *key; /* the layer's gate array (host), identifies the layer */
@@ -67,6 +75,11 @@ struct cuda_backend {
     int n_tables, cap_tables;
     struct cuda_wdev *tmp; /* (tmp_cap) host scratch for building a table */
     size_t tmp_cap;
+    int moe_decode_max_tokens; /* up to this many tokens the MoE block runs pair by pair (no sort) */
+    struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
+    int n_graphs;
+    bool capturing;
+    bool capture_broken; /* an op could not be recorded: the capture must be thrown away */
     struct cuda_error_sink sink;
 };
 
@@ -126,10 +139,19 @@ static void cu_synchronize(struct backend *be)
 /* A device buffer of at least `bytes` for one op's temporaries. Grows
  * rarely (the first calls at a new largest shape); cudaFree waits for the
  * device, so no kernel still reads the old buffer. */
+static void graphs_drop(struct cuda_backend *c);
+
 static void *scratch_get(struct cuda_backend *c, size_t bytes)
 {
     if (bytes <= c->scratch_bytes)
         return c->scratch;
+    if (c->capturing) {
+        /* cannot free or allocate inside a capture: spoil it, the forward runs the ops directly */
+        c->capture_broken = true;
+        return NULL;
+    }
+    /* graphs hold the old buffer's address */
+    graphs_drop(c);
     size_t want = bytes + bytes / 4;
     if (c->scratch)
         CHECK(c, cudaFree(c->scratch));
@@ -241,6 +263,13 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     ASSERT(w->rows <= INT_MAX && w->cols <= INT_MAX);
     int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
+    if (m == 1 && cuda_gemv1_supported(w->format, K, x)) {
+        /* one row: a memory-bound GEMV that reads W once at full width, fp32 products */
+        struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+        int64_t n64 = N;
+        CHECK(c, cuda_gemv1(c->stream, w->format, 1, &wd, &n64, K, x, &y));
+        return;
+    }
     if (w->format == WEIGHT_BF16) {
         /* x = hi + lo (two bf16 rows per activation row): one GEMM over 2m columns reads W once,
          * and y = W hi + W lo is within ~1e-5 of the fp32 product (bf16 alone: ~1e-2) */
@@ -271,6 +300,110 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     }
     if (w->bias)
         CHECK(c, cuda_bias_add(c->stream, y, w->bias, m, N));
+}
+
+static void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m,
+                            float *const *ys)
+{
+    struct cuda_backend *c = ctx(be);
+    bool one_launch = m == 1 && n_w >= 1 && n_w <= 3 && cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x);
+    for (int j = 1; j < n_w && one_launch; j++)
+        one_launch = ws[j]->format == ws[0]->format && ws[j]->cols == ws[0]->cols;
+    if (!one_launch) {
+        for (int j = 0; j < n_w; j++)
+            cu_linear(be, ws[j], x, m, ys[j]);
+        return;
+    }
+    struct cuda_wdev wd[3];
+    int64_t N[3];
+    for (int j = 0; j < n_w; j++) {
+        wd[j] = (struct cuda_wdev){.data = ws[j]->data, .scale = ws[j]->scale, .bias = ws[j]->bias,
+                                   .scale2 = ws[j]->scale2};
+        N[j] = ws[j]->rows;
+    }
+    CHECK(c, cuda_gemv1(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys));
+}
+
+static void cu_attn_prep(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,
+                         const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope,
+                         const int32_t *pos, const struct paged_kv *kv, const int32_t *slots)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_attn_prep(c->stream, q, k, v, n_tokens, n_heads, kv->n_kv_heads, kv->head_dim, q_norm, k_norm,
+                            eps, rope, pos, kv, slots));
+}
+
+static void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_argmax(c->stream, logits, rows, vocab, ids));
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+static void graphs_drop(struct cuda_backend *c)
+{
+    for (int i = 0; i < c->n_graphs; i++)
+        CHECK(c, cudaGraphExecDestroy(c->graphs[i].exec));
+    c->n_graphs = 0;
+}
+
+static bool cu_graph_replay(struct backend *be, uint64_t key)
+{
+    struct cuda_backend *c = ctx(be);
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].key == key)
+            return CHECK(c, cudaGraphLaunch(c->graphs[i].exec, c->stream));
+    return false;
+}
+
+static bool cu_graph_capture_begin(struct backend *be)
+{
+    struct cuda_backend *c = ctx(be);
+    if (c->capturing || c->n_graphs >= CUDA_MAX_GRAPHS)
+        return false;
+    /* thread-local: another thread's CUDA calls (a server's HTTP threads) cannot invalidate it */
+    cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        LOG_DEBUG("cuda: graph capture not started: %s", cudaGetErrorString(e));
+        return false;
+    }
+    c->capturing = true;
+    c->capture_broken = false;
+    return true;
+}
+
+static bool cu_graph_capture_end(struct backend *be, uint64_t key)
+{
+    struct cuda_backend *c = ctx(be);
+    if (!c->capturing)
+        return false;
+    c->capturing = false;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e == cudaSuccess && c->capture_broken)
+        e = cudaErrorStreamCaptureInvalidated;
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&exec, g, 0);
+    if (g)
+        (void)cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        /* a capture that failed (an op that cannot be captured) is not an error of the run:
+         * the caller runs the ops eagerly instead */
+        (void)cudaGetLastError();
+        LOG_DEBUG("cuda: graph capture of key %llu failed: %s", (unsigned long long)key, cudaGetErrorString(e));
+        return false;
+    }
+    struct cuda_graph *n = realloc(c->graphs, (size_t)(c->n_graphs + 1) * sizeof *n);
+    if (!n) {
+        (void)cudaGraphExecDestroy(exec);
+        return false;
+    }
+    c->graphs = n;
+    c->graphs[c->n_graphs++] = (struct cuda_graph){.key = key, .exec = exec};
+    return true;
 }
 
 static void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps,
@@ -413,6 +546,10 @@ static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struc
         t->dev = dev;
         c->n_tables++;
     }
+    if (c->capturing) { /* a pageable copy cannot be captured: spoil the capture instead */
+        c->capture_broken = true;
+        return NULL;
+    }
     memcpy(t->host, c->tmp, bytes);
     /* ordered after the kernels already queued; pageable source is staged before the call returns */
     if (!CHECK(c, cudaMemcpyAsync(t->dev, t->host, bytes, cudaMemcpyHostToDevice, c->stream)))
@@ -433,6 +570,14 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     const struct cuda_wdev *table = moe_table_get(c, a);
     if (!table)
         return;
+    if (n_tokens <= c->moe_decode_max_tokens &&
+        cuda_moe_decode_supported(a->gate[0].format, a->d_model, a->d_expert, a->n_used) &&
+        a->up[0].format == a->gate[0].format && a->down[0].format == a->gate[0].format) {
+        /* few tokens: every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
+        CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, table, a->n_experts, (int64_t)D, (int64_t)I, x,
+                                 n_tokens, ids, weights, a->n_used, work, out));
+        return;
+    }
     double rows_per_expert = (double)pairs / (double)(a->n_experts < pairs ? a->n_experts : pairs);
     enum cuda_gemm_tile tile = tile_for_rows(c->tile_moe, rows_per_expert);
     int bm = cuda_gemm_tile_rows(tile);
@@ -478,6 +623,8 @@ static void cuda_backend_free(struct cuda_backend *c)
         CHECK(c, cudaStreamSynchronize(c->stream));
     for (size_t i = 0; i < c->n_owned; i++)
         CHECK(c, cudaFree(c->owned[i]));
+    graphs_drop(c);
+    free(c->graphs);
     for (int i = 0; i < c->n_tables; i++) {
         CHECK(c, cudaFree(c->tables[i].dev));
         free(c->tables[i].host);
@@ -521,6 +668,12 @@ static const struct backend_ops CUDA_OPS = {
     .moe_route = cu_moe_route,
     .moe_experts = cu_moe_experts,
     .add = cu_add,
+    .linear_multi = cu_linear_multi,
+    .attn_prep = cu_attn_prep,
+    .argmax = cu_argmax,
+    .graph_replay = cu_graph_replay,
+    .graph_capture_begin = cu_graph_capture_begin,
+    .graph_capture_end = cu_graph_capture_end,
 };
 
 /* The compiled tile with the largest tile_m not above the plan's. */
@@ -570,6 +723,10 @@ static void configure_from_plan(struct cuda_backend *c)
     } else {
         LOG_WARN("cuda: the plan has no attention_decode entry; using 64 keys per step");
     }
+    /* Pair by pair re-reads an expert for each token routed to it; the sorted grouped GEMM reads it
+     * once. With 8 tokens x k slots over >= 64 experts, repeats are rare: the memory-bound pair
+     * kernels win; past that the grouped GEMM does. */
+    c->moe_decode_max_tokens = 8;
     c->tile_moe = CUDA_GEMM_64x64;
     if ((op = plan_find(&c->plan, "moe_experts_gemm")))
         c->tile_moe = gemm_tile_from(op);

@@ -11,7 +11,8 @@
  * (cuda_norm.cu); cuda_rope() (cuda_rope.cu); cuda_attention_fit(), cuda_attention_workspace_floats(),
  *          cuda_attention() (cuda_attention.cu); cuda_moe_route() (cuda_moe_route.cu);
  *          cuda_gemm(), cuda_gemm_grouped(), cuda_gemm_tile_rows() (cuda_gemm.cu);
- *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu)
+ *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
+ *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu)
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_KERNELS_H
 #define MOESERVE_BACKEND_CUDA_CUDA_KERNELS_H
@@ -127,6 +128,29 @@ cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, in
  * weights[t, j] * y[row_of_pair[t * n_used + j], :] */
 cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const float *weights, int n_tokens,
                              int n_used, int dim, const int32_t *row_of_pair, const float *y, float *out);
+
+/* ---- cuda_decode.cu (one activation row: decode) ---- */
+/* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned). */
+int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x);
+/* y[j][:N[j]] = x[:K] W_j^T (+ bias) for j < n_w <= 3, every W_j in format fmt: one launch. */
+cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
+                       const int64_t *N, int64_t K, const float *x, float *const *y);
+int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used);
+/* The MoE block for few tokens, pair by pair without a sort: act (n_tokens * n_used, d_expert)
+ * = silu(x G_e^T) * (x U_e^T), then out[t] = sum over the token's slots in ascending expert id of
+ * weights * (act D_e^T). table as for cuda_gemm_grouped: gate[n_experts], up[...], down[...]. */
+cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
+                            int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
+                            const int32_t *ids, const float *weights, int n_used, float *act, float *out);
+
+/* ---- cuda_fused.cu ---- */
+/* backend_ops.attn_prep: q/k head RMSNorm (q_norm NULL: none), RoPE, K/V into the cache. */
+cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float *v, int n_tokens, int n_heads,
+                           int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps,
+                           const struct rope_args *a, const int32_t *pos, const struct paged_kv *kv,
+                           const int32_t *slots);
+/* ids[r] = argmax of logits[r, :vocab], lowest id on ties, -1 when the row has a NaN. */
+cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids);
 
 /* "moeserve-cuda-archs: 800,900,1000,1200": the families compiled into this binary. */
 const char *cuda_build_arch_list(void);

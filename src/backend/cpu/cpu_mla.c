@@ -1,0 +1,267 @@
+/* cpu_mla.c — the CPU reference of the MLA and DSA ops (see cpu_mla.h).
+ *
+ * MLA runs in its absorbed form here too, the same algorithm the GPU runs:
+ * the query's no-rope part is mapped into latent space (W_uk_h^T q), scores
+ * are taken against the cached latent row [c_kv | k_r] of each key, the
+ * softmax-weighted sum of the c_kv rows is taken, and W_uv_h maps it back to
+ * the head's values. This equals transformers' expanded K/V (spec C.3) up to
+ * rounding, and it needs nothing per key but the latent row: the cache never
+ * holds expanded keys or values.
+ *
+ * kv_b_proj is read row by row through weight_dequant_row (any format),
+ * once per call per row, never kept dequantised. Sums run in a fixed order
+ * (ascending index) so that the CUDA kernels, which use the same order, stay
+ * within a few ulps of this reference.
+ *
+ * The DSA selection keeps a bounded heap of the best (score, position) pairs
+ * per query while it walks the keys in ascending position; an equal score
+ * never displaces an earlier key, so ties go to the lower position. The
+ * result is written in ascending position order.
+ */
+#include "backend/cpu/cpu_mla.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_MLA_MAX_DIM 8192 /* latent + rope dims, head dims: stack rows */
+
+static size_t slot_of(const struct attn_batch *b, int t, int j, int block_size)
+{
+    const int32_t *blocks = b->block_table + (size_t)b->seq[t] * (size_t)b->max_blocks;
+    return (size_t)blocks[j / block_size] * (size_t)block_size + (size_t)(j % block_size);
+}
+
+void cpu_layernorm(struct backend *be, const float *x, const float *w, const float *b, int rows, int dim,
+                   float eps, float *y)
+{
+    (void)be;
+#pragma omp parallel for schedule(static) if (rows > 64)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * (size_t)dim;
+        float *yr = y + (size_t)r * (size_t)dim;
+        double sum = 0, ss = 0;
+        for (int j = 0; j < dim; j++)
+            sum += xr[j];
+        float mean = (float)(sum / dim);
+        for (int j = 0; j < dim; j++) {
+            double c = (double)xr[j] - (double)mean;
+            ss += c * c;
+        }
+        float inv = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int j = 0; j < dim; j++)
+            yr[j] = w[j] * ((xr[j] - mean) * inv) + b[j];
+    }
+}
+
+void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w, float eps,
+                   const float *idx_k, int n_tokens, const int32_t *slots)
+{
+    (void)be;
+    int R = kv->kv_rank, row = kv->kv_rank + kv->rope_dim;
+    for (int t = 0; t < n_tokens; t++) {
+        const float *src = ckv + (size_t)t * (size_t)row;
+        float *dst = kv->latent + (size_t)slots[t] * (size_t)row;
+        double ss = 0;
+        for (int c = 0; c < R; c++)
+            ss += (double)src[c] * (double)src[c];
+        float inv = 1.0f / sqrtf((float)(ss / R) + eps);
+        for (int c = 0; c < R; c++)
+            dst[c] = w[c] * (src[c] * inv);
+        memcpy(dst + R, src + R, (size_t)kv->rope_dim * sizeof(float));
+        if (idx_k && kv->index_k)
+            memcpy(kv->index_k + (size_t)slots[t] * (size_t)kv->index_dim, idx_k + (size_t)t * (size_t)kv->index_dim,
+                   (size_t)kv->index_dim * sizeof(float));
+    }
+}
+
+void cpu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *q,
+                      int n_tokens, float *q_abs)
+{
+    (void)be;
+    int H = m->n_heads, R = m->kv_rank, qd = m->nope + m->rope, ad = m->kv_rank + m->rope;
+    int64_t head_rows = (int64_t)m->nope + m->v;
+    ASSERT(R <= CPU_MLA_MAX_DIM && kv_b->cols == R && kv_b->rows == head_rows * H);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int h = 0; h < H; h++) {
+        float row[CPU_MLA_MAX_DIM];
+        for (int t = 0; t < n_tokens; t++) {
+            float *o = q_abs + ((size_t)t * (size_t)H + (size_t)h) * (size_t)ad;
+            memset(o, 0, (size_t)R * sizeof(float));
+            memcpy(o + R, q + ((size_t)t * (size_t)H + (size_t)h) * (size_t)qd + m->nope,
+                   (size_t)m->rope * sizeof(float));
+        }
+        for (int i = 0; i < m->nope; i++) {
+            weight_dequant_row(kv_b, (int64_t)h * head_rows + i, row);
+            for (int t = 0; t < n_tokens; t++) {
+                float qi = q[((size_t)t * (size_t)H + (size_t)h) * (size_t)qd + (size_t)i];
+                float *o = q_abs + ((size_t)t * (size_t)H + (size_t)h) * (size_t)ad;
+                for (int c = 0; c < R; c++)
+                    o[c] = fmaf(qi, row[c], o[c]);
+            }
+        }
+    }
+}
+
+void cpu_mla_attention(struct backend *be, const float *q_abs, const struct paged_latent *kv,
+                       const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
+                       float *o_lat)
+{
+    (void)be;
+    int R = kv->kv_rank, Dk = kv->kv_rank + kv->rope_dim;
+    ASSERT(Dk <= CPU_MLA_MAX_DIM);
+#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    for (int t = 0; t < b->n_tokens; t++) {
+        for (int h = 0; h < n_heads; h++) {
+            const float *qh = q_abs + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)Dk;
+            float acc[CPU_MLA_MAX_DIM];
+            memset(acc, 0, (size_t)R * sizeof(float));
+            float mx = -INFINITY, sum = 0.0f;
+            int n_keys = sel ? sel_k : b->pos[t] + 1;
+            for (int i = 0; i < n_keys; i++) {
+                int j = sel ? sel[(size_t)t * (size_t)sel_k + (size_t)i] : i;
+                if (j < 0)
+                    break; /* -1 padding ends a selection */
+                const float *kj = kv->latent + slot_of(b, t, j, kv->block_size) * (size_t)Dk;
+                float dot = 0.0f;
+                for (int d = 0; d < Dk; d++)
+                    dot = fmaf(qh[d], kj[d], dot);
+                float z = dot * scale;
+                if (z > mx) {
+                    float corr = expf(mx - z); /* rescale what was accumulated */
+                    sum *= corr;
+                    for (int d = 0; d < R; d++)
+                        acc[d] *= corr;
+                    mx = z;
+                }
+                float p = expf(z - mx);
+                sum += p;
+                for (int d = 0; d < R; d++)
+                    acc[d] = fmaf(p, kj[d], acc[d]); /* values are the c_kv part of the row */
+            }
+            float *o = o_lat + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)R;
+            for (int d = 0; d < R; d++)
+                o[d] = acc[d] / sum;
+        }
+    }
+}
+
+void cpu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *o_lat,
+                      int n_tokens, float *out)
+{
+    (void)be;
+    int H = m->n_heads, R = m->kv_rank, V = m->v;
+    int64_t head_rows = (int64_t)m->nope + m->v;
+    ASSERT(R <= CPU_MLA_MAX_DIM && kv_b->cols == R && kv_b->rows == head_rows * H);
+#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    for (int h = 0; h < H; h++) {
+        for (int j = 0; j < V; j++) {
+            float row[CPU_MLA_MAX_DIM];
+            weight_dequant_row(kv_b, (int64_t)h * head_rows + m->nope + j, row);
+            for (int t = 0; t < n_tokens; t++) {
+                const float *x = o_lat + ((size_t)t * (size_t)H + (size_t)h) * (size_t)R;
+                float s = 0.0f;
+                for (int c = 0; c < R; c++)
+                    s = fmaf(row[c], x[c], s);
+                out[(size_t)t * (size_t)H * (size_t)V + (size_t)h * (size_t)V + (size_t)j] = s;
+            }
+        }
+    }
+}
+
+/* Heap order: the root is the worst kept candidate (lowest score; among equal
+ * scores the highest position). */
+static int cand_worse(float sa, int32_t pa, float sb, int32_t pb)
+{
+    return sa < sb || (sa == sb && pa > pb);
+}
+
+static void heap_sift_down(float *hs, int32_t *hp, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && cand_worse(hs[l], hp[l], hs[w], hp[w]))
+            w = l;
+        if (r < n && cand_worse(hs[r], hp[r], hs[w], hp[w]))
+            w = r;
+        if (w == i)
+            return;
+        float ts = hs[i];
+        int32_t tp = hp[i];
+        hs[i] = hs[w], hp[i] = hp[w];
+        hs[w] = ts, hp[w] = tp;
+        i = w;
+    }
+}
+
+static void heap_sift_up(float *hs, int32_t *hp, int i)
+{
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!cand_worse(hs[i], hp[i], hs[p], hp[p]))
+            return;
+        float ts = hs[i];
+        int32_t tp = hp[i];
+        hs[i] = hs[p], hp[i] = hp[p];
+        hs[p] = ts, hp[p] = tp;
+        i = p;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* I(t, j) of spec C.4, in the order transformers sums it. */
+static float dsa_score(const float *q, const float *w, const float *k, const struct dsa_args *a)
+{
+    float s = 0.0f;
+    for (int h = 0; h < a->n_heads; h++) {
+        const float *qh = q + (size_t)h * (size_t)a->head_dim;
+        float dot = 0.0f;
+        for (int d = 0; d < a->head_dim; d++)
+            dot = fmaf(qh[d], k[d], dot);
+        float r = dot * a->score_scale;
+        r = r > 0.0f ? r : 0.0f;
+        s = fmaf(w[h] * a->head_scale, r, s);
+    }
+    return s;
+}
+
+void cpu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv,
+                    const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel)
+{
+    (void)be;
+    int K = a->topk;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < b->n_tokens; t++) {
+        int32_t *out = sel + (size_t)t * (size_t)K;
+        int n_keys = b->pos[t] + 1;
+        if (n_keys <= K) {
+            /* every causal key is kept: no scores needed */
+            for (int i = 0; i < K; i++)
+                out[i] = i < n_keys ? i : -1;
+            continue;
+        }
+        float *hs = work + (size_t)t * (size_t)K * 2;
+        int32_t *hp = (int32_t *)(hs + K);
+        const float *q = q_idx + (size_t)t * (size_t)a->n_heads * (size_t)a->head_dim;
+        const float *w = w_idx + (size_t)t * (size_t)a->n_heads;
+        int n = 0;
+        for (int j = 0; j < n_keys; j++) {
+            const float *k = kv->index_k + slot_of(b, t, j, kv->block_size) * (size_t)kv->index_dim;
+            float s = dsa_score(q, w, k, a);
+            if (n < K) {
+                hs[n] = s, hp[n] = j;
+                heap_sift_up(hs, hp, n++);
+            } else if (s > hs[0]) { /* keys come in ascending order: an equal score loses */
+                hs[0] = s, hp[0] = j;
+                heap_sift_down(hs, hp, n, 0);
+            }
+        }
+        memcpy(out, hp, (size_t)K * sizeof(int32_t));
+        qsort(out, (size_t)K, sizeof(int32_t), cmp_i32);
+    }
+}

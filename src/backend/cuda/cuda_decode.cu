@@ -1,0 +1,367 @@
+/* cuda_decode.cu — memory-bound kernels for decode: one activation row per weight pass.
+ *
+ * At batch 1 a linear layer reads every weight byte once and does two flops
+ * per weight, so the kernels here exist to keep HBM busy: each warp owns
+ * GEMV_R consecutive output rows, each lane streams 16-byte chunks of the
+ * rows and keeps its slice of x in registers across those rows.
+ *
+ * NVFP4 decode without a lookup: an E2M1 nibble (s e1 e0 m) is moved with
+ * two shifts and a mask into f32 bits (sign -> 31, e1 e0 -> 24..23,
+ * m -> 22). That pattern is exactly the value times 2^-126 for every code,
+ * the code 0.5 included (it lands on the f32 denormal 2^-127). The products
+ * with x would then sink into denormals, so x is taken times 2^100 first
+ * (exact) and the sum of each 16-element block is brought back with its
+ * E4M3 block scale times 2^26. Four integer ops and one FMA per weight: the
+ * dequantisation the generic path does in ~10 is what made it compute bound.
+ * Denormals must not be flushed (no --use_fast_math on this file).
+ *
+ * Kernels:
+ *  - gemv1: y_j = x W_j^T for up to 3 weights sharing x (q, k, v in one launch)
+ *  - moe_gate_up: per (token, slot) pair, act = silu(x G_e^T) * (x U_e^T)
+ *  - moe_down: per token, out = sum over its slots in ascending expert id of
+ *    w_j * (act_j D_e^T), multiply and add rounded separately as the CPU does
+ * The MoE pair kernels need no sort: each pair reads its own expert; with
+ * few tokens the pairs rarely share one, and when they do L2 serves the rest.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+enum { DEC_THREADS = 256, DEC_WARPS = DEC_THREADS / 32, GEMV_R = 4, MAX_JOBS = 3, MAX_K_USED = 64 };
+
+constexpr float X_PRESCALE = 0x1p100f;
+constexpr float W_POSTSCALE = 0x1p26f; /* 2^126 / 2^100 */
+
+/* Nibble I of u as f32 bits: exactly its E2M1 value times 2^-126. */
+template <int I>
+__device__ __forceinline__ float e2m1_raw(uint32_t u)
+{
+    constexpr int sm = 22 - 4 * I, ss = 28 - 4 * I;
+    uint32_t mag = sm >= 0 ? (u << (sm >= 0 ? sm : 0)) : (u >> (sm < 0 ? -sm : 0));
+    uint32_t sgn = ss >= 0 ? (u << (ss >= 0 ? ss : 0)) : (u >> (ss < 0 ? -ss : 0));
+    return __uint_as_float((mag & 0x01C00000u) | (sgn & 0x80000000u));
+}
+
+__device__ __forceinline__ float e2m1_dot8(uint32_t u, const float *x, float acc)
+{
+    acc = fmaf(e2m1_raw<0>(u), x[0], acc);
+    acc = fmaf(e2m1_raw<1>(u), x[1], acc);
+    acc = fmaf(e2m1_raw<2>(u), x[2], acc);
+    acc = fmaf(e2m1_raw<3>(u), x[3], acc);
+    acc = fmaf(e2m1_raw<4>(u), x[4], acc);
+    acc = fmaf(e2m1_raw<5>(u), x[5], acc);
+    acc = fmaf(e2m1_raw<6>(u), x[6], acc);
+    acc = fmaf(e2m1_raw<7>(u), x[7], acc);
+    return acc;
+}
+
+/* Elements of one lane's chunk: 16 bytes of weights. */
+template <int FMT>
+struct chunk {
+    static constexpr int n = FMT == WEIGHT_NVFP4 ? 32 : FMT == WEIGHT_FP8_BLOCK ? 16 : FMT == WEIGHT_F32 ? 4 : 8;
+};
+
+/* The lane's x chunk into registers (NVFP4: times 2^100). */
+template <int FMT>
+__device__ __forceinline__ void load_x(const float *x, int64_t k, float *xs)
+{
+    constexpr int C = chunk<FMT>::n;
+    const float4 *p = (const float4 *)(x + k);
+#pragma unroll
+    for (int i = 0; i < C / 4; i++) {
+        float4 v = p[i];
+        if constexpr (FMT == WEIGHT_NVFP4) {
+            xs[4 * i] = v.x * X_PRESCALE;
+            xs[4 * i + 1] = v.y * X_PRESCALE;
+            xs[4 * i + 2] = v.z * X_PRESCALE;
+            xs[4 * i + 3] = v.w * X_PRESCALE;
+        } else {
+            xs[4 * i] = v.x, xs[4 * i + 1] = v.y, xs[4 * i + 2] = v.z, xs[4 * i + 3] = v.w;
+        }
+    }
+}
+
+/* Partial dot product of W[n, k .. k+C) with the lane's x chunk (NVFP4: over 2^26, see top). */
+template <int FMT>
+__device__ __forceinline__ float dot_chunk(const cuda_wdev &w, int64_t n, int64_t k, int64_t K, const float *xs)
+{
+    if constexpr (FMT == WEIGHT_NVFP4) {
+        uint4 u = __ldg((const uint4 *)((const uint8_t *)w.data + n * (K / 2) + k / 2));
+        uint32_t sc = __ldg((const uint16_t *)((const uint8_t *)w.scale + n * (K / 16) + k / 16));
+        float a0 = e2m1_dot8(u.y, xs + 8, e2m1_dot8(u.x, xs, 0.0f));
+        float a1 = e2m1_dot8(u.w, xs + 24, e2m1_dot8(u.z, xs + 16, 0.0f));
+        return fmaf(a0, dev_e4m3(sc & 255u), a1 * dev_e4m3(sc >> 8));
+    } else if constexpr (FMT == WEIGHT_FP8_BLOCK) {
+        float v[8], s = 0.0f;
+        w_load8<FMT>(w, n, k, K, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s = fmaf(v[i], xs[i], s);
+        w_load8<FMT>(w, n, k + 8, K, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s = fmaf(v[i], xs[8 + i], s);
+        return s;
+    } else if constexpr (FMT == WEIGHT_F32) {
+        float4 v = __ldg((const float4 *)((const float *)w.data + n * K + k));
+        return fmaf(v.w, xs[3], fmaf(v.z, xs[2], fmaf(v.y, xs[1], v.x * xs[0])));
+    } else {
+        float v[8], s = 0.0f;
+        w_load8<FMT>(w, n, k, K, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s = fmaf(v[i], xs[i], s);
+        return s;
+    }
+}
+
+template <int FMT>
+__device__ __forceinline__ float finish(const cuda_wdev &w, float s)
+{
+    if constexpr (FMT == WEIGHT_NVFP4)
+        return s * (W_POSTSCALE * w.scale2);
+    return s;
+}
+
+/* acc[r] = W[n0 + r, :] . x for r < R (rows past N left at 0), reduced over the warp: every lane gets them. */
+template <int FMT, int R>
+__device__ __forceinline__ void warp_rows_dot(const cuda_wdev &w, int64_t n0, int64_t N, int64_t K, const float *x,
+                                              float acc[R])
+{
+    constexpr int C = chunk<FMT>::n;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0.0f;
+    for (int64_t k = (int64_t)lane * C; k < K; k += 32 * C) {
+        float xs[C];
+        load_x<FMT>(x, k, xs);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (n0 + r < N)
+                acc[r] += dot_chunk<FMT>(w, n0 + r, k, K, xs);
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = finish<FMT>(w, warp_sum(acc[r]));
+}
+
+struct gemv1_job {
+    cuda_wdev w;
+    int64_t N;
+    float *y;
+    int64_t first_warp;
+};
+
+struct gemv1_params {
+    gemv1_job job[MAX_JOBS];
+    int n_jobs;
+    int64_t K;
+    const float *x;
+};
+
+template <int FMT>
+__global__ void __launch_bounds__(DEC_THREADS) gemv1_kernel(gemv1_params p)
+{
+    const int64_t warp = (int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32;
+    int j = 0;
+    while (j + 1 < p.n_jobs && warp >= p.job[j + 1].first_warp)
+        j++;
+    const gemv1_job &jb = p.job[j];
+    const int64_t n0 = (warp - jb.first_warp) * GEMV_R;
+    if (n0 >= jb.N)
+        return;
+    float acc[GEMV_R];
+    warp_rows_dot<FMT, GEMV_R>(jb.w, n0, jb.N, p.K, p.x, acc);
+    const int lane = threadIdx.x % 32;
+    if (lane < GEMV_R && n0 + lane < jb.N) {
+        float v = acc[0];
+#pragma unroll
+        for (int r = 1; r < GEMV_R; r++)
+            if (lane == r)
+                v = acc[r];
+        jb.y[n0 + lane] = v + (jb.w.bias ? jb.w.bias[n0 + lane] : 0.0f);
+    }
+}
+
+/* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). */
+template <int FMT>
+__global__ void __launch_bounds__(DEC_THREADS)
+    moe_gate_up_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
+                       const int32_t *ids, int n_used, float *act)
+{
+    const int pair = blockIdx.y;
+    const int e = ids[pair];
+    const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GEMV_R;
+    if (n0 >= I)
+        return;
+    float *out = act + (size_t)pair * (size_t)I;
+    const int lane = threadIdx.x % 32;
+    if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (moe_down skips it too) */
+        if (lane < GEMV_R && n0 + lane < I)
+            out[n0 + lane] = 0.0f;
+        return;
+    }
+    const float *xr = x + (size_t)(pair / n_used) * (size_t)D;
+    float g[GEMV_R], u[GEMV_R];
+    warp_rows_dot<FMT, GEMV_R>(table[e], n0, I, D, xr, g);
+    warp_rows_dot<FMT, GEMV_R>(table[n_experts + e], n0, I, D, xr, u);
+    if (lane < GEMV_R && n0 + lane < I) {
+        float gv = g[0], uv = u[0];
+#pragma unroll
+        for (int r = 1; r < GEMV_R; r++)
+            if (lane == r)
+                gv = g[r], uv = u[r];
+        /* biases of the gate/up projections, then silu(g) * u rounded as cuda_silu_mul does */
+        if (table[e].bias)
+            gv += table[e].bias[n0 + lane];
+        if (table[n_experts + e].bias)
+            uv += table[n_experts + e].bias[n0 + lane];
+        out[n0 + lane] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
+    }
+}
+
+/* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid (row groups, tokens). */
+template <int FMT>
+__global__ void __launch_bounds__(DEC_THREADS)
+    moe_down_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
+                    const int32_t *ids, const float *weights, int n_used, float *out)
+{
+    __shared__ int order[MAX_K_USED];
+    const int t = blockIdx.y;
+    const int32_t *it = ids + (size_t)t * n_used;
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < n_used; j++) { /* insertion sort by expert id, k is small */
+            int i = j;
+            while (i > 0 && it[order[i - 1]] > it[j]) {
+                order[i] = order[i - 1];
+                i--;
+            }
+            order[i] = j;
+        }
+    }
+    __syncthreads();
+    const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GEMV_R;
+    if (n0 >= D)
+        return;
+    const int lane = threadIdx.x % 32;
+    float o = 0.0f; /* lane r < GEMV_R accumulates row n0 + r */
+    for (int jj = 0; jj < n_used; jj++) {
+        const int j = order[jj], e = it[j];
+        if (e < 0 || e >= n_experts)
+            continue;
+        const cuda_wdev &w = table[2 * n_experts + e];
+        float acc[GEMV_R];
+        warp_rows_dot<FMT, GEMV_R>(w, n0, D, I, act + ((size_t)t * n_used + j) * (size_t)I, acc);
+        float v = acc[0];
+#pragma unroll
+        for (int r = 1; r < GEMV_R; r++)
+            if (lane == r)
+                v = acc[r];
+        if (lane < GEMV_R && n0 + lane < D) {
+            if (w.bias)
+                v += w.bias[n0 + lane];
+            o = __fadd_rn(o, __fmul_rn(weights[(size_t)t * n_used + j], v));
+        }
+    }
+    if (lane < GEMV_R && n0 + lane < D)
+        out[(size_t)t * (size_t)D + n0 + lane] = o;
+}
+
+/* K must split into whole 16-byte chunks for every format's vector loads. */
+bool k_ok(enum weight_format fmt, int64_t K)
+{
+    int c = fmt == WEIGHT_NVFP4 ? 32 : fmt == WEIGHT_FP8_BLOCK ? 16 : fmt == WEIGHT_F32 ? 4 : 8;
+    return K > 0 && K % c == 0;
+}
+
+template <template <int> class L, typename... A>
+cudaError_t by_format(enum weight_format fmt, A... a)
+{
+    switch (fmt) {
+    case WEIGHT_F32: return L<WEIGHT_F32>::run(a...);
+    case WEIGHT_BF16: return L<WEIGHT_BF16>::run(a...);
+    case WEIGHT_F16: return L<WEIGHT_F16>::run(a...);
+    case WEIGHT_FP8_BLOCK: return L<WEIGHT_FP8_BLOCK>::run(a...);
+    case WEIGHT_NVFP4: return L<WEIGHT_NVFP4>::run(a...);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+template <int FMT>
+struct launch_gemv1 {
+    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t warps)
+    {
+        int64_t blocks = (warps + DEC_WARPS - 1) / DEC_WARPS;
+        if (blocks > 0x7fffffff)
+            return cudaErrorInvalidValue;
+        gemv1_kernel<FMT><<<(unsigned)blocks, DEC_THREADS, 0, s>>>(*p);
+        return CUDA_LAUNCH_RESULT();
+    }
+};
+
+template <int FMT>
+struct launch_moe {
+    static cudaError_t run(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I,
+                           const float *x, int n_tokens, const int32_t *ids, const float *weights, int n_used,
+                           float *act, float *out)
+    {
+        int64_t warps_i = (I + GEMV_R - 1) / GEMV_R, warps_d = (D + GEMV_R - 1) / GEMV_R;
+        dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
+        moe_gate_up_kernel<FMT><<<g1, DEC_THREADS, 0, s>>>(table, n_experts, I, D, x, ids, n_used, act);
+        cudaError_t e = CUDA_LAUNCH_RESULT();
+        if (e != cudaSuccess)
+            return e;
+        dim3 g2((unsigned)((warps_d + DEC_WARPS - 1) / DEC_WARPS), (unsigned)n_tokens);
+        moe_down_kernel<FMT><<<g2, DEC_THREADS, 0, s>>>(table, n_experts, D, I, act, ids, weights, n_used, out);
+        return CUDA_LAUNCH_RESULT();
+    }
+};
+
+} // namespace
+
+extern "C" int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x)
+{
+    return k_ok(fmt, K) && (uintptr_t)x % 16 == 0;
+}
+
+extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
+                                  const int64_t *N, int64_t K, const float *x, float *const *y)
+{
+    if (n_w < 1 || n_w > MAX_JOBS || !cuda_gemv1_supported(fmt, K, x))
+        return cudaErrorInvalidValue;
+    gemv1_params p = {};
+    p.n_jobs = n_w;
+    p.K = K;
+    p.x = x;
+    int64_t warps = 0;
+    for (int j = 0; j < n_w; j++) {
+        p.job[j].w = w[j];
+        p.job[j].N = N[j];
+        p.job[j].y = y[j];
+        p.job[j].first_warp = warps;
+        warps += (N[j] + GEMV_R - 1) / GEMV_R;
+    }
+    if (!warps)
+        return cudaSuccess;
+    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, warps);
+}
+
+extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used)
+{
+    return k_ok(fmt, d_model) && k_ok(fmt, d_expert) && n_used >= 1 && n_used <= MAX_K_USED;
+}
+
+extern "C" cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
+                                       int n_experts, int64_t d_model, int64_t d_expert, const float *x,
+                                       int n_tokens, const int32_t *ids, const float *weights, int n_used,
+                                       float *act, float *out)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (!cuda_moe_decode_supported(fmt, d_model, d_expert, n_used) || (int64_t)n_tokens * n_used > 65535)
+        return cudaErrorInvalidValue;
+    return by_format<launch_moe>(fmt, stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
+                                 n_used, act, out);
+}

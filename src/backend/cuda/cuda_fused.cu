@@ -1,0 +1,143 @@
+/* cuda_fused.cu — small ops fused so that decode launches fewer kernels.
+ *
+ * attn_prep: per (token, head) block, the q/k per-head RMSNorm, RoPE and the
+ * KV-cache write that otherwise take five launches (rmsnorm q, rmsnorm k,
+ * rope q, rope k, kv_store). Each step rounds exactly as its stand-alone
+ * kernel does (cuda_norm.cu, cuda_rope.cu), so the fusion changes no bit.
+ *
+ * argmax: one block per row, lowest id on ties, -1 for a row with a NaN (the
+ * sampler's guard: a broken forward must not silently pick token 0).
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+enum { ARGMAX_THREADS = 1024 };
+
+__global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
+                                 const float *q_norm, const float *k_norm, float eps, int dim, int offset,
+                                 int interleaved, float attention_factor, const float *inv_freq,
+                                 const int32_t *pos, float *kc, float *vc, const int32_t *slots)
+{
+    extern __shared__ float sv[]; /* (hd) the head after the norm */
+    const int t = blockIdx.x, h = blockIdx.y;
+    const size_t row = (size_t)n_kv * (size_t)hd; /* one token's K (or V) in the cache */
+    const size_t slot = (size_t)slots[t];
+    if (h >= n_heads + n_kv) { /* a V head: straight into the cache */
+        int vh = h - n_heads - n_kv;
+        const float *src = v + ((size_t)t * n_kv + vh) * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            vc[slot * row + (size_t)vh * hd + i] = src[i];
+        return;
+    }
+    const bool is_q = h < n_heads;
+    const int kh = h - n_heads;
+    float *x = is_q ? q + ((size_t)t * n_heads + h) * hd : k + ((size_t)t * n_kv + kh) * hd;
+    const float *w = is_q ? q_norm : k_norm;
+    if (w) {
+        double ss = 0;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            ss += (double)x[i] * (double)x[i];
+        float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / hd), eps)));
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            sv[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
+    } else {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            sv[i] = x[i];
+    }
+    __syncthreads();
+    /* out = sv, with the rotated slice [offset, offset + dim) replaced */
+    float *out = x;
+    float *cache = is_q ? nullptr : kc + slot * row + (size_t)kh * hd;
+    const int half = dim / 2;
+    const float p = (float)pos[t];
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float r;
+        int j = i - offset;
+        if (j < 0 || j >= dim) {
+            r = sv[i];
+        } else {
+            int f = j < half ? j : j - half;
+            float phi = __fmul_rn(p, inv_freq[f]);
+            float c = __fmul_rn(cosf(phi), attention_factor);
+            float s = __fmul_rn(sinf(phi), attention_factor);
+            float x0 = interleaved ? sv[offset + 2 * f] : sv[offset + f];
+            float x1 = interleaved ? sv[offset + 2 * f + 1] : sv[offset + f + half];
+            r = j < half ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
+                         : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        }
+        out[i] = r;
+        if (cache)
+            cache[i] = r;
+    }
+}
+
+__global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *logits, int vocab, int32_t *ids)
+{
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    __shared__ int nan_seen;
+    const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    if (threadIdx.x == 0)
+        nan_seen = 0;
+    __syncthreads();
+    float best = -INFINITY;
+    int bid = 0x7fffffff, nan = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = row[i];
+        if (v != v)
+            nan = 1;
+        else if (v > best || (v == best && i < bid))
+            best = v, bid = i;
+    }
+    if (nan)
+        atomicExch(&nan_seen, 1);
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bid, o);
+        if (ov > best || (ov == best && oi < bid))
+            best = ov, bid = oi;
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0)
+        bv[warp] = best, bi[warp] = bid;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x / 32); w++)
+            if (bv[w] > best || (bv[w] == best && bi[w] < bid))
+                best = bv[w], bid = bi[w];
+        /* all -inf: the lowest id, as the CPU sampler picks */
+        ids[blockIdx.x] = nan_seen ? -1 : (bid == 0x7fffffff ? 0 : bid);
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float *v, int n_tokens,
+                                      int n_heads, int n_kv, int head_dim, const float *q_norm, const float *k_norm,
+                                      float eps, const struct rope_args *a, const int32_t *pos,
+                                      const struct paged_kv *kv, const int32_t *slots)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (n_heads + 2 * n_kv > 65535 || a->offset + a->dim > head_dim || a->dim % 2 || kv->head_dim != head_dim ||
+        kv->n_kv_heads != n_kv)
+        return cudaErrorInvalidValue;
+    unsigned threads = head_dim >= 256 ? 256u : head_dim >= 128 ? 128u : head_dim > 32 ? 64u : 32u;
+    dim3 grid((unsigned)n_tokens, (unsigned)(n_heads + 2 * n_kv));
+    attn_prep_kernel<<<grid, threads, (size_t)head_dim * sizeof(float), stream>>>(
+        q, k, v, n_heads, n_kv, head_dim, q_norm, k_norm, eps, a->dim, a->offset, a->interleaved ? 1 : 0,
+        a->attention_factor, a->inv_freq, pos, kv->k, kv->v, slots);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    if (vocab <= 0)
+        return cudaErrorInvalidValue;
+    argmax_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, ids);
+    return CUDA_LAUNCH_RESULT();
+}

@@ -1,0 +1,687 @@
+/* scheduler.c — see scheduler.h.
+ *
+ * A request's life on the scheduler thread: waiting (list) -> running (array
+ * in admission order) -> finished, with preemption moving a running request
+ * back to the head of the waiting list. Uniform bookkeeping makes prefill,
+ * decode and recomputation one case: tokens[0 .. n_tokens) is the prompt
+ * followed by the generated tokens, n_computed of them have K/V in the cache,
+ * and the sequence wants rows for tokens[n_computed .. n_tokens); its logits
+ * are needed when the rows reach n_tokens. A decode is the case of one row.
+ */
+#include "engine/scheduler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/timer.h"
+
+static void cond_init_monotonic(pthread_cond_t *cv)
+{
+    /* waits take CLOCK_MONOTONIC deadlines (timer_now), immune to clock changes */
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int n_prompt,
+                             const struct sched_params *p, struct err *err)
+{
+    *out = NULL;
+    if (n_prompt < 1)
+        return err_set(err, STATUS_INVALID, "request: the prompt is empty");
+    if (p->max_new < 1)
+        return err_set(err, STATUS_INVALID, "request: max_new must be >= 1 (got %d)", p->max_new);
+    if (p->top_logprobs > SCHED_MAX_TOP_LOGPROBS)
+        return err_set(err, STATUS_INVALID, "request: at most %d top log-probabilities (got %d)",
+                       SCHED_MAX_TOP_LOGPROBS, p->top_logprobs);
+    struct sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(err, STATUS_NOMEM, "request: out of memory");
+    size_t nm = (size_t)p->max_new, top = p->top_logprobs > 0 ? (size_t)p->top_logprobs : 0;
+    r->n_prompt = n_prompt;
+    r->p = *p;
+    r->prompt = malloc((size_t)n_prompt * sizeof *r->prompt);
+    r->tokens = malloc(((size_t)n_prompt + nm) * sizeof *r->tokens);
+    r->out_ids = malloc(nm * sizeof *r->out_ids);
+    r->out_time = malloc(nm * sizeof *r->out_time);
+    bool ok = r->prompt && r->tokens && r->out_ids && r->out_time;
+    if (p->top_logprobs >= 0) {
+        r->out_logprob = malloc(nm * sizeof *r->out_logprob);
+        ok = ok && r->out_logprob;
+        if (top) {
+            r->out_top_ids = malloc(nm * top * sizeof *r->out_top_ids);
+            r->out_top_lp = malloc(nm * top * sizeof *r->out_top_lp);
+            ok = ok && r->out_top_ids && r->out_top_lp;
+        }
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    cond_init_monotonic(&r->cv);
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->cancel, false);
+    kv_seq_init(&r->seq);
+    r->logit_index = -1;
+    if (!ok) {
+        sched_req_put(r);
+        return err_set(err, STATUS_NOMEM, "request: out of memory for %d prompt and %d new tokens", n_prompt,
+                       p->max_new);
+    }
+    memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
+    memcpy(r->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    r->n_tokens = n_prompt;
+    *out = r;
+    return STATUS_OK;
+}
+
+void sched_req_put(struct sched_req *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    ASSERT(r->seq.n_blocks == 0); /* the scheduler released the KV blocks */
+    sampler_free(&r->smp);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->prompt);
+    free(r->tokens);
+    free(r->out_ids);
+    free(r->out_time);
+    free(r->out_logprob);
+    free(r->out_top_ids);
+    free(r->out_top_lp);
+    free(r);
+}
+
+enum status scheduler_init(struct scheduler *sch, struct model_session *s, const struct scheduler_opts *o,
+                           struct err *err)
+{
+    memset(sch, 0, sizeof *sch);
+    sch->s = s;
+    sch->o = o ? *o : (struct scheduler_opts){0};
+    if (sch->o.max_queue <= 0)
+        sch->o.max_queue = 256;
+    if (sch->o.max_seqs <= 0 || sch->o.max_seqs > s->fwd.max_seqs)
+        sch->o.max_seqs = s->fwd.max_seqs;
+    if (sch->o.max_context <= 0)
+        sch->o.max_context = s->max_context;
+    enum status st = STATUS_OK;
+    if (sch->o.max_seqs > s->fwd.max_tokens)
+        st = err_set(err, STATUS_INVALID,
+                     "scheduler: %d sequences need a batch of at least %d tokens (the batch budget is %d)",
+                     sch->o.max_seqs, sch->o.max_seqs, s->fwd.max_tokens);
+    else if ((long)s->kv.n_blocks * s->kv.block_size < sch->o.max_context)
+        st = err_set(err, STATUS_INVALID,
+                     "scheduler: the KV cache (%d blocks of %d tokens) cannot hold one request of %d tokens",
+                     s->kv.n_blocks, s->kv.block_size, sch->o.max_context);
+    else if (!sch->o.no_prefix_cache)
+        st = prefix_cache_init(&sch->pc, &s->kv, err);
+    if (st) {
+        memset(sch, 0, sizeof *sch); /* nothing to free yet */
+        return st;
+    }
+    sch->vocab = s->desc.vocab_size;
+    pthread_mutex_init(&sch->mu, NULL);
+    cond_init_monotonic(&sch->cv);
+    size_t T = (size_t)s->fwd.max_tokens, S = (size_t)sch->o.max_seqs;
+    sch->running = calloc(S, sizeof *sch->running);
+    sch->b_tokens = malloc(T * sizeof(int32_t));
+    sch->b_pos = malloc(T * sizeof(int32_t));
+    sch->b_seq = malloc(T * sizeof(int32_t));
+    sch->b_logit_rows = malloc(S * sizeof(int32_t));
+    sch->b_seqs = malloc(S * sizeof *sch->b_seqs);
+    sch->b_reqs = malloc(S * sizeof *sch->b_reqs);
+    sch->logits = malloc(S * (size_t)sch->vocab * sizeof(float));
+    sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
+    if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
+        !sch->b_reqs || !sch->logits || !sch->match) {
+        scheduler_free(sch);
+        return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
+    }
+    return STATUS_OK;
+}
+
+static bool pc_on(const struct scheduler *sch)
+{
+    return !sch->o.no_prefix_cache;
+}
+
+/* Offers the computed full blocks to the prefix cache, then frees the KV. */
+static void seq_release(struct scheduler *sch, struct sched_req *r)
+{
+    int bs = sch->s->kv.block_size;
+    if (pc_on(sch) && r->n_computed >= bs)
+        prefix_cache_insert(&sch->pc, r->tokens, r->n_computed / bs, r->seq.blocks);
+    kv_seq_release(&r->seq, &sch->s->kv);
+    r->n_computed = 0;
+}
+
+/* Publishes the end and drops the scheduler's reference. */
+static void req_finish(struct scheduler *sch, struct sched_req *r, enum sched_finish f, const char *msg)
+{
+    seq_release(sch, r);
+    if (r->admit_order == 0) { /* never admitted: it still counted against the queue bound */
+        pthread_mutex_lock(&sch->mu);
+        sch->n_queued--;
+        pthread_mutex_unlock(&sch->mu);
+    }
+    pthread_mutex_lock(&r->mu);
+    r->finish = f;
+    if (msg)
+        snprintf(r->error, sizeof r->error, "%s", msg);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    sched_req_put(r);
+}
+
+static void running_remove(struct scheduler *sch, struct sched_req *r)
+{
+    for (int i = 0; i < sch->n_running; i++) {
+        if (sch->running[i] == r) {
+            memmove(sch->running + i, sch->running + i + 1, (size_t)(sch->n_running - i - 1) * sizeof *sch->running);
+            sch->n_running--;
+            return;
+        }
+    }
+    PANIC("scheduler: request %llu is not running", (unsigned long long)r->id);
+}
+
+static void waiting_push_front(struct scheduler *sch, struct sched_req *r)
+{
+    r->next = sch->wait_head;
+    sch->wait_head = r;
+    if (!sch->wait_tail)
+        sch->wait_tail = r;
+    sch->n_waiting++;
+}
+
+static struct sched_req *waiting_pop(struct scheduler *sch)
+{
+    struct sched_req *r = sch->wait_head;
+    sch->wait_head = r->next;
+    if (!sch->wait_head)
+        sch->wait_tail = NULL;
+    r->next = NULL;
+    sch->n_waiting--;
+    return r;
+}
+
+/* Moves newly submitted requests to the end of the waiting list. */
+static void take_incoming(struct scheduler *sch)
+{
+    pthread_mutex_lock(&sch->mu);
+    struct sched_req *h = sch->in_head;
+    int n = sch->n_incoming;
+    sch->in_head = sch->in_tail = NULL;
+    sch->n_incoming = 0;
+    sch->wake = false;
+    pthread_mutex_unlock(&sch->mu);
+    if (!h)
+        return;
+    struct sched_req *t = h;
+    while (t->next)
+        t = t->next;
+    if (sch->wait_tail)
+        sch->wait_tail->next = h;
+    else
+        sch->wait_head = h;
+    sch->wait_tail = t;
+    sch->n_waiting += n;
+}
+
+/* Why r must end now (cancel, deadline), or SCHED_RUNNING. */
+static enum sched_finish must_end(const struct sched_req *r, double now)
+{
+    if (atomic_load(&r->cancel))
+        return SCHED_FINISH_CANCELLED;
+    if (r->p.deadline > 0 && now > r->p.deadline)
+        return SCHED_FINISH_TIMEOUT;
+    return SCHED_RUNNING;
+}
+
+static void end_cancelled(struct scheduler *sch)
+{
+    double now = timer_now();
+    for (int i = sch->n_running - 1; i >= 0; i--) {
+        struct sched_req *r = sch->running[i];
+        enum sched_finish f = must_end(r, now);
+        if (f != SCHED_RUNNING) {
+            running_remove(sch, r);
+            req_finish(sch, r, f, f == SCHED_FINISH_TIMEOUT ? "the request's deadline passed" : NULL);
+        }
+    }
+    struct sched_req **link = &sch->wait_head, *prev = NULL;
+    while (*link) {
+        struct sched_req *r = *link;
+        enum sched_finish f = must_end(r, now);
+        if (f == SCHED_RUNNING) {
+            prev = r;
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        if (sch->wait_tail == r)
+            sch->wait_tail = prev;
+        r->next = NULL;
+        sch->n_waiting--;
+        req_finish(sch, r, f, f == SCHED_FINISH_TIMEOUT ? "the request's deadline passed in the queue" : NULL);
+    }
+}
+
+/* Makes n blocks free, evicting cached ones if needed. */
+static bool ensure_free(struct scheduler *sch, int n)
+{
+    struct kv_cache *kv = &sch->s->kv;
+    if (kv->n_free < n && pc_on(sch))
+        prefix_cache_evict(&sch->pc, n - kv->n_free);
+    return kv->n_free >= n;
+}
+
+static int blocks_for(int tokens, int bs)
+{
+    return (tokens + bs - 1) / bs;
+}
+
+/* Takes r's blocks away and puts it back at the head of the queue. */
+static void preempt(struct scheduler *sch, struct sched_req *r)
+{
+    running_remove(sch, r);
+    seq_release(sch, r);
+    r->n_prompt_blocks_cached = 0;
+    waiting_push_front(sch, r);
+    sch->counters.n_preemptions++;
+    pthread_mutex_lock(&r->mu);
+    r->n_preempted++;
+    pthread_mutex_unlock(&r->mu);
+    LOG_DEBUG("scheduler: preempted request %llu (%d tokens) for lack of KV blocks", (unsigned long long)r->id,
+              r->n_tokens);
+}
+
+static void admit(struct scheduler *sch)
+{
+    struct kv_cache *kv = &sch->s->kv;
+    int bs = kv->block_size;
+    struct err err = {0};
+    while (sch->n_running < sch->o.max_seqs && sch->wait_head) {
+        struct sched_req *r = sch->wait_head;
+        /* never the last token: its logits are needed, so it must be computed */
+        int n_match = pc_on(sch) ? prefix_cache_match(&sch->pc, r->tokens, (r->n_tokens - 1) / bs, sch->match) : 0;
+        int need = blocks_for(r->n_tokens, bs) - n_match;
+        int avail = kv->n_free;
+        if (pc_on(sch)) {
+            avail += prefix_cache_evictable(&sch->pc);
+            for (int i = 0; i < n_match; i++) /* ours once shared: not evictable */
+                avail -= kv->refs[sch->match[i]] == 1;
+        }
+        /* keep a block per running sequence for its decode growth */
+        if (sch->n_running > 0 && need + sch->n_running > avail)
+            break;
+        waiting_pop(sch);
+        if (need > avail) { /* cannot happen: submit checked the size against the whole cache */
+            snprintf(err.msg, sizeof err.msg, "needs %d KV blocks, only %d exist", need, avail);
+            req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
+            continue;
+        }
+        enum status st = kv_seq_share(&r->seq, kv, sch->match, n_match, &err);
+        if (!st) {
+            r->n_computed = r->seq.n_tokens = n_match * bs;
+            ensure_free(sch, need);
+            st = kv_seq_reserve(&r->seq, kv, r->n_tokens, &err);
+        }
+        if (!st && r->admit_order == 0)
+            st = sampler_init(&r->smp, &r->p.sampling, sch->vocab, &err);
+        if (st) {
+            req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
+            continue;
+        }
+        if (r->admit_order == 0) {
+            pthread_mutex_lock(&sch->mu);
+            sch->n_queued--;
+            pthread_mutex_unlock(&sch->mu);
+        }
+        r->admit_order = ++sch->admit_counter;
+        sch->counters.prompt_tokens_cached += (uint64_t)r->n_computed;
+        pthread_mutex_lock(&r->mu);
+        r->n_cached = r->n_computed;
+        pthread_mutex_unlock(&r->mu);
+        sch->running[sch->n_running++] = r;
+    }
+}
+
+/* Appends rows tokens[n_computed .. n_computed + rows) of r to the batch. */
+static void batch_add(struct scheduler *sch, struct sched_req *r, int rows, int *nt, int *ns, int *nl)
+{
+    if (!r->in_batch) {
+        r->in_batch = true;
+        r->batch_seq = *ns;
+        r->batch_rows = 0;
+        r->logit_index = -1;
+        sch->b_seqs[*ns] = &r->seq;
+        sch->b_reqs[*ns] = r;
+        (*ns)++;
+    }
+    for (int i = 0; i < rows; i++) {
+        int p = r->n_computed + r->batch_rows + i;
+        sch->b_tokens[*nt] = r->tokens[p];
+        sch->b_pos[*nt] = p;
+        sch->b_seq[*nt] = r->batch_seq;
+        (*nt)++;
+    }
+    r->batch_rows += rows;
+    if (r->n_computed + r->batch_rows == r->n_tokens) {
+        r->logit_index = *nl;
+        sch->b_logit_rows[(*nl)++] = *nt - 1;
+    }
+}
+
+/* Decode rows first (they are latency), then prompt chunks up to the budget. */
+static void build_batch(struct scheduler *sch, int *nt, int *ns, int *nl)
+{
+    struct kv_cache *kv = &sch->s->kv;
+    int T = sch->s->fwd.max_tokens;
+    struct err err = {0};
+    *nt = *ns = *nl = 0;
+    for (int i = 0; i < sch->n_running; i++) {
+        struct sched_req *r = sch->running[i];
+        if (r->n_tokens - r->n_computed != 1)
+            continue;
+        bool dropped = false;
+        while (r->seq.n_blocks * kv->block_size <= r->n_computed) {
+            if (ensure_free(sch, 1)) {
+                if (kv_seq_reserve(&r->seq, kv, r->n_computed + 1, &err))
+                    PANIC("scheduler: %s", err.msg); /* a block was free */
+                break;
+            }
+            /* the newest sequence is at the end and not in the batch yet (we go oldest first) */
+            struct sched_req *victim = sch->running[sch->n_running - 1];
+            preempt(sch, victim);
+            if (victim == r) {
+                dropped = true;
+                break;
+            }
+        }
+        if (!dropped)
+            batch_add(sch, r, 1, nt, ns, nl);
+    }
+    for (int i = 0; i < sch->n_running && *nt < T; i++) {
+        struct sched_req *r = sch->running[i];
+        int rem = r->n_tokens - r->n_computed;
+        if (rem < 2)
+            continue;
+        int chunk = rem < T - *nt ? rem : T - *nt;
+        ASSERT(r->seq.n_blocks * kv->block_size >= r->n_tokens); /* reserved at admission */
+        batch_add(sch, r, chunk, nt, ns, nl);
+        sch->counters.prompt_tokens_computed += (uint64_t)chunk;
+    }
+}
+
+/* log p of every token is x - logsumexp(x); the k largest go to top_*, best first. */
+static float row_logprobs(const float *x, int V, int32_t tok, int k, int32_t *top_ids, float *top_lp)
+{
+    float mx = x[0];
+    for (int i = 1; i < V; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)(x[i] - mx));
+    float lse = mx + (float)log(sum);
+    int n = 0;
+    for (int i = 0; i < V && k > 0; i++) {
+        if (n == k && x[i] <= x[top_ids[n - 1]])
+            continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && x[top_ids[j - 1]] < x[i]) {
+            top_ids[j] = top_ids[j - 1];
+            j--;
+        }
+        top_ids[j] = i;
+    }
+    for (int j = 0; j < n; j++)
+        top_lp[j] = x[top_ids[j]] - lse;
+    return x[tok] - lse;
+}
+
+static bool is_eos(const struct model_desc *d, int32_t tok)
+{
+    for (int i = 0; i < d->n_eos; i++)
+        if (d->eos_ids[i] == tok)
+            return true;
+    return false;
+}
+
+/* Samples r's next token from its logits row and publishes it. */
+static void sample_next(struct scheduler *sch, struct sched_req *r, const float *row)
+{
+    struct err err = {0};
+    int32_t tok;
+    if (sampler_sample(&r->smp, row, &tok, &err)) {
+        running_remove(sch, r);
+        req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
+        return;
+    }
+    if (!r->p.ignore_eos && is_eos(&sch->s->desc, tok)) {
+        running_remove(sch, r);
+        req_finish(sch, r, SCHED_FINISH_STOP, NULL);
+        return;
+    }
+    r->tokens[r->n_tokens++] = tok;
+    double now = timer_now();
+    pthread_mutex_lock(&r->mu);
+    int i = r->n_out;
+    r->out_ids[i] = tok;
+    r->out_time[i] = now;
+    if (r->out_logprob) {
+        int k = r->p.top_logprobs;
+        r->out_logprob[i] = row_logprobs(row, sch->vocab, tok, k, k ? r->out_top_ids + (size_t)i * k : NULL,
+                                         k ? r->out_top_lp + (size_t)i * k : NULL);
+    }
+    r->n_out++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    sch->counters.generated_tokens++;
+    if (r->n_out == r->p.max_new || r->n_tokens >= sch->o.max_context) {
+        running_remove(sch, r);
+        req_finish(sch, r, SCHED_FINISH_LENGTH, NULL);
+    }
+}
+
+static void publish_stats(struct scheduler *sch)
+{
+    struct kv_cache *kv = &sch->s->kv;
+    int cached = pc_on(sch) ? prefix_cache_evictable(&sch->pc) : 0;
+    pthread_mutex_lock(&sch->mu);
+    sch->stats = sch->counters;
+    sch->stats.n_waiting = sch->n_waiting + sch->n_incoming;
+    sch->stats.n_running = sch->n_running;
+    sch->stats.kv_blocks_total = kv->n_blocks;
+    sch->stats.kv_blocks_cached = cached;
+    sch->stats.kv_blocks_used = kv->n_blocks - kv->n_free - cached;
+    pthread_mutex_unlock(&sch->mu);
+}
+
+bool scheduler_step(struct scheduler *sch)
+{
+    take_incoming(sch);
+    end_cancelled(sch);
+    admit(sch);
+    int nt, ns, nl;
+    build_batch(sch, &nt, &ns, &nl);
+    if (nt == 0) {
+        publish_stats(sch);
+        return false;
+    }
+    struct forward_batch b = {.n_tokens = nt, .tokens = sch->b_tokens, .pos = sch->b_pos, .seq = sch->b_seq,
+                              .n_seqs = ns, .seqs = sch->b_seqs, .n_logits = nl, .logit_rows = sch->b_logit_rows};
+    struct err err = {0};
+    enum status st = forward_run(&sch->s->fwd, &b, sch->logits, &err);
+    int bs = sch->s->kv.block_size;
+    for (int j = 0; j < ns; j++) {
+        struct sched_req *r = sch->b_reqs[j];
+        r->in_batch = false;
+        if (st) {
+            running_remove(sch, r);
+            req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
+            continue;
+        }
+        r->n_computed += r->batch_rows;
+        r->seq.n_tokens = r->n_computed;
+        /* the prompt's blocks become findable as soon as they are computed, so
+         * requests that arrive meanwhile with the same prefix share them */
+        if (pc_on(sch) && r->n_computed >= r->n_prompt && r->n_prompt_blocks_cached == 0 && r->n_prompt >= bs) {
+            prefix_cache_insert(&sch->pc, r->tokens, r->n_prompt / bs, r->seq.blocks);
+            r->n_prompt_blocks_cached = r->n_prompt / bs;
+        }
+        if (r->logit_index >= 0)
+            sample_next(sch, r, sch->logits + (size_t)r->logit_index * (size_t)sch->vocab);
+    }
+    if (st)
+        LOG_ERROR("scheduler: forward of %d tokens failed: %s", nt, err.msg);
+    sch->counters.n_steps++;
+    publish_stats(sch);
+    return true;
+}
+
+static void *scheduler_main(void *arg)
+{
+    struct scheduler *sch = arg;
+    for (;;) {
+        pthread_mutex_lock(&sch->mu);
+        bool stop = sch->stopping;
+        pthread_mutex_unlock(&sch->mu);
+        if (stop)
+            break;
+        if (scheduler_step(sch))
+            continue;
+        /* idle: sleep until a submit, a cancel or stop; wake now and then for deadlines */
+        pthread_mutex_lock(&sch->mu);
+        if (!sch->stopping && !sch->in_head && !sch->wake) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 100 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&sch->cv, &sch->mu, &ts);
+        }
+        pthread_mutex_unlock(&sch->mu);
+    }
+    return NULL;
+}
+
+enum status scheduler_start(struct scheduler *sch, struct err *err)
+{
+    int rc = pthread_create(&sch->thread, NULL, scheduler_main, sch);
+    if (rc)
+        return err_set(err, STATUS_IO, "scheduler: cannot start its thread: %s", strerror(rc));
+    sch->started = true;
+    return STATUS_OK;
+}
+
+/* Ends every request still known (caller: the scheduler thread, or after it). */
+static void drain(struct scheduler *sch)
+{
+    take_incoming(sch);
+    while (sch->n_running > 0) {
+        struct sched_req *r = sch->running[sch->n_running - 1];
+        running_remove(sch, r);
+        req_finish(sch, r, SCHED_FINISH_CANCELLED, "the server is shutting down");
+    }
+    while (sch->wait_head)
+        req_finish(sch, waiting_pop(sch), SCHED_FINISH_CANCELLED, "the server is shutting down");
+    publish_stats(sch);
+}
+
+void scheduler_stop(struct scheduler *sch)
+{
+    if (!sch->s)
+        return;
+    pthread_mutex_lock(&sch->mu);
+    sch->stopping = true;
+    pthread_cond_broadcast(&sch->cv);
+    pthread_mutex_unlock(&sch->mu);
+    if (sch->started) {
+        pthread_join(sch->thread, NULL);
+        sch->started = false;
+    }
+    drain(sch);
+}
+
+void scheduler_free(struct scheduler *sch)
+{
+    if (!sch->s)
+        return;
+    if (sch->running) /* fully initialised */
+        scheduler_stop(sch);
+    if (pc_on(sch))
+        prefix_cache_free(&sch->pc);
+    pthread_mutex_destroy(&sch->mu);
+    pthread_cond_destroy(&sch->cv);
+    free(sch->running);
+    free(sch->b_tokens);
+    free(sch->b_pos);
+    free(sch->b_seq);
+    free(sch->b_logit_rows);
+    free(sch->b_seqs);
+    free(sch->b_reqs);
+    free(sch->logits);
+    free(sch->match);
+    memset(sch, 0, sizeof *sch);
+}
+
+enum status scheduler_submit(struct scheduler *sch, struct sched_req *r, struct err *err)
+{
+    int bs = sch->s->kv.block_size;
+    long total = (long)r->n_prompt + r->p.max_new;
+    if (total > sch->o.max_context)
+        return err_set(err, STATUS_INVALID,
+                       "%d prompt tokens + %d new tokens exceed the context of %d tokens", r->n_prompt,
+                       r->p.max_new, sch->o.max_context);
+    if (blocks_for((int)total, bs) > sch->s->kv.n_blocks)
+        return err_set(err, STATUS_INVALID, "%ld tokens need more KV blocks than the cache has (%d)", total,
+                       sch->s->kv.n_blocks);
+    pthread_mutex_lock(&sch->mu);
+    if (sch->stopping) {
+        pthread_mutex_unlock(&sch->mu);
+        return err_set(err, STATUS_UNSUPPORTED, "the server is shutting down");
+    }
+    if (sch->n_queued >= sch->o.max_queue) {
+        int n = sch->n_queued;
+        pthread_mutex_unlock(&sch->mu);
+        return err_set(err, STATUS_NOMEM, "the queue is full (%d requests waiting)", n);
+    }
+    r->id = ++sch->next_id;
+    r->t_submit = timer_now();
+    atomic_fetch_add(&r->refs, 1);
+    r->next = NULL;
+    if (sch->in_tail)
+        sch->in_tail->next = r;
+    else
+        sch->in_head = r;
+    sch->in_tail = r;
+    sch->n_incoming++;
+    sch->n_queued++;
+    pthread_cond_signal(&sch->cv);
+    pthread_mutex_unlock(&sch->mu);
+    return STATUS_OK;
+}
+
+void scheduler_cancel(struct scheduler *sch, struct sched_req *r)
+{
+    atomic_store(&r->cancel, true);
+    pthread_mutex_lock(&sch->mu);
+    sch->wake = true;
+    pthread_cond_signal(&sch->cv);
+    pthread_mutex_unlock(&sch->mu);
+}
+
+void scheduler_get_stats(struct scheduler *sch, struct scheduler_stats *out)
+{
+    pthread_mutex_lock(&sch->mu);
+    *out = sch->stats;
+    pthread_mutex_unlock(&sch->mu);
+}

@@ -1,0 +1,365 @@
+/* api_request.c — see api_request.h.
+ *
+ * Limits follow OpenAI's API where it states them (temperature 0..2, top_p in
+ * (0, 1], at most 4 stop sequences, completions logprobs 0..5, chat
+ * top_logprobs 0..20, n = 1 here since one request is one sequence).
+ */
+#include "server/api_request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+
+enum status api_error_set(struct api_error *e, int http_status, const char *type, const char *param,
+                          const char *code, const char *fmt, ...)
+{
+    e->http_status = http_status;
+    snprintf(e->type, sizeof e->type, "%s", type);
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return STATUS_INVALID;
+}
+
+static enum status bad(struct api_error *e, const char *param, const char *fmt, const char *what)
+{
+    return api_error_set(e, 400, "invalid_request_error", param, NULL, fmt, param, what);
+}
+
+/* The member named key, NULL when absent or JSON null. */
+static const struct json *field(const struct json *obj, const char *key)
+{
+    const struct json *j = json_get(obj, key);
+    return json_is_null(j) ? NULL : j;
+}
+
+static bool is_int(const struct json *j, double lo, double hi)
+{
+    if (!json_is_number(j))
+        return false;
+    double v = json_number(j);
+    return v == floor(v) && v >= lo && v <= hi;
+}
+
+static enum status get_int(const struct json *obj, const char *key, double lo, double hi, int *out, bool *given,
+                           struct api_error *e)
+{
+    const struct json *j = field(obj, key);
+    if (given)
+        *given = j != NULL;
+    if (!j)
+        return STATUS_OK;
+    if (!json_is_number(j) || json_number(j) != floor(json_number(j)))
+        return bad(e, key, "'%s' must be an integer%s", "");
+    if (!is_int(j, lo, hi))
+        return api_error_set(e, 400, "invalid_request_error", key, NULL, "'%s' must be between %.0f and %.0f, got %.17g",
+                             key, lo, hi, json_number(j));
+    *out = (int)json_number(j);
+    return STATUS_OK;
+}
+
+static enum status get_num(const struct json *obj, const char *key, double lo, double hi, bool lo_open,
+                           double *out, struct api_error *e)
+{
+    const struct json *j = field(obj, key);
+    if (!j)
+        return STATUS_OK;
+    if (!json_is_number(j))
+        return bad(e, key, "'%s' must be a number%s", "");
+    double v = json_number(j);
+    if (!(lo_open ? v > lo : v >= lo) || !(v <= hi))
+        return api_error_set(e, 400, "invalid_request_error", key, NULL, "'%s' must be in %s%g, %g], got %.17g", key,
+                             lo_open ? "(" : "[", lo, hi, v);
+    *out = v;
+    return STATUS_OK;
+}
+
+static enum status get_bool(const struct json *obj, const char *key, bool *out, struct api_error *e)
+{
+    const struct json *j = field(obj, key);
+    if (!j)
+        return STATUS_OK;
+    if (!json_is_bool(j))
+        return bad(e, key, "'%s' must be a boolean%s", "");
+    *out = json_bool(j);
+    return STATUS_OK;
+}
+
+static char *dup_str(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+static enum status oom(struct api_error *e)
+{
+    return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory while reading the request");
+}
+
+/* A JSON array of token ids: [1, 2, 3]. */
+static enum status parse_ids(const struct json *arr, struct api_request *rq, struct api_error *e)
+{
+    size_t n = json_array_size(arr);
+    rq->prompt_ids = malloc((n ? n : 1) * sizeof *rq->prompt_ids);
+    if (!rq->prompt_ids)
+        return oom(e);
+    int i = 0;
+    for (const struct json *c = json_child(arr); c; c = json_next(c), i++) {
+        if (!is_int(c, 0, 2147483647.0))
+            return bad(e, "prompt", "'%s' as a list of tokens must hold non-negative integers%s", "");
+        rq->prompt_ids[i] = (int32_t)json_number(c);
+    }
+    rq->n_prompt_ids = i;
+    return STATUS_OK;
+}
+
+static enum status parse_prompt(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    const struct json *p = field(body, "prompt");
+    if (!p)
+        return bad(e, "prompt", "'%s' is required%s", "");
+    if (json_is_string(p)) {
+        rq->prompt_text = dup_str(json_string(p), strlen(json_string(p)));
+        return rq->prompt_text ? STATUS_OK : oom(e);
+    }
+    if (!json_is_array(p))
+        return bad(e, "prompt", "'%s' must be a string, a list of token ids, or a list of one of those%s", "");
+    size_t n = json_array_size(p);
+    const struct json *first = json_child(p);
+    if (n == 0)
+        return bad(e, "prompt", "'%s' must not be empty%s", "");
+    if (json_is_number(first))
+        return parse_ids(p, rq, e);
+    if (n > 1)
+        return bad(e, "prompt", "'%s': one prompt per request is supported (n = 1)%s", "");
+    if (json_is_string(first)) {
+        rq->prompt_text = dup_str(json_string(first), strlen(json_string(first)));
+        return rq->prompt_text ? STATUS_OK : oom(e);
+    }
+    if (json_is_array(first))
+        return parse_ids(first, rq, e);
+    return bad(e, "prompt", "'%s' must be a string, a list of token ids, or a list of one of those%s", "");
+}
+
+/* content: a string, null, or a list of parts of which the text ones count. */
+static enum status parse_content(const struct json *c, int i, char **out, struct api_error *e)
+{
+    char param[48];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (!c) {
+        *out = dup_str("", 0);
+        return *out ? STATUS_OK : oom(e);
+    }
+    if (json_is_string(c)) {
+        *out = dup_str(json_string(c), strlen(json_string(c)));
+        return *out ? STATUS_OK : oom(e);
+    }
+    if (!json_is_array(c))
+        return bad(e, param, "'%s' must be a string or a list of content parts%s", "");
+    size_t total = 0;
+    for (const struct json *p = json_child(c); p; p = json_next(p)) {
+        const struct json *type = json_get(p, "type"), *text = json_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(type))
+            return bad(e, param, "'%s': each content part must be an object with a string 'type'%s", "");
+        if (strcmp(json_string(type), "text") != 0)
+            return api_error_set(e, 400, "invalid_request_error", param, NULL,
+                                 "'%s': content parts of type '%.40s' are not supported (text only)", param,
+                                 json_string(type));
+        if (!json_is_string(text))
+            return bad(e, param, "'%s': a text part needs a string 'text'%s", "");
+        total += strlen(json_string(text));
+    }
+    char *s = malloc(total + 1);
+    if (!s)
+        return oom(e);
+    size_t at = 0;
+    for (const struct json *p = json_child(c); p; p = json_next(p)) {
+        const char *t = json_string(json_get(p, "text"));
+        memcpy(s + at, t, strlen(t));
+        at += strlen(t);
+    }
+    s[at] = 0;
+    *out = s;
+    return STATUS_OK;
+}
+
+static enum status parse_messages(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    const struct json *m = field(body, "messages");
+    if (!m)
+        return bad(e, "messages", "'%s' is required%s", "");
+    if (!json_is_array(m))
+        return bad(e, "messages", "'%s' must be a list of messages%s", "");
+    size_t n = json_array_size(m);
+    if (n == 0)
+        return bad(e, "messages", "'%s' must not be empty%s", "");
+    rq->messages = calloc(n, sizeof *rq->messages);
+    if (!rq->messages)
+        return oom(e);
+    int i = 0;
+    for (const struct json *c = json_child(m); c; c = json_next(c), i++) {
+        char param[48];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        rq->n_messages = i + 1;
+        if (!json_is_object(c))
+            return bad(e, param, "'%s' must be an object%s", "");
+        const struct json *role = json_get(c, "role");
+        if (!json_is_string(role)) {
+            snprintf(param, sizeof param, "messages[%d].role", i);
+            return bad(e, param, "'%s' must be a string%s", "");
+        }
+        rq->messages[i].role = dup_str(json_string(role), strlen(json_string(role)));
+        if (!rq->messages[i].role)
+            return oom(e);
+        enum status st = parse_content(field(c, "content"), i, &rq->messages[i].content, e);
+        if (st)
+            return st;
+    }
+    return STATUS_OK;
+}
+
+static enum status parse_stop(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    const struct json *s = field(body, "stop");
+    if (!s)
+        return STATUS_OK;
+    if (json_is_string(s)) {
+        if (!*json_string(s))
+            return STATUS_OK;
+        rq->stop[0] = dup_str(json_string(s), strlen(json_string(s)));
+        rq->n_stop = 1;
+        return rq->stop[0] ? STATUS_OK : oom(e);
+    }
+    if (!json_is_array(s))
+        return bad(e, "stop", "'%s' must be a string or a list of strings%s", "");
+    if (json_array_size(s) > API_MAX_STOP)
+        return api_error_set(e, 400, "invalid_request_error", "stop", NULL, "'stop' takes at most %d sequences, got %zu",
+                             API_MAX_STOP, json_array_size(s));
+    for (const struct json *c = json_child(s); c; c = json_next(c)) {
+        if (!json_is_string(c))
+            return bad(e, "stop", "'%s' must be a string or a list of strings%s", "");
+        if (!*json_string(c))
+            continue;
+        rq->stop[rq->n_stop] = dup_str(json_string(c), strlen(json_string(c)));
+        if (!rq->stop[rq->n_stop++])
+            return oom(e);
+    }
+    return STATUS_OK;
+}
+
+static enum status parse_fields(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    const struct json *model = field(body, "model");
+    if (!model)
+        return bad(e, "model", "'%s' is required%s", "");
+    if (!json_is_string(model))
+        return bad(e, "model", "'%s' must be a string%s", "");
+    rq->model = dup_str(json_string(model), strlen(json_string(model)));
+    if (!rq->model)
+        return oom(e);
+    enum status st = rq->kind == API_CHAT ? parse_messages(body, rq, e) : parse_prompt(body, rq, e);
+    if (st)
+        return st;
+    /* max_completion_tokens is the chat API's newer name; either may come */
+    bool given = false;
+    const char *mt = rq->kind == API_CHAT && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((st = get_int(body, mt, 1, 2147483647.0, &rq->max_tokens, &given, e)))
+        return st;
+    int n = 1;
+    if ((st = get_int(body, "n", 1, 2147483647.0, &n, NULL, e)))
+        return st;
+    if (n != 1)
+        return api_error_set(e, 400, "invalid_request_error", "n", NULL, "'n' = %d is not supported: only n = 1", n);
+    if ((st = get_num(body, "temperature", 0, 2, false, &rq->temperature, e)) ||
+        (st = get_num(body, "top_p", 0, 1, true, &rq->top_p, e)) ||
+        (st = get_int(body, "top_k", -1, 2147483647.0, &rq->top_k, NULL, e)))
+        return st;
+    if (rq->top_k < 0)
+        rq->top_k = 0;
+    const struct json *seed = field(body, "seed");
+    if (seed) {
+        if (!is_int(seed, -9223372036854775808.0, 18446744073709551615.0))
+            return bad(e, "seed", "'%s' must be an integer%s", "");
+        double v = json_number(seed);
+        rq->seed = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
+        rq->has_seed = true;
+    }
+    if ((st = parse_stop(body, rq, e)) || (st = get_bool(body, "stream", &rq->stream, e)) ||
+        (st = get_bool(body, "ignore_eos", &rq->ignore_eos, e)))
+        return st;
+    const struct json *so = field(body, "stream_options");
+    if (so) {
+        if (!json_is_object(so))
+            return bad(e, "stream_options", "'%s' must be an object%s", "");
+        if (!rq->stream)
+            return bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
+        if ((st = get_bool(so, "include_usage", &rq->include_usage, e)))
+            return st;
+    }
+    if (rq->kind == API_COMPLETIONS) {
+        bool has = false;
+        if ((st = get_int(body, "logprobs", 0, 5, &rq->top_logprobs, &has, e)))
+            return st;
+        rq->logprobs = has;
+    } else {
+        if ((st = get_bool(body, "logprobs", &rq->logprobs, e)))
+            return st;
+        bool has = false;
+        if ((st = get_int(body, "top_logprobs", 0, 20, &rq->top_logprobs, &has, e)))
+            return st;
+        if (has && !rq->logprobs)
+            return bad(e, "top_logprobs", "'%s' needs 'logprobs' to be true%s", "");
+    }
+    return STATUS_OK;
+}
+
+enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
+                              struct api_error *e)
+{
+    memset(rq, 0, sizeof *rq);
+    rq->kind = kind;
+    rq->temperature = 1.0;
+    rq->top_p = 1.0;
+    struct json *root = NULL;
+    struct err err = {0};
+    if (json_parse(body, len, "request body", &root, &err))
+        return api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                             "the request body is not valid JSON: %s", err.msg);
+    enum status st;
+    if (!json_is_object(root))
+        st = api_error_set(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    else
+        st = parse_fields(root, rq, e);
+    json_free(root);
+    if (st) {
+        api_request_free(rq);
+        rq->kind = kind;
+    }
+    return st;
+}
+
+void api_request_free(struct api_request *rq)
+{
+    free(rq->model);
+    free(rq->prompt_text);
+    free(rq->prompt_ids);
+    for (int i = 0; i < rq->n_messages; i++) {
+        free(rq->messages[i].role);
+        free(rq->messages[i].content);
+    }
+    free(rq->messages);
+    for (int i = 0; i < rq->n_stop; i++)
+        free(rq->stop[i]);
+    memset(rq, 0, sizeof *rq);
+}

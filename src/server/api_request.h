@@ -1,0 +1,78 @@
+/* api_request.h — an OpenAI completions / chat completions request body,
+ * parsed and checked.
+ *
+ * Every field this server understands is type- and range-checked; a bad one
+ * yields an OpenAI-shaped error (HTTP status, type, param, message naming the
+ * field). Fields it does not know are ignored, as OpenAI clients send extras.
+ * JSON null counts as absent. Checks that need the model (token ids in range,
+ * prompt + max_tokens within the context, the model name) are the server's.
+ * Pure: no I/O and no global state, so it is fuzzed (tests/fuzz/fuzz_request.c).
+ *
+ * defines: enum api_kind, struct api_error, api_error_set(), struct api_message,
+ *          struct api_request, api_request_parse(), api_request_free(), API_MAX_STOP
+ */
+#ifndef MOESERVE_SERVER_API_REQUEST_H
+#define MOESERVE_SERVER_API_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#define API_MAX_STOP 4 /* OpenAI's limit on stop sequences */
+
+enum api_kind { API_COMPLETIONS, API_CHAT };
+
+/* What the client is told: {"error": {"message", "type", "param", "code"}}. */
+struct api_error {
+    int http_status;   /* 400, 401, 404, 405, 408, 413, 500, 503 */
+    char type[32];     /* "invalid_request_error", "server_error", ... */
+    char param[48];    /* the offending field, "" for none */
+    char code[48];     /* "context_length_exceeded", ... or "" */
+    char message[512];
+};
+
+/* Fills e; returns STATUS_INVALID so parsers can `return api_error_set(...)`. */
+enum status api_error_set(struct api_error *e, int http_status, const char *type, const char *param,
+                          const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+struct api_message {
+    char *role;    /* owned */
+    char *content; /* owned; text parts joined, "" for null content */
+};
+
+struct api_request {
+    enum api_kind kind;
+    char *model;                 /* owned */
+    /* completions: exactly one of prompt_text and prompt_ids */
+    char *prompt_text;           /* owned */
+    int32_t *prompt_ids;         /* (n_prompt_ids) owned; ids unchecked against the vocabulary */
+    int n_prompt_ids;
+    /* chat */
+    struct api_message *messages; /* (n_messages) owned */
+    int n_messages;
+
+    int max_tokens;              /* 0 = not given (use the rest of the context) */
+    double temperature;          /* default 1 */
+    double top_p;                /* default 1 */
+    int top_k;                   /* 0 = off (-1 is accepted as off) */
+    bool has_seed;
+    uint64_t seed;
+    char *stop[API_MAX_STOP];    /* owned, non-empty strings */
+    int n_stop;
+    bool stream;
+    bool include_usage;          /* stream_options.include_usage */
+    bool logprobs;               /* return log-probabilities */
+    int top_logprobs;            /* alternatives per token: completions' logprobs N, chat's top_logprobs */
+    bool ignore_eos;             /* extension (vLLM's): generate max_tokens whatever is sampled */
+};
+
+/* Parses body[0..len). On failure returns STATUS_INVALID with e filled
+ * (status 400) and *rq zeroed. */
+enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
+                              struct api_error *e);
+/* Safe on a zeroed struct. */
+void api_request_free(struct api_request *rq);
+
+#endif
