@@ -21,6 +21,7 @@ static const struct {
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"chat-template", cmd_chat_template, "render a chat with the model's chat template"},
     {"perplexity", cmd_perplexity, "score a text file: perplexity over windows"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (completions, chat, models, health, metrics)"},
     {"plan", cmd_plan, "which kernel, tile and shared memory each op gets on a GPU (or --profile NAME)"},
 };
 

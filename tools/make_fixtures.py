@@ -13,6 +13,8 @@ Output per fixture, under OUTDIR/<name>/:
   ref_logits.bin    float32 little-endian [n_tokens, vocab]
 
 Usage: python3 tools/make_fixtures.py OUTDIR [--only NAME ...]
+(glm_moe_dsa variants are named dsa_* and belong in tests/golden/dsa/, the rest in
+tests/golden/models/; ref.json of a dsa_* fixture also records min_indexer_boundary_gap.)
 Nothing here is hand-written expected data: every number comes from
 transformers' own forward.
 """
@@ -30,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 # --------------------------------------------------------------------------
-# Variants. Shapes are tiny but every option of spec/models.md parts A and B
+# Variants. Shapes are tiny but every option of spec/models.md parts A, B and C
 # is switched on somewhere: dense layers mixed in, n_group > 1, qk-norm on and
 # off, biases, partial rotary, odd head counts, GQA ratios, yarn, tied
 # embeddings, sharded and fused layouts, extra MTP tensors to be skipped.
@@ -105,6 +107,20 @@ VARIANTS = [
                   n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1, norm_topk_prob=True,
                   routed_scaling_factor=1.5, rms_norm_eps=1e-5, attention_bias=False,
                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
+    # glm_moe_dsa with MLA biases (q_a_proj, kv_a_proj_with_mqa, o_proj), two "shared" layers in a
+    # row after a full one, v_head_dim != qk_nope_head_dim, 48 tokens over index_topk 16 (a third
+    # of the rows see every causal key, the rest a selection), and an MTP layer (index L, with
+    # its own attention/indexer tensors as GLM-5 ships it) that loaders must skip.
+    dict(name="dsa_bias_mtp_long", family="glm_moe_dsa", seed=9, n_tokens=48, shard=None, mtp_extra=True,
+         cfg=dict(vocab_size=320, hidden_size=96, num_hidden_layers=5, num_attention_heads=6,
+                  num_key_value_heads=6, q_lora_rank=64, kv_lora_rank=48, qk_nope_head_dim=16,
+                  qk_rope_head_dim=16, v_head_dim=24, index_n_heads=4, index_head_dim=32, index_topk=16,
+                  indexer_types=["full", "shared", "shared", "full", "shared"],
+                  intermediate_size=128, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=3,
+                  n_shared_experts=1, first_k_dense_replace=2, n_group=2, topk_group=1, norm_topk_prob=True,
+                  routed_scaling_factor=2.0, rms_norm_eps=1e-5, attention_bias=True,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                   max_position_embeddings=256, tie_word_embeddings=False)),
 ]
 
@@ -223,6 +239,45 @@ def parse_size(s):
     return int(s)
 
 
+def dsa_selection_gap(model, tokens):
+    """Smallest gap between the last kept and the first dropped indexer score, over every
+    indexer call and every query row with more causal keys than index_topk: near 0 means a
+    selection that a rounding could flip (ties after the ReLU show up as exactly 0). The
+    scores are taken where the indexer hands them to topk (a 3-D [B, S, T] tensor inside
+    an indexer module); None if that call was not seen."""
+    seen, inside = [], [False]
+    orig_topk = torch.Tensor.topk
+
+    def topk(t, k, *args, **kwargs):
+        if inside[0] and t.dim() == 3:
+            seen.append((t[0].detach().float().clone(), int(k)))
+        return orig_topk(t, k, *args, **kwargs)
+
+    hooks = []
+    for m in model.modules():
+        if type(m).__name__.endswith("Indexer"):
+            hooks.append(m.register_forward_pre_hook(lambda mod, a: inside.__setitem__(0, True)))
+            hooks.append(m.register_forward_hook(lambda mod, a, o: inside.__setitem__(0, False)))
+    torch.Tensor.topk = topk
+    try:
+        with torch.no_grad():
+            model(input_ids=tokens[None], use_cache=False)
+    finally:
+        torch.Tensor.topk = orig_topk
+        for h in hooks:
+            h.remove()
+    best = None
+    for scores, k in seen:
+        for p in range(scores.shape[0]):
+            causal = scores[p, : p + 1]
+            if causal.numel() <= k:
+                continue
+            srt = causal.sort(descending=True).values
+            g = float(srt[k - 1] - srt[k])
+            best = g if best is None else min(best, g)
+    return best
+
+
 def make_one(v, outdir, log):
     name = v["name"]
     d = os.path.join(outdir, name)
@@ -247,6 +302,11 @@ def make_one(v, outdir, log):
         sd[f"model.layers.{L}.eh_proj.weight"] = torch.randn(D, 2 * D, generator=g).to(torch.bfloat16)
         sd[f"model.layers.{L}.enorm.weight"] = torch.ones(D, dtype=torch.bfloat16)
         sd[f"model.layers.{L}.input_layernorm.weight"] = torch.ones(D, dtype=torch.bfloat16)
+        if v["family"] == "glm_moe_dsa":
+            # GLM-5's MTP layer also carries MLA and indexer weights
+            sd[f"model.layers.{L}.self_attn.kv_a_layernorm.weight"] = torch.ones(cfg.kv_lora_rank, dtype=torch.bfloat16)
+            sd[f"model.layers.{L}.self_attn.indexer.wk.weight"] = torch.randn(
+                cfg.index_head_dim, D, generator=g).to(torch.bfloat16)
     n_shards = write_checkpoint(d, sd, parse_size(v["shard"]))
 
     # Reference: reload what is on disk, in float32, eager attention.
@@ -281,16 +341,19 @@ def make_one(v, outdir, log):
         cross = float((l2 - logits).abs().max() / logits.abs().max())
     top2 = logits.topk(2, dim=-1).values
     gap = float(((top2[:, 0] - top2[:, 1]) / logits.abs().max()).min())
+    idx_gap = dsa_selection_gap(ref, tokens) if v["family"] == "glm_moe_dsa" else None
     logits.numpy().astype("<f4").tofile(os.path.join(d, "ref_logits.bin"))
     meta = dict(name=name, family=v["family"], tokens=tokens.tolist(), n_tokens=v["n_tokens"],
                 vocab_size=cfg.vocab_size, shards=n_shards, fused_layout=bool(v.get("fused")),
                 fused_on_save=fused_on_save, transformers=transformers.__version__, torch=torch.__version__,
                 max_abs_ref=float(logits.abs().max()), min_top2_gap_rel=gap,
                 from_pretrained_cross_check_rel=cross, seed=v["seed"])
+    if idx_gap is not None:
+        meta["min_indexer_boundary_gap"] = idx_gap
     with open(os.path.join(d, "ref.json"), "w") as f:
         json.dump(meta, f, indent=1)
     log.write(f"[{name}] ok shards={n_shards} fused_on_save={fused_on_save} max|ref|={meta['max_abs_ref']:.3f} "
-              f"min_gap={gap:.2e} cross={cross}\n")
+              f"min_gap={gap:.2e} cross={cross} indexer_gap={idx_gap}\n")
     log.write(f"[{name}] config: {json.dumps(json.load(open(os.path.join(d, 'config.json'))))}\n")
     return meta
 

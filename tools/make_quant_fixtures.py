@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fixtures import fuse_experts, split_fused_experts  # noqa: E402
+from make_fixtures import dsa_selection_gap, fuse_experts, split_fused_experts  # noqa: E402
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
@@ -114,7 +114,8 @@ def reference_logits(d, sd32, tokens):
         model.tie_weights()
     model.eval()
     with torch.no_grad():
-        return model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0].float().contiguous()
+        logits = model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0].float().contiguous()
+    return logits, model
 
 
 def make_ct_copy(src, dst):
@@ -158,6 +159,7 @@ def main():
         shutil.copytree(os.path.join(indir, n), os.path.join(outdir, n), dirs_exist_ok=True)
         work.append(n)
     nv = [n for n in names if "nvfp4" in n and "mixed" not in n and "excl" not in n]
+    nv.sort(key=lambda n: (not n.startswith("qwen3"), n))  # the compressed-tensors copy stays qwen3's
     if nv:
         ct = nv[0] + "_ct"
         make_ct_copy(os.path.join(outdir, nv[0]), os.path.join(outdir, ct))
@@ -168,7 +170,9 @@ def main():
         try:
             meta = json.load(open(os.path.join(d, "ref.json")))
             sd32, shas = dequantize_state(read_dir(d))
-            logits = reference_logits(d, sd32, meta["tokens"])
+            logits, model = reference_logits(d, sd32, meta["tokens"])
+            if meta.get("family") == "glm_moe_dsa":
+                meta["min_indexer_boundary_gap"] = dsa_selection_gap(model, torch.tensor(meta["tokens"]))
             logits.numpy().astype("<f4").tofile(os.path.join(d, "ref_logits.bin"))
             json.dump(shas, open(os.path.join(d, "dequant_sha256.json"), "w"), indent=1, sort_keys=True)
             top2 = logits.topk(2, dim=-1).values

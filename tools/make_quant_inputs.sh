@@ -7,11 +7,12 @@ set -euo pipefail
 bin=$1/moeserve out=$2
 src=tests/golden/models
 rm -rf "$out" && mkdir -p "$out"
-q() { # name source format [args...]
-    local name=$1 from=$2 fmt=$3
+q() { # name source format [args...]   (source under $src; dsa_* sources under tests/golden/dsa)
+    local name=$1 from=$2 fmt=$3 dir=$src
     shift 3
-    "$bin" quantize --in "$src/$from" --out "$out/$name" --format "$fmt" "$@"
-    python3 - "$src/$from/ref.json" "$out/$name/ref.json" "$name" <<'PY'
+    case $from in dsa_*) dir=tests/golden/dsa ;; esac
+    "$bin" quantize --in "$dir/$from" --out "$out/$name" --format "$fmt" "$@"
+    python3 - "$dir/$from/ref.json" "$out/$name/ref.json" "$name" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 json.dump(dict(name=sys.argv[3], family=r["family"], tokens=r["tokens"], n_tokens=r["n_tokens"],
@@ -24,6 +25,10 @@ q glm4_basic_nvfp4_mixed glm4_basic nvfp4 --exclude '*self_attn*' --exclude '*sh
 q glm4_basic_fp8 glm4_basic fp8
 q qwen3_gqa6_bias_fp8_sharded qwen3_gqa6_bias_sharded fp8
 q glm4_basic_w4a16 glm4_basic nvfp4 --calib-tokens 0
+# glm_moe_dsa (MLA + DSA indexer): kv_b_proj is read by the absorbed MLA ops, not by linear
+q dsa_basic_nvfp4 dsa_basic nvfp4
+q dsa_shared_indexer_nvfp4_sharded dsa_shared_indexer nvfp4
+q dsa_shared_indexer_fp8 dsa_shared_indexer fp8
 # ModelOpt MIXED_PRECISION: the same tensors as glm4_basic_nvfp4_mixed, described per module.
 cp -r "$out/glm4_basic_nvfp4_mixed" "$out/glm4_basic_mixed_precision"
 python3 - "$out/glm4_basic_mixed_precision" <<'PY'

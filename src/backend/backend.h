@@ -8,7 +8,8 @@
  * against, op by op (tests/unit/test_ops*.c).
  *
  * defines: struct backend, struct backend_ops, struct paged_kv, struct attn_batch,
- *          struct rope_args, struct route_args, struct moe_args, backend_moe_workspace_floats(),
+ *          struct rope_args, struct route_args, struct moe_args, struct sample_row,
+ *          backend_moe_workspace_floats(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
  *          backend_cpu_create(), backend_destroy()
  */
@@ -106,6 +107,14 @@ struct dsa_args {
     float score_scale;  /* index_head_dim^-0.5, inside the ReLU */
 };
 
+/* How to draw one row's token (backend_ops.sample). */
+struct sample_row {
+    float temperature; /* 0: greedy */
+    float top_p;       /* (0, 1]; 1 = off */
+    int32_t top_k;     /* 0 = off */
+    float u;           /* the row's uniform draw in [0, 1) (engine/sampler.h: sampler_uniform) */
+};
+
 struct backend_ops {
     const char *name;
     void (*destroy)(struct backend *be);
@@ -196,6 +205,11 @@ struct backend_ops {
                       const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
     /* ids[r] = argmax of logits[r, :vocab] (lowest id on ties), -1 if the row holds a NaN. */
     void (*argmax)(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
+    /* ids[r] = a token drawn with params[r] (backend memory) from softmax(logits[r] / T) cut to
+     * the top_k most likely and then to the smallest set holding top_p of the mass; the argmax
+     * when T == 0; -1 if the row holds a NaN. */
+    void (*sample)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                   int32_t *ids);
     /* Replays the op sequence captured under key; false when there is none. */
     bool (*graph_replay)(struct backend *be, uint64_t key);
     /* Starts recording the ops that follow instead of running them; false if not possible. */

@@ -3,7 +3,9 @@
  * Host buffers are taken before the timed part, never inside it. The decode
  * sequences are prefilled several per forward pass (as many whole prompts as
  * the forward's max_tokens allows), which is not timed: the prefill figure
- * comes from bench_prefill alone.
+ * comes from bench_prefill alone. Greedy tokens come from the forward's own
+ * argmax (forward_batch.tokens_out: on the device where the backend has it),
+ * so no pass copies logits to the host.
  */
 #include "cli/bench_runs.h"
 
@@ -39,32 +41,19 @@ static void bench_power_stop(struct power_sampler *ps, struct bench_timing *out)
         power_sampler_stop(ps, &out->power);
 }
 
-void bench_argmax_rows(const float *logits, int rows, int vocab, int32_t *next)
-{
-#pragma omp parallel for if (rows > 1)
-    for (int r = 0; r < rows; r++) {
-        const float *l = logits + (size_t)r * (size_t)vocab;
-        int32_t best = 0;
-        for (int v = 1; v < vocab; v++)
-            if (l[v] > l[best])
-                best = v;
-        next[r] = best;
-    }
-}
-
 /* One sequence of n tokens in one forward pass; its cache blocks are returned at once. */
 static enum status bench_prefill_once(struct model_session *s, const int32_t *toks, int n, const int32_t *pos,
-                                      const int32_t *seq, float *logits, struct err *err)
+                                      const int32_t *seq, struct err *err)
 {
     struct kv_seq ks;
     kv_seq_init(&ks);
     struct kv_seq *seqs[1] = {&ks};
-    int32_t last = n - 1;
+    int32_t last = n - 1, next = 0;
     enum status st = kv_seq_reserve(&ks, &s->kv, n, err);
     if (!st) {
         struct forward_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seq, .n_seqs = 1,
-                                  .seqs = seqs, .n_logits = 1, .logit_rows = &last};
-        st = forward_run(&s->fwd, &b, logits, err);
+                                  .seqs = seqs, .n_logits = 1, .logit_rows = &last, .tokens_out = &next};
+        st = forward_run(&s->fwd, &b, NULL, err);
     }
     kv_seq_release(&ks, &s->kv);
     return st ? st : bench_backend_status(s, err);
@@ -78,26 +67,24 @@ enum status bench_prefill(struct model_session *s, const int32_t *toks, int n, i
         return err_set(err, STATUS_INVALID, "bench: prefill of %d tokens x %d reps (the forward takes 1..%d)", n,
                        reps, s->fwd.max_tokens);
     int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
-    float *logits = malloc((size_t)s->desc.vocab_size * sizeof(float));
     enum status st = STATUS_OK;
-    if (!pos || !seq || !logits) {
+    if (!pos || !seq) {
         st = err_set(err, STATUS_NOMEM, "bench: out of memory for a %d-token prefill", n);
         goto done;
     }
     for (int i = 0; i < n; i++)
         pos[i] = i;
-    if ((st = bench_prefill_once(s, toks, n, pos, seq, logits, err)) || (st = bench_power_start(ps, err)))
+    if ((st = bench_prefill_once(s, toks, n, pos, seq, err)) || (st = bench_power_start(ps, err)))
         goto done;
     double t0 = timer_now();
     for (int r = 0; r < reps && !st; r++)
-        st = bench_prefill_once(s, toks, n, pos, seq, logits, err);
+        st = bench_prefill_once(s, toks, n, pos, seq, err);
     out->seconds = timer_now() - t0;
     out->tokens = (long)n * reps;
     bench_power_stop(ps, out);
 done:
     free(pos);
     free(seq);
-    free(logits);
     return st;
 }
 
@@ -105,7 +92,6 @@ done:
 struct decode_scratch {
     struct kv_seq *ks;     /* (batch) */
     struct kv_seq **seqs;  /* (batch) pointers into ks */
-    float *logits;         /* (batch, vocab) */
     int32_t *tok, *pos, *seq, *rows; /* (max(batch, per_pass * context)) batch metadata */
     int32_t *next;         /* (batch) next token of each sequence */
 };
@@ -117,7 +103,6 @@ static void decode_scratch_free(struct decode_scratch *d, int batch, struct kv_c
             kv_seq_release(&d->ks[i], kv);
     free(d->ks);
     free(d->seqs);
-    free(d->logits);
     free(d->tok);
     free(d->pos);
     free(d->seq);
@@ -130,7 +115,7 @@ static void decode_scratch_free(struct decode_scratch *d, int batch, struct kv_c
 static enum status decode_prefill(struct model_session *s, const struct bench_decode_args *a, int per_pass,
                                   struct decode_scratch *d, struct err *err)
 {
-    int B = a->batch, C = a->context, V = s->desc.vocab_size;
+    int B = a->batch, C = a->context;
     enum status st = STATUS_OK;
     for (int first = 0; first < B && !st; first += per_pass) {
         int m = B - first < per_pass ? B - first : per_pass;
@@ -143,13 +128,13 @@ static enum status decode_prefill(struct model_session *s, const struct bench_de
             d->rows[j] = j * C + C - 1;
         }
         struct forward_batch b = {.n_tokens = m * C, .tokens = d->tok, .pos = d->pos, .seq = d->seq, .n_seqs = m,
-                                  .seqs = d->seqs + first, .n_logits = m, .logit_rows = d->rows};
-        st = forward_run(&s->fwd, &b, d->logits, err);
+                                  .seqs = d->seqs + first, .n_logits = m, .logit_rows = d->rows,
+                                  .tokens_out = d->next + first};
+        st = forward_run(&s->fwd, &b, NULL, err);
         if (!st)
             st = bench_backend_status(s, err);
         if (st)
             break;
-        bench_argmax_rows(d->logits, m, V, d->next + first);
         for (int j = 0; j < m; j++)
             d->ks[first + j].n_tokens = C;
     }
@@ -165,14 +150,14 @@ static enum status decode_step(struct model_session *s, int B, struct decode_scr
         d->seq[i] = i;
         d->rows[i] = i;
     }
+    /* the tokens were copied out above, so the greedy choice may overwrite next[] */
     struct forward_batch b = {.n_tokens = B, .tokens = d->tok, .pos = d->pos, .seq = d->seq, .n_seqs = B,
-                              .seqs = d->seqs, .n_logits = B, .logit_rows = d->rows};
-    enum status st = forward_run(&s->fwd, &b, d->logits, err);
+                              .seqs = d->seqs, .n_logits = B, .logit_rows = d->rows, .tokens_out = d->next};
+    enum status st = forward_run(&s->fwd, &b, NULL, err);
     if (st)
         return st;
     for (int i = 0; i < B; i++)
         d->ks[i].n_tokens++;
-    bench_argmax_rows(d->logits, B, s->desc.vocab_size, d->next);
     return STATUS_OK;
 }
 
@@ -191,7 +176,6 @@ enum status bench_decode(struct model_session *s, const struct bench_decode_args
     struct decode_scratch d = {
         .ks = calloc((size_t)B, sizeof *d.ks),
         .seqs = calloc((size_t)B, sizeof *d.seqs),
-        .logits = malloc((size_t)B * (size_t)s->desc.vocab_size * sizeof(float)),
         .tok = malloc(meta * sizeof(int32_t)),
         .pos = malloc(meta * sizeof(int32_t)),
         .seq = malloc(meta * sizeof(int32_t)),
@@ -199,18 +183,22 @@ enum status bench_decode(struct model_session *s, const struct bench_decode_args
         .next = malloc((size_t)B * sizeof(int32_t)),
     };
     enum status st = STATUS_OK;
-    if (!d.ks || !d.seqs || !d.logits || !d.tok || !d.pos || !d.seq || !d.rows || !d.next) {
+    if (!d.ks || !d.seqs || !d.tok || !d.pos || !d.seq || !d.rows || !d.next) {
         st = err_set(err, STATUS_NOMEM, "bench: out of memory for a decode batch of %d", B);
         goto done;
     }
     for (int i = 0; i < B && !st; i++) {
         kv_seq_init(&d.ks[i]);
         d.seqs[i] = &d.ks[i];
-        st = kv_seq_reserve(&d.ks[i], &s->kv, C + a->steps + 1, err);
+        st = kv_seq_reserve(&d.ks[i], &s->kv, C + BENCH_WARMUP_STEPS + a->steps, err);
     }
-    /* the untimed first step builds whatever the backend caches per batch shape */
-    if (st || (st = decode_prefill(s, a, per_pass, &d, err)) || (st = decode_step(s, B, &d, err)) ||
-        (st = bench_backend_status(s, err)) || (st = bench_power_start(ps, err)))
+    if (!st)
+        st = decode_prefill(s, a, per_pass, &d, err);
+    /* untimed steps: the first grows the backend's scratch to this batch shape, the second
+     * captures the decode graph that the timed steps replay */
+    for (int i = 0; i < BENCH_WARMUP_STEPS && !st; i++)
+        st = decode_step(s, B, &d, err);
+    if (st || (st = bench_backend_status(s, err)) || (st = bench_power_start(ps, err)))
         goto done;
     double t0 = timer_now();
     for (int i = 0; i < a->steps && !st; i++)

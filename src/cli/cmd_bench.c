@@ -3,193 +3,428 @@
  * Decode at batch 1 is memory bound: every step must read the attention
  * weights, the router, the k chosen experts of every layer and lm_head once.
  * The bench counts exactly those bytes (from the bound weights, whatever
- * their format), times greedy decode steps after a warm-up pass, and reports
- * the achieved GB/s next to a memcpy bandwidth measured in the same run.
- * Inputs are random token ids (never zeros); the model should be a real-shape
- * checkpoint (tools/make_synth_checkpoint).
+ * their format: bench_decode_bytes) and reports the achieved GB/s next to a
+ * copy bandwidth measured in the same run: a device-to-device cudaMemcpy on
+ * the cuda backend, an all-threads memcpy on the cpu backend. Decode is
+ * timed at every --batch size (each sequence with its own random prompt of
+ * --decode-context tokens), prefill on one --prompt-len prompt. On a GPU,
+ * NVML power is sampled over each timed phase (n/a without NVML), and the
+ * device memory in use after the load is reported with the peak RSS.
+ *
+ * Inputs are random token ids (never zeros); the model should be a
+ * real-shape checkpoint (tools/make_synth_checkpoint). A batch size that
+ * fails (out of cache, say) is reported as such and the others still run;
+ * the exit status is then 1.
+ *
+ * `moeserve bench serve ...` is the HTTP serving benchmark (cmd_bench_serve).
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "backend/cpu/cpu_membw.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "base/timer.h"
+#include "cli/bench_runs.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
+#include "plan/power_sampler.h"
+#ifdef MOESERVE_HAVE_CUDA
+#include "backend/cuda/cuda_device_info.h"
+#include "backend/cuda/cuda_membw.h"
+#endif
 
-/* Weight bytes one batch-1 decode step reads (k experts per MoE layer). */
-static double decode_bytes_per_token(const struct model_session *s)
+enum {
+    BENCH_CUDA_DEVICE = 0, /* model_session_open puts the cuda backend on device 0 */
+    BENCH_MAX_BATCHES = 16,
+    BENCH_BLOCK = 16,      /* KV block size in tokens (the session default) */
+};
+
+/* Everything the report prints; -1 (or 0 for sizes) marks a figure this run could not take. */
+struct bench_report {
+    const char *model, *backend;
+    char device[256];
+    long prompt_len, steps, context, reps, seed, copy_mib;
+    double weights_bytes;
+    double gpu_used_mib, gpu_total_mib; /* after the load */
+    double gpu_used_end_mib;            /* after every timed phase: scratch grown to the largest shape */
+    double peak_rss_mib;
+    double copy_gbs;
+    const char *copy_method;
+    double power_limit_w;
+    struct bench_timing prefill;
+    int n_batches;
+    int batches[BENCH_MAX_BATCHES];
+    struct bench_timing decode[BENCH_MAX_BATCHES];
+    double step_bytes[BENCH_MAX_BATCHES]; /* weight bytes one step reads (expected, see bench_decode_bytes) */
+    char error[BENCH_MAX_BATCHES][256];   /* "" when the batch ran */
+};
+
+/* "1,8,64" -> sizes in 1..4096, at most BENCH_MAX_BATCHES of them. */
+static enum status bench_parse_batches(const char *s, struct bench_report *r, struct err *err)
 {
-    const struct model_desc *d = &s->desc;
-    const struct model_weights *w = &s->w;
-    double b = (double)weight_bytes(&w->lm_head) + (double)d->d_model * 2; /* + one embedding row */
-    for (int l = 0; l < d->n_layers; l++) {
-        const struct layer_weights *lw = &w->layers[l];
-        b += (double)(weight_bytes(&lw->wq) + weight_bytes(&lw->wk) + weight_bytes(&lw->wv) + weight_bytes(&lw->wo));
-        if (lw->has_ffn)
-            b += (double)(weight_bytes(&lw->ffn_gate) + weight_bytes(&lw->ffn_up) + weight_bytes(&lw->ffn_down));
-        if (d->layers[l].ffn == FFN_MOE) {
-            double experts = 0;
-            for (int e = 0; e < d->n_experts; e++)
-                experts += (double)(weight_bytes(&lw->exp_gate[e]) + weight_bytes(&lw->exp_up[e]) +
-                                    weight_bytes(&lw->exp_down[e]));
-            b += weight_bytes(&lw->router) + experts / d->n_experts * d->n_experts_used;
-        }
+    r->n_batches = 0;
+    const char *c = s;
+    while (*c) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c || v < 1 || v > 4096 || (*end && *end != ',') || r->n_batches == BENCH_MAX_BATCHES)
+            return err_set(err, STATUS_INVALID,
+                           "--batch: \"%s\" is not a list of at most %d batch sizes in 1..4096 (e.g. 1,8,64)", s,
+                           BENCH_MAX_BATCHES);
+        r->batches[r->n_batches++] = (int)v;
+        c = *end ? end + 1 : end;
     }
-    return b;
+    return r->n_batches ? STATUS_OK : err_set(err, STATUS_INVALID, "--batch: no batch size given");
 }
 
-static int bench_run_prefill(struct model_session *s, const int32_t *toks, int n, double *secs, struct err *err)
+/* n random ids in [0, vocab) from a 64-bit LCG (never all zeros, unlike a zeroed buffer). */
+static void bench_random_tokens(uint64_t *state, int32_t *out, size_t n, int vocab)
 {
-    int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
-    float *logits = malloc((size_t)s->desc.vocab_size * sizeof(float));
-    for (int i = 0; i < n; i++)
-        pos[i] = i;
-    struct kv_seq ks;
-    kv_seq_init(&ks);
-    struct kv_seq *seqs[1] = {&ks};
-    int32_t last = n - 1;
-    enum status st = kv_seq_reserve(&ks, &s->kv, n, err);
-    double t0 = timer_now();
-    if (!st) {
-        struct forward_batch b = {.n_tokens = n, .tokens = toks, .pos = pos, .seq = seq, .n_seqs = 1,
-                                  .seqs = seqs, .n_logits = 1, .logit_rows = &last};
-        st = forward_run(&s->fwd, &b, logits, err);
+    for (size_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        out[i] = (int32_t)((*state >> 33) % (uint64_t)vocab);
     }
-    *secs = timer_now() - t0;
-    kv_seq_release(&ks, &s->kv);
-    free(pos);
-    free(seq);
-    free(logits);
-    return st ? 1 : 0;
+}
+
+/* Device memory in use now, MiB; -1 when not on cuda or unknown. */
+static double bench_gpu_used_mib(const struct bench_report *r)
+{
+#ifdef MOESERVE_HAVE_CUDA
+    struct err e = {0};
+    struct cuda_device_info info;
+    if (strcmp(r->backend, "cuda") == 0 && cuda_device_info_get(BENCH_CUDA_DEVICE, &info, &e) == STATUS_OK)
+        return (double)info.mem_used / (1 << 20);
+#endif
+    (void)r;
+    return -1;
+}
+
+/* GPU name and memory after the load, and the power sampler: cuda only. */
+static void bench_device_figures(struct bench_report *r, struct power_sampler *ps, bool *have_ps)
+{
+    *have_ps = false;
+    r->gpu_used_mib = r->gpu_total_mib = -1;
+    r->power_limit_w = -1;
+#ifdef MOESERVE_HAVE_CUDA
+    if (strcmp(r->backend, "cuda") == 0) {
+        struct err e = {0};
+        struct cuda_device_info info;
+        if (cuda_device_info_get(BENCH_CUDA_DEVICE, &info, &e) == STATUS_OK) {
+            snprintf(r->device, sizeof r->device, "%s", info.name);
+            r->gpu_used_mib = (double)info.mem_used / (1 << 20);
+            r->gpu_total_mib = (double)info.mem_total / (1 << 20);
+        } else {
+            LOG_WARN("bench: %s", e.msg);
+        }
+        if (power_sampler_init(ps, info.pci_bus_id[0] ? info.pci_bus_id : NULL, 20, &e) == STATUS_OK) {
+            *have_ps = true;
+            r->power_limit_w = ps->limit_w > 0 ? ps->limit_w : -1;
+        } else {
+            LOG_INFO("bench: power n/a: %s", e.msg);
+        }
+        return;
+    }
+#endif
+    (void)ps;
+    snprintf(r->device, sizeof r->device, "cpu");
+}
+
+static void bench_copy_bandwidth(struct bench_report *r)
+{
+    LOG_INFO("bench: measuring copy bandwidth (%ld MiB buffers)", r->copy_mib);
+    size_t bytes = (size_t)r->copy_mib << 20;
+#ifdef MOESERVE_HAVE_CUDA
+    if (strcmp(r->backend, "cuda") == 0) {
+        struct err e = {0};
+        r->copy_method = "cuda device-to-device memcpy";
+        if (cuda_memcpy_bandwidth(BENCH_CUDA_DEVICE, bytes, 10, &r->copy_gbs, &e) != STATUS_OK) {
+            LOG_WARN("bench: copy bandwidth n/a: %s", e.msg);
+            r->copy_gbs = -1;
+        }
+        return;
+    }
+#endif
+    r->copy_method = "cpu memcpy, all threads";
+    r->copy_gbs = cpu_memcpy_bandwidth(bytes, 5);
+    if (r->copy_gbs <= 0)
+        r->copy_gbs = -1;
+}
+
+/* JSON number, or null for a figure marked unknown (< 0). */
+static struct json *num_or_null(double v)
+{
+    return v < 0 ? json_new_null() : json_new_number(v);
+}
+
+static double power_w(const struct power_reading *p)
+{
+    return !p->valid ? -1 : p->energy_avg_w >= 0 ? p->energy_avg_w : p->avg_w;
+}
+
+static void json_add_power(struct json *o, const struct power_reading *p)
+{
+    json_add(o, "power_avg_w", num_or_null(power_w(p)));
+    json_add(o, "power_pct_of_limit", num_or_null(p->valid ? p->pct_of_limit : -1));
+    json_add(o, "power_sampled_avg_w", num_or_null(p->valid ? p->avg_w : -1));
+    json_add(o, "power_sampled_max_w", num_or_null(p->valid ? p->max_w : -1));
+    json_add(o, "power_samples", json_new_number(p->n_samples));
+}
+
+static double pct(double part, double whole)
+{
+    return part < 0 || whole <= 0 ? -1 : 100.0 * part / whole;
+}
+
+/* The row that stands for "decode" in the flat keys: batch 1 if it ran, else the first that did; -1 if none. */
+static int bench_main_row(const struct bench_report *r)
+{
+    for (int i = 0; i < r->n_batches; i++)
+        if (!r->error[i][0] && r->batches[i] == 1)
+            return i;
+    for (int i = 0; i < r->n_batches; i++)
+        if (!r->error[i][0])
+            return i;
+    return -1;
+}
+
+static void bench_print_json(const struct bench_report *r)
+{
+    struct json *o = json_new_object();
+    json_add(o, "model", json_new_string(r->model));
+    json_add(o, "backend", json_new_string(r->backend));
+    json_add(o, "device", json_new_string(r->device));
+    json_add(o, "weights_bytes", json_new_number(r->weights_bytes));
+    json_add(o, "gpu_mem_used_mib", num_or_null(r->gpu_used_mib));
+    json_add(o, "gpu_mem_total_mib", num_or_null(r->gpu_total_mib));
+    json_add(o, "gpu_mem_used_end_mib", num_or_null(r->gpu_used_end_mib));
+    json_add(o, "peak_rss_mib", json_new_number(r->peak_rss_mib));
+    json_add(o, "copy_gb_s", num_or_null(r->copy_gbs));
+    json_add(o, "copy_method", json_new_string(r->copy_method));
+    json_add(o, "copy_mib", json_new_number((double)r->copy_mib));
+    json_add(o, "power_limit_w", num_or_null(r->power_limit_w));
+    json_add(o, "seed", json_new_number((double)r->seed));
+    struct json *p = json_add(o, "prefill", json_new_object());
+    json_add(p, "tokens", json_new_number((double)r->prompt_len));
+    json_add(p, "reps", json_new_number((double)r->reps));
+    json_add(p, "seconds", json_new_number(r->prefill.seconds));
+    json_add(p, "tok_s", json_new_number((double)r->prefill.tokens / r->prefill.seconds));
+    json_add_power(p, &r->prefill.power);
+    struct json *rows = json_add(o, "decode", json_new_array());
+    for (int i = 0; i < r->n_batches; i++) {
+        const struct bench_timing *t = &r->decode[i];
+        struct json *d = json_append(rows, json_new_object());
+        json_add(d, "batch", json_new_number(r->batches[i]));
+        json_add(d, "context", json_new_number((double)r->context));
+        json_add(d, "steps", json_new_number((double)r->steps));
+        if (r->error[i][0]) {
+            json_add(d, "error", json_new_string(r->error[i]));
+            continue;
+        }
+        double gbs = r->step_bytes[i] * (double)r->steps / t->seconds / 1e9;
+        json_add(d, "seconds", json_new_number(t->seconds));
+        json_add(d, "tok_s", json_new_number((double)t->tokens / t->seconds));
+        json_add(d, "ms_per_step", json_new_number(1e3 * t->seconds / (double)r->steps));
+        json_add(d, "weight_bytes_per_step", json_new_number(r->step_bytes[i]));
+        json_add(d, "weight_gb_s", json_new_number(gbs));
+        json_add(d, "pct_of_copy", num_or_null(pct(gbs, r->copy_gbs)));
+        json_add_power(d, &t->power);
+    }
+    /* flat keys of the first version of this command, for scripts that read them */
+    json_add(o, "prompt_len", json_new_number((double)r->prompt_len));
+    json_add(o, "prefill_tok_s", json_new_number((double)r->prefill.tokens / r->prefill.seconds));
+    json_add(o, "decode_steps", json_new_number((double)r->steps));
+    int m = bench_main_row(r);
+    if (m >= 0) {
+        double gbs = r->step_bytes[m] * (double)r->steps / r->decode[m].seconds / 1e9;
+        json_add(o, "decode_batch", json_new_number(r->batches[m]));
+        json_add(o, "decode_tok_s", json_new_number((double)r->decode[m].tokens / r->decode[m].seconds));
+        json_add(o, "decode_weight_bytes_per_token", json_new_number(r->step_bytes[m] / r->batches[m]));
+        json_add(o, "decode_weight_gb_s", json_new_number(gbs));
+        json_add(o, "memcpy_gb_s", num_or_null(r->copy_gbs));
+        json_add(o, "decode_pct_of_memcpy", num_or_null(pct(gbs, r->copy_gbs)));
+    }
+    char *js = json_print(o, true);
+    printf("%s\n", js);
+    free(js);
+    json_free(o);
+}
+
+/* "  512.3   73.2" or "    n/a    n/a" */
+static void print_power(const struct power_reading *p)
+{
+    if (p->valid && p->pct_of_limit >= 0)
+        printf(" %8.1f %8.1f\n", power_w(p), p->pct_of_limit);
+    else if (p->valid)
+        printf(" %8.1f %8s\n", power_w(p), "n/a");
+    else
+        printf(" %8s %8s\n", "n/a", "n/a");
+}
+
+static void bench_print_table(const struct bench_report *r)
+{
+    printf("model        %s (%s backend, %s)\n", r->model, r->backend, r->device);
+    printf("weights      %.2f GB; a batch-1 decode step reads %.3f GB of them\n", r->weights_bytes / 1e9,
+           bench_main_row(r) >= 0 ? r->step_bytes[bench_main_row(r)] / r->batches[bench_main_row(r)] / 1e9 : 0.0);
+    if (r->gpu_used_mib >= 0)
+        printf("memory       GPU %.1f of %.1f GiB in use after load, %.1f GiB after the runs; peak RSS %.1f MiB\n",
+               r->gpu_used_mib / 1024, r->gpu_total_mib / 1024, r->gpu_used_end_mib / 1024, r->peak_rss_mib);
+    else
+        printf("memory       peak RSS %.1f MiB\n", r->peak_rss_mib);
+    if (r->copy_gbs > 0)
+        printf("copy         %.1f GB/s (%s of %ld MiB, read+write)\n", r->copy_gbs, r->copy_method, r->copy_mib);
+    else
+        printf("copy         n/a (%s)\n", r->copy_method);
+    if (r->power_limit_w > 0)
+        printf("power limit  %.0f W (NVML)\n", r->power_limit_w);
+    else
+        printf("power limit  n/a\n");
+    printf("\n%-8s %6s %6s %8s %9s %10s %8s %11s %7s %8s %8s\n", "phase", "batch", "ctx", "tokens", "seconds",
+           "tok/s", "ms/step", "weight GB/s", "% copy", "power W", "% limit");
+    printf("%-8s %6d %6s %8ld %9.3f %10.1f %8s %11s %7s", "prefill", 1, "-", r->prefill.tokens,
+           r->prefill.seconds, (double)r->prefill.tokens / r->prefill.seconds, "-", "-", "-");
+    print_power(&r->prefill.power);
+    for (int i = 0; i < r->n_batches; i++) {
+        const struct bench_timing *t = &r->decode[i];
+        if (r->error[i][0]) {
+            printf("%-8s %6d %6ld  failed: %s\n", "decode", r->batches[i], r->context, r->error[i]);
+            continue;
+        }
+        double gbs = r->step_bytes[i] * (double)r->steps / t->seconds / 1e9, p = pct(gbs, r->copy_gbs);
+        char pc[16] = "n/a";
+        if (p >= 0)
+            snprintf(pc, sizeof pc, "%.1f", p);
+        printf("%-8s %6d %6ld %8ld %9.3f %10.2f %8.2f %11.1f %7s", "decode", r->batches[i], r->context, t->tokens,
+               t->seconds, (double)t->tokens / t->seconds, 1e3 * t->seconds / (double)r->steps, gbs, pc);
+        print_power(&t->power);
+    }
+    printf("(decode tokens = batch x steps; weight GB/s counts the experts a step touches, expected under uniform "
+           "routing above batch 1;\n power = NVML energy counter over the timed phase where the driver has one)\n");
 }
 
 int cmd_bench(int argc, char **argv)
 {
+    if (argc > 0 && strcmp(argv[0], "serve") == 0)
+        return cmd_bench_serve(argc - 1, argv + 1);
     struct cli_opt opts[] = {
         {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
         {.name = "prompt-len", .metavar = "N", .help = "prefill length in tokens (default 128)"},
-        {.name = "decode", .metavar = "N", .help = "decode steps to time (default 32)"},
-        {.name = "seed", .metavar = "S", .help = "seed of the random prompt (default 1)"},
+        {.name = "prefill-reps", .metavar = "N", .help = "timed prefill passes (default 1)"},
+        {.name = "batch", .metavar = "B,B,..", .help = "decode batch sizes (default 1), e.g. 1,8,64"},
+        {.name = "decode", .metavar = "N", .help = "timed decode steps per batch size (default 32)"},
+        {.name = "decode-context", .metavar = "N", .help = "prompt tokens in each decoding sequence's cache "
+                                                             "(default: --prompt-len)"},
+        {.name = "seed", .metavar = "S", .help = "seed of the random prompts (default 1)"},
+        {.name = "copy-mib", .metavar = "N", .help = "buffer of the copy-bandwidth measurement, far above the "
+                                                     "last-level cache (default 1024)"},
         {.name = "json", .help = "print JSON instead of a table"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
-    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
-    if (r == CLI_HELP) {
-        cli_print_help("moeserve bench [--model DIR] [--backend cpu|cuda] [--prompt-len N] [--decode N] [--json]",
-                       "Times prefill and batch-1 decode; reports tok/s and weight GB/s against memcpy bandwidth.",
+    enum cli_result cr = cli_parse(argc, argv, opts, n, &err);
+    if (cr == CLI_HELP) {
+        cli_print_help("moeserve bench [--model DIR] [--backend cpu|cuda] [--prompt-len N] [--batch 1,8,64] "
+                       "[--decode N] [--decode-context N] [--json]",
+                       "Times prefill and decode at each batch size; reports tok/s, weight GB/s against the "
+                       "measured copy bandwidth, NVML power and memory.",
                        opts, n);
         return 0;
     }
-    long plen = 128, ndec = 32, seed = 1;
-    if (r == CLI_ERROR || cli_int(opts, n, "prompt-len", 1, 1 << 16, &plen, &err) ||
-        cli_int(opts, n, "decode", 1, 1 << 16, &ndec, &err) || cli_int(opts, n, "seed", 0, 1L << 30, &seed, &err)) {
+    struct bench_report r;
+    memset(&r, 0, sizeof r);
+    r.prompt_len = 128;
+    r.steps = 32;
+    r.reps = 1;
+    r.seed = 1;
+    r.copy_mib = 1024;
+    if (cr == CLI_ERROR || cli_int(opts, n, "prompt-len", 1, 1 << 20, &r.prompt_len, &err) ||
+        cli_int(opts, n, "decode", 1, 1 << 16, &r.steps, &err) || cli_int(opts, n, "seed", 0, 1L << 30, &r.seed, &err) ||
+        cli_int(opts, n, "prefill-reps", 1, 1000, &r.reps, &err) ||
+        cli_int(opts, n, "copy-mib", 1, 1 << 16, &r.copy_mib, &err) ||
+        (r.context = r.prompt_len, cli_int(opts, n, "decode-context", 1, 1 << 20, &r.context, &err)) ||
+        bench_parse_batches(cli_get(opts, n, "batch", "1"), &r, &err)) {
         LOG_ERROR("bench: %s", err.msg);
         return 2;
     }
-    const char *model = cli_get(opts, n, "model", cli_default_model());
-    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)plen,
-                              .max_seqs = 1, .max_context = (int)(plen + ndec + 1), .smem_budget = cli_smem_budget(opts, n)};
+    r.model = cli_get(opts, n, "model", cli_default_model());
+    int max_batch = 0;
+    for (int i = 0; i < r.n_batches; i++)
+        max_batch = r.batches[i] > max_batch ? r.batches[i] : max_batch;
+    /* A pass takes the whole prompt, or one whole decode prompt, or one token per sequence. The
+     * cache is one pool of blocks that any sequence may draw from (forward.max_blocks =
+     * kv.n_blocks), so it is sized for the largest phase, not max_seqs x the longest sequence:
+     * the forward uploads a block-table row of that many ids per sequence every pass. */
+    long max_tokens = r.prompt_len > r.context ? r.prompt_len : r.context;
+    max_tokens = max_tokens > max_batch ? max_tokens : max_batch;
+    long per_seq_blocks = (r.context + BENCH_WARMUP_STEPS + r.steps + BENCH_BLOCK - 1) / BENCH_BLOCK;
+    long blocks = (r.prompt_len + BENCH_BLOCK - 1) / BENCH_BLOCK;
+    blocks = blocks > max_batch * per_seq_blocks ? blocks : max_batch * per_seq_blocks;
+    long max_context = (blocks + max_batch - 1) / max_batch * BENCH_BLOCK; /* model_session: per sequence */
+    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
+                              .max_seqs = max_batch, .max_context = (int)max_context, .block_size = BENCH_BLOCK,
+                              .smem_budget = cli_smem_budget(opts, n)};
     struct model_session s;
-    if (model_session_open(&s, model, &so, &err)) {
+    if (model_session_open(&s, r.model, &so, &err)) {
         LOG_ERROR("%s", err.msg);
         return 1;
     }
-    int rc = 1;
-    int V = s.desc.vocab_size;
-    int32_t *toks = malloc((size_t)plen * sizeof *toks);
-    uint64_t st64 = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
-    for (long i = 0; i < plen; i++) {
-        st64 = st64 * 6364136223846793005ull + 1442695040888963407ull;
-        toks[i] = (int32_t)((st64 >> 33) % (uint64_t)V);
-    }
-    /* warm-up: page the weights in and settle the threads */
-    double t_warm = 0, t_prefill = 0;
-    LOG_INFO("bench: warm-up prefill of %ld tokens", plen);
-    if (bench_run_prefill(&s, toks, (int)plen, &t_warm, &err) ||
-        bench_run_prefill(&s, toks, (int)plen, &t_prefill, &err)) {
-        LOG_ERROR("bench: %s", err.msg);
+    r.backend = s.be.ops->name;
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        r.weights_bytes += (double)s.w.bytes_by_format[f];
+    struct power_sampler ps_store;
+    memset(&ps_store, 0, sizeof ps_store);
+    bool have_ps;
+    bench_device_figures(&r, &ps_store, &have_ps);
+    struct power_sampler *ps = have_ps ? &ps_store : NULL;
+
+    int rc = 1, V = s.desc.vocab_size;
+    uint64_t rng = (uint64_t)r.seed * 0x9e3779b97f4a7c15ull + 1;
+    int32_t *prompt = malloc((size_t)r.prompt_len * sizeof *prompt);
+    int32_t *prompts = malloc((size_t)max_batch * (size_t)r.context * sizeof *prompts);
+    if (!prompt || !prompts) {
+        LOG_ERROR("bench: out of memory for the prompts");
         goto done;
     }
-    /* decode: prefill once, then time greedy single-token steps */
-    struct kv_seq ks;
-    kv_seq_init(&ks);
-    struct kv_seq *seqs[1] = {&ks};
-    float *logits = malloc((size_t)V * sizeof(float));
-    int32_t pos = 0, seq0 = 0, row = 0, last = (int32_t)plen - 1;
-    int32_t *ppos = malloc((size_t)plen * sizeof *ppos), *pseq = calloc((size_t)plen, sizeof *pseq);
-    for (long i = 0; i < plen; i++)
-        ppos[i] = (int32_t)i;
-    enum status st = kv_seq_reserve(&ks, &s.kv, (int)(plen + ndec), &err);
-    struct forward_batch pb = {.n_tokens = (int)plen, .tokens = toks, .pos = ppos, .seq = pseq, .n_seqs = 1,
-                               .seqs = seqs, .n_logits = 1, .logit_rows = &last};
-    if (!st)
-        st = forward_run(&s.fwd, &pb, logits, &err);
-    ks.n_tokens = (int)plen;
-    double t0 = timer_now();
-    for (long i = 0; i < ndec && !st; i++) {
-        int32_t tok = 0;
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[tok])
-                tok = v;
-        pos = ks.n_tokens;
-        struct forward_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &pos, .seq = &seq0, .n_seqs = 1,
-                                  .seqs = seqs, .n_logits = 1, .logit_rows = &row};
-        st = forward_run(&s.fwd, &b, logits, &err);
-        ks.n_tokens++;
-    }
-    double t_decode = timer_now() - t0;
-    kv_seq_release(&ks, &s.kv);
-    free(logits);
-    free(ppos);
-    free(pseq);
-    if (st) {
-        LOG_ERROR("bench: %s", err.msg);
+    bench_random_tokens(&rng, prompt, (size_t)r.prompt_len, V);
+    bench_random_tokens(&rng, prompts, (size_t)max_batch * (size_t)r.context, V);
+
+    LOG_INFO("bench: prefill of %ld tokens (%ld timed pass%s after one warm-up)", r.prompt_len, r.reps,
+             r.reps == 1 ? "" : "es");
+    if (bench_prefill(&s, prompt, (int)r.prompt_len, (int)r.reps, ps, &r.prefill, &err)) {
+        LOG_ERROR("bench: prefill: %s", err.msg);
         goto done;
     }
-    double bytes_tok = decode_bytes_per_token(&s);
-    double decode_tps = (double)ndec / t_decode;
-    double gbs = bytes_tok * decode_tps / 1e9;
-    LOG_INFO("bench: measuring memcpy bandwidth");
-    double membw = cpu_memcpy_bandwidth((size_t)1 << 30, 5);
+    bool all_ok = true;
+    for (int i = 0; i < r.n_batches; i++) {
+        LOG_INFO("bench: decode at batch %d (%ld-token prompts, %ld timed steps)", r.batches[i], r.context, r.steps);
+        struct bench_decode_args a = {.batch = r.batches[i], .context = (int)r.context, .steps = (int)r.steps,
+                                      .prompts = prompts};
+        if (bench_decode(&s, &a, ps, &r.decode[i], &err)) {
+            LOG_ERROR("bench: decode at batch %d: %s", r.batches[i], err.msg);
+            snprintf(r.error[i], sizeof r.error[i], "%s", err.msg);
+            all_ok = false;
+        }
+        r.step_bytes[i] = bench_decode_bytes(&s, r.batches[i]);
+    }
+    r.gpu_used_end_mib = bench_gpu_used_mib(&r);
+    bench_copy_bandwidth(&r);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    if (cli_flag(opts, n, "json")) {
-        struct json *o = json_new_object();
-        json_add(o, "model", json_new_string(model));
-        json_add(o, "backend", json_new_string(s.be.ops->name));
-        json_add(o, "prompt_len", json_new_number((double)plen));
-        json_add(o, "prefill_tok_s", json_new_number((double)plen / t_prefill));
-        json_add(o, "decode_steps", json_new_number((double)ndec));
-        json_add(o, "decode_tok_s", json_new_number(decode_tps));
-        json_add(o, "decode_weight_bytes_per_token", json_new_number(bytes_tok));
-        json_add(o, "decode_weight_gb_s", json_new_number(gbs));
-        json_add(o, "memcpy_gb_s", json_new_number(membw));
-        json_add(o, "decode_pct_of_memcpy", json_new_number(100.0 * gbs / membw));
-        json_add(o, "peak_rss_mib", json_new_number((double)ru.ru_maxrss / 1024.0));
-        char *js = json_print(o, true);
-        printf("%s\n", js);
-        free(js);
-        json_free(o);
-    } else {
-        printf("model                 %s (%s backend)\n", model, s.be.ops->name);
-        printf("prefill               %ld tokens in %.3f s: %.1f tok/s\n", plen, t_prefill, (double)plen / t_prefill);
-        printf("decode (batch 1)      %ld steps in %.3f s: %.2f tok/s\n", ndec, t_decode, decode_tps);
-        printf("weights read / token  %.1f MB\n", bytes_tok / 1e6);
-        printf("decode weight stream  %.2f GB/s = %.1f%% of memcpy %.2f GB/s (read+write)\n", gbs,
-               100.0 * gbs / membw, membw);
-        printf("peak RSS              %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    }
-    rc = 0;
+    r.peak_rss_mib = (double)ru.ru_maxrss / 1024.0;
+    if (cli_flag(opts, n, "json"))
+        bench_print_json(&r);
+    else
+        bench_print_table(&r);
+    rc = all_ok ? 0 : 1;
 done:
-    free(toks);
+    free(prompt);
+    free(prompts);
+    power_sampler_free(&ps_store);
     model_session_close(&s);
     return rc;
 }

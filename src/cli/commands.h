@@ -3,8 +3,8 @@
  * Each takes the arguments after its name and returns a process exit code:
  * 0 success, 1 failure (message already printed), 2 usage error.
  *
- * defines: cmd_logits(), cmd_generate(), cmd_info(), cmd_bench(), cmd_quantize(), cmd_tokenize(),
- *          cmd_detokenize(), cmd_perplexity(), cli_default_model(), cli_load_tokenizer()
+ * defines: cmd_logits(), cmd_generate(), cmd_info(), cmd_bench(), cmd_bench_serve(), cmd_quantize(), cmd_tokenize(),
+ *          cmd_detokenize(), cmd_perplexity(), cmd_serve(), cli_default_model(), cli_load_tokenizer()
  */
 #ifndef MOESERVE_CLI_COMMANDS_H
 #define MOESERVE_CLI_COMMANDS_H
@@ -15,12 +15,15 @@ int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+/* `moeserve bench serve ...`: reached through cmd_bench (argv after "serve"). */
+int cmd_bench_serve(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_chat_template(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 struct tokenizer;
 /* Loads DIR/tokenizer.json. */

@@ -73,6 +73,7 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->inv_freq, (size_t)(d->rope.dim / 2 + 1) * 4},
         {(void **)&f->d_meta, forward_meta_ints(f) * 4},
         {(void **)&f->d_argmax, (size_t)f->logit_chunk * 4},
+        {(void **)&f->d_sample, (size_t)f->logit_chunk * sizeof(struct sample_row)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = be->ops->alloc(be, bufs[i].bytes);
@@ -117,7 +118,7 @@ void forward_free(struct forward *f)
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
                         f->v,        f->attn,     f->gate,      f->up,       f->router,   f->route_w,
                         f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_meta,
-                        f->d_argmax};
+                        f->d_argmax, f->d_sample};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 f->be->ops->free(f->be, bufs[i]);
@@ -149,6 +150,12 @@ static enum status forward_check_batch(const struct forward *f, const struct for
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return err_set(err, STATUS_INVALID, "logit row %d is outside the batch", b->logit_rows[i]);
+    if (b->sample && (!b->tokens_out || !f->be->ops->sample))
+        return err_set(err, STATUS_UNSUPPORTED, "forward: backend %s cannot sample on its own",
+                       f->be->ops->name);
+    if (b->sample && b->n_logits > f->logit_chunk)
+        return err_set(err, STATUS_INVALID, "forward: %d sampled rows in one pass (at most %d)", b->n_logits,
+                       f->logit_chunk);
     return STATUS_OK;
 }
 
@@ -274,8 +281,15 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
                              f->d->norm_eps, f->x_sel + (size_t)i * D);
     }
     be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
-    if (b->argmax_out && be->ops->argmax)
+    if (b->tokens_out && b->sample)
+        be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample, f->d_argmax);
+    else if (b->tokens_out && be->ops->argmax)
         be->ops->argmax(be, f->logits, cn, f->d->vocab_size, f->d_argmax);
+}
+
+bool forward_can_sample(const struct forward *f)
+{
+    return f->be->ops->sample != NULL;
 }
 
 /* The host's share of chunk c0 .. c0+cn: logits and/or their argmax. A row with a NaN logit
@@ -287,10 +301,10 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     size_t V = (size_t)f->d->vocab_size;
     if (logits_out)
         be->ops->download(be, logits_out + (size_t)c0 * V, f->logits, (size_t)cn * V * sizeof(float));
-    if (!b->argmax_out)
+    if (!b->tokens_out)
         return STATUS_OK;
-    int32_t *ids = b->argmax_out + c0;
-    if (be->ops->argmax) {
+    int32_t *ids = b->tokens_out + c0;
+    if (b->sample || be->ops->argmax) {
         be->ops->download(be, ids, f->d_argmax, (size_t)cn * sizeof(int32_t));
     } else {
         const float *host = logits_out ? logits_out + (size_t)c0 * V : NULL;
@@ -353,7 +367,7 @@ static uint64_t forward_graph_key(const struct forward *f, const struct forward_
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] != i)
             return 0;
-    return (uint64_t)b->n_tokens << 1 | (b->argmax_out ? 1u : 0u);
+    return (uint64_t)b->n_tokens << 2 | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u);
 }
 
 /* Runs the pass from a graph when one is captured for its key; captures it the second time
@@ -390,6 +404,8 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
     if (st)
         return st;
     forward_upload_batch(f, b);
+    if (b->sample)
+        f->be->ops->upload(f->be, f->d_sample, b->sample, (size_t)b->n_logits * sizeof(struct sample_row));
     forward_run_device(f, b);
     if (b->n_logits <= f->logit_chunk) {
         if (b->n_logits > 0)

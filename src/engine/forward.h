@@ -32,9 +32,11 @@ struct forward_batch {
     struct kv_seq *const *seqs; /* (n_seqs) */
     int n_logits;
     const int32_t *logit_rows;  /* (n_logits) batch rows whose logits are returned */
-    int32_t *argmax_out;        /* (n_logits) host, or NULL: the greedy token of each such row, found
+    int32_t *tokens_out;        /* (n_logits) host, or NULL: the next token of each such row, chosen
                                    where the logits are (a NaN logit is an error); forward_run's
                                    logits_out may then be NULL */
+    const struct sample_row *sample; /* (n_logits) host: how tokens_out is drawn; NULL = greedy.
+                                        Needs a backend with a sample op (forward_can_sample) */
 };
 
 enum { FORWARD_MAX_GRAPH_KEYS = 256 };
@@ -69,7 +71,8 @@ struct forward {
     float *inv_freq;    /* (rope.dim / 2) */
     int32_t *d_meta;    /* batch metadata, one buffer: the five arrays below point into it */
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table;
-    int32_t *d_argmax;  /* (logit_chunk) */
+    int32_t *d_argmax;  /* (logit_chunk) chosen tokens */
+    struct sample_row *d_sample; /* (logit_chunk) */
 
     /* host scratch, owned */
     int32_t *h_meta;    /* staging of d_meta */
@@ -87,9 +90,11 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
                          struct err *err);
 /* Safe on a zeroed struct. */
 void forward_free(struct forward *f);
+/* Whether forward_batch.sample can be used (the backend draws tokens itself). */
+bool forward_can_sample(const struct forward *f);
 /* Runs the batch; writes logits for the requested rows to logits_out
- * (n_logits, vocab) host memory (NULL: not wanted), and their argmax to
- * b->argmax_out when set. Bad token ids or positions are an error. */
+ * (n_logits, vocab) host memory (NULL: not wanted), and the chosen tokens
+ * to b->tokens_out when set. Bad token ids or positions are an error. */
 enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
                         struct err *err);
 

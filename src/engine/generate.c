@@ -43,6 +43,14 @@ enum status generate_run(struct model_session *s, const int32_t *prompt, int n_p
         st = err_set(err, STATUS_NOMEM, "generate: out of memory");
         goto done;
     }
+    /* greedy: the argmax is taken where the logits are (the GPU), only the id comes back */
+    bool greedy = p->sampling.temperature == 0.0f;
+    /* sampled: drawn by the backend when it can (one id back instead of a row of logits) */
+    bool dev_sample = !greedy && forward_can_sample(&s->fwd);
+    bool on_dev = greedy || dev_sample;
+    struct sample_row sr = {.temperature = p->sampling.temperature, .top_p = p->sampling.top_p,
+                            .top_k = p->sampling.top_k};
+    int32_t next = 0;
     st = kv_seq_reserve(&ks, &s->kv, n_prompt + p->max_new, err);
     if (st)
         goto done;
@@ -55,8 +63,11 @@ enum status generate_run(struct model_session *s, const int32_t *prompt, int n_p
         bool final = c0 + cn == n_prompt;
         struct forward_batch b = {.n_tokens = cn, .tokens = prompt + c0, .pos = pos, .seq = seq,
                                   .n_seqs = 1, .seqs = seqs, .n_logits = final ? 1 : 0,
-                                  .logit_rows = &last};
-        st = forward_run(&s->fwd, &b, logits, err);
+                                  .logit_rows = &last, .tokens_out = on_dev ? &next : NULL,
+                                  .sample = dev_sample ? &sr : NULL};
+        if (dev_sample)
+            sr.u = sampler_uniform(&smp);
+        st = forward_run(&s->fwd, &b, on_dev ? NULL : logits, err);
         if (st)
             goto done;
         ks.n_tokens = c0 + cn;
@@ -65,9 +76,8 @@ enum status generate_run(struct model_session *s, const int32_t *prompt, int n_p
     stats->t_prefill = timer_now() - t0;
     t0 = timer_now();
     for (int i = 0; i < p->max_new; i++) {
-        int32_t tok;
-        st = sampler_sample(&smp, logits, &tok, err);
-        if (st)
+        int32_t tok = next;
+        if (!on_dev && (st = sampler_sample(&smp, logits, &tok, err)))
             goto done;
         stats->n_generated++;
         bool stop = is_stop(p, tok);
@@ -82,8 +92,11 @@ enum status generate_run(struct model_session *s, const int32_t *prompt, int n_p
         int32_t row = 0;
         pos[0] = ks.n_tokens;
         struct forward_batch b = {.n_tokens = 1, .tokens = &tok, .pos = pos, .seq = seq, .n_seqs = 1,
-                                  .seqs = seqs, .n_logits = 1, .logit_rows = &row};
-        st = forward_run(&s->fwd, &b, logits, err);
+                                  .seqs = seqs, .n_logits = 1, .logit_rows = &row,
+                                  .tokens_out = on_dev ? &next : NULL, .sample = dev_sample ? &sr : NULL};
+        if (dev_sample)
+            sr.u = sampler_uniform(&smp);
+        st = forward_run(&s->fwd, &b, on_dev ? NULL : logits, err);
         if (st)
             goto done;
         ks.n_tokens++;

@@ -111,3 +111,8 @@ enum status sampler_sample(struct sampler *s, const float *logits, int32_t *toke
     *token = s->cand[keep - 1].id;
     return STATUS_OK;
 }
+
+float sampler_uniform(struct sampler *s)
+{
+    return pcg32_uniform(s);
+}

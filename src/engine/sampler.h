@@ -6,7 +6,7 @@
  * row containing NaN is refused (the caller reports it) rather than sampled.
  *
  * defines: struct sampler_params, struct sampler, sampler_init(), sampler_free(),
- *          sampler_sample(), struct sampler_cand
+ *          sampler_sample(), sampler_uniform(), struct sampler_cand
  */
 #ifndef MOESERVE_ENGINE_SAMPLER_H
 #define MOESERVE_ENGINE_SAMPLER_H
@@ -40,5 +40,8 @@ enum status sampler_init(struct sampler *s, const struct sampler_params *p, int 
 void sampler_free(struct sampler *s);
 /* Picks a token from logits[vocab_size]; STATUS_INVALID if a logit is NaN. */
 enum status sampler_sample(struct sampler *s, const float *logits, int32_t *token, struct err *err);
+/* The next draw of the seeded stream, uniform in [0, 1): what a backend's sample op takes
+ * (a device-side draw follows the same seed). */
+float sampler_uniform(struct sampler *s);
 
 #endif

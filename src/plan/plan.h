@@ -198,9 +198,10 @@ void plan_weights_from_quant(struct plan_weights *w, const struct quant_config *
 
 const struct op_plan *plan_find(const struct plan *p, const char *op);
 /* Shared memory of the fp32 MLA latent attention tile and the DSA score tile (planner.c's
- * formulas; the CUDA kernels lay their shared memory out exactly so). */
-size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim);
-size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim);
+ * formulas; the CUDA kernels lay their shared memory out exactly so). stages 0: the variant
+ * that reads its operands from global memory. */
+size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages);
+size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
 /* KV chunks for an attention_decode launch of n_seqs sequences whose longest context is max_ctx:
  * enough blocks for two per SM, each chunk a multiple of tile_n. */
 int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);

@@ -30,8 +30,10 @@
  *       MLA where V is the first Dv dims of the cached latent)
  *   stages 0 (portable only): operands read straight from global memory through L1: 0 bytes.
  *   mla_attention (fp32; Dk = kv_lora_rank + rope, R = kv_lora_rank, warps = threads / 32):
- *       4 x (tile_m x (Dk + R) + tile_n x (Dk + 1) + warps x tile_n + 2 x tile_m)
- *   dsa_index (fp32; H_I indexer heads of D_I dims):  4 x (H_I x D_I + H_I + tile_n x (D_I + 1))
+ *       4 x (tile_m x (Dk + R) + tile_n x (Dk + 1) + warps x tile_n + 2 x tile_m);
+ *       stages 0: 4 x (warps x tile_n + 2 x tile_m + tile_n) (scores, softmax state, key slots)
+ *   dsa_index (fp32; H_I indexer heads of D_I dims):  4 x (H_I x D_I + H_I + tile_n x (D_I + 1));
+ *       stages 0: 0
  *
  * Cost model, per part of an op (a GEMM of the op, ...):
  *   t = max(bytes / BW, l2_bytes / L2BW, flops / rate)   (math + the larger of the two memory
@@ -917,15 +919,18 @@ static void mla_ref_dims(const struct plan_ctx *x, struct mla_ref *r)
     }
 }
 
-size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim)
+size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages)
 {
-    size_t f = (size_t)rows * (size_t)(k_dim + v_dim) + (size_t)keys * (size_t)(k_dim + 1) +
-               (size_t)(threads / 32) * (size_t)keys + 2 * (size_t)rows;
-    return f * 4;
+    size_t warps = (size_t)(threads / 32), r = (size_t)rows, k = (size_t)keys;
+    if (stages <= 0) /* queries, keys and the accumulators stay in global memory: scores and key slots */
+        return 4 * (warps * k + 2 * r + k);
+    return 4 * (r * (size_t)(k_dim + v_dim) + k * (size_t)(k_dim + 1) + warps * k + 2 * r);
 }
 
-size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim)
+size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
 {
+    if (stages <= 0)
+        return 0;
     return 4 * ((size_t)idx_heads * (size_t)idx_dim + (size_t)idx_heads + (size_t)keys * (size_t)(idx_dim + 1));
 }
 
@@ -947,21 +952,23 @@ static enum status plan_mla_dsa(struct plan_ctx *x, struct err *err)
         int tm = imin(TM[a], r.heads);
         if (a > 0 && tm == imin(TM[a - 1], r.heads))
             continue;
-        for (int b = 0; b < 4; b++) {
-            int tn = TN[b];
-            struct cand *c = cand_add(x, "mla_latent_attn_fp32", PLAN_MATH_FP32_FMA, 0);
-            c->threads = 128;
-            c->regs = 64;
-            c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = 1;
-            c->smem = plan_mla_attention_smem(tm, tn, c->threads, Dk, R);
-            c->feed = SMEM_BYTES_PER_CLK * 4 * tm / (double)(tm + 1); /* each staged key serves tm heads */
-            double head_blocks = ceil_div(r.heads, tm), base = (double)B * head_blocks;
-            c->split_k = decode_splits(x->caps->sm_count, base, keys_q, tn);
-            double flops = 2.0 * B * r.heads * (double)keys_q * (Dk + R);
-            double cache = (double)B * keys_q * Dk * 4;
-            cand_part(c, flops, cache + (double)B * r.heads * (Dk + R) * 4, cache * head_blocks,
-                      base * c->split_k);
-        }
+        for (int b = 0; b < 4; b++)
+            for (int st = 1; st >= 0; st--) {
+                int tn = TN[b];
+                struct cand *c = cand_add(x, "mla_latent_attn_fp32", PLAN_MATH_FP32_FMA, 0);
+                c->threads = 128;
+                c->regs = 64;
+                c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = st;
+                c->smem = plan_mla_attention_smem(tm, tn, c->threads, Dk, R, st);
+                /* each staged key serves tm heads; unstaged, every operand comes through L1 */
+                c->feed = SMEM_BYTES_PER_CLK * 4 * tm / (double)(tm + 1) * (st ? 1.0 : 0.5);
+                double head_blocks = ceil_div(r.heads, tm), base = (double)B * head_blocks;
+                c->split_k = decode_splits(x->caps->sm_count, base, keys_q, tn);
+                double flops = 2.0 * B * r.heads * (double)keys_q * (Dk + R);
+                double cache = (double)B * keys_q * Dk * 4;
+                cand_part(c, flops, cache + (double)B * r.heads * (Dk + R) * 4, cache * head_blocks,
+                          base * c->split_k);
+            }
     }
     char note[192];
     snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query", r.heads,
@@ -972,18 +979,20 @@ static enum status plan_mla_dsa(struct plan_ctx *x, struct err *err)
 
     static const int KN[] = {512, 256, 128, 64, 32};
     double T = s->prefill_tokens, ctx = s->decode_ctx;
-    for (int b = 0; b < 5; b++) {
+    for (int b = 0; b < 10; b++) {
+        int st = b < 5 ? 1 : 0;
         struct cand *c = cand_add(x, "dsa_index_score_fp32", PLAN_MATH_FP32_FMA, 0);
-        c->threads = KN[b];
+        c->threads = KN[b % 5];
         c->regs = 48;
-        c->tm = 1, c->tn = KN[b], c->tk = r.idx_dim, c->stages = 1;
-        c->smem = plan_dsa_index_smem(KN[b], r.idx_heads, r.idx_dim);
-        c->feed = SMEM_BYTES_PER_CLK * 2; /* q broadcast + the thread's own key: ~2 FLOP per smem byte */
+        c->tm = 1, c->tn = KN[b % 5], c->tk = r.idx_dim, c->stages = st;
+        c->smem = plan_dsa_index_smem(c->tn, r.idx_heads, r.idx_dim, st);
+        /* q broadcast + the thread's own key: ~2 FLOP per smem byte; unstaged through L1 */
+        c->feed = SMEM_BYTES_PER_CLK * (st ? 2.0 : 1.0);
         /* prefill: every query scores its causal keys (half the square on average) */
         double pairs = T * ctx / 2;
         double flops = 2.0 * pairs * r.idx_heads * r.idx_dim;
-        cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4 / KN[b],
-                  T * ceil_div(ctx / 2, KN[b]));
+        cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4 / c->tn,
+                  T * ceil_div(ctx / 2, c->tn));
     }
     snprintf(note, sizeof note, "%d indexer heads x %d dims; radix top-%d per query (1024 threads, 1 KiB smem)",
              r.idx_heads, r.idx_dim, r.topk);

@@ -858,6 +858,114 @@ static void test_argmax(void **state)
     p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, dids);
 }
 
+/* The device sampler: the draw follows u in id order over the kept set; top-k / top-p keep
+ * exactly the CPU sampler's set (engine/sampler.c: sorted by probability, cut). */
+static int cmp_desc(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+
+static void test_sample(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 24;
+    const int V = 5000, R = 64;
+    float *one = rand_floats((size_t)V, 3.0f, &rng);
+    float *l = malloc((size_t)R * V * 4);
+    for (int r = 0; r < R; r++)
+        memcpy(l + (size_t)r * V, one, (size_t)V * 4);
+    float *dl = dev_copy(&p->gpu, l, (size_t)R * V * 4);
+    double *pr = malloc((size_t)V * sizeof(double)), *sorted = malloc((size_t)V * sizeof(double));
+    double mx = -1e30;
+    for (int i = 0; i < V; i++)
+        mx = one[i] > mx ? one[i] : mx;
+    struct {
+        float t, top_p;
+        int top_k;
+    } cases[] = {{0.8f, 1.0f, 0}, {1.0f, 1.0f, 10}, {1.0f, 0.6f, 0}, {0.0f, 1.0f, 0}};
+    for (size_t c = 0; c < 4; c++) {
+        double total = 0;
+        for (int i = 0; i < V; i++)
+            total += pr[i] = cases[c].t > 0 ? exp(((double)one[i] - mx) / cases[c].t) : 0;
+        /* the kept set's cut: the smallest probability kept */
+        memcpy(sorted, pr, (size_t)V * sizeof(double));
+        qsort(sorted, (size_t)V, sizeof(double), cmp_desc);
+        int keep = V;
+        if (cases[c].top_k > 0)
+            keep = cases[c].top_k;
+        if (cases[c].top_p < 1.0f) {
+            double kt = 0, m = 0;
+            for (int i = 0; i < keep; i++)
+                kt += sorted[i];
+            for (int i = 0; i < keep; i++)
+                if ((m += sorted[i]) >= cases[c].top_p * kt) {
+                    keep = i + 1;
+                    break;
+                }
+        }
+        double cut = sorted[keep - 1], kept = 0;
+        for (int i = 0; i < V; i++)
+            kept += pr[i] >= cut ? pr[i] : 0;
+        struct sample_row sr[64];
+        for (int r = 0; r < R; r++)
+            sr[r] = (struct sample_row){.temperature = cases[c].t, .top_p = cases[c].top_p, .top_k = cases[c].top_k,
+                                        .u = ((float)r + 0.5f) / (float)R};
+        struct sample_row *dsr = dev_copy(&p->gpu, sr, sizeof sr);
+        int32_t ids[64], *dids = dev_copy(&p->gpu, ids, sizeof ids);
+        p->gpu.ops->sample(&p->gpu, dl, R, V, dsr, dids);
+        gpu_ok(&p->gpu);
+        p->gpu.ops->download(&p->gpu, ids, dids, sizeof ids);
+        int checked = 0;
+        for (int r = 0; r < R; r++) {
+            if (cases[c].t == 0) {
+                int best = 0;
+                for (int i = 1; i < V; i++)
+                    best = one[i] > one[best] ? i : best;
+                assert_int_equal(ids[r], best);
+                continue;
+            }
+            assert_true(ids[r] >= 0 && ids[r] < V);
+            if (pr[ids[r]] < cut)
+                fail_msg("sample case %zu row %d: id %d (p %.3g) outside the kept set (cut %.3g)", c, r, ids[r],
+                         pr[ids[r]], cut);
+            /* the id whose cumulative kept mass (id order) first passes u * kept */
+            double target = sr[r].u * kept, acc = 0, margin = 1e-4 * kept;
+            int want = -1;
+            bool near = false;
+            for (int i = 0; i < V && want < 0; i++) {
+                if (pr[i] < cut)
+                    continue;
+                acc += pr[i];
+                near |= fabs(acc - target) < margin;
+                if (target < acc)
+                    want = i;
+            }
+            if (!near) {
+                assert_int_equal(ids[r], want);
+                checked++;
+            }
+        }
+        print_message("    sample T=%.1f top_p=%.1f top_k=%d: %d kept, %d/%d draws checked exactly\n",
+                      (double)cases[c].t, (double)cases[c].top_p, cases[c].top_k, keep, checked, R);
+        p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, dids);
+    }
+    /* a NaN row is refused, whatever the parameters */
+    l[7] = NAN;
+    p->gpu.ops->upload(&p->gpu, dl, l, (size_t)V * 4);
+    struct sample_row sr = {.temperature = 1.0f, .top_p = 0.9f, .u = 0.3f};
+    struct sample_row *dsr = dev_copy(&p->gpu, &sr, sizeof sr);
+    int32_t id = 5, *did = dev_copy(&p->gpu, &id, 4);
+    p->gpu.ops->sample(&p->gpu, dl, 1, V, dsr, did);
+    gpu_ok(&p->gpu);
+    p->gpu.ops->download(&p->gpu, &id, did, 4);
+    assert_int_equal(id, -1);
+    p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, did), p->gpu.ops->free(&p->gpu, dl);
+    free(one), free(l), free(pr), free(sorted);
+}
+
+#include "ops_cuda_mla.inc" /* layernorm, mla_*, dsa_select (glm_moe_dsa) */
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
@@ -872,7 +980,10 @@ int main(void)
         cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
         cmocka_unit_test(test_linear_multi), cmocka_unit_test(test_attn_prep),
-        cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_argmax),       cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_mla_store),
+        cmocka_unit_test(test_mla_absorb_expand), cmocka_unit_test(test_mla_attention),
+        cmocka_unit_test(test_dsa_select),   cmocka_unit_test(test_mla_unstaged),
     };
     int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);
     failed += cmocka_run_group_tests_name("cuda ops, smem budget 101376 (sm_120 tiles)", tests, setup_small,

@@ -25,6 +25,18 @@
 #include <string.h>
 
 #define CPU_MLA_MAX_DIM 8192 /* latent + rope dims, head dims: stack rows */
+/* Below this many multiply-adds an op runs on one thread: waking the team costs more (and
+ * on a loaded machine far more) than tiny models' whole layers. */
+#define CPU_MLA_PAR_MIN ((double)(1 << 18))
+
+/* The largest pos + 1 of the batch (host memory on this backend). */
+static int batch_max_keys(const struct attn_batch *b)
+{
+    int m = 0;
+    for (int t = 0; t < b->n_tokens; t++)
+        m = b->pos[t] + 1 > m ? b->pos[t] + 1 : m;
+    return m;
+}
 
 static size_t slot_of(const struct attn_batch *b, int t, int j, int block_size)
 {
@@ -36,7 +48,7 @@ void cpu_layernorm(struct backend *be, const float *x, const float *w, const flo
                    float eps, float *y)
 {
     (void)be;
-#pragma omp parallel for schedule(static) if (rows > 64)
+#pragma omp parallel for schedule(static) if ((double)rows * dim > CPU_MLA_PAR_MIN)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * (size_t)dim;
         float *yr = y + (size_t)r * (size_t)dim;
@@ -82,7 +94,8 @@ void cpu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struc
     int H = m->n_heads, R = m->kv_rank, qd = m->nope + m->rope, ad = m->kv_rank + m->rope;
     int64_t head_rows = (int64_t)m->nope + m->v;
     ASSERT(R <= CPU_MLA_MAX_DIM && kv_b->cols == R && kv_b->rows == head_rows * H);
-#pragma omp parallel for schedule(dynamic, 1)
+    double work = (double)H * m->nope * R * (n_tokens + 1);
+#pragma omp parallel for schedule(dynamic, 1) if (work > CPU_MLA_PAR_MIN)
     for (int h = 0; h < H; h++) {
         float row[CPU_MLA_MAX_DIM];
         for (int t = 0; t < n_tokens; t++) {
@@ -110,7 +123,9 @@ void cpu_mla_attention(struct backend *be, const float *q_abs, const struct page
     (void)be;
     int R = kv->kv_rank, Dk = kv->kv_rank + kv->rope_dim;
     ASSERT(Dk <= CPU_MLA_MAX_DIM);
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    int keys = sel ? sel_k : batch_max_keys(b);
+    double work = (double)b->n_tokens * n_heads * (Dk + R) * keys;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (work > CPU_MLA_PAR_MIN)
     for (int t = 0; t < b->n_tokens; t++) {
         for (int h = 0; h < n_heads; h++) {
             const float *qh = q_abs + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)Dk;
@@ -153,7 +168,8 @@ void cpu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struc
     int H = m->n_heads, R = m->kv_rank, V = m->v;
     int64_t head_rows = (int64_t)m->nope + m->v;
     ASSERT(R <= CPU_MLA_MAX_DIM && kv_b->cols == R && kv_b->rows == head_rows * H);
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    double work = (double)H * V * R * (n_tokens + 1);
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (work > CPU_MLA_PAR_MIN)
     for (int h = 0; h < H; h++) {
         for (int j = 0; j < V; j++) {
             float row[CPU_MLA_MAX_DIM];
@@ -234,8 +250,9 @@ void cpu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, 
                     const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel)
 {
     (void)be;
-    int K = a->topk;
-#pragma omp parallel for schedule(dynamic, 1)
+    int K = a->topk, keys = batch_max_keys(b);
+    double cost = keys > K ? (double)b->n_tokens * keys * a->n_heads * a->head_dim : 0;
+#pragma omp parallel for schedule(dynamic, 1) if (cost > CPU_MLA_PAR_MIN)
     for (int t = 0; t < b->n_tokens; t++) {
         int32_t *out = sel + (size_t)t * (size_t)K;
         int n_keys = b->pos[t] + 1;

@@ -67,6 +67,8 @@ struct cuda_backend {
     enum cuda_gemm_tile tile_linear;
     enum cuda_gemm_tile tile_moe;
     int force_splits; /* tests: > 0 split count, -1 never split, 0 auto */
+    struct cuda_mla_cfg mla_attn; /* MLA latent attention as planned ("mla_attention"), fitted per call */
+    struct cuda_dsa_cfg dsa;      /* DSA score tile as planned ("dsa_index"), fitted per call */
     void *scratch;    /* device: bf16 activations, attention partials */
     size_t scratch_bytes;
     void **owned; /* (n_owned) device allocations holding weights */
@@ -76,6 +78,7 @@ struct cuda_backend {
     struct cuda_wdev *tmp; /* (tmp_cap) host scratch for building a table */
     size_t tmp_cap;
     int moe_decode_max_tokens; /* up to this many tokens the MoE block runs pair by pair (no sort) */
+    bool moe_mma, linear_mma;  /* the plan chose the bf16 mma.sync GEMM (cuda_gemm_mma.cu) */
     struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
     int n_graphs;
     bool capturing;
@@ -295,7 +298,11 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
             return;
     } else {
         struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
-        CHECK(c, cuda_gemm(c->stream, w->format, &wd, N, K, x, m, y, tile_for_rows(c->tile_linear, m)));
+        enum cuda_gemm_tile tile = tile_for_rows(c->tile_linear, m);
+        if (m > 8 && c->linear_mma && cuda_gemm_mma_supported(w->format, K, x))
+            CHECK(c, cuda_gemm_mma(c->stream, w->format, &wd, N, K, x, m, y, cuda_gemm_tile_rows(tile)));
+        else
+            CHECK(c, cuda_gemm(c->stream, w->format, &wd, N, K, x, m, y, tile));
         return; /* bias added in the kernel's epilogue */
     }
     if (w->bias)
@@ -337,6 +344,13 @@ static void cu_argmax(struct backend *be, const float *logits, int rows, int voc
 {
     struct cuda_backend *c = ctx(be);
     CHECK(c, cuda_argmax(c->stream, logits, rows, vocab, ids));
+}
+
+static void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                      int32_t *ids)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_sample(c->stream, logits, rows, vocab, params, ids));
 }
 
 /* ---------------------------------------------------------------- graphs */
@@ -595,6 +609,21 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     if (!CHECK(c, cuda_moe_sort(c->stream, ids, pairs, a->n_experts, bm, sorted_pair, row_of_pair, tiles,
                                 n_tiles, max_tiles)))
         return;
+    enum weight_format fmt = a->gate[0].format;
+    if (c->moe_mma && a->up[0].format == fmt && a->down[0].format == fmt &&
+        cuda_gemm_mma_supported(fmt, (int64_t)D, x) && cuda_gemm_mma_supported(fmt, (int64_t)I, gate)) {
+        /* tensor cores: tiles of bm rows fit the kernel's 32- or 64-row tile */
+        if (!CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                            a->n_used, tiles, n_tiles, max_tiles, gate, bm)) ||
+            !CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                            a->n_used, tiles, n_tiles, max_tiles, up, bm)) ||
+            !CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) ||
+            !CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL, 1,
+                                            tiles, n_tiles, max_tiles, yg, bm)))
+            return;
+        CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
+        return;
+    }
     if (!CHECK(c, cuda_gemm_grouped(c->stream, a->gate[0].format, table, (int64_t)I, (int64_t)D, x,
                                     sorted_pair, a->n_used, tiles, n_tiles, max_tiles, gate, tile)))
         return;
@@ -613,6 +642,107 @@ static void cu_add(struct backend *be, float *y, const float *x, size_t n)
 {
     struct cuda_backend *c = ctx(be);
     CHECK(c, cuda_add(c->stream, y, x, n));
+}
+
+/* ---------------------------------------------------------------- MLA + DSA (cuda_mla.cu, cuda_dsa.cu) */
+
+/* Scores of the DSA selection are kept for a chunk of query rows at a time, each row as long
+ * as the longest context a block table can hold: at most this many floats (256 MiB). */
+#define DSA_SCRATCH_FLOATS ((size_t)64 << 20)
+
+static void cu_layernorm(struct backend *be, const float *x, const float *w, const float *b, int rows, int dim,
+                         float eps, float *y)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_layernorm(c->stream, x, w, b, rows, dim, eps, y));
+}
+
+static void cu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w,
+                         float eps, const float *idx_k, int n_tokens, const int32_t *slots)
+{
+    struct cuda_backend *c = ctx(be);
+    CHECK(c, cuda_mla_store(c->stream, kv, ckv, w, eps, idx_k, n_tokens, slots));
+}
+
+static void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *q,
+                            int n_tokens, float *q_abs)
+{
+    struct cuda_backend *c = ctx(be);
+    struct cuda_wdev wd = {.data = kv_b->data, .scale = kv_b->scale, .bias = NULL, .scale2 = kv_b->scale2};
+    CHECK(c, cuda_mla_absorb_q(c->stream, kv_b->format, &wd, m, q, n_tokens, q_abs));
+}
+
+static void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct mla_dims *m,
+                            const float *o_lat, int n_tokens, float *out)
+{
+    struct cuda_backend *c = ctx(be);
+    struct cuda_wdev wd = {.data = kv_b->data, .scale = kv_b->scale, .bias = NULL, .scale2 = kv_b->scale2};
+    CHECK(c, cuda_mla_expand_o(c->stream, kv_b->format, &wd, m, o_lat, n_tokens, out));
+}
+
+static void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged_latent *kv,
+                             const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
+                             float *o_lat)
+{
+    struct cuda_backend *c = ctx(be);
+    if (b->n_tokens <= 0)
+        return;
+    int dk = kv->kv_rank + kv->rope_dim;
+    struct cuda_mla_cfg cfg = c->mla_attn;
+    if (!cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))
+        PANIC("cuda: no MLA attention tile fits %d latent dims in %zu bytes of shared memory", dk, c->smem_budget);
+    int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, cfg.rows); /* per split */
+    int splits = 1;
+    if (c->force_splits > 0) {
+        splits = c->force_splits;
+    } else if (c->force_splits == 0 && blocks < c->sm_count) {
+        /* few tokens (decode): split each token's keys so that every SM has work; the key list is
+         * at most sel_k long with a selection, unknown (device-side positions) without */
+        splits = ceil_div(2 * (int64_t)c->sm_count, blocks);
+        if (sel && splits > ceil_div(sel_k, cfg.keys))
+            splits = ceil_div(sel_k, cfg.keys);
+        if (splits > 64)
+            splits = 64;
+    }
+    float *work = NULL;
+    size_t wf = cuda_mla_attention_workspace_floats(b->n_tokens, n_heads, kv->kv_rank, splits);
+    if (wf && !(work = scratch_get(c, wf * sizeof(float))))
+        return;
+    CHECK(c, cuda_mla_attention(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, &cfg, splits, work));
+}
+
+static void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv,
+                          const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel)
+{
+    struct cuda_backend *c = ctx(be);
+    (void)work; /* the CPU's candidate heaps; here the scores live in the backend's scratch */
+    if (b->n_tokens <= 0)
+        return;
+    struct cuda_dsa_cfg cfg = c->dsa;
+    if (!cuda_dsa_fit(&cfg, a->n_heads, a->head_dim, c->smem_budget))
+        PANIC("cuda: no DSA score tile fits %d x %d indexer dims in %zu bytes", a->n_heads, a->head_dim,
+              c->smem_budget);
+    /* positions are device-side: a row is as long as the longest context the block table holds */
+    int64_t ctx64 = (int64_t)b->max_blocks * kv->block_size;
+    ASSERT(ctx64 > 0 && ctx64 <= INT_MAX);
+    int ctx_len = (int)ctx64;
+    size_t rows = DSA_SCRATCH_FLOATS / (size_t)ctx_len;
+    int chunk = rows < 1 ? 1 : rows > (size_t)b->n_tokens ? b->n_tokens : (int)rows;
+    if (chunk > 65535)
+        chunk = 65535;
+    float *scores = scratch_get(c, (size_t)chunk * (size_t)ctx_len * sizeof(float));
+    if (!scores)
+        return;
+    int key_blocks = ceil_div(2 * (int64_t)c->sm_count, chunk);
+    if (key_blocks > ceil_div(ctx_len, cfg.keys))
+        key_blocks = ceil_div(ctx_len, cfg.keys);
+    for (int r0 = 0; r0 < b->n_tokens; r0 += chunk) {
+        int nr = b->n_tokens - r0 < chunk ? b->n_tokens - r0 : chunk;
+        if (!CHECK(c, cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
+                                      scores)) ||
+            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel)))
+            return;
+    }
 }
 
 /* ---------------------------------------------------------------- lifetime */
@@ -671,9 +801,16 @@ static const struct backend_ops CUDA_OPS = {
     .linear_multi = cu_linear_multi,
     .attn_prep = cu_attn_prep,
     .argmax = cu_argmax,
+    .sample = cu_sample,
     .graph_replay = cu_graph_replay,
     .graph_capture_begin = cu_graph_capture_begin,
     .graph_capture_end = cu_graph_capture_end,
+    .layernorm = cu_layernorm,
+    .mla_store = cu_mla_store,
+    .mla_absorb_q = cu_mla_absorb_q,
+    .mla_attention = cu_mla_attention,
+    .mla_expand_o = cu_mla_expand_o,
+    .dsa_select = cu_dsa_select,
 };
 
 /* The compiled tile with the largest tile_m not above the plan's. */
@@ -687,13 +824,18 @@ static enum cuda_gemm_tile gemm_tile_from(const struct op_plan *op)
 }
 
 /* The planner's variant names this backend has kernels for: the fp32-FMA
- * families and cuBLAS; every small op has one portable kernel here. The
- * tensor-core variants (names with mma, wgmma, tcgen05) do not exist yet,
- * so the plan must not choose them. */
+ * families, cuBLAS, and the bf16 mma.sync GEMMs of cuda_gemm_mma.cu; every
+ * small op has one portable kernel here. The other tensor-core variants
+ * (wgmma, tcgen05, fp8/fp4 mma, mma attention) do not exist yet, so the
+ * plan must not choose them. */
 static bool cuda_variant_loads(void *ctx_, const char *kernel)
 {
     (void)ctx_;
-    return !strstr(kernel, "_mma") && !strstr(kernel, "wgmma") && !strstr(kernel, "tcgen05");
+    if (strstr(kernel, "wgmma") || strstr(kernel, "tcgen05"))
+        return false;
+    if (strstr(kernel, "_mma")) /* bf16 mma.sync GEMMs exist for NVFP4 (weight-only) and BF16 weights */
+        return strstr(kernel, "gemm_nvfp4_wo_mma") || strstr(kernel, "gemm_bf16_mma");
+    return true;
 }
 
 /* Reads the kernel configuration out of the plan. A missing entry means the
@@ -727,15 +869,40 @@ static void configure_from_plan(struct cuda_backend *c)
      * once. With 8 tokens x k slots over >= 64 experts, repeats are rare: the memory-bound pair
      * kernels win; past that the grouped GEMM does. */
     c->moe_decode_max_tokens = 8;
+    c->mla_attn = (struct cuda_mla_cfg){.rows = 16, .keys = 16, .threads = 128, .stages = 1};
+    if ((op = plan_find(&c->plan, "mla_attention"))) {
+        if (op->tile_m > 0)
+            c->mla_attn.rows = op->tile_m; /* heads of one token per block */
+        if (op->tile_n > 0)
+            c->mla_attn.keys = op->tile_n;
+        if (op->threads >= 32)
+            c->mla_attn.threads = op->threads;
+        c->mla_attn.stages = op->stages;
+    } else {
+        LOG_WARN("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
+    }
+    c->dsa = (struct cuda_dsa_cfg){.keys = 128, .stages = 1};
+    if ((op = plan_find(&c->plan, "dsa_index"))) {
+        if (op->tile_n > 0)
+            c->dsa.keys = op->tile_n;
+        c->dsa.stages = op->stages;
+    } else {
+        LOG_WARN("cuda: the plan has no dsa_index entry; using 128 keys per block");
+    }
     c->tile_moe = CUDA_GEMM_64x64;
-    if ((op = plan_find(&c->plan, "moe_experts_gemm")))
+    if ((op = plan_find(&c->plan, "moe_experts_gemm"))) {
         c->tile_moe = gemm_tile_from(op);
-    else
+        c->moe_mma = strstr(op->kernel, "_mma") != NULL;
+    } else {
         LOG_WARN("cuda: the plan has no moe_experts_gemm entry; using the 64x64 fp32 tile");
+    }
     /* "linear" is cuBLAS (no tile) for 16-bit weights; the quantised ones then use the expert tile */
     c->tile_linear = c->tile_moe;
-    if ((op = plan_find(&c->plan, "linear")) && op->tile_m > 0)
+    c->linear_mma = c->moe_mma;
+    if ((op = plan_find(&c->plan, "linear")) && op->tile_m > 0) {
         c->tile_linear = gemm_tile_from(op);
+        c->linear_mma = strstr(op->kernel, "_mma") != NULL;
+    }
 }
 
 static enum status budget_from_env(size_t *out, struct err *err)

@@ -32,6 +32,9 @@
 namespace
 {
 
+enum { MAX_SPLITS = 64, MIN_SPLIT_KEYS = 16 };
+
+
 struct attn_params {
     const float *q;  /* (n_tokens, n_heads, hd) */
     const float *kc; /* (slots, n_kv, hd) */
@@ -125,7 +128,11 @@ __global__ void attn_kernel(attn_params p)
         const int klen = s_kmax + 1;
         int lo = 0, hi = klen;
         if (p.n_splits > 1) {
+            /* at least MIN_SPLIT_KEYS keys per split: the split count is fixed by the launch (a
+             * captured graph replays it at every length), so short contexts leave the last
+             * splits empty instead of cutting the keys into slivers */
             int chunk = (klen + p.n_splits - 1) / p.n_splits;
+            chunk = chunk < MIN_SPLIT_KEYS ? MIN_SPLIT_KEYS : chunk;
             lo = split * chunk < klen ? split * chunk : klen;
             hi = lo + chunk < klen ? lo + chunk : klen;
         }
@@ -208,29 +215,40 @@ __global__ void attn_kernel(attn_params p)
     }
 }
 
-/* out[t, h, :] from the n_splits partials of (t, h); one block per (t, h). */
+/* out[t, h, :] from the n_splits partials of (t, h); one block per (t, h). The splits'
+ * maxima and sums are read in parallel into shared memory (a loop of dependent global
+ * loads costs a memory latency per split), then every thread weighs its dims. */
 __global__ void attn_merge_kernel(const float *part, int n_splits, int n_th, int hd, float *out)
 {
+    __shared__ float wts[MAX_SPLITS], sm[MAX_SPLITS], sl[MAX_SPLITS];
+    __shared__ float s_l;
     size_t th = blockIdx.x;
     size_t stride = (size_t)n_th * (hd + 2);
     const float *p0 = part + th * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        M = fmaxf(M, p0[s * stride]);
-    float l = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float *ps = p0 + s * stride;
-        if (ps[1] > 0.0f)
-            l += ps[1] * expf(ps[0] - M);
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        sm[s] = p0[s * stride];
+        sl[s] = p0[s * stride + 1];
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -INFINITY;
+        for (int s = 0; s < n_splits; s++)
+            M = fmaxf(M, sm[s]);
+        float l = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            wts[s] = sl[s] > 0.0f ? expf(sm[s] - M) : 0.0f;
+            l += sl[s] * wts[s];
+        }
+        s_l = l;
+    }
+    __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float *ps = p0 + s * stride;
-            if (ps[1] > 0.0f)
-                a += ps[2 + d] * expf(ps[0] - M);
-        }
-        out[th * hd + d] = a / l;
+#pragma unroll 8
+        for (int s = 0; s < n_splits; s++)
+            if (wts[s] > 0.0f)
+                a += p0[s * stride + 2 + d] * wts[s];
+        out[th * hd + d] = a / s_l;
     }
 }
 
@@ -283,7 +301,7 @@ extern "C" cudaError_t cuda_attention(cudaStream_t stream, const float *q, const
 {
     if (b->n_tokens <= 0)
         return cudaSuccess;
-    if (n_heads % kv->n_kv_heads || n_splits < 1 || n_splits > 65535 || kv->n_kv_heads > 65535 ||
+    if (n_heads % kv->n_kv_heads || n_splits < 1 || n_splits > MAX_SPLITS || kv->n_kv_heads > 65535 ||
         (n_splits > 1 && !work))
         return cudaErrorInvalidValue;
     attn_params p;

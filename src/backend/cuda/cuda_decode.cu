@@ -28,7 +28,7 @@
 namespace
 {
 
-enum { DEC_THREADS = 256, DEC_WARPS = DEC_THREADS / 32, GEMV_R = 4, MAX_JOBS = 3, MAX_K_USED = 64 };
+enum { DEC_THREADS = 256, DEC_WARPS = DEC_THREADS / 32, GU_R = 2, DOWN_R = 4, MAX_JOBS = 3, MAX_K_USED = 64 };
 
 constexpr float X_PRESCALE = 0x1p100f;
 constexpr float W_POSTSCALE = 0x1p26f; /* 2^126 / 2^100 */
@@ -37,9 +37,9 @@ constexpr float W_POSTSCALE = 0x1p26f; /* 2^126 / 2^100 */
 template <int I>
 __device__ __forceinline__ float e2m1_raw(uint32_t u)
 {
-    constexpr int sm = 22 - 4 * I, ss = 28 - 4 * I;
-    uint32_t mag = sm >= 0 ? (u << (sm >= 0 ? sm : 0)) : (u >> (sm < 0 ? -sm : 0));
-    uint32_t sgn = ss >= 0 ? (u << (ss >= 0 ? ss : 0)) : (u >> (ss < 0 ? -ss : 0));
+    constexpr int mag_shift = 22 - 4 * I, sign_shift = 28 - 4 * I; /* left; negative: right */
+    uint32_t mag = mag_shift >= 0 ? (u << (mag_shift >= 0 ? mag_shift : 0)) : (u >> (mag_shift < 0 ? -mag_shift : 0));
+    uint32_t sgn = sign_shift >= 0 ? (u << (sign_shift >= 0 ? sign_shift : 0)) : (u >> (sign_shift < 0 ? -sign_shift : 0));
     return __uint_as_float((mag & 0x01C00000u) | (sgn & 0x80000000u));
 }
 
@@ -124,17 +124,18 @@ __device__ __forceinline__ float finish(const cuda_wdev &w, float s)
     return s;
 }
 
-/* acc[r] = W[n0 + r, :] . x for r < R (rows past N left at 0), reduced over the warp: every lane gets them. */
+/* acc[r] = W[n0 + r, k-slice] . x for r < R (rows past N stay 0), reduced over the warp (every
+ * lane gets them), before finish(): the k-slice is every n_slices-th 32-chunk run from `slice`. */
 template <int FMT, int R>
 __device__ __forceinline__ void warp_rows_dot(const cuda_wdev &w, int64_t n0, int64_t N, int64_t K, const float *x,
-                                              float acc[R])
+                                              float acc[R], int slice = 0, int n_slices = 1)
 {
     constexpr int C = chunk<FMT>::n;
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < R; r++)
         acc[r] = 0.0f;
-    for (int64_t k = (int64_t)lane * C; k < K; k += 32 * C) {
+    for (int64_t k = ((int64_t)slice * 32 + lane) * C; k < K; k += (int64_t)n_slices * 32 * C) {
         float xs[C];
         load_x<FMT>(x, k, xs);
 #pragma unroll
@@ -144,7 +145,33 @@ __device__ __forceinline__ void warp_rows_dot(const cuda_wdev &w, int64_t n0, in
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
-        acc[r] = finish<FMT>(w, warp_sum(acc[r]));
+        acc[r] = warp_sum(acc[r]);
+}
+
+/* warp_rows_dot over two weights of the same shape at once (gate and up): one x chunk, both
+ * weights' loads in flight together. */
+template <int FMT, int R>
+__device__ __forceinline__ void warp_rows_dot2(const cuda_wdev &wa, const cuda_wdev &wb, int64_t n0, int64_t N,
+                                               int64_t K, const float *x, float a[R], float b[R])
+{
+    constexpr int C = chunk<FMT>::n;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        a[r] = 0.0f, b[r] = 0.0f;
+    for (int64_t k = (int64_t)lane * C; k < K; k += 32 * C) {
+        float xs[C];
+        load_x<FMT>(x, k, xs);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (n0 + r < N) {
+                a[r] += dot_chunk<FMT>(wa, n0 + r, k, K, xs);
+                b[r] += dot_chunk<FMT>(wb, n0 + r, k, K, xs);
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        a[r] = warp_sum(a[r]), b[r] = warp_sum(b[r]);
 }
 
 struct gemv1_job {
@@ -161,58 +188,81 @@ struct gemv1_params {
     const float *x;
 };
 
-template <int FMT>
-__global__ void __launch_bounds__(DEC_THREADS) gemv1_kernel(gemv1_params p)
+/* R rows per row group, KS warps per row group (each a slice of K, summed in a fixed order
+ * through shared memory): many rows -> R = 4, KS = 1; few rows with a long K -> R = 1, KS = 8,
+ * so that a 128-row router still spreads over 128 blocks. p.job[].first_warp counts row groups. */
+template <int FMT, int R, int KS>
+__global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
 {
-    const int64_t warp = (int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32;
+    __shared__ float part[DEC_WARPS][R];
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, slice = wib % KS;
+    const int64_t grp = (int64_t)blockIdx.x * (DEC_WARPS / KS) + wib / KS;
     int j = 0;
-    while (j + 1 < p.n_jobs && warp >= p.job[j + 1].first_warp)
+    while (j + 1 < p.n_jobs && grp >= p.job[j + 1].first_warp)
         j++;
     const gemv1_job &jb = p.job[j];
-    const int64_t n0 = (warp - jb.first_warp) * GEMV_R;
-    if (n0 >= jb.N)
+    const int64_t n0 = (grp - jb.first_warp) * R;
+    const bool live = grp < p.job[p.n_jobs - 1].first_warp + (p.job[p.n_jobs - 1].N + R - 1) / R && n0 < jb.N;
+    float acc[R];
+    if (live)
+        warp_rows_dot<FMT, R>(jb.w, n0, jb.N, p.K, p.x, acc, slice, KS);
+    if constexpr (KS > 1) {
+        if (lane == 0 && live)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                part[wib][r] = acc[r];
+        __syncthreads();
+        if (!live || slice != 0)
+            return;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = part[wib][r];
+            for (int s = 1; s < KS; s++)
+                v += part[wib + s][r];
+            acc[r] = v;
+        }
+    } else if (!live) {
         return;
-    float acc[GEMV_R];
-    warp_rows_dot<FMT, GEMV_R>(jb.w, n0, jb.N, p.K, p.x, acc);
-    const int lane = threadIdx.x % 32;
-    if (lane < GEMV_R && n0 + lane < jb.N) {
+    }
+    if (lane < R && n0 + lane < jb.N) {
         float v = acc[0];
 #pragma unroll
-        for (int r = 1; r < GEMV_R; r++)
+        for (int r = 1; r < R; r++)
             if (lane == r)
                 v = acc[r];
-        jb.y[n0 + lane] = v + (jb.w.bias ? jb.w.bias[n0 + lane] : 0.0f);
+        jb.y[n0 + lane] = finish<FMT>(jb.w, v) + (jb.w.bias ? jb.w.bias[n0 + lane] : 0.0f);
     }
 }
 
 /* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). */
 template <int FMT>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_gate_up_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                        const int32_t *ids, int n_used, float *act)
 {
     const int pair = blockIdx.y;
     const int e = ids[pair];
-    const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GEMV_R;
+    const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GU_R;
     if (n0 >= I)
         return;
     float *out = act + (size_t)pair * (size_t)I;
     const int lane = threadIdx.x % 32;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (moe_down skips it too) */
-        if (lane < GEMV_R && n0 + lane < I)
+        if (lane < GU_R && n0 + lane < I)
             out[n0 + lane] = 0.0f;
         return;
     }
     const float *xr = x + (size_t)(pair / n_used) * (size_t)D;
-    float g[GEMV_R], u[GEMV_R];
-    warp_rows_dot<FMT, GEMV_R>(table[e], n0, I, D, xr, g);
-    warp_rows_dot<FMT, GEMV_R>(table[n_experts + e], n0, I, D, xr, u);
-    if (lane < GEMV_R && n0 + lane < I) {
+    float g[GU_R], u[GU_R];
+    warp_rows_dot2<FMT, GU_R>(table[e], table[n_experts + e], n0, I, D, xr, g, u);
+    if (lane < GU_R && n0 + lane < I) {
         float gv = g[0], uv = u[0];
 #pragma unroll
-        for (int r = 1; r < GEMV_R; r++)
+        for (int r = 1; r < GU_R; r++)
             if (lane == r)
                 gv = g[r], uv = u[r];
+        gv = finish<FMT>(table[e], gv);
+        uv = finish<FMT>(table[n_experts + e], uv);
         /* biases of the gate/up projections, then silu(g) * u rounded as cuda_silu_mul does */
         if (table[e].bias)
             gv += table[e].bias[n0 + lane];
@@ -222,13 +272,16 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
 }
 
-/* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid (row groups, tokens). */
+/* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]);
+ * grid (groups of DOWN_R rows, tokens). Warp j of the block takes slots j, j + 8, ...: the
+ * experts stream in parallel, and one thread per row adds them up in expert order. */
 template <int FMT>
-__global__ void __launch_bounds__(DEC_THREADS)
+__global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_down_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
                     const int32_t *ids, const float *weights, int n_used, float *out)
 {
     __shared__ int order[MAX_K_USED];
+    __shared__ float part[MAX_K_USED][DOWN_R];
     const int t = blockIdx.y;
     const int32_t *it = ids + (size_t)t * n_used;
     if (threadIdx.x == 0) {
@@ -241,32 +294,34 @@ __global__ void __launch_bounds__(DEC_THREADS)
             order[i] = j;
         }
     }
-    __syncthreads();
-    const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GEMV_R;
-    if (n0 >= D)
-        return;
-    const int lane = threadIdx.x % 32;
-    float o = 0.0f; /* lane r < GEMV_R accumulates row n0 + r */
-    for (int jj = 0; jj < n_used; jj++) {
-        const int j = order[jj], e = it[j];
-        if (e < 0 || e >= n_experts)
-            continue;
-        const cuda_wdev &w = table[2 * n_experts + e];
-        float acc[GEMV_R];
-        warp_rows_dot<FMT, GEMV_R>(w, n0, D, I, act + ((size_t)t * n_used + j) * (size_t)I, acc);
-        float v = acc[0];
+    const int64_t n0 = (int64_t)blockIdx.x * DOWN_R;
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int j = wib; j < n_used; j += DEC_WARPS) {
+        const int e = it[j];
+        float acc[DOWN_R];
+        if (e >= 0 && e < n_experts) {
+            const cuda_wdev &w = table[2 * n_experts + e];
+            warp_rows_dot<FMT, DOWN_R>(w, n0, D, I, act + ((size_t)t * n_used + j) * (size_t)I, acc);
 #pragma unroll
-        for (int r = 1; r < GEMV_R; r++)
-            if (lane == r)
-                v = acc[r];
-        if (lane < GEMV_R && n0 + lane < D) {
-            if (w.bias)
-                v += w.bias[n0 + lane];
-            o = __fadd_rn(o, __fmul_rn(weights[(size_t)t * n_used + j], v));
+            for (int r = 0; r < DOWN_R; r++)
+                acc[r] = finish<FMT>(w, acc[r]) + (w.bias && n0 + r < D ? w.bias[n0 + r] : 0.0f);
         }
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < DOWN_R; r++)
+                part[j][r] = e >= 0 && e < n_experts ? acc[r] : 0.0f;
     }
-    if (lane < GEMV_R && n0 + lane < D)
-        out[(size_t)t * (size_t)D + n0 + lane] = o;
+    __syncthreads();
+    if (threadIdx.x < DOWN_R && n0 + threadIdx.x < D) {
+        const int r = threadIdx.x;
+        float o = 0.0f;
+        for (int jj = 0; jj < n_used; jj++) {
+            const int j = order[jj], e = it[j];
+            if (e >= 0 && e < n_experts)
+                o = __fadd_rn(o, __fmul_rn(weights[(size_t)t * n_used + j], part[j][r]));
+        }
+        out[(size_t)t * (size_t)D + n0 + r] = o;
+    }
 }
 
 /* K must split into whole 16-byte chunks for every format's vector loads. */
@@ -291,13 +346,28 @@ cudaError_t by_format(enum weight_format fmt, A... a)
 
 template <int FMT>
 struct launch_gemv1 {
-    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t warps)
+    template <int R, int KS>
+    static cudaError_t go(cudaStream_t s, gemv1_params p)
     {
-        int64_t blocks = (warps + DEC_WARPS - 1) / DEC_WARPS;
+        int64_t groups = 0;
+        for (int j = 0; j < p.n_jobs; j++) {
+            p.job[j].first_warp = groups;
+            groups += (p.job[j].N + R - 1) / R;
+        }
+        int64_t blocks = (groups + DEC_WARPS / KS - 1) / (DEC_WARPS / KS);
         if (blocks > 0x7fffffff)
             return cudaErrorInvalidValue;
-        gemv1_kernel<FMT><<<(unsigned)blocks, DEC_THREADS, 0, s>>>(*p);
+        gemv1_kernel<FMT, R, KS><<<(unsigned)blocks, DEC_THREADS, 0, s>>>(p);
         return CUDA_LAUNCH_RESULT();
+    }
+    /* enough warps in flight to cover HBM latency: about 16 per SM on every current GPU */
+    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t rows)
+    {
+        if (rows >= 4 * 4096)
+            return go<4, 1>(s, *p);
+        if (rows >= 2048)
+            return go<2, 2>(s, *p);
+        return go<1, 8>(s, *p);
     }
 };
 
@@ -307,13 +377,13 @@ struct launch_moe {
                            const float *x, int n_tokens, const int32_t *ids, const float *weights, int n_used,
                            float *act, float *out)
     {
-        int64_t warps_i = (I + GEMV_R - 1) / GEMV_R, warps_d = (D + GEMV_R - 1) / GEMV_R;
+        int64_t warps_i = (I + GU_R - 1) / GU_R;
         dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
         moe_gate_up_kernel<FMT><<<g1, DEC_THREADS, 0, s>>>(table, n_experts, I, D, x, ids, n_used, act);
         cudaError_t e = CUDA_LAUNCH_RESULT();
         if (e != cudaSuccess)
             return e;
-        dim3 g2((unsigned)((warps_d + DEC_WARPS - 1) / DEC_WARPS), (unsigned)n_tokens);
+        dim3 g2((unsigned)((D + DOWN_R - 1) / DOWN_R), (unsigned)n_tokens);
         moe_down_kernel<FMT><<<g2, DEC_THREADS, 0, s>>>(table, n_experts, D, I, act, ids, weights, n_used, out);
         return CUDA_LAUNCH_RESULT();
     }
@@ -335,17 +405,16 @@ extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, i
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
-    int64_t warps = 0;
+    int64_t rows = 0;
     for (int j = 0; j < n_w; j++) {
         p.job[j].w = w[j];
         p.job[j].N = N[j];
         p.job[j].y = y[j];
-        p.job[j].first_warp = warps;
-        warps += (N[j] + GEMV_R - 1) / GEMV_R;
+        rows += N[j];
     }
-    if (!warps)
+    if (!rows)
         return cudaSuccess;
-    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, warps);
+    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows);
 }
 
 extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used)

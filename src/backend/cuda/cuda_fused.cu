@@ -7,6 +7,12 @@
  *
  * argmax: one block per row, lowest id on ties, -1 for a row with a NaN (the
  * sampler's guard: a broken forward must not silently pick token 0).
+ *
+ * sample: temperature, top-k and top-p on the device, so a sampled decode
+ * step downloads one id per row instead of a vocabulary of logits. The kept
+ * set is the CPU sampler's (engine/sampler.c) up to ties at the cut; the
+ * draw walks it in id order (the CPU walks it by descending probability),
+ * so a seed gives a different but equally distributed text.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -112,7 +118,168 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *log
     }
 }
 
+/* Block-wide sum (float) and count; every thread gets them. */
+__device__ __forceinline__ float block_sumf(float v, float *sh)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += sh[i];
+    return s;
+}
+
+/* One block per row. z_i = (l_i - max) / T, p_i = exp(z_i) <= 1. The kept set is
+ * {i : z_i >= tau}: tau is found by bisection in z (32 steps over [-88, 0], finer than any
+ * probability that matters): first the top-k cut (the largest tau keeping >= k tokens), then
+ * within it the top-p cut (the largest tau keeping >= top_p of the top-k mass). The draw
+ * walks the kept tokens in id order: thread t owns ids [t*C, (t+1)*C), an exclusive scan of
+ * the threads' kept mass finds the thread holding u * mass, which finds the token. */
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+    sample_kernel(const float *logits, int vocab, const sample_row *params, int32_t *ids)
+{
+    __shared__ float sh[32];
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    __shared__ int nan_seen, found;
+    const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    const sample_row P = params[blockIdx.x];
+    if (threadIdx.x == 0)
+        nan_seen = 0, found = -1;
+    __syncthreads();
+    /* argmax (lowest id on ties) and the NaN guard */
+    float best = -INFINITY;
+    int bid = 0x7fffffff, nan = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = row[i];
+        if (v != v)
+            nan = 1;
+        else if (v > best || (v == best && i < bid))
+            best = v, bid = i;
+    }
+    if (nan)
+        atomicExch(&nan_seen, 1);
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bid, o);
+        if (ov > best || (ov == best && oi < bid))
+            best = ov, bid = oi;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    if (lane == 0)
+        bv[warp] = best, bi[warp] = bid;
+    __syncthreads();
+    best = bv[0], bid = bi[0];
+    for (int w = 1; w < nw; w++)
+        if (bv[w] > best || (bv[w] == best && bi[w] < bid))
+            best = bv[w], bid = bi[w];
+    if (nan_seen || best == -INFINITY || !(P.temperature > 0.0f)) {
+        if (threadIdx.x == 0)
+            ids[blockIdx.x] = nan_seen ? -1 : (bid == 0x7fffffff ? 0 : bid);
+        return;
+    }
+    const float inv_t = 1.0f / P.temperature, mx = best;
+    /* tau_k */
+    float tau = -88.0f;
+    if (P.top_k > 0 && P.top_k < vocab) {
+        float lo = -88.0f, hi = 0.0f; /* count(z >= hi) >= 1 always (the max) */
+        for (int it = 0; it < 32; it++) {
+            float mid = 0.5f * (lo + hi);
+            float cnt = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+                cnt += (row[i] - mx) * inv_t >= mid ? 1.0f : 0.0f;
+            if (block_sumf(cnt, sh) >= (float)P.top_k)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        tau = lo;
+    }
+    /* tau_p within the top-k set */
+    if (P.top_p < 1.0f) {
+        float total = 0.0f;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            float z = (row[i] - mx) * inv_t;
+            total += z >= tau ? expf(z) : 0.0f;
+        }
+        total = block_sumf(total, sh);
+        float lo = tau, hi = 0.0f;
+        for (int it = 0; it < 32; it++) {
+            float mid = 0.5f * (lo + hi);
+            float m = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                float z = (row[i] - mx) * inv_t;
+                m += z >= mid ? expf(z) : 0.0f;
+            }
+            if (block_sumf(m, sh) >= P.top_p * total)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        tau = lo;
+    }
+    /* the draw, in id order over the kept set */
+    const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+    const int i0 = threadIdx.x * chunk, i1 = min(vocab, i0 + chunk);
+    float mine = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        float z = (row[i] - mx) * inv_t;
+        mine += z >= tau ? expf(z) : 0.0f;
+    }
+    /* inclusive scan of `mine` over the block: warp scan, then the warp totals */
+    float incl = mine;
+    for (int o = 1; o < 32; o <<= 1) {
+        float t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += t;
+    }
+    __syncthreads();
+    if (lane == 31)
+        sh[warp] = incl;
+    __syncthreads();
+    float before = 0.0f, mass = 0.0f;
+    for (int w = 0; w < nw; w++) {
+        if (w < warp)
+            before += sh[w];
+        mass += sh[w];
+    }
+    const float excl = before + incl - mine, target = P.u * mass;
+    if (mine > 0.0f && target >= excl && target < excl + mine) {
+        float acc = excl;
+        int pick = -1, last = -1;
+        for (int i = i0; i < i1 && pick < 0; i++) {
+            float z = (row[i] - mx) * inv_t;
+            if (z >= tau) {
+                last = i;
+                acc += expf(z);
+                if (target < acc)
+                    pick = i;
+            }
+        }
+        atomicMax(&found, pick >= 0 ? pick : last);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) /* rounding left the draw past every token: the most likely one */
+        ids[blockIdx.x] = found >= 0 ? found : bid;
+}
+
 } // namespace
+
+extern "C" cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
+                                   const struct sample_row *params, int32_t *ids)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    if (vocab <= 0)
+        return cudaErrorInvalidValue;
+    sample_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, ids);
+    return CUDA_LAUNCH_RESULT();
+}
 
 extern "C" cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float *v, int n_tokens,
                                       int n_heads, int n_kv, int head_dim, const float *q_norm, const float *k_norm,

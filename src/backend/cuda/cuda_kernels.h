@@ -12,7 +12,10 @@
  *          cuda_attention() (cuda_attention.cu); cuda_moe_route() (cuda_moe_route.cu);
  *          cuda_gemm(), cuda_gemm_grouped(), cuda_gemm_tile_rows() (cuda_gemm.cu);
  *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
- *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu)
+ *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
+ *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
+ *          cuda_mla_attention_workspace_floats(), cuda_mla_attention() (cuda_mla.cu);
+ *          cuda_layernorm(), cuda_dsa_fit(), cuda_dsa_scores(), cuda_dsa_topk() (cuda_dsa.cu)
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_KERNELS_H
 #define MOESERVE_BACKEND_CUDA_CUDA_KERNELS_H
@@ -129,6 +132,17 @@ cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, in
 cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const float *weights, int n_tokens,
                              int n_used, int dim, const int32_t *row_of_pair, const float *y, float *out);
 
+/* ---- cuda_gemm_mma.cu (bf16 tensor cores; NVFP4 and BF16 weights) ---- */
+int cuda_gemm_mma_supported(enum weight_format fmt, int64_t K, const float *x);
+/* As cuda_gemm / cuda_gemm_grouped, on mma.sync with activations split into bf16 hi + lo;
+ * tile_m 32 or 64 rows (grouped: every tile's rows must fit it). */
+cudaError_t cuda_gemm_mma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w, int64_t N,
+                          int64_t K, const float *x, int m, float *y, int tile_m);
+cudaError_t cuda_gemm_mma_grouped(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
+                                  int64_t N, int64_t K, const float *x, const int32_t *x_rows, int x_row_div,
+                                  const int32_t *tiles, const int32_t *n_tiles, int max_tiles, float *y,
+                                  int tile_m);
+
 /* ---- cuda_decode.cu (one activation row: decode) ---- */
 /* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned). */
 int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x);
@@ -151,6 +165,58 @@ cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float 
                            const int32_t *slots);
 /* ids[r] = argmax of logits[r, :vocab], lowest id on ties, -1 when the row has a NaN. */
 cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids);
+/* backend_ops.sample; params (rows) device memory. */
+cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
+                        const struct sample_row *params, int32_t *ids);
+
+/* ---- cuda_mla.cu (glm_moe_dsa MLA over the latent cache; backend_ops.mla_*) ---- */
+/* backend_ops.mla_store; kv is a host struct of device pointers. */
+cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv, const float *w,
+                           float eps, const float *idx_k, int n_tokens, const int32_t *slots);
+/* backend_ops.mla_absorb_q / mla_expand_o with kv_b_proj (format fmt) as w. */
+cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                              const struct mla_dims *m, const float *q, int n_tokens, float *q_abs);
+cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                              const struct mla_dims *m, const float *o_lat, int n_tokens, float *out);
+/* Latent attention tile: rows = heads of one token per block, keys per step; stages 1:
+ * queries, accumulators and keys in shared memory, 0: read from global memory. */
+struct cuda_mla_cfg {
+    int rows;
+    int keys;
+    int threads;       /* multiple of 32 */
+    int stages;        /* 1 staged, 0 unstaged */
+    size_t smem_bytes; /* filled by cuda_mla_attention_fit() */
+};
+/* Shrinks cfg (keys, then rows, then unstaged) until plan_mla_attention_smem() fits budget. */
+int cuda_mla_attention_fit(struct cuda_mla_cfg *cfg, int n_heads, int k_dim, int v_dim, size_t budget);
+size_t cuda_mla_attention_workspace_floats(int n_tokens, int n_heads, int kv_rank, int n_splits);
+/* backend_ops.mla_attention; n_splits > 1: split-K partials in work, then a merge. cfg must
+ * have passed cuda_mla_attention_fit() for these dims. */
+cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
+                               const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
+                               float *o_lat, const struct cuda_mla_cfg *cfg, int n_splits, float *work);
+
+/* ---- cuda_dsa.cu (the DSA indexer; backend_ops.layernorm, dsa_select) ---- */
+cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows, int dim,
+                           float eps, float *y);
+/* The score kernel's tile: keys per block (= threads); stages 1: query and keys staged in
+ * shared memory, 0: read from global memory. */
+struct cuda_dsa_cfg {
+    int keys;
+    int stages;
+    size_t smem_bytes; /* filled by cuda_dsa_fit() */
+};
+/* Shrinks keys (multiples of 32), then goes unstaged, until the tile fits budget. */
+int cuda_dsa_fit(struct cuda_dsa_cfg *cfg, int idx_heads, int idx_dim, size_t budget);
+/* Scores of rows [row0, row0 + n_rows) into scores (n_rows, ctx); rows with pos < topk are
+ * skipped. key_blocks blocks per row stride over the keys. */
+cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, const float *w_idx,
+                            const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
+                            int row0, int n_rows, int ctx, const struct cuda_dsa_cfg *cfg, int key_blocks,
+                            float *scores);
+/* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). */
+cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
+                          int n_rows, int topk, int32_t *sel);
 
 /* "moeserve-cuda-archs: 800,900,1000,1200": the families compiled into this binary. */
 const char *cuda_build_arch_list(void);

@@ -19,7 +19,8 @@
  *
  * Shared memory of mla_attn (floats): Q[rows][Dk], O[rows][R], K[keys][Dk + 1] (+1: the
  * lanes of a warp read different keys' rows without bank conflicts), P[warps][keys],
- * m[rows], l[rows] — plan_mla_attention_smem() in the planner is the same formula.
+ * m[rows], l[rows]; the unstaged variant (a budget too small for any tile) keeps only
+ * P, m, l and the step's key slots — plan_mla_attention_smem() is the same formula.
  *
  * Deliberately not here: tensor cores, a bf16 latent cache, an expanded-K/V prefill path.
  */
@@ -158,18 +159,28 @@ struct attn_params {
     float *part; /* (n_splits, T, H, R + 2) otherwise */
 };
 
-/* grid (T * head_blocks, n_splits): block (token t, heads h0 .. h0 + rows). */
+/* grid (T * head_blocks, n_splits): block (token t, heads h0 .. h0 + rows). STAGED: the
+ * queries, the accumulators and each step's keys in shared memory; otherwise queries and
+ * keys are read from global memory and each row accumulates in its output (or partial) row
+ * in global memory, which only the warp owning the row touches. */
+template <bool STAGED>
 __global__ void mla_attn_kernel(attn_params p)
 {
     extern __shared__ float smem[];
     const int Dk = p.Dk, R = p.R, RW = p.rows, TN = p.keys;
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *Qs = smem;
-    float *Os = Qs + (size_t)RW * Dk;
-    float *Ks = Os + (size_t)RW * R;
-    float *Ps = Ks + (size_t)TN * (Dk + 1);
+    float *Qs = smem, *Os = smem, *Ks = smem; /* STAGED only */
+    float *Ps;
+    if (STAGED) {
+        Os = Qs + (size_t)RW * Dk;
+        Ks = Os + (size_t)RW * R;
+        Ps = Ks + (size_t)TN * (Dk + 1);
+    } else {
+        Ps = smem;
+    }
     float *Ms = Ps + (size_t)warps * TN;
     float *Ls = Ms + RW;
+    int *slots = (int *)(Ls + RW); /* !STAGED: the step's key slots */
 
     const int t = blockIdx.x / p.head_blocks, h0 = (blockIdx.x % p.head_blocks) * RW, split = blockIdx.y;
     const int nh = p.H - h0 < RW ? p.H - h0 : RW;
@@ -181,12 +192,22 @@ __global__ void mla_attn_kernel(attn_params p)
         lo = split * chunk < n_keys ? split * chunk : n_keys;
         hi = lo + chunk < n_keys ? lo + chunk : n_keys;
     }
-    for (int i = threadIdx.x; i < RW * Dk; i += blockDim.x) {
-        int r = i / Dk, d = i % Dk;
-        Qs[i] = r < nh ? p.q[((size_t)t * p.H + h0 + r) * Dk + d] : 0.0f;
+    /* where row r accumulates: shared memory, or its final place in global memory */
+    const size_t acc_stride = p.n_splits == 1 ? (size_t)R : (size_t)(R + 2);
+    float *acc_g = p.n_splits == 1 ? p.out + ((size_t)t * p.H + h0) * R
+                                   : p.part + ((size_t)split * p.n_tokens * p.H + (size_t)t * p.H + h0) * (R + 2) + 2;
+    if (STAGED) {
+        for (int i = threadIdx.x; i < RW * Dk; i += blockDim.x) {
+            int r = i / Dk, d = i % Dk;
+            Qs[i] = r < nh ? p.q[((size_t)t * p.H + h0 + r) * Dk + d] : 0.0f;
+        }
+        for (int i = threadIdx.x; i < RW * R; i += blockDim.x)
+            Os[i] = 0.0f;
+    } else {
+        for (int r = warp; r < nh; r += warps)
+            for (int d = lane; d < R; d += 32)
+                acc_g[r * acc_stride + d] = 0.0f;
     }
-    for (int i = threadIdx.x; i < RW * R; i += blockDim.x)
-        Os[i] = 0.0f;
     for (int r = threadIdx.x; r < RW; r += blockDim.x) {
         Ms[r] = -INFINITY;
         Ls[r] = 0.0f;
@@ -195,19 +216,26 @@ __global__ void mla_attn_kernel(attn_params p)
     const int32_t *sel = p.sel ? p.sel + (size_t)t * p.sel_k : nullptr;
     for (int k0 = lo; k0 < hi; k0 += TN) {
         const int nk = hi - k0 < TN ? hi - k0 : TN;
-        __syncthreads(); /* the previous step's K tile is consumed (and the setup above is done) */
-        for (int i = threadIdx.x; i < nk * Dk; i += blockDim.x) {
-            int jj = i / Dk, d = i % Dk, kp = sel ? sel[k0 + jj] : k0 + jj;
-            size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
-            Ks[(size_t)jj * (Dk + 1) + d] = p.latent[slot * Dk + d];
+        __syncthreads(); /* the previous step's keys are consumed (and the setup above is done) */
+        if (STAGED) {
+            for (int i = threadIdx.x; i < nk * Dk; i += blockDim.x) {
+                int jj = i / Dk, d = i % Dk, kp = sel ? sel[k0 + jj] : k0 + jj;
+                size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
+                Ks[(size_t)jj * (Dk + 1) + d] = p.latent[slot * Dk + d];
+            }
+        } else {
+            for (int jj = threadIdx.x; jj < nk; jj += blockDim.x) {
+                int kp = sel ? sel[k0 + jj] : k0 + jj;
+                slots[jj] = blocks[kp / p.block_size] * p.block_size + kp % p.block_size;
+            }
         }
         __syncthreads();
         float *Pw = Ps + (size_t)warp * TN;
         for (int r = warp; r < nh; r += warps) {
-            const float *qr = Qs + (size_t)r * Dk;
+            const float *qr = STAGED ? Qs + (size_t)r * Dk : p.q + ((size_t)t * p.H + h0 + r) * Dk;
             float mloc = -INFINITY;
             for (int jj = lane; jj < nk; jj += 32) {
-                const float *kr = Ks + (size_t)jj * (Dk + 1);
+                const float *kr = STAGED ? Ks + (size_t)jj * (Dk + 1) : p.latent + (size_t)slots[jj] * Dk;
                 float dot = 0.0f;
                 for (int d = 0; d < Dk; d++)
                     dot = fmaf(qr[d], kr[d], dot);
@@ -227,11 +255,14 @@ __global__ void mla_attn_kernel(attn_params p)
             }
             lsum = warp_sum(lsum);
             __syncwarp();
-            float *orow = Os + (size_t)r * R;
+            float *orow = STAGED ? Os + (size_t)r * R : acc_g + r * acc_stride;
             for (int d = lane; d < R; d += 32) {
                 float a = orow[d] * alpha;
-                for (int jj = 0; jj < nk; jj++)
-                    a = fmaf(Pw[jj], Ks[(size_t)jj * (Dk + 1) + d], a); /* values: the c_kv part */
+                for (int jj = 0; jj < nk; jj++) {
+                    /* values: the c_kv part of the key's row */
+                    float v = STAGED ? Ks[(size_t)jj * (Dk + 1) + d] : p.latent[(size_t)slots[jj] * Dk + d];
+                    a = fmaf(Pw[jj], v, a);
+                }
                 orow[d] = a;
             }
             if (lane == 0) {
@@ -242,20 +273,21 @@ __global__ void mla_attn_kernel(attn_params p)
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * R; i += blockDim.x) {
-        int r = i / R, d = i % R;
-        size_t th = (size_t)t * p.H + h0 + r;
-        if (p.n_splits == 1) {
-            p.out[th * R + d] = Os[i] / Ls[r];
-        } else {
-            float *dst = p.part + ((size_t)split * p.n_tokens * p.H + th) * (size_t)(R + 2);
-            if (d == 0) {
-                dst[0] = Ms[r];
-                dst[1] = Ls[r];
-            }
-            dst[2 + d] = Os[i];
+    if (STAGED) {
+        for (int i = threadIdx.x; i < nh * R; i += blockDim.x) {
+            int r = i / R, d = i % R;
+            acc_g[r * acc_stride + d] = p.n_splits == 1 ? Os[i] / Ls[r] : Os[i];
         }
+    } else if (p.n_splits == 1) {
+        for (int r = warp; r < nh; r += warps)
+            for (int d = lane; d < R; d += 32)
+                acc_g[r * acc_stride + d] /= Ls[r];
     }
+    if (p.n_splits > 1)
+        for (int r = threadIdx.x; r < nh; r += blockDim.x) {
+            acc_g[r * acc_stride - 2] = Ms[r];
+            acc_g[r * acc_stride - 1] = Ls[r];
+        }
 }
 
 /* o_lat[t, h, :] from the n_splits partials of (t, h); one block per (t, h). An empty
@@ -367,7 +399,7 @@ extern "C" cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format
     }
 }
 
-extern "C" int cuda_mla_attention_fit(struct cuda_attn_cfg *cfg, int n_heads, int k_dim, int v_dim, size_t budget)
+extern "C" int cuda_mla_attention_fit(struct cuda_mla_cfg *cfg, int n_heads, int k_dim, int v_dim, size_t budget)
 {
     if (cfg->threads < 32)
         cfg->threads = 32;
@@ -380,18 +412,21 @@ extern "C" int cuda_mla_attention_fit(struct cuda_attn_cfg *cfg, int n_heads, in
         cfg->rows = n_heads; /* a block never holds two tokens' heads */
     if (cfg->keys < 1)
         cfg->keys = 1;
+    cfg->stages = cfg->stages > 0 ? 1 : 0;
     budget = budget > 256 ? budget - 256 : 0; /* the reductions' static shared memory */
     for (;;) {
-        size_t bytes = plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, k_dim, v_dim);
+        size_t bytes = plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, k_dim, v_dim, cfg->stages);
         if (bytes <= budget) {
             cfg->smem_bytes = bytes;
             return 1;
         }
-        /* keys first (down to 8), then heads, then keys to 1 */
+        /* keys first (down to 8), then heads, then the unstaged variant, then keys to 1 */
         if (cfg->keys > 8)
             cfg->keys /= 2;
         else if (cfg->rows > 1)
             cfg->rows /= 2;
+        else if (cfg->stages > 0)
+            cfg->stages = 0;
         else if (cfg->keys > 1)
             cfg->keys /= 2;
         else if (cfg->threads > 32)
@@ -410,7 +445,7 @@ extern "C" size_t cuda_mla_attention_workspace_floats(int n_tokens, int n_heads,
 
 extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
                                           const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k,
-                                          float scale, float *o_lat, const struct cuda_attn_cfg *cfg,
+                                          float scale, float *o_lat, const struct cuda_mla_cfg *cfg,
                                           int n_splits, float *work)
 {
     if (b->n_tokens <= 0)
@@ -438,19 +473,20 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
     p.part = work;
     if (n_splits < 1 || n_splits > 65535 || (n_splits > 1 && !work) || (sel && sel_k < 1) ||
         cfg->rows > n_heads ||
-        cfg->smem_bytes != plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, p.Dk, p.R))
+        cfg->smem_bytes != plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, p.Dk, p.R, cfg->stages))
         return cudaErrorInvalidValue; /* not fitted for these dims */
     int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
+    void (*kernel)(attn_params) = cfg->stages > 0 ? mla_attn_kernel<true> : mla_attn_kernel<false>;
     if (cfg->smem_bytes > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(mla_attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)cfg->smem_bytes);
+        cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg->smem_bytes);
         if (e != cudaSuccess)
             return e;
     }
     dim3 grid((unsigned)blocks, (unsigned)n_splits);
-    mla_attn_kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
+    kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
     if (n_splits > 1) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)

@@ -187,7 +187,11 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
         (n_group > 1 && (a->topk_group < 1 || a->topk_group > n_group)))
         return cudaErrorInvalidValue;
     size_t smem = (size_t)a->n_experts * (2 * sizeof(float) + 1);
-    moe_route_kernel<<<(unsigned)n_tokens, ROUTE_THREADS, smem, stream>>>(
+    /* the k rounds of arg-max are latency, not work: a small block syncs faster (one warp per
+     * 64 experts, at least two) */
+    unsigned threads = (unsigned)(((a->n_experts + 63) / 64) * 32);
+    threads = threads < 64u ? 64u : threads > (unsigned)ROUTE_THREADS ? (unsigned)ROUTE_THREADS : threads;
+    moe_route_kernel<<<(unsigned)n_tokens, threads, smem, stream>>>(
         logits, a->n_experts, a->n_used, a->score == ROUTE_SIGMOID, a->correction_bias, n_group,
         a->topk_group, a->normalize ? 1 : 0, a->normalize_eps, a->scaling, ids, weights);
     return CUDA_LAUNCH_RESULT();

@@ -1,0 +1,181 @@
+/* api_response.c — see api_response.h. Built with the JSON wrapper, so every
+ * string is escaped by one printer. */
+#include "server/api_response.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+
+/* json_new_string of a slice that need not be NUL-terminated. */
+static struct json *new_string_n(const char *s, size_t n)
+{
+    char *t = malloc(n + 1);
+    if (!t)
+        return NULL;
+    memcpy(t, s, n);
+    t[n] = 0;
+    struct json *j = json_new_string(t);
+    free(t);
+    return j;
+}
+
+static char *finish(struct json *root)
+{
+    char *s = root ? json_print(root, false) : NULL;
+    json_free(root);
+    return s;
+}
+
+char *api_error_json(const struct api_error *e)
+{
+    struct json *root = json_new_object();
+    struct json *err = json_add(root, "error", json_new_object());
+    json_add(err, "message", json_new_string(e->message));
+    json_add(err, "type", json_new_string(e->type));
+    json_add(err, "param", e->param[0] ? json_new_string(e->param) : json_new_null());
+    json_add(err, "code", e->code[0] ? json_new_string(e->code) : json_new_null());
+    return finish(root);
+}
+
+char *api_models_json(const char *model, long created, int max_context)
+{
+    struct json *root = json_new_object();
+    json_add(root, "object", json_new_string("list"));
+    struct json *data = json_add(root, "data", json_new_array());
+    struct json *m = json_append(data, json_new_object());
+    json_add(m, "id", json_new_string(model));
+    json_add(m, "object", json_new_string("model"));
+    json_add(m, "created", json_new_number((double)created));
+    json_add(m, "owned_by", json_new_string("moeserve"));
+    json_add(m, "max_model_len", json_new_number(max_context));
+    return finish(root);
+}
+
+/* The text of one token as a client sees it (special tokens included). */
+static char *token_text(const struct tokenizer *tok, int32_t id, size_t *len)
+{
+    char *s = NULL;
+    struct err err;
+    if (tokenizer_decode(tok, &id, 1, false, &s, len, &err)) {
+        *len = 0;
+        return calloc(1, 1);
+    }
+    return s;
+}
+
+static struct json *bytes_array(const char *s, size_t n)
+{
+    struct json *a = json_new_array();
+    for (size_t i = 0; i < n; i++)
+        json_append(a, json_new_number((unsigned char)s[i]));
+    return a;
+}
+
+static struct json *chat_logprobs(const struct api_logprobs *lp)
+{
+    struct json *root = json_new_object();
+    struct json *content = json_add(root, "content", json_new_array());
+    for (int i = 0; i < lp->n; i++) {
+        struct json *t = json_append(content, json_new_object());
+        size_t n;
+        char *s = token_text(lp->tok, lp->ids[i], &n);
+        json_add(t, "token", new_string_n(s ? s : "", s ? n : 0));
+        json_add(t, "logprob", json_new_number(lp->lp[i]));
+        json_add(t, "bytes", bytes_array(s, s ? n : 0));
+        free(s);
+        struct json *top = json_add(t, "top_logprobs", json_new_array());
+        for (int j = 0; j < lp->k; j++) {
+            struct json *a = json_append(top, json_new_object());
+            char *ts = token_text(lp->tok, lp->top_ids[i * lp->k + j], &n);
+            json_add(a, "token", new_string_n(ts ? ts : "", ts ? n : 0));
+            json_add(a, "logprob", json_new_number(lp->top_lp[i * lp->k + j]));
+            json_add(a, "bytes", bytes_array(ts, ts ? n : 0));
+            free(ts);
+        }
+    }
+    return root;
+}
+
+static struct json *completion_logprobs(const struct api_logprobs *lp)
+{
+    struct json *root = json_new_object();
+    struct json *tokens = json_add(root, "tokens", json_new_array());
+    struct json *lps = json_add(root, "token_logprobs", json_new_array());
+    struct json *tops = json_add(root, "top_logprobs", json_new_array());
+    struct json *offs = json_add(root, "text_offset", json_new_array());
+    size_t off = lp->text_offset;
+    for (int i = 0; i < lp->n; i++) {
+        size_t n;
+        char *s = token_text(lp->tok, lp->ids[i], &n);
+        json_append(tokens, new_string_n(s ? s : "", s ? n : 0));
+        json_append(lps, json_new_number(lp->lp[i]));
+        json_append(offs, json_new_number((double)off));
+        off += s ? n : 0;
+        free(s);
+        struct json *top = json_append(tops, json_new_object());
+        for (int j = 0; j < lp->k; j++) {
+            char *ts = token_text(lp->tok, lp->top_ids[i * lp->k + j], &n);
+            /* a JSON object keyed by token text: duplicates (two ids, one text) keep the first */
+            if (ts && !json_get(top, ts))
+                json_add(top, ts, json_new_number(lp->top_lp[i * lp->k + j]));
+            free(ts);
+        }
+    }
+    return root;
+}
+
+static struct json *usage_object(const struct api_result *r)
+{
+    struct json *u = json_new_object();
+    json_add(u, "prompt_tokens", json_new_number(r->prompt_tokens));
+    json_add(u, "completion_tokens", json_new_number(r->completion_tokens));
+    json_add(u, "total_tokens", json_new_number(r->prompt_tokens + r->completion_tokens));
+    struct json *d = json_add(u, "prompt_tokens_details", json_new_object());
+    json_add(d, "cached_tokens", json_new_number(r->cached_tokens));
+    return u;
+}
+
+static struct json *header(const struct api_result *r, bool chunk)
+{
+    struct json *root = json_new_object();
+    json_add(root, "id", json_new_string(r->id));
+    const char *object = r->kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    json_add(root, "object", json_new_string(object));
+    json_add(root, "created", json_new_number((double)r->created));
+    json_add(root, "model", json_new_string(r->model));
+    return root;
+}
+
+char *api_result_json(const struct api_result *r, bool chunk)
+{
+    struct json *root = header(r, chunk);
+    struct json *choices = json_add(root, "choices", json_new_array());
+    struct json *c = json_append(choices, json_new_object());
+    json_add(c, "index", json_new_number(0));
+    if (r->kind == API_CHAT) {
+        struct json *m = json_add(c, chunk ? "delta" : "message", json_new_object());
+        if (!chunk || r->role)
+            json_add(m, "role", json_new_string("assistant"));
+        if (!chunk || r->text_len || r->role)
+            json_add(m, "content", new_string_n(r->text, r->text_len));
+    } else {
+        json_add(c, "text", new_string_n(r->text, r->text_len));
+    }
+    if (r->logprobs)
+        json_add(c, "logprobs", r->kind == API_CHAT ? chat_logprobs(r->logprobs) : completion_logprobs(r->logprobs));
+    else
+        json_add(c, "logprobs", json_new_null());
+    json_add(c, "finish_reason", r->finish_reason ? json_new_string(r->finish_reason) : json_new_null());
+    if (!chunk && r->has_usage)
+        json_add(root, "usage", usage_object(r));
+    return finish(root);
+}
+
+char *api_usage_chunk_json(const struct api_result *r)
+{
+    struct json *root = header(r, true);
+    json_add(root, "choices", json_new_array());
+    json_add(root, "usage", usage_object(r));
+    return finish(root);
+}

@@ -1,0 +1,58 @@
+/* api_response.h — OpenAI-shaped JSON bodies: errors, the model list,
+ * completions and chat completions, whole or as stream chunks.
+ *
+ * Shapes follow the OpenAI API reference: "text_completion" /
+ * "chat.completion" / "chat.completion.chunk" objects with one choice (index
+ * 0), usage {prompt_tokens, completion_tokens, total_tokens}, and
+ * log-probabilities in each API's own layout (completions: parallel lists
+ * tokens / token_logprobs / top_logprobs / text_offset; chat: content: a list
+ * of {token, logprob, bytes, top_logprobs}). Every function returns a
+ * malloc'ed NUL-terminated string, or NULL when out of memory.
+ *
+ * defines: struct api_logprobs, struct api_result, api_error_json(), api_models_json(),
+ *          api_result_json(), api_usage_chunk_json()
+ */
+#ifndef MOESERVE_SERVER_API_RESPONSE_H
+#define MOESERVE_SERVER_API_RESPONSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/tokenizer.h"
+#include "server/api_request.h"
+
+/* Log-probabilities of n consecutive generated tokens. */
+struct api_logprobs {
+    int n;
+    const int32_t *ids;     /* (n) */
+    const float *lp;        /* (n) */
+    int k;                  /* alternatives per token */
+    const int32_t *top_ids; /* (n, k) */
+    const float *top_lp;    /* (n, k) */
+    size_t text_offset;     /* completions: offset of the first token's text in the whole output */
+    const struct tokenizer *tok; /* renders token strings */
+};
+
+struct api_result {
+    enum api_kind kind;
+    const char *id;             /* "cmpl-..." / "chatcmpl-..." */
+    const char *model;
+    long created;               /* unix seconds */
+    const char *text;           /* the whole text, or a chunk's delta */
+    size_t text_len;
+    const char *finish_reason;  /* "stop", "length", or NULL (a chunk before the end) */
+    bool role;                  /* chat chunk: carries delta.role = "assistant" */
+    bool has_usage;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    const struct api_logprobs *logprobs; /* NULL: "logprobs": null */
+};
+
+char *api_error_json(const struct api_error *e);
+char *api_models_json(const char *model, long created, int max_context);
+/* chunk: a streaming chunk (delta for chat) instead of the whole response. */
+char *api_result_json(const struct api_result *r, bool chunk);
+/* The last chunk of a stream with include_usage: no choices, only usage. */
+char *api_usage_chunk_json(const struct api_result *r);
+
+#endif

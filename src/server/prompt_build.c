@@ -1,0 +1,72 @@
+/* prompt_build.c — see prompt_build.h. */
+#include "server/prompt_build.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static enum status render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text,
+                               size_t *len, struct api_error *e)
+{
+    if (!pm->tmpl)
+        return api_error_set(e, 400, "invalid_request_error", "messages", NULL,
+                             "this model has no chat template: use /v1/completions");
+    struct json *ctx = json_new_object();
+    for (const struct json *v = json_child(pm->special_vars); v; v = json_next(v))
+        if (json_is_string(v))
+            json_add(ctx, json_key(v), json_new_string(json_string(v)));
+    struct json *msgs = json_add(ctx, "messages", json_new_array());
+    for (int i = 0; i < rq->n_messages; i++) {
+        struct json *m = json_append(msgs, json_new_object());
+        json_add(m, "role", json_new_string(rq->messages[i].role));
+        json_add(m, "content", json_new_string(rq->messages[i].content));
+    }
+    bool ok = json_add(ctx, "add_generation_prompt", json_new_bool(true)) != NULL && msgs &&
+              (int)json_array_size(msgs) == rq->n_messages;
+    struct err err = {0};
+    enum status st = ok ? chat_template_render(pm->tmpl, ctx, text, len, &err) : STATUS_NOMEM;
+    json_free(ctx);
+    if (st == STATUS_NOMEM)
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory rendering the chat template");
+    if (st)
+        return api_error_set(e, 400, "invalid_request_error", "messages", NULL, "chat template: %s", err.msg);
+    return STATUS_OK;
+}
+
+enum status prompt_build(const struct prompt_model *pm, const struct api_request *rq, struct tok_ids *ids,
+                         struct api_error *e)
+{
+    struct err err = {0};
+    if (rq->kind == API_COMPLETIONS && rq->prompt_ids) {
+        for (int i = 0; i < rq->n_prompt_ids; i++)
+            if (rq->prompt_ids[i] >= pm->vocab)
+                return api_error_set(e, 400, "invalid_request_error", "prompt", NULL,
+                                     "token id %d at prompt[%d] is outside the vocabulary [0, %d)",
+                                     rq->prompt_ids[i], i, pm->vocab);
+        ids->ids = malloc(((size_t)rq->n_prompt_ids + 1) * sizeof *ids->ids);
+        if (!ids->ids)
+            return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(ids->ids, rq->prompt_ids, (size_t)rq->n_prompt_ids * sizeof *ids->ids);
+        ids->n = (size_t)rq->n_prompt_ids;
+        ids->cap = ids->n + 1;
+        return STATUS_OK;
+    }
+    char *chat = NULL;
+    size_t len = 0;
+    const char *text = rq->prompt_text;
+    if (rq->kind == API_CHAT) {
+        enum status st = render_chat(pm, rq, &chat, &len, e);
+        if (st)
+            return st;
+        text = chat;
+    } else {
+        len = strlen(text);
+    }
+    enum status st = tokenizer_encode(pm->tok, text, len, rq->kind == API_COMPLETIONS, ids, &err);
+    free(chat);
+    if (st == STATUS_NOMEM)
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory tokenizing the prompt");
+    if (st)
+        return api_error_set(e, 400, "invalid_request_error", rq->kind == API_CHAT ? "messages" : "prompt", NULL,
+                             "%s", err.msg);
+    return STATUS_OK;
+}

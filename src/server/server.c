@@ -1,0 +1,324 @@
+/* server.c — see server.h. The daemon, routing, bodies, authentication and
+ * the small routes; generation lives in server_generate.c.
+ *
+ * libmicrohttpd calls on_request several times per HTTP request: once with
+ * the headers, once per piece of body, once more when the body is complete;
+ * only the last call answers (except a Content-Length far over the limit,
+ * refused at once without reading the body).
+ */
+#include "server/server_internal.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "server/api_response.h"
+
+enum { REFUSE_UNREAD_FACTOR = 16 }; /* bodies declared over 16x the limit are not even read */
+
+static enum metrics_endpoint endpoint_of(const char *url)
+{
+    if (strcmp(url, "/v1/completions") == 0)
+        return METRICS_EP_COMPLETIONS;
+    if (strcmp(url, "/v1/chat/completions") == 0)
+        return METRICS_EP_CHAT;
+    if (strcmp(url, "/v1/models") == 0)
+        return METRICS_EP_MODELS;
+    if (strcmp(url, "/health") == 0)
+        return METRICS_EP_HEALTH;
+    if (strcmp(url, "/metrics") == 0)
+        return METRICS_EP_METRICS;
+    return METRICS_EP_OTHER;
+}
+
+enum MHD_Result server_reply(struct conn_ctx *cc, int status, const char *content_type, char *body)
+{
+    size_t n = body ? strlen(body) : 0;
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body ? body : (char *)"",
+                                                             body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (status == 503)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 405)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, cc->ep == METRICS_EP_COMPLETIONS || cc->ep == METRICS_EP_CHAT
+                                                              ? "POST"
+                                                              : "GET");
+    enum MHD_Result ret = MHD_queue_response(cc->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    metrics_count_request(&cc->srv->metrics, cc->ep, status);
+    return ret;
+}
+
+enum MHD_Result server_reply_error(struct conn_ctx *cc, const struct api_error *e)
+{
+    char *body = api_error_json(e);
+    if (!body)
+        return MHD_NO;
+    size_t n = strlen(body);
+    char *nl = realloc(body, n + 2); /* a trailing newline, as curl users like */
+    if (nl) {
+        body = nl;
+        memcpy(body + n, "\n", 2);
+    }
+    return server_reply(cc, e->http_status, "application/json", body);
+}
+
+bool server_client_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) < 0)
+        return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    return rss * sysconf(_SC_PAGESIZE);
+}
+
+static enum MHD_Result reply_metrics(struct conn_ctx *cc)
+{
+    struct scheduler_stats st;
+    scheduler_get_stats(cc->srv->m.sch, &st);
+    char *text = NULL;
+    size_t len = 0;
+    struct err err = {0};
+    /* counted before rendering, so a scrape sees itself */
+    metrics_count_request(&cc->srv->metrics, cc->ep, 200);
+    if (metrics_render(&cc->srv->metrics, &st, rss_bytes(), &text, &len, &err))
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(cc->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Constant-time comparison, so the key cannot be guessed byte by byte from timings. */
+static bool same_secret(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char d = (unsigned char)(na != nb);
+    for (size_t i = 0; i < na; i++)
+        d |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+    return d == 0;
+}
+
+static bool authorized(struct conn_ctx *cc)
+{
+    const char *key = cc->srv->o.api_key;
+    if (!key)
+        return true;
+    const char *h = MHD_lookup_connection_value(cc->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && strncmp(h, "Bearer ", 7) == 0 && same_secret(h + 7, key);
+}
+
+static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *method)
+{
+    struct server *srv = cc->srv;
+    struct api_error e;
+    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (cc->too_big) {
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "the request body is larger than the limit of %zu bytes", srv->o.max_body_bytes);
+        return server_reply_error(cc, &e);
+    }
+    if (strncmp(url, "/v1/", 4) == 0 && !authorized(cc)) {
+        api_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                      "missing or wrong API key: send \"Authorization: Bearer KEY\"");
+        return server_reply_error(cc, &e);
+    }
+    switch (cc->ep) {
+    case METRICS_EP_COMPLETIONS:
+    case METRICS_EP_CHAT:
+        if (post)
+            return server_generate(cc, cc->ep == METRICS_EP_CHAT ? API_CHAT : API_COMPLETIONS);
+        break;
+    case METRICS_EP_MODELS:
+        if (get)
+            return server_reply(cc, 200, "application/json",
+                                api_models_json(srv->o.model_name, srv->created, srv->m.max_context));
+        break;
+    case METRICS_EP_HEALTH:
+        if (get)
+            return server_reply(cc, 200, "application/json", strdup("{\"status\":\"ok\"}\n"));
+        break;
+    case METRICS_EP_METRICS:
+        if (get)
+            return reply_metrics(cc);
+        break;
+    default:
+        api_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no route for %.200s %.200s", method, url);
+        return server_reply_error(cc, &e);
+    }
+    api_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%.200s does not take %.20s", url,
+                  method);
+    return server_reply_error(cc, &e);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    struct server *srv = cls;
+    struct conn_ctx *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc)
+            return MHD_NO;
+        cc->srv = srv;
+        cc->conn = conn;
+        cc->ep = endpoint_of(url);
+        *con_cls = cc;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        if (declared > srv->o.max_body_bytes) {
+            cc->too_big = true;
+            if (declared / REFUSE_UNREAD_FACTOR > srv->o.max_body_bytes) /* answer now; the connection closes */
+                return route(cc, url, method);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (cc->too_big)
+            return MHD_YES;
+        if (cc->len + n > srv->o.max_body_bytes) {
+            cc->too_big = true;
+            free(cc->body);
+            cc->body = NULL;
+            cc->len = cc->cap = 0;
+            return MHD_YES;
+        }
+        if (cc->len + n + 1 > cc->cap) {
+            size_t cap = cc->cap ? cc->cap : 4096;
+            while (cap < cc->len + n + 1)
+                cap *= 2;
+            char *b = realloc(cc->body, cap);
+            if (!b)
+                return MHD_NO;
+            cc->body = b;
+            cc->cap = cap;
+        }
+        memcpy(cc->body + cc->len, upload_data, n);
+        cc->len += n;
+        cc->body[cc->len] = 0;
+        return MHD_YES;
+    }
+    return route(cc, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    struct conn_ctx *cc = *con_cls;
+    if (!cc)
+        return;
+    free(cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    LOG_DEBUG("http: %s", msg);
+}
+
+enum status server_start(struct server *srv, const struct server_opts *o, const struct server_model *m,
+                         struct err *err)
+{
+    memset(srv, 0, sizeof *srv);
+    srv->o = *o;
+    srv->m = *m;
+    if (!srv->o.host)
+        srv->o.host = "127.0.0.1";
+    if (!srv->o.max_body_bytes)
+        srv->o.max_body_bytes = 4u << 20;
+    if (srv->o.max_connections <= 0)
+        srv->o.max_connections = 1024;
+    metrics_init(&srv->metrics);
+    srv->created = (long)time(NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    srv->salt = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_sec;
+    atomic_init(&srv->stopping, false);
+    atomic_init(&srv->n_ids, 0);
+
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    int rc = getaddrinfo(srv->o.host, port, &hints, &ai);
+    if (rc) {
+        metrics_free(&srv->metrics);
+        return err_set(err, STATUS_INVALID, "--host %s: %s", srv->o.host, gai_strerror(rc));
+    }
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)600, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!srv->daemon) {
+        metrics_free(&srv->metrics);
+        return err_set(err, STATUS_IO, "cannot listen on %s:%d (in use, or not an address of this machine?)",
+                       srv->o.host, o->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = di ? di->port : o->port;
+    return STATUS_OK;
+}
+
+int server_port(const struct server *srv)
+{
+    return srv->port;
+}
+
+void server_stop(struct server *srv)
+{
+    if (!srv->daemon)
+        return;
+    /* waiting connection threads see this within one poll interval and end */
+    atomic_store(&srv->stopping, true);
+    MHD_stop_daemon(srv->daemon);
+    metrics_free(&srv->metrics);
+    memset(srv, 0, sizeof *srv);
+}

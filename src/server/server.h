@@ -1,0 +1,67 @@
+/* server.h — the OpenAI-compatible HTTP server (libmicrohttpd).
+ *
+ * Routes: POST /v1/completions, POST /v1/chat/completions (whole JSON or
+ * server-sent events ending in "data: [DONE]"), GET /v1/models, GET /health,
+ * GET /metrics (Prometheus text). Every error is an OpenAI error body with the
+ * matching status. With an API key, /v1/ routes need "Authorization: Bearer
+ * KEY"; /health and /metrics stay open for probes.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; a generation's
+ * thread parses, tokenizes and submits to the scheduler, then waits on the
+ * request's condition variable and writes tokens as they come. It polls its
+ * socket while waiting, so a client that goes away cancels its request at
+ * once (the scheduler frees the KV blocks in its next step), streamed or not.
+ * Bodies over max_body_bytes are refused with 413.
+ *
+ * defines: struct server_opts, struct server_model, struct server, server_start(),
+ *          server_port(), server_stop()
+ */
+#ifndef MOESERVE_SERVER_SERVER_H
+#define MOESERVE_SERVER_SERVER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/scheduler.h"
+#include "server/metrics.h"
+#include "server/prompt_build.h"
+
+struct server_opts {
+    const char *host;          /* numeric address or name to bind; default "127.0.0.1" */
+    int port;                  /* 0: any free port (server_port() tells which) */
+    const char *api_key;       /* NULL: no authentication */
+    const char *model_name;    /* the id clients send and /v1/models lists */
+    size_t max_body_bytes;     /* default 4 MiB */
+    double request_timeout;    /* seconds from arrival to the end of generation; 0 = none */
+    int max_connections;       /* default 1024 */
+};
+
+struct server_model {
+    struct scheduler *sch;     /* borrowed, running */
+    struct prompt_model pm;    /* borrowed pieces */
+    int max_context;
+};
+
+struct MHD_Daemon;
+
+struct server {
+    struct server_opts o;      /* strings borrowed */
+    struct server_model m;
+    struct metrics metrics;
+    struct MHD_Daemon *daemon;
+    atomic_bool stopping;
+    atomic_ullong n_ids;       /* request ids and default seeds */
+    uint64_t salt;             /* makes ids differ between runs */
+    long created;              /* unix time at start */
+    int port;
+};
+
+enum status server_start(struct server *srv, const struct server_opts *o, const struct server_model *m,
+                         struct err *err);
+int server_port(const struct server *srv);
+/* Ends open connections (streams end with an error), joins every thread.
+ * Safe on a zeroed struct. */
+void server_stop(struct server *srv);
+
+#endif

@@ -1,0 +1,453 @@
+/* server_generate.c — one completion or chat completion, on its connection's thread.
+ *
+ * Request -> prompt ids -> sched_req submitted -> wait for the first token
+ * (errors before it still get a proper HTTP status) -> either wait for the
+ * end and answer with one JSON body, or answer 200 with an event stream whose
+ * reader writes one "data: {chunk}" event per generated token, a last chunk
+ * with finish_reason, the usage chunk when asked, and "data: [DONE]".
+ *
+ * Ownership: struct gen holds one reference on the sched_req; the stream's
+ * response owns the gen (freed by its free callback, which libmicrohttpd calls
+ * whether the stream ended or the client left). Whoever frees a gen whose
+ * request is still running cancels it first.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/timer.h"
+#include "server/api_response.h"
+#include "server/server_internal.h"
+#include "server/text_stream.h"
+
+enum { WAIT_SLICE_MS = 50, STREAM_BLOCK = 16 * 1024 };
+
+struct gen {
+    struct server *srv;
+    struct MHD_Connection *conn;
+    struct api_request rq;
+    struct sched_req *req;          /* one reference, owned */
+    struct text_stream ts;
+    char id[48];
+    int n_prompt;
+    int consumed;                   /* tokens pushed into ts */
+    bool stop_string;               /* ts found a stop string; the request was cancelled */
+    bool role_sent;                 /* chat stream: the first chunk with the role */
+    bool done;                      /* stream: [DONE] is in out */
+    char *out;                      /* (out_cap) stream bytes not yet handed to libmicrohttpd */
+    size_t out_len, out_pos, out_cap;
+};
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static const char *finish_reason(const struct gen *g, enum sched_finish f)
+{
+    if (g->stop_string || f == SCHED_FINISH_STOP)
+        return "stop";
+    return "length";
+}
+
+/* Logs one line and feeds the metrics, then frees. */
+static void gen_free(struct gen *g)
+{
+    if (!g)
+        return;
+    struct sched_req *r = g->req;
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        bool running = !sched_req_finished(r);
+        pthread_mutex_unlock(&r->mu);
+        if (running && !g->stop_string)
+            LOG_INFO("request %s: client gone, cancelled", g->id);
+        if (running)
+            scheduler_cancel(g->srv->m.sch, r);
+        pthread_mutex_lock(&r->mu);
+        int n_out = r->n_out, n_cached = r->n_cached;
+        enum sched_finish f = r->finish;
+        double t_first = n_out ? r->out_time[0] : 0, t_last = n_out ? r->out_time[n_out - 1] : 0;
+        pthread_mutex_unlock(&r->mu);
+        double now = timer_now();
+        /* out_time[0 .. n_out) no longer changes: the scheduler writes past n_out only */
+        enum sched_finish end = g->stop_string ? SCHED_FINISH_STOP : running ? SCHED_FINISH_CANCELLED : f;
+        metrics_observe_generation(&g->srv->metrics, g->n_prompt, n_out, r->t_submit, r->out_time, now, end);
+        LOG_INFO("request %s: prompt %d tokens (%d cached), generated %d, ttft %.3f s, %.1f tok/s, %s", g->id,
+                 g->n_prompt, n_cached, n_out, n_out ? t_first - r->t_submit : 0.0,
+                 n_out > 1 && t_last > t_first ? (n_out - 1) / (t_last - t_first) : 0.0,
+                 end == SCHED_FINISH_TIMEOUT     ? "timeout"
+                 : end == SCHED_FINISH_ERROR     ? "error"
+                 : end == SCHED_FINISH_CANCELLED ? "cancelled"
+                                                 : finish_reason(g, end));
+        sched_req_put(r);
+    }
+    text_stream_free(&g->ts);
+    api_request_free(&g->rq);
+    free(g->out);
+    free(g);
+}
+
+/* Waits until the request has more than `seen` tokens or has finished.
+ * False when the client went away or the server is stopping. */
+static bool gen_wait(struct gen *g, int seen)
+{
+    struct sched_req *r = g->req;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        bool progress = r->n_out > seen || sched_req_finished(r);
+        if (!progress) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            progress = r->n_out > seen || sched_req_finished(r);
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (progress)
+            return true;
+        if (atomic_load(&g->srv->stopping) || server_client_gone(g->conn))
+            return false;
+    }
+}
+
+/* Feeds token i to the text stream; a stop string cancels the request. */
+static enum status gen_push(struct gen *g, int i, struct err *err)
+{
+    enum status st = text_stream_push(&g->ts, g->req->out_ids[i], err);
+    g->consumed = i + 1;
+    if (!st && g->ts.stopped && !g->stop_string) {
+        g->stop_string = true;
+        scheduler_cancel(g->srv->m.sch, g->req);
+    }
+    return st;
+}
+
+static void gen_logprobs(const struct gen *g, int from, int n, size_t text_offset, struct api_logprobs *lp)
+{
+    const struct sched_req *r = g->req;
+    int k = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+    *lp = (struct api_logprobs){.n = n, .ids = r->out_ids + from, .lp = r->out_logprob + from, .k = k,
+                                .top_ids = k ? r->out_top_ids + (size_t)from * k : NULL,
+                                .top_lp = k ? r->out_top_lp + (size_t)from * k : NULL,
+                                .text_offset = text_offset, .tok = g->srv->m.pm.tok};
+}
+
+static struct api_result gen_result(const struct gen *g)
+{
+    return (struct api_result){.kind = g->rq.kind, .id = g->id, .model = g->srv->o.model_name,
+                               .created = g->srv->created, .text = "", .prompt_tokens = g->n_prompt,
+                               .completion_tokens = g->consumed, .cached_tokens = g->req->n_cached};
+}
+
+static bool out_put(struct gen *g, const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t need = g->out_len + na + nb;
+    if (need > g->out_cap) {
+        size_t cap = g->out_cap ? g->out_cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        char *o = realloc(g->out, cap);
+        if (!o)
+            return false;
+        g->out = o;
+        g->out_cap = cap;
+    }
+    memcpy(g->out + g->out_len, a, na);
+    memcpy(g->out + g->out_len + na, b, nb);
+    g->out_len = need;
+    return true;
+}
+
+/* Appends "data: JSON\n\n" (json is freed). */
+static bool out_event(struct gen *g, char *json)
+{
+    if (!json)
+        return false;
+    bool ok = out_put(g, "data: ", 6, json, strlen(json)) && out_put(g, "\n\n", 2, "", 0);
+    free(json);
+    return ok;
+}
+
+/* Events for tokens [consumed, n): one chunk per token, with its text (maybe
+ * empty while a stop string might be forming) and its log-probabilities. */
+static bool stream_tokens(struct gen *g, int n)
+{
+    struct err err = {0};
+    while (g->consumed < n && !g->stop_string) {
+        int i = g->consumed;
+        size_t offset = g->ts.taken;
+        if (gen_push(g, i, &err))
+            return false;
+        struct api_result res = gen_result(g);
+        res.text_len = text_stream_take(&g->ts, &res.text);
+        struct api_logprobs lp;
+        if (g->rq.logprobs) {
+            gen_logprobs(g, i, 1, offset, &lp);
+            res.logprobs = &lp;
+        }
+        if (!out_event(g, api_result_json(&res, true)))
+            return false;
+    }
+    return true;
+}
+
+static void error_for_finish(enum sched_finish f, const char *msg, double timeout, struct api_error *e)
+{
+    if (f == SCHED_FINISH_TIMEOUT)
+        api_error_set(e, 408, "timeout_error", NULL, "request_timeout",
+                      "the request did not finish within the server's timeout of %g s", timeout);
+    else if (f == SCHED_FINISH_CANCELLED)
+        api_error_set(e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    else
+        api_error_set(e, 500, "server_error", NULL, NULL, "generation failed: %s", msg);
+}
+
+/* The final events: remaining text with finish_reason (or an error event),
+ * the usage chunk if asked, then [DONE]. */
+static bool stream_end(struct gen *g)
+{
+    struct sched_req *r = g->req;
+    pthread_mutex_lock(&r->mu);
+    enum sched_finish f = r->finish;
+    char msg[sizeof r->error];
+    memcpy(msg, r->error, sizeof msg);
+    pthread_mutex_unlock(&r->mu);
+    if (!g->stop_string && (f == SCHED_FINISH_TIMEOUT || f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED)) {
+        struct api_error e;
+        error_for_finish(f, msg, g->srv->o.request_timeout, &e);
+        if (!out_event(g, api_error_json(&e)))
+            return false;
+    } else {
+        struct err err = {0};
+        if (text_stream_finish(&g->ts, &err))
+            return false;
+        struct api_result res = gen_result(g);
+        res.text_len = text_stream_take(&g->ts, &res.text);
+        res.finish_reason = finish_reason(g, f);
+        if (!out_event(g, api_result_json(&res, true)))
+            return false;
+        if (g->rq.include_usage) {
+            res.has_usage = true;
+            if (!out_event(g, api_usage_chunk_json(&res)))
+                return false;
+        }
+    }
+    g->done = true;
+    return out_put(g, "data: [DONE]\n\n", 14, "", 0);
+}
+
+/* Fills g->out with the next events, waiting for tokens if there are none. */
+static bool stream_produce(struct gen *g)
+{
+    if (g->rq.kind == API_CHAT && !g->role_sent) {
+        g->role_sent = true;
+        struct api_result res = gen_result(g);
+        res.role = true;
+        return out_event(g, api_result_json(&res, true));
+    }
+    struct sched_req *r = g->req;
+    pthread_mutex_lock(&r->mu);
+    int n = r->n_out;
+    bool finished = sched_req_finished(r);
+    pthread_mutex_unlock(&r->mu);
+    if (g->consumed < n && !g->stop_string)
+        return stream_tokens(g, n);
+    if (finished || g->stop_string)
+        return stream_end(g);
+    return gen_wait(g, g->consumed);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct gen *g = cls;
+    while (g->out_pos == g->out_len) {
+        if (g->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        g->out_len = g->out_pos = 0;
+        if (!stream_produce(g))
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left, or the server stops */
+    }
+    size_t n = g->out_len - g->out_pos < max ? g->out_len - g->out_pos : max;
+    memcpy(buf, g->out + g->out_pos, n);
+    g->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    gen_free(cls);
+}
+
+static enum MHD_Result reply_stream(struct conn_ctx *cc, struct gen *g)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, g,
+                                                                  stream_free);
+    if (!resp) {
+        gen_free(g);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(cc->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp); /* the connection holds it; stream_free runs when it is done */
+    metrics_count_request(&cc->srv->metrics, cc->ep, 200);
+    return ret;
+}
+
+/* Waits for the end, consuming tokens as they come so that a stop string
+ * ends generation early, then answers with one JSON body. */
+static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
+{
+    struct sched_req *r = g->req;
+    struct err err = {0};
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int n = r->n_out;
+        bool finished = sched_req_finished(r);
+        pthread_mutex_unlock(&r->mu);
+        while (g->consumed < n && !g->stop_string)
+            if (gen_push(g, g->consumed, &err))
+                goto fail;
+        if (finished || g->stop_string)
+            break;
+        if (!gen_wait(g, g->consumed)) {
+            gen_free(g);
+            return MHD_NO;
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    enum sched_finish f = r->finish;
+    char msg[sizeof r->error];
+    memcpy(msg, r->error, sizeof msg);
+    pthread_mutex_unlock(&r->mu);
+    if (!g->stop_string && (f == SCHED_FINISH_TIMEOUT || f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED)) {
+        struct api_error e;
+        error_for_finish(f, msg, g->srv->o.request_timeout, &e);
+        gen_free(g);
+        return server_reply_error(cc, &e);
+    }
+    if (text_stream_finish(&g->ts, &err))
+        goto fail;
+    struct api_result res = gen_result(g);
+    res.text_len = text_stream_take(&g->ts, &res.text);
+    res.finish_reason = finish_reason(g, f);
+    res.has_usage = true;
+    struct api_logprobs lp;
+    if (g->rq.logprobs) {
+        gen_logprobs(g, 0, g->consumed, 0, &lp);
+        res.logprobs = &lp;
+    }
+    char *body = api_result_json(&res, false);
+    gen_free(g);
+    return server_reply(cc, 200, "application/json", body);
+fail:;
+    struct api_error e;
+    api_error_set(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    gen_free(g);
+    return server_reply_error(cc, &e);
+}
+
+/* Turns the parsed request into a submitted sched_req; fills e on failure. */
+static enum status gen_submit(struct gen *g, struct api_error *e)
+{
+    struct server *srv = g->srv;
+    const struct api_request *rq = &g->rq;
+    if (strcmp(rq->model, srv->o.model_name) != 0)
+        return api_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
+                             "the model '%.200s' does not exist: this server has '%.200s'", rq->model,
+                             srv->o.model_name);
+    struct tok_ids ids = {0};
+    enum status st = prompt_build(&srv->m.pm, rq, &ids, e);
+    if (st)
+        return st;
+    int ctx = srv->m.max_context;
+    const char *what = rq->kind == API_CHAT ? "messages" : "prompt";
+    g->n_prompt = (int)ids.n;
+    if (ids.n == 0)
+        st = api_error_set(e, 400, "invalid_request_error", what, NULL, "the prompt is empty (0 tokens)");
+    else if (ids.n >= (size_t)ctx)
+        st = api_error_set(e, 400, "invalid_request_error", what, "context_length_exceeded",
+                           "this model's maximum context length is %d tokens, but the prompt has %zu tokens "
+                           "(and at least one must be generated)",
+                           ctx, ids.n);
+    else if (rq->max_tokens > 0 && (long)ids.n + rq->max_tokens > ctx)
+        st = api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+                           "this model's maximum context length is %d tokens; you asked for %ld (%zu in the "
+                           "prompt, %d to generate)",
+                           ctx, (long)ids.n + rq->max_tokens, ids.n, rq->max_tokens);
+    if (st) {
+        tok_ids_free(&ids);
+        return st;
+    }
+    uint64_t n = atomic_fetch_add(&srv->n_ids, 1) + 1;
+    uint64_t rnd = splitmix64(srv->salt ^ n);
+    struct sched_params sp = {
+        .max_new = rq->max_tokens > 0 ? rq->max_tokens : ctx - (int)ids.n,
+        .sampling = {.temperature = (float)rq->temperature, .top_p = (float)rq->top_p, .top_k = rq->top_k,
+                     .seed = rq->has_seed ? rq->seed : splitmix64(rnd)},
+        .ignore_eos = rq->ignore_eos,
+        .top_logprobs = rq->logprobs ? rq->top_logprobs : -1,
+        .deadline = srv->o.request_timeout > 0 ? timer_now() + srv->o.request_timeout : 0,
+    };
+    snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", rq->kind == API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
+    struct err err = {0};
+    st = sched_req_create(&g->req, ids.ids, (int)ids.n, &sp, &err);
+    tok_ids_free(&ids);
+    if (st)
+        return api_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    st = scheduler_submit(srv->m.sch, g->req, &err);
+    if (st == STATUS_NOMEM)
+        return api_error_set(e, 503, "server_error", NULL, "overloaded", "%s; retry later", err.msg);
+    if (st == STATUS_INVALID)
+        return api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded", "%s", err.msg);
+    if (st)
+        return api_error_set(e, 503, "server_error", NULL, NULL, "%s", err.msg);
+    return STATUS_OK;
+}
+
+enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
+{
+    struct api_error e;
+    struct gen *g = calloc(1, sizeof *g);
+    if (!g)
+        return MHD_NO;
+    g->srv = cc->srv;
+    g->conn = cc->conn;
+    if (api_request_parse(&g->rq, kind, cc->body ? cc->body : "", cc->len, &e) || gen_submit(g, &e)) {
+        /* refused before the scheduler took it: no generation to log */
+        sched_req_put(g->req);
+        g->req = NULL;
+        gen_free(g);
+        return server_reply_error(cc, &e);
+    }
+    text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
+    /* the first token (or an early end) decides the status line */
+    if (!gen_wait(g, 0)) {
+        gen_free(g);
+        return MHD_NO;
+    }
+    pthread_mutex_lock(&g->req->mu);
+    int n = g->req->n_out;
+    enum sched_finish f = g->req->finish;
+    char msg[sizeof g->req->error];
+    memcpy(msg, g->req->error, sizeof msg);
+    pthread_mutex_unlock(&g->req->mu);
+    if (n == 0 && (f == SCHED_FINISH_TIMEOUT || f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED)) {
+        error_for_finish(f, msg, g->srv->o.request_timeout, &e);
+        gen_free(g);
+        return server_reply_error(cc, &e);
+    }
+    return g->rq.stream ? reply_stream(cc, g) : reply_whole(cc, g);
+}

@@ -1,0 +1,34 @@
+/* server_internal.h — what server.c (routing, replies) and server_generate.c
+ * (completions) share. Not an API: only src/server includes it.
+ *
+ * defines: struct conn_ctx, server_reply(), server_reply_error(), server_client_gone(),
+ *          server_generate()
+ */
+#ifndef MOESERVE_SERVER_SERVER_INTERNAL_H
+#define MOESERVE_SERVER_SERVER_INTERNAL_H
+
+#include <stdbool.h>
+#include <microhttpd.h>
+
+#include "server/api_request.h"
+#include "server/server.h"
+
+/* One HTTP request (libmicrohttpd's per-request pointer). */
+struct conn_ctx {
+    struct server *srv;
+    struct MHD_Connection *conn;
+    enum metrics_endpoint ep;
+    char *body;                /* (cap) the request body so far, NUL-terminated, owned */
+    size_t len, cap;
+    bool too_big;              /* over max_body_bytes: the rest is read and dropped */
+};
+
+/* Queues a response with body (owned, may be NULL for empty) and counts it. */
+enum MHD_Result server_reply(struct conn_ctx *cc, int status, const char *content_type, char *body);
+enum MHD_Result server_reply_error(struct conn_ctx *cc, const struct api_error *e);
+/* True when the peer closed or reset the connection. */
+bool server_client_gone(struct MHD_Connection *conn);
+/* POST /v1/completions and /v1/chat/completions with the whole body in cc. */
+enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind);
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# tools/make_synth_checkpoint through the real binaries: a 2-layer tiny checkpoint written
+# directly in ModelOpt NVFP4 layout loads (`info`: nvfp4 attention and experts, bf16 embedding,
+# router and lm_head), generates, and benches at two batch sizes; its bytes do not depend on the
+# thread count; the bf16 layout of the same preset generates too; a bad --format is a usage error.
+# Usage: synth_nvfp4.sh MOESERVE SRC_DIR WORK_DIR
+set -u
+bin=$1 work=$3
+synth=$(dirname "$bin")/make_synth_checkpoint
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+[ -x "$synth" ] || { echo "FAIL $synth is not built"; exit 1; }
+
+# 1. NVFP4 layout, twice with different thread counts: identical bytes
+m=$work/nvfp4
+if OMP_NUM_THREADS=1 "$synth" --out "$m" --preset tiny --layers 2 --format nvfp4 2>"$work/make.log" &&
+    OMP_NUM_THREADS=2 "$synth" --out "$work/nvfp4_t2" --preset tiny --layers 2 --format nvfp4 2>>"$work/make.log"; then
+    ok "make_synth_checkpoint --preset tiny --layers 2 --format nvfp4"
+else
+    bad "make_synth_checkpoint failed: $(tr '\r' '\n' <"$work/make.log" | tail -n 2)"
+fi
+cmp -s "$m/model.safetensors" "$work/nvfp4_t2/model.safetensors" && ok "same bytes with 1 and 2 threads" ||
+    bad "model.safetensors differs between 1 and 2 threads"
+grep -q '"quant_algo":[[:space:]]*"NVFP4"' "$m/hf_quant_config.json" 2>/dev/null &&
+    grep -q '"quant_method":[[:space:]]*"modelopt"' "$m/config.json" && ok "hf_quant_config.json + quantization_config" ||
+    bad "NVFP4 config files missing or wrong"
+
+# 2. info: which parts are quantized
+"$bin" info --model "$m" >"$work/info.txt" 2>&1 || bad "info failed: $(tail -n 3 "$work/info.txt")"
+want_ok=1
+for pat in 'quantization +NVFP4' 'layers +2 ' 'attention +nvfp4' 'routed experts +nvfp4' 'embedding +bf16' \
+    'router +bf16' 'lm_head +bf16'; do
+    grep -Eq "$pat" "$work/info.txt" || { bad "info lacks /$pat/"; want_ok=0; }
+done
+[ $want_ok = 1 ] && ok "info: NVFP4 attention + experts, BF16 embedding, router, lm_head"
+
+# 3. generate
+if "$bin" generate --model "$m" --tokens 1,2,3 -n 4 >"$work/gen.txt" 2>"$work/gen.log" &&
+    [ "$(grep -cE '^[0-9]+$' "$work/gen.txt")" = 4 ] &&
+    awk '$1 >= 1024 { exit 1 }' "$work/gen.txt"; then
+    ok "generate --tokens 1,2,3 -n 4: $(tr '\n' ' ' <"$work/gen.txt")"
+else
+    bad "generate: $(cat "$work/gen.txt" "$work/gen.log" | tail -n 3)"
+fi
+
+# 4. bench at two batch sizes, JSON
+if "$bin" bench --model "$m" --prompt-len 16 --batch 1,3 --decode 4 --decode-context 8 --copy-mib 16 --json \
+    >"$work/bench.json" 2>"$work/bench.log"; then
+    if command -v python3 >/dev/null; then
+        if python3 - "$work/bench.json" <<'PY'; then
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = r["decode"]
+assert [x["batch"] for x in rows] == [1, 3], rows
+assert all(x["tok_s"] > 0 and x["weight_bytes_per_step"] > 0 for x in rows), rows
+assert rows[1]["weight_bytes_per_step"] > rows[0]["weight_bytes_per_step"], "batch 3 touches more experts"
+assert r["prefill"]["tokens"] == 16 and r["prefill"]["tok_s"] > 0
+assert r["copy_gb_s"] > 0 and r["power_limit_w"] is None and r["gpu_mem_used_mib"] is None
+assert r["decode_batch"] == 1 and r["decode_tok_s"] == rows[0]["tok_s"]
+PY
+            ok "bench --batch 1,3 --json: prefill, two decode rows, copy bandwidth, power n/a"
+        else
+            bad "bench JSON: $(head -c 600 "$work/bench.json")"
+        fi
+    else
+        [ "$(grep -c '"tok_s"' "$work/bench.json")" = 3 ] && ok "bench --batch 1,3 --json (no python3: grep)" ||
+            bad "bench JSON lacks rows"
+    fi
+else
+    bad "bench failed: $(tail -n 3 "$work/bench.log")"
+fi
+
+# 5. the bf16 layout of the same shapes, written over the nvfp4 one: no quant config left behind
+"$synth" --out "$work/nvfp4_t2" --preset tiny --layers 2 2>/dev/null &&
+    [ ! -e "$work/nvfp4_t2/hf_quant_config.json" ] &&
+    "$bin" generate --model "$work/nvfp4_t2" --tokens 5,6 -n 2 >/dev/null 2>"$work/gen_bf16.log" &&
+    ok "bf16 layout over an nvfp4 one: generates, no hf_quant_config.json" || bad "bf16 layout: $(tail -n 2 "$work/gen_bf16.log")"
+
+# 6. usage errors
+"$synth" --out "$work/x" --preset tiny --format fp8 >/dev/null 2>&1
+[ $? = 2 ] && ok "--format fp8 is a usage error (exit 2)" || bad "--format fp8 did not exit 2"
+"$bin" bench --model "$m" --batch 0 >/dev/null 2>&1
+[ $? = 2 ] && ok "bench --batch 0 is a usage error (exit 2)" || bad "bench --batch 0 did not exit 2"
+
+echo "synth_nvfp4: $pass passed, $fail failed"
+[ $fail = 0 ]

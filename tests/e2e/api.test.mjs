@@ -1,0 +1,290 @@
+// api.test.mjs — the OpenAI API contract, through the official openai client where a client would
+// use it (chat streamed and not, completions, model list, log-probabilities, stop) and through raw
+// HTTP for every class of bad request (status + OpenAI error body), the body size limit and the API key.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { MODEL, postJSON, startServer } from './helpers.mjs';
+
+describe('openai client against moeserve serve', () => {
+  let srv;
+  let client;
+  before(async () => {
+    srv = await startServer(['--max-context', '256', '--max-seqs', '32', '--max-tokens', '256']);
+    client = srv.client();
+  });
+  after(async () => {
+    const code = await srv.stop();
+    assert.equal(code, 0, `server exit code\n${srv.stderr()}`);
+  });
+
+  test('models.list', async () => {
+    const ids = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    assert.deepEqual(ids, [MODEL]);
+  });
+
+  test('chat, not streamed', async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'system', content: 'You are the KJV.' }, { role: 'user', content: 'In the beginning' }],
+      max_tokens: 12,
+      temperature: 0,
+      ignore_eos: true,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.equal(typeof r.choices[0].message.content, 'string');
+    assert.ok(r.choices[0].message.content.length > 0);
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 12);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 12);
+  });
+
+  test('chat, streamed, with usage; same text as not streamed', async () => {
+    const req = {
+      model: MODEL,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'And Moses said' }] }],
+      max_completion_tokens: 10,
+      temperature: 0,
+      ignore_eos: true,
+    };
+    const whole = await client.chat.completions.create(req);
+    const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let finish = null;
+    let usage = null;
+    let role = null;
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        role ??= c.delta.role;
+        text += c.delta.content ?? '';
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    assert.equal(role, 'assistant');
+    assert.equal(finish, 'length');
+    assert.equal(text, whole.choices[0].message.content);
+    assert.deepEqual(usage, whole.usage);
+  });
+
+  test('completions, streamed and not, identical greedy text', async () => {
+    const req = { model: MODEL, prompt: 'And God said, Let there be', max_tokens: 16, temperature: 0, ignore_eos: true };
+    const whole = await client.completions.create(req);
+    assert.equal(whole.object, 'text_completion');
+    assert.equal(whole.usage.completion_tokens, 16);
+    let text = '';
+    let n = 0;
+    for await (const chunk of await client.completions.create({ ...req, stream: true })) {
+      text += chunk.choices[0]?.text ?? '';
+      n++;
+    }
+    assert.ok(n >= 16);
+    assert.equal(text, whole.choices[0].text);
+  });
+
+  test('a greedy request gives the same text alone and with 31 others beside it', async () => {
+    const req = { model: MODEL, prompt: 'Blessed are the meek: for they', max_tokens: 24, temperature: 0, ignore_eos: true };
+    const alone = (await client.completions.create(req)).choices[0].text;
+    const others = [];
+    for (let i = 0; i < 31; i++) {
+      const o = {
+        model: MODEL,
+        prompt: `${'And it came to pass '.repeat(1 + (i % 7))}number ${i}`,
+        max_tokens: 8 + (i % 17),
+        temperature: i % 2 ? 0.9 : 0,
+        seed: i,
+        ignore_eos: true,
+      };
+      others.push(i % 3 ? client.completions.create(o) : client.completions.create({ ...o, stream: true }).then(async (s) => {
+        for await (const chunk of s) void chunk;
+      }));
+    }
+    const mine = client.completions.create(req);
+    const [res] = await Promise.all([mine, ...others]);
+    assert.equal(res.choices[0].text, alone);
+  });
+
+  test('seeded sampling repeats', async () => {
+    const req = { model: MODEL, prompt: 'The LORD is my shepherd', max_tokens: 12, temperature: 1, top_p: 0.9, top_k: 50, seed: 42 };
+    const a = await client.completions.create(req);
+    const b = await client.completions.create(req);
+    assert.equal(a.choices[0].text, b.choices[0].text);
+  });
+
+  test('log-probabilities (completions and chat)', async () => {
+    const c = await client.completions.create({ model: MODEL, prompt: 'And the earth', max_tokens: 5, temperature: 0, logprobs: 3, ignore_eos: true });
+    const lp = c.choices[0].logprobs;
+    assert.equal(lp.tokens.length, 5);
+    assert.equal(lp.token_logprobs.length, 5);
+    assert.equal(lp.top_logprobs.length, 5);
+    assert.equal(lp.tokens.join(''), c.choices[0].text);
+    for (let i = 0; i < 5; i++) {
+      assert.ok(lp.token_logprobs[i] <= 0);
+      const best = Math.max(...Object.values(lp.top_logprobs[i]));
+      assert.equal(lp.token_logprobs[i], best); // greedy: the chosen token is the most likely
+    }
+    const ch = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2, ignore_eos: true,
+    });
+    const content = ch.choices[0].logprobs.content;
+    assert.equal(content.length, 4);
+    for (const t of content) {
+      assert.equal(t.top_logprobs.length, 2);
+      assert.equal(t.logprob, t.top_logprobs[0].logprob);
+      assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+    }
+  });
+
+  test('stop strings end the text before them', async () => {
+    const req = { model: MODEL, prompt: 'And God said', max_tokens: 30, temperature: 0, ignore_eos: true };
+    const full = (await client.completions.create(req)).choices[0].text;
+    const stop = full.slice(12, 16);
+    const cut = full.slice(0, full.indexOf(stop));
+    const r = await client.completions.create({ ...req, stop: [stop, 'zzzz-never'] });
+    assert.equal(r.choices[0].text, cut);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    let text = '';
+    let finish = null;
+    for await (const chunk of await client.completions.create({ ...req, stop, stream: true })) {
+      text += chunk.choices[0]?.text ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(text, cut);
+    assert.equal(finish, 'stop');
+  });
+
+  test('the client raises the server\'s errors', async () => {
+    await assert.rejects(
+      client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5, n: 2 }),
+      (e) => e.status === 400 && e.error?.param === 'n',
+    );
+    await assert.rejects(
+      client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
+      (e) => e.status === 404 && e.code === 'model_not_found',
+    );
+  });
+
+  test('every malformed request class gets a 4xx with an OpenAI error body', async () => {
+    const u = srv.url;
+    const chat = `${u}/v1/chat/completions`;
+    const comp = `${u}/v1/completions`;
+    const msg = [{ role: 'user', content: 'hi' }];
+    const long = 'And it came to pass '.repeat(100); // > 256 tokens
+    const cases = [
+      [comp, '{"model": "moeserve-tiny", "prompt": ', 400, null, 'malformed JSON'],
+      [comp, '[1, 2, 3]', 400, null, 'not an object'],
+      [comp, { prompt: 'x' }, 400, 'model', 'model missing'],
+      [comp, { model: 7, prompt: 'x' }, 400, 'model', 'model not a string'],
+      [comp, { model: MODEL }, 400, 'prompt', 'prompt missing'],
+      [comp, { model: MODEL, prompt: { a: 1 } }, 400, 'prompt', 'prompt wrong type'],
+      [comp, { model: MODEL, prompt: [1, -2] }, 400, 'prompt', 'negative token id'],
+      [comp, { model: MODEL, prompt: [999999] }, 400, 'prompt', 'token id outside the vocabulary'],
+      [comp, { model: MODEL, prompt: ['a', 'b'] }, 400, 'prompt', 'several prompts'],
+      [comp, { model: MODEL, prompt: 'x', max_tokens: 'ten' }, 400, 'max_tokens', 'max_tokens wrong type'],
+      [comp, { model: MODEL, prompt: 'x', max_tokens: 1.5 }, 400, 'max_tokens', 'max_tokens not an integer'],
+      [comp, { model: MODEL, prompt: 'x', max_tokens: 0 }, 400, 'max_tokens', 'max_tokens 0'],
+      [comp, { model: MODEL, prompt: 'x', max_tokens: 100000 }, 400, 'max_tokens', 'max_tokens past the context'],
+      [comp, { model: MODEL, prompt: long }, 400, 'prompt', 'prompt longer than the context'],
+      [comp, { model: MODEL, prompt: 'x', temperature: 'hot' }, 400, 'temperature', 'temperature wrong type'],
+      [comp, { model: MODEL, prompt: 'x', temperature: 3 }, 400, 'temperature', 'temperature out of range'],
+      [comp, { model: MODEL, prompt: 'x', top_p: 0 }, 400, 'top_p', 'top_p out of range'],
+      [comp, { model: MODEL, prompt: 'x', top_k: 'k' }, 400, 'top_k', 'top_k wrong type'],
+      [comp, { model: MODEL, prompt: 'x', seed: 'abc' }, 400, 'seed', 'seed wrong type'],
+      [comp, { model: MODEL, prompt: 'x', stop: 5 }, 400, 'stop', 'stop wrong type'],
+      [comp, { model: MODEL, prompt: 'x', stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'stop', 'too many stops'],
+      [comp, { model: MODEL, prompt: 'x', stream: 'yes' }, 400, 'stream', 'stream wrong type'],
+      [comp, { model: MODEL, prompt: 'x', stream_options: { include_usage: true } }, 400, 'stream_options', 'stream_options without stream'],
+      [comp, { model: MODEL, prompt: 'x', n: 3 }, 400, 'n', 'unsupported n'],
+      [comp, { model: MODEL, prompt: 'x', logprobs: 9 }, 400, 'logprobs', 'logprobs out of range'],
+      [chat, { model: MODEL }, 400, 'messages', 'messages missing'],
+      [chat, { model: MODEL, messages: 'hi' }, 400, 'messages', 'messages wrong type'],
+      [chat, { model: MODEL, messages: [] }, 400, 'messages', 'messages empty'],
+      [chat, { model: MODEL, messages: [{ content: 'x' }] }, 400, 'messages[0].role', 'role missing'],
+      [chat, { model: MODEL, messages: [{ role: 'user', content: 3 }] }, 400, 'messages[0].content', 'content wrong type'],
+      [chat, { model: MODEL, messages: msg, top_logprobs: 2 }, 400, 'top_logprobs', 'top_logprobs without logprobs'],
+      [chat, { model: MODEL, messages: msg, logprobs: true, top_logprobs: 21 }, 400, 'top_logprobs', 'top_logprobs out of range'],
+      [chat, { model: MODEL, messages: msg, max_completion_tokens: -1 }, 400, 'max_completion_tokens', 'max_completion_tokens negative'],
+      [chat, { model: MODEL, messages: [{ role: 'user', content: long }] }, 400, 'messages', 'chat prompt longer than the context'],
+      [chat, { model: 'gpt-4', messages: msg }, 404, 'model', 'unknown model'],
+    ];
+    for (const [url, body, status, param, what] of cases) {
+      const r = await postJSON(url, body);
+      assert.equal(r.status, status, `${what}: status ${r.status} ${r.text}`);
+      assert.ok(r.json?.error, `${what}: no error body: ${r.text}`);
+      assert.equal(typeof r.json.error.message, 'string', what);
+      assert.equal(typeof r.json.error.type, 'string', what);
+      assert.ok('code' in r.json.error && 'param' in r.json.error, what);
+      assert.equal(r.json.error.param, param, `${what}: param`);
+    }
+    // routes and methods
+    let r = await fetch(`${u}/v1/nothing`);
+    assert.equal(r.status, 404);
+    assert.ok((await r.json()).error);
+    r = await fetch(comp);
+    assert.equal(r.status, 405);
+    assert.ok((await r.json()).error);
+    // unknown fields are tolerated
+    const ok = await postJSON(comp, { model: MODEL, prompt: 'x', max_tokens: 2, frobnicate: { a: [1] }, user: 'me', presence_penalty: 0 });
+    assert.equal(ok.status, 200, ok.text);
+  });
+
+  test('a 10 MB body is refused with 413', async () => {
+    const big = JSON.stringify({ model: MODEL, prompt: 'a'.repeat(10 * 1024 * 1024) });
+    const r = await postJSON(`${srv.url}/v1/completions`, big);
+    assert.equal(r.status, 413);
+    assert.equal(r.json.error.code, 'request_too_large');
+    // the server is still fine
+    assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+  });
+});
+
+describe('--api-key', () => {
+  test('Bearer key required on /v1/, not on /health and /metrics', async () => {
+    const srv = await startServer(['--api-key', 's3cret', '--max-context', '128']);
+    try {
+      let r = await fetch(`${srv.url}/v1/models`);
+      assert.equal(r.status, 401);
+      assert.equal((await r.json()).error.code, 'invalid_api_key');
+      r = await fetch(`${srv.url}/v1/models`, { headers: { authorization: 'Bearer wrong' } });
+      assert.equal(r.status, 401);
+      await assert.rejects(srv.client({ apiKey: 'nope' }).models.list(), (e) => e.status === 401);
+      const models = await srv.client({ apiKey: 's3cret' }).models.list();
+      assert.equal(models.data[0].id, MODEL);
+      assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+      assert.equal((await fetch(`${srv.url}/metrics`)).status, 200);
+    } finally {
+      await srv.stop();
+    }
+  });
+});
+
+describe('bounded queue and deadlines', () => {
+  test('a full queue answers 503 with Retry-After; a request past its deadline ends with an error', async () => {
+    const srv = await startServer(['--max-context', '1024', '--max-seqs', '1', '--max-tokens', '64', '--max-queue', '1',
+      '--request-timeout', '1']);
+    try {
+      const long = { model: MODEL, prompt: 'And', max_tokens: 1000, temperature: 0, ignore_eos: true };
+      const all = await Promise.all(Array.from({ length: 6 }, () => postJSON(`${srv.url}/v1/completions`, long)));
+      const busy = all.filter((r) => r.status === 503);
+      assert.ok(busy.length >= 1, all.map((r) => r.status).join(','));
+      for (const r of busy) {
+        assert.equal(r.headers.get('retry-after'), '1');
+        assert.equal(r.json.error.code, 'overloaded');
+      }
+      // 1000 tokens do not fit in 1 s on this CPU: the deadline ends them (408 before a reply was sent)
+      const late = all.filter((r) => r.status === 408);
+      assert.ok(late.length >= 1, all.map((r) => r.status).join(','));
+      assert.equal(late[0].json.error.code, 'request_timeout');
+      // streamed: the deadline arrives mid-stream as an error event, which the client raises
+      const stream = await srv.client().completions.create({ ...long, stream: true });
+      await assert.rejects((async () => { for await (const c of stream) void c; })(), /timeout/);
+      assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+    } finally {
+      await srv.stop();
+    }
+  });
+});

@@ -1,0 +1,77 @@
+// helpers.mjs — starts `moeserve serve` on a free loopback port for the e2e tests, and small HTTP helpers.
+//
+// The server is started with --port 0 and prints "listening on http://127.0.0.1:PORT" on stdout;
+// its stderr (one line per request) is kept and shown if a test fails. The openai client comes from
+// tests/npm (pinned in package-lock.json, installed by `make npm-deps`).
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const SRC = process.env.MOESERVE_SRC ?? path.resolve(here, '../..');
+export const BIN = process.env.MOESERVE_BIN ?? path.join(SRC, 'build/moeserve');
+export const MODEL_DIR = path.join(SRC, 'models/moeserve-tiny');
+export const MODEL = 'moeserve-tiny';
+
+const require = createRequire(path.join(SRC, 'tests/npm/package.json'));
+export const OpenAI = require('openai');
+
+export async function startServer(extraArgs = []) {
+  const proc = spawn(BIN, ['serve', '--model', MODEL_DIR, '--port', '0', ...extraArgs], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, MOESERVE_LOG: process.env.MOESERVE_LOG ?? 'info' },
+  });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start in 60 s:\n${stderr}`)), 60000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on (http:\/\/\S+)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited with ${code}:\n${stderr}`)); });
+  });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  return {
+    url,
+    proc,
+    stderr: () => stderr,
+    client: (opts = {}) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0, ...opts }),
+    async stop() {
+      if (proc.exitCode !== null) return proc.exitCode;
+      proc.kill('SIGTERM');
+      const { code } = await exited;
+      return code;
+    },
+    alive: () => proc.exitCode === null && proc.signalCode === null,
+  };
+}
+
+export async function postJSON(url, body, headers = {}) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, headers: res.headers, text, json };
+}
+
+// Prometheus text -> { name or name{labels}: value }
+export async function metrics(url) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    m[line.slice(0, i)] = Number(line.slice(i + 1));
+  }
+  return m;
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

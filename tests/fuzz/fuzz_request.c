@@ -1,0 +1,70 @@
+/* fuzz_request.c — libFuzzer target for OpenAI request bodies (server/api_request.c).
+ *
+ * Each input is parsed as a completions and as a chat completions body. The
+ * parser must return OK or an error with an HTTP status in 400..599 and a
+ * non-empty message; an accepted request must hold what the API promises
+ * (one prompt form, non-empty messages with strings, n_stop <= 4 non-empty
+ * strings, values in range); the error and result JSON must print. ASan and
+ * UBSan catch the rest.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api_request.h"
+#include "server/api_response.h"
+
+#define FUZZ_CHECK(cond)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond))                                                                                         \
+            __builtin_trap();                                                                                \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    for (int k = 0; k < 2; k++) {
+        struct api_request rq;
+        struct api_error e;
+        memset(&e, 0, sizeof e);
+        enum api_kind kind = k ? API_CHAT : API_COMPLETIONS;
+        enum status st = api_request_parse(&rq, kind, (const char *)data, size, &e);
+        if (st) {
+            FUZZ_CHECK(st == STATUS_INVALID);
+            FUZZ_CHECK(e.http_status >= 400 && e.http_status < 600 && e.message[0]);
+            FUZZ_CHECK(rq.model == NULL && rq.messages == NULL && rq.n_stop == 0);
+            char *j = api_error_json(&e);
+            FUZZ_CHECK(j && strstr(j, "\"error\""));
+            free(j);
+            continue;
+        }
+        FUZZ_CHECK(rq.model != NULL);
+        if (kind == API_CHAT) {
+            FUZZ_CHECK(rq.n_messages > 0 && rq.messages);
+            for (int i = 0; i < rq.n_messages; i++)
+                FUZZ_CHECK(rq.messages[i].role && rq.messages[i].content);
+        } else {
+            FUZZ_CHECK((rq.prompt_text != NULL) != (rq.prompt_ids != NULL));
+            for (int i = 0; i < rq.n_prompt_ids; i++)
+                FUZZ_CHECK(rq.prompt_ids[i] >= 0);
+        }
+        FUZZ_CHECK(rq.n_stop >= 0 && rq.n_stop <= API_MAX_STOP);
+        for (int i = 0; i < rq.n_stop; i++)
+            FUZZ_CHECK(rq.stop[i] && rq.stop[i][0]);
+        FUZZ_CHECK(rq.max_tokens >= 0 && rq.temperature >= 0 && rq.temperature <= 2);
+        FUZZ_CHECK(rq.top_p > 0 && rq.top_p <= 1 && rq.top_k >= 0);
+        FUZZ_CHECK(rq.top_logprobs >= 0 && rq.top_logprobs <= 20);
+        FUZZ_CHECK(!rq.include_usage || rq.stream);
+        /* a response echoing the parsed strings must print */
+        struct api_result res = {.kind = kind, .id = "cmpl-fuzz", .model = rq.model, .created = 1,
+                                 .text = rq.prompt_text ? rq.prompt_text : "",
+                                 .text_len = rq.prompt_text ? strlen(rq.prompt_text) : 0, .has_usage = true};
+        char *j = api_result_json(&res, rq.stream);
+        FUZZ_CHECK(j != NULL);
+        free(j);
+        api_request_free(&rq);
+    }
+    return 0;
+}

@@ -1,0 +1,274 @@
+/* test_request.c — the server's pure parts: request validation (every error
+ * class -> status, param, message), response JSON shapes, stop strings in the
+ * text stream (with the shipped model's tokenizer), Prometheus rendering.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/json.h"
+#include "server/api_request.h"
+#include "server/api_response.h"
+#include "server/metrics.h"
+#include "server/text_stream.h"
+
+static void expect_error(enum api_kind kind, const char *body, int status, const char *param)
+{
+    struct api_request rq;
+    struct api_error e;
+    enum status st = api_request_parse(&rq, kind, body, strlen(body), &e);
+    if (st != STATUS_INVALID)
+        fail_msg("accepted: %s", body);
+    if (e.http_status != status || strcmp(e.param, param) != 0)
+        fail_msg("%s: got %d param '%s' (%s), want %d '%s'", body, e.http_status, e.param, e.message, status, param);
+    assert_true(e.message[0] != 0);
+    assert_null(rq.model);
+    /* the body is OpenAI's shape */
+    char *j = api_error_json(&e);
+    struct json *root = NULL;
+    assert_int_equal(json_parse(j, strlen(j), "error", &root, NULL), STATUS_OK);
+    const struct json *err = json_get(root, "error");
+    assert_true(json_is_string(json_get(err, "message")) && json_is_string(json_get(err, "type")));
+    assert_true(json_get(err, "param") != NULL && json_get(err, "code") != NULL);
+    json_free(root);
+    free(j);
+}
+
+static void test_error_classes(void **state)
+{
+    (void)state;
+    enum api_kind C = API_COMPLETIONS, H = API_CHAT;
+    expect_error(C, "", 400, "");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": ", 400, "");
+    expect_error(C, "\"just a string\"", 400, "");
+    expect_error(C, "{\"prompt\": \"x\"}", 400, "model");
+    expect_error(C, "{\"model\": [], \"prompt\": \"x\"}", 400, "model");
+    expect_error(C, "{\"model\": \"m\"}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": 5}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": []}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": [\"a\", \"b\"]}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": [1, 2.5]}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": [[1], [2]]}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": \"9\"}", 400, "max_tokens");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": 0}", 400, "max_tokens");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": 1e12}", 400, "max_tokens");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"temperature\": -0.1}", 400, "temperature");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"temperature\": true}", 400, "temperature");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"top_p\": 1.5}", 400, "top_p");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"top_k\": -2}", 400, "top_k");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"seed\": 1.5}", 400, "seed");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stop\": [\"a\", 1]}", 400, "stop");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stream\": 1}", 400, "stream");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stream_options\": {}}", 400, "stream_options");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true, \"stream_options\": 3}", 400,
+                 "stream_options");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"n\": 2}", 400, "n");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"logprobs\": 6}", 400, "logprobs");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"ignore_eos\": \"yes\"}", 400, "ignore_eos");
+    expect_error(H, "{\"model\": \"m\"}", 400, "messages");
+    expect_error(H, "{\"model\": \"m\", \"messages\": {}}", 400, "messages");
+    expect_error(H, "{\"model\": \"m\", \"messages\": []}", 400, "messages");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [3]}", 400, "messages[0]");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"content\": \"x\"}]}",
+                 400, "messages[1].role");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": 1}]}", 400,
+                 "messages[0].content");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+                 400, "messages[0].content");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 1}", 400,
+                 "logprobs");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 1}",
+                 400, "top_logprobs");
+    expect_error(H,
+                 "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, "
+                 "\"top_logprobs\": 21}",
+                 400, "top_logprobs");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], "
+                    "\"max_completion_tokens\": -3}",
+                 400, "max_completion_tokens");
+}
+
+static void test_accepted_fields(void **state)
+{
+    (void)state;
+    const char *body = "{\"model\":\"m\",\"prompt\":[[5,6,7]],\"max_tokens\":9,\"temperature\":0,\"top_p\":0.5,"
+                       "\"top_k\":-1,\"seed\":-1,\"stop\":[\"\",\"END\"],\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true},\"n\":1,\"logprobs\":2,\"ignore_eos\":true,"
+                       "\"frobnicate\":{\"x\":[1]},\"presence_penalty\":null,\"user\":\"u\"}";
+    struct api_request rq;
+    struct api_error e;
+    if (api_request_parse(&rq, API_COMPLETIONS, body, strlen(body), &e))
+        fail_msg("%s", e.message);
+    assert_string_equal(rq.model, "m");
+    assert_int_equal(rq.n_prompt_ids, 3);
+    assert_int_equal(rq.prompt_ids[2], 7);
+    assert_int_equal(rq.max_tokens, 9);
+    assert_true(rq.temperature == 0 && rq.top_p == 0.5 && rq.top_k == 0);
+    assert_true(rq.has_seed && rq.seed == UINT64_MAX);
+    assert_int_equal(rq.n_stop, 1); /* empty stop strings are dropped */
+    assert_string_equal(rq.stop[0], "END");
+    assert_true(rq.stream && rq.include_usage && rq.logprobs && rq.ignore_eos);
+    assert_int_equal(rq.top_logprobs, 2);
+    api_request_free(&rq);
+
+    body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+           "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}],"
+           "\"max_completion_tokens\":4,\"logprobs\":true,\"top_logprobs\":3}";
+    if (api_request_parse(&rq, API_CHAT, body, strlen(body), &e))
+        fail_msg("%s", e.message);
+    assert_int_equal(rq.n_messages, 2);
+    assert_string_equal(rq.messages[0].content, "ab");
+    assert_string_equal(rq.messages[1].content, "");
+    assert_int_equal(rq.max_tokens, 4);
+    assert_true(rq.logprobs && rq.top_logprobs == 3);
+    assert_true(rq.temperature == 1 && rq.top_p == 1); /* OpenAI's defaults */
+    api_request_free(&rq);
+}
+
+static struct tokenizer *load_tok(void)
+{
+    const char *src = getenv("MOESERVE_SRC");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/moeserve-tiny/tokenizer.json", src ? src : ".");
+    struct tokenizer *t = NULL;
+    struct err err = {0};
+    if (tokenizer_load(&t, path, &err))
+        fail_msg("%s", err.msg);
+    return t;
+}
+
+/* Feeds text's tokens one by one; returns what text_stream_take gave in total. */
+static char *run_stream(struct tokenizer *t, const char *text, char *const *stop, int n_stop, bool *stopped)
+{
+    struct tok_ids ids = {0};
+    assert_int_equal(tokenizer_encode(t, text, strlen(text), false, &ids, NULL), STATUS_OK);
+    struct text_stream ts;
+    text_stream_init(&ts, t, stop, n_stop);
+    char *out = calloc(1, strlen(text) + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < ids.n && !ts.stopped; i++) {
+        assert_int_equal(text_stream_push(&ts, ids.ids[i], NULL), STATUS_OK);
+        const char *p;
+        size_t k = text_stream_take(&ts, &p);
+        /* nothing that could still be a stop string's start is handed out */
+        memcpy(out + n, p, k);
+        n += k;
+    }
+    assert_int_equal(text_stream_finish(&ts, NULL), STATUS_OK);
+    const char *p;
+    size_t k = text_stream_take(&ts, &p);
+    memcpy(out + n, p, k);
+    out[n + k] = 0;
+    *stopped = ts.stopped;
+    text_stream_free(&ts);
+    tok_ids_free(&ids);
+    return out;
+}
+
+static void test_text_stream_stops(void **state)
+{
+    (void)state;
+    struct tokenizer *t = load_tok();
+    const char *text = "And God said, Let there be light: and there was light. \xc3\xa9t\xc3\xa9";
+    bool stopped;
+    char *all = run_stream(t, text, NULL, 0, &stopped);
+    assert_string_equal(all, text);
+    assert_false(stopped);
+    free(all);
+    char *stops[] = {"there was", "light"};
+    char *got = run_stream(t, text, stops, 2, &stopped);
+    assert_string_equal(got, "And God said, Let there be "); /* the earliest of both */
+    assert_true(stopped);
+    free(got);
+    char *stop2[] = {"t\xc3\xa9"};
+    got = run_stream(t, text, stop2, 1, &stopped);
+    assert_string_equal(got, "And God said, Let there be light: and there was light. \xc3\xa9");
+    free(got);
+    tokenizer_free(t);
+}
+
+static void test_response_shapes(void **state)
+{
+    (void)state;
+    struct api_result r = {.kind = API_CHAT, .id = "chatcmpl-1", .model = "m", .created = 5, .text = "hi\"",
+                           .text_len = 3, .finish_reason = "stop", .has_usage = true, .prompt_tokens = 4,
+                           .completion_tokens = 2};
+    char *s = api_result_json(&r, false);
+    struct json *j = NULL;
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    assert_string_equal(json_string(json_get(j, "object")), "chat.completion");
+    const struct json *c = json_array_at(json_get(j, "choices"), 0);
+    assert_string_equal(json_string(json_get(json_get(c, "message"), "content")), "hi\"");
+    assert_string_equal(json_string(json_get(c, "finish_reason")), "stop");
+    assert_true(json_number(json_get(json_get(j, "usage"), "total_tokens")) == 6);
+    json_free(j);
+    free(s);
+    r.finish_reason = NULL;
+    r.role = true;
+    r.text_len = 0;
+    s = api_result_json(&r, true);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    assert_string_equal(json_string(json_get(j, "object")), "chat.completion.chunk");
+    c = json_array_at(json_get(j, "choices"), 0);
+    assert_string_equal(json_string(json_get(json_get(c, "delta"), "role")), "assistant");
+    assert_true(json_is_null(json_get(c, "finish_reason")) && json_get(c, "finish_reason"));
+    assert_null(json_get(j, "usage"));
+    json_free(j);
+    free(s);
+    s = api_usage_chunk_json(&r);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    assert_int_equal(json_array_size(json_get(j, "choices")), 0);
+    assert_true(json_number(json_get(json_get(j, "usage"), "completion_tokens")) == 2);
+    json_free(j);
+    free(s);
+    s = api_models_json("m", 7, 128);
+    assert_non_null(strstr(s, "\"object\":\"list\""));
+    assert_non_null(strstr(s, "\"id\":\"m\""));
+    free(s);
+}
+
+static void test_metrics_text(void **state)
+{
+    (void)state;
+    struct metrics m;
+    metrics_init(&m);
+    metrics_count_request(&m, METRICS_EP_COMPLETIONS, 200);
+    metrics_count_request(&m, METRICS_EP_COMPLETIONS, 200);
+    metrics_count_request(&m, METRICS_EP_CHAT, 400);
+    double times[3] = {10.02, 10.05, 10.15};
+    metrics_observe_generation(&m, 7, 3, 10.0, times, 10.2, SCHED_FINISH_LENGTH);
+    struct scheduler_stats st = {.n_waiting = 2, .n_running = 1, .kv_blocks_total = 10, .kv_blocks_used = 4};
+    char *text;
+    size_t len;
+    assert_int_equal(metrics_render(&m, &st, 1 << 20, &text, &len, NULL), STATUS_OK);
+    assert_int_equal(strlen(text), len);
+    assert_non_null(strstr(text, "moeserve_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"));
+    assert_non_null(strstr(text, "moeserve_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} 1\n"));
+    assert_non_null(strstr(text, "moeserve_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+    assert_non_null(strstr(text, "moeserve_time_to_first_token_seconds_count 1\n"));
+    assert_non_null(strstr(text, "moeserve_inter_token_latency_seconds_bucket{le=\"0.05\"} 1\n"));
+    assert_non_null(strstr(text, "moeserve_inter_token_latency_seconds_bucket{le=\"0.1\"} 2\n"));
+    assert_non_null(strstr(text, "moeserve_inter_token_latency_seconds_bucket{le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(text, "moeserve_generation_tokens_total 3\n"));
+    assert_non_null(strstr(text, "moeserve_queue_depth 2\n"));
+    assert_non_null(strstr(text, "moeserve_kv_blocks_used 4\n"));
+    assert_non_null(strstr(text, "# TYPE moeserve_time_to_first_token_seconds histogram\n"));
+    free(text);
+    metrics_free(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_accepted_fields),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_metrics_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
