@@ -215,6 +215,156 @@ __global__ void attn_kernel(attn_params p)
     }
 }
 
+/* Decode attention: one block per (token, KV head, split), DEC_KEYS keys at a time.
+ * Scores: thread i takes key i of the step and dots it with the group's query heads (q in
+ * shared memory, read as float4 broadcasts): no shuffles. Softmax: warp w keeps the running
+ * max and sum of heads w, w + 4, ... Values: lanes take 4 dims each (coalesced rows of V),
+ * warp w accumulates its heads. Partials go out in the layout attn_merge_kernel reads (or
+ * normalised, without splits). Needs group <= DEC_MAX_G, hd % 4 == 0, hd <= 4 * 32 * DEC_D4. */
+enum { DEC_THREADS = 128, DEC_KEYS = DEC_THREADS, DEC_MAX_G = 16, DEC_D4 = 2 };
+
+__global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(attn_params p)
+{
+    __shared__ __align__(16) float qs[DEC_MAX_G * 4 * 32 * DEC_D4];
+    __shared__ float sc[DEC_MAX_G][DEC_KEYS];
+    __shared__ float run_m[DEC_MAX_G], run_l[DEC_MAX_G], alpha[DEC_MAX_G];
+    __shared__ size_t slot_s[DEC_KEYS]; /* the step's cache slots: the value loop needs no table lookups */
+    const int t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+    const int G = p.group, hd = p.hd, hd4 = hd / 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = DEC_THREADS / 32;
+    const int klen = p.pos[t] + 1;
+    int lo = 0, hi = klen;
+    if (p.n_splits > 1) {
+        int chunk = (klen + p.n_splits - 1) / p.n_splits;
+        chunk = chunk < MIN_SPLIT_KEYS ? MIN_SPLIT_KEYS : chunk;
+        lo = split * chunk < klen ? split * chunk : klen;
+        hi = lo + chunk < klen ? lo + chunk : klen;
+    }
+    /* the group's queries, pre-scaled */
+    for (int i = threadIdx.x; i < G * hd; i += DEC_THREADS) {
+        int h = i / hd, d = i % hd;
+        qs[i] = p.q[((size_t)t * p.n_heads + (size_t)g * G + h) * hd + d] * p.scale;
+    }
+    if (threadIdx.x < G)
+        run_m[threadIdx.x] = -INFINITY, run_l[threadIdx.x] = 0.0f;
+    float4 acc[DEC_MAX_G / 4][DEC_D4];
+#pragma unroll
+    for (int j = 0; j < DEC_MAX_G / 4; j++)
+#pragma unroll
+        for (int c = 0; c < DEC_D4; c++)
+            acc[j][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
+    const size_t kv_stride = (size_t)p.n_kv * hd;
+    __syncthreads();
+    for (int k0 = lo; k0 < hi; k0 += DEC_KEYS) {
+        const int nk = hi - k0 < DEC_KEYS ? hi - k0 : DEC_KEYS;
+        /* scores */
+        if ((int)threadIdx.x < nk) {
+            int kk = k0 + threadIdx.x;
+            size_t slot = (size_t)blocks[kk / p.block_size] * p.block_size + (size_t)(kk % p.block_size);
+            slot_s[threadIdx.x] = slot;
+            const float4 *kr = (const float4 *)(p.kc + slot * kv_stride + (size_t)g * hd);
+            float s[DEC_MAX_G];
+#pragma unroll
+            for (int h = 0; h < DEC_MAX_G; h++)
+                s[h] = 0.0f;
+            for (int d4 = 0; d4 < hd4; d4++) {
+                float4 kv = kr[d4];
+#pragma unroll
+                for (int h = 0; h < DEC_MAX_G; h++)
+                    if (h < G) {
+                        float4 qv = ((const float4 *)qs)[h * hd4 + d4];
+                        s[h] = fmaf(qv.x, kv.x, fmaf(qv.y, kv.y, fmaf(qv.z, kv.z, fmaf(qv.w, kv.w, s[h]))));
+                    }
+            }
+#pragma unroll
+            for (int h = 0; h < DEC_MAX_G; h++)
+                if (h < G)
+                    sc[h][threadIdx.x] = s[h];
+        }
+        __syncthreads();
+        /* online softmax, warp w for heads w, w + nw, ... */
+        for (int h = warp; h < G; h += nw) {
+            float m = -INFINITY;
+            for (int i = lane; i < nk; i += 32)
+                m = fmaxf(m, sc[h][i]);
+            m = warp_max(m);
+            float m_new = fmaxf(run_m[h], m), l = 0.0f;
+            for (int i = lane; i < nk; i += 32) {
+                float e = expf(sc[h][i] - m_new);
+                sc[h][i] = e;
+                l += e;
+            }
+            l = warp_sum(l);
+            if (lane == 0) {
+                float a = run_m[h] == -INFINITY ? 0.0f : expf(run_m[h] - m_new);
+                alpha[h] = a;
+                run_l[h] = run_l[h] * a + l;
+                run_m[h] = m_new;
+            }
+        }
+        __syncthreads();
+        /* values: warp w, heads w + nw * j, dims 4 * (lane + 32 c) */
+#pragma unroll
+        for (int j = 0; j < DEC_MAX_G / 4; j++) {
+            int h = warp + nw * j;
+            if (h >= G)
+                continue;
+            float a = alpha[h];
+#pragma unroll
+            for (int c = 0; c < DEC_D4; c++)
+                acc[j][c].x *= a, acc[j][c].y *= a, acc[j][c].z *= a, acc[j][c].w *= a;
+        }
+#pragma unroll 4
+        for (int i = 0; i < nk; i++) {
+            const float4 *vr = (const float4 *)(p.vc + slot_s[i] * kv_stride + (size_t)g * hd);
+            float4 vv[DEC_D4];
+#pragma unroll
+            for (int c = 0; c < DEC_D4; c++)
+                vv[c] = lane + 32 * c < hd4 ? vr[lane + 32 * c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < DEC_MAX_G / 4; j++) {
+                int h = warp + nw * j;
+                if (h >= G)
+                    continue;
+                float pw = sc[h][i];
+#pragma unroll
+                for (int c = 0; c < DEC_D4; c++) {
+                    acc[j][c].x = fmaf(pw, vv[c].x, acc[j][c].x);
+                    acc[j][c].y = fmaf(pw, vv[c].y, acc[j][c].y);
+                    acc[j][c].z = fmaf(pw, vv[c].z, acc[j][c].z);
+                    acc[j][c].w = fmaf(pw, vv[c].w, acc[j][c].w);
+                }
+            }
+        }
+        __syncthreads(); /* sc is rewritten by the next step */
+    }
+#pragma unroll
+    for (int j = 0; j < DEC_MAX_G / 4; j++) {
+        int h = warp + nw * j;
+        if (h >= G)
+            continue;
+        size_t th = (size_t)t * p.n_heads + (size_t)g * G + h;
+        float l = run_l[h];
+#pragma unroll
+        for (int c = 0; c < DEC_D4; c++) {
+            int d4 = lane + 32 * c;
+            if (d4 >= hd4)
+                continue;
+            float4 o = acc[j][c];
+            if (p.n_splits == 1) {
+                float4 *dst = (float4 *)(p.out + th * hd) + d4;
+                *dst = make_float4(o.x / l, o.y / l, o.z / l, o.w / l);
+            } else {
+                float *dst = p.part + ((size_t)split * p.n_tokens * p.n_heads + th) * (size_t)(hd + 2);
+                if (d4 == 0)
+                    dst[0] = run_m[h], dst[1] = l;
+                dst[2 + 4 * d4] = o.x, dst[3 + 4 * d4] = o.y, dst[4 + 4 * d4] = o.z, dst[5 + 4 * d4] = o.w;
+            }
+        }
+    }
+}
+
 /* out[t, h, :] from the n_splits partials of (t, h); one block per (t, h). The splits'
  * maxima and sums are read in parallel into shared memory (a loop of dependent global
  * loads costs a memory latency per split), then every thread weighs its dims. */
@@ -324,9 +474,16 @@ extern "C" cudaError_t cuda_attention(cudaStream_t stream, const float *q, const
     p.n_splits = n_splits;
     p.out = out;
     p.part = work;
-    if (cfg->smem_bytes != attn_smem_floats(cfg->rows, cfg->keys, p.hd, cfg->threads / 32) * 4)
+    bool dec = n_splits > 1 && p.group <= DEC_MAX_G && p.hd % 4 == 0 && p.hd <= 4 * 32 * DEC_D4 &&
+               ((uintptr_t)q | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out) % 16 == 0;
+    if (dec) {
+        /* one query token per block row: the decode kernel, its smem is static (~17 KB, within any budget) */
+        dim3 grid((unsigned)p.n_tokens, (unsigned)p.n_kv, (unsigned)n_splits);
+        attn_decode_kernel<<<grid, DEC_THREADS, 0, stream>>>(p);
+    } else if (cfg->smem_bytes != attn_smem_floats(cfg->rows, cfg->keys, p.hd, cfg->threads / 32) * 4) {
         return cudaErrorInvalidValue; /* not fitted for this head_dim */
-    if (cfg->smem_bytes > 48 * 1024) {
+    }
+    if (!dec && cfg->smem_bytes > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)cfg->smem_bytes);
         if (e != cudaSuccess)
@@ -336,7 +493,8 @@ extern "C" cudaError_t cuda_attention(cudaStream_t stream, const float *q, const
     if (row_tiles > 0x7fffffff)
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)row_tiles, (unsigned)p.n_kv, (unsigned)n_splits);
-    attn_kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
+    if (!dec)
+        attn_kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
     if (n_splits > 1) {
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)

@@ -201,11 +201,12 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
     while (j + 1 < p.n_jobs && grp >= p.job[j + 1].first_warp)
         j++;
     const gemv1_job &jb = p.job[j];
+    const cuda_wdev w = jb.w; /* in registers: a dynamically indexed parameter lives in local memory */
     const int64_t n0 = (grp - jb.first_warp) * R;
     const bool live = grp < p.job[p.n_jobs - 1].first_warp + (p.job[p.n_jobs - 1].N + R - 1) / R && n0 < jb.N;
     float acc[R];
     if (live)
-        warp_rows_dot<FMT, R>(jb.w, n0, jb.N, p.K, p.x, acc, slice, KS);
+        warp_rows_dot<FMT, R>(w, n0, jb.N, p.K, p.x, acc, slice, KS);
     if constexpr (KS > 1) {
         if (lane == 0 && live)
 #pragma unroll
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
         for (int r = 1; r < R; r++)
             if (lane == r)
                 v = acc[r];
-        jb.y[n0 + lane] = finish<FMT>(jb.w, v) + (jb.w.bias ? jb.w.bias[n0 + lane] : 0.0f);
+        jb.y[n0 + lane] = finish<FMT>(w, v) + (w.bias ? w.bias[n0 + lane] : 0.0f);
     }
 }
 
@@ -254,20 +255,22 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     }
     const float *xr = x + (size_t)(pair / n_used) * (size_t)D;
     float g[GU_R], u[GU_R];
-    warp_rows_dot2<FMT, GU_R>(table[e], table[n_experts + e], n0, I, D, xr, g, u);
+    /* local copies: through a reference into global memory every chunk would reload the pointers */
+    const cuda_wdev wg = table[e], wu = table[n_experts + e];
+    warp_rows_dot2<FMT, GU_R>(wg, wu, n0, I, D, xr, g, u);
     if (lane < GU_R && n0 + lane < I) {
         float gv = g[0], uv = u[0];
 #pragma unroll
         for (int r = 1; r < GU_R; r++)
             if (lane == r)
                 gv = g[r], uv = u[r];
-        gv = finish<FMT>(table[e], gv);
-        uv = finish<FMT>(table[n_experts + e], uv);
+        gv = finish<FMT>(wg, gv);
+        uv = finish<FMT>(wu, uv);
         /* biases of the gate/up projections, then silu(g) * u rounded as cuda_silu_mul does */
-        if (table[e].bias)
-            gv += table[e].bias[n0 + lane];
-        if (table[n_experts + e].bias)
-            uv += table[n_experts + e].bias[n0 + lane];
+        if (wg.bias)
+            gv += wg.bias[n0 + lane];
+        if (wu.bias)
+            uv += wu.bias[n0 + lane];
         out[n0 + lane] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
     }
 }
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
         const int e = it[j];
         float acc[DOWN_R];
         if (e >= 0 && e < n_experts) {
-            const cuda_wdev &w = table[2 * n_experts + e];
+            const cuda_wdev w = table[2 * n_experts + e];
             warp_rows_dot<FMT, DOWN_R>(w, n0, D, I, act + ((size_t)t * n_used + j) * (size_t)I, acc);
 #pragma unroll
             for (int r = 0; r < DOWN_R; r++)
