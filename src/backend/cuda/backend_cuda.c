@@ -973,9 +973,11 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
     configure_from_plan(c);
     LOG_DEBUG("cuda: %s", cuda_build_arch_list());
     LOG_INFO("cuda: device %d (%s), %d SMs, shared-memory budget %zu bytes/block; attention prefill %dx%d "
-             "(%d threads), decode %d keys (%d threads)",
+             "(%d threads), decode %d keys (%d threads); quantised GEMMs: experts %s, linears %s (tile %d rows)",
              device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows,
-             c->attn_prefill.keys, c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads);
+             c->attn_prefill.keys, c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads,
+             c->moe_mma ? "bf16 mma" : "fp32 fma", c->linear_mma ? "bf16 mma" : "fp32 fma",
+             cuda_gemm_tile_rows(c->tile_moe));
     be->ops = &CUDA_OPS;
     be->impl = c;
     return STATUS_OK;

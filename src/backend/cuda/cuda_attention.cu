@@ -268,6 +268,9 @@ __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(attn_params p)
 #pragma unroll
             for (int h = 0; h < DEC_MAX_G; h++)
                 s[h] = 0.0f;
+            /* unrolled so that several rows' loads are in flight (one at a time, each waits a
+             * full memory latency) */
+#pragma unroll 8
             for (int d4 = 0; d4 < hd4; d4++) {
                 float4 kv = kr[d4];
 #pragma unroll
