@@ -1,16 +1,33 @@
 /* make_synth_checkpoint.c — a large random checkpoint with real shapes, for benchmarks.
  *
  * Writes DIR/config.json and DIR/model.safetensors (per-expert tensor names,
- * as released checkpoints have them), in one of two layouts:
+ * as released checkpoints have them) of a qwen3_moe model (presets tiny,
+ * cpu-bench, qwen3-30b-a3b) or a glm_moe_dsa one (glm5-slice: GLM-5's widths,
+ * ../shared/spec/models.md C.1, over a few layers), in one of two layouts:
  *   bf16  (default) every tensor BF16;
- *   nvfp4 ModelOpt NVFP4 as ../shared/spec/nvfp4.md describes it: each linear
- *         layer of the decoder blocks (attention q/k/v/o, experts) becomes
- *         `.weight` U8 [rows, cols/2] (E2M1 codes, low nibble first),
- *         `.weight_scale` F8_E4M3 [rows, cols/16], `.weight_scale_2` F32 and
- *         `.input_scale` F32 scalars; embeddings, lm_head, norms and the router
- *         (`mlp.gate`) stay BF16 (ModelOpt's default excludes). config.json
- *         gains quantization_config and hf_quant_config.json is written, as
- *         `moeserve quantize` does.
+ *   nvfp4 ModelOpt NVFP4 as ../shared/spec/nvfp4.md describes it: each 2-D
+ *         `.weight` of a linear layer becomes `.weight` U8 [rows, cols/2] (E2M1
+ *         codes, low nibble first), `.weight_scale` F8_E4M3 [rows, cols/16],
+ *         `.weight_scale_2` F32 and `.input_scale` F32 scalars, unless it
+ *         matches one of the excludes `moeserve quantize` uses by default
+ *         (engine/quantize.c DEFAULT_EXCLUDES: embeddings, lm_head, the router
+ *         `mlp.gate`, a shared-expert gate, the DSA indexer's weights_proj),
+ *         which stay BF16 like norms and biases. config.json gains
+ *         quantization_config and hf_quant_config.json is written, as
+ *         `moeserve quantize` does, with the same exclude list.
+ *
+ * glm5-slice keeps GLM-5's layer types in order but with ONE dense layer
+ * (GLM-5 has three): a slice of 4-8 layers is then 1 dense + MoE layers,
+ * and the benchmark's per-layer figure is the difference of two slices, so
+ * it is a MoE layer's. Every layer owns an indexer ("full"), as in GLM-5
+ * (spec C.5: no indexer_types in its config). Vocabulary and lm_head are
+ * GLM-5's (154880 x 6144 BF16, 1.9 GB each).
+ *
+ * --config-only writes config.json (and hf_quant_config.json) and prints the
+ * size model.safetensors would have, writing no weights: the loader reads
+ * layers 0..num_hidden_layers-1 and ignores the rest (as it does MTP layers),
+ * so a directory with this config and a link to the weights of a longer
+ * slice is the shorter slice, with no second copy on disk.
  *
  * Values are random but realistic, never zeros (zeros make matmuls look
  * faster than real data): BF16 matrices uniform with std 1/sqrt(fan_in),
@@ -20,18 +37,20 @@
  * weights: 448 * block amax / tensor amax); weight_scale_2 is then chosen so
  * the dequantized weights have std 1/sqrt(fan_in) as well.
  *
- * Speed: the 30B preset is ~17 GB in NVFP4 (~61 GB in BF16), so data is made
- * by all OpenMP threads into a 64 MiB buffer and written with one fwrite per
- * buffer; the disk is the limit. Each piece of at most 1 MiB of a tensor has
- * its own generator keyed by (seed, tensor, offset), so the bytes depend on
- * --seed only, never on the thread count.
+ * Speed: the 30B preset is ~17 GB in NVFP4 (~61 GB in BF16), a glm5-slice
+ * MoE layer 5.6 GB in NVFP4, so data is made by all OpenMP threads into a
+ * 64 MiB buffer and written with one fwrite per buffer; the disk is the
+ * limit. Each piece of at most 1 MiB of a tensor has its own generator keyed
+ * by (seed, tensor, offset), so the bytes depend on --seed only, never on the
+ * thread count.
  * Nothing here is committed: benchmarks make the checkpoint on the machine
  * that runs them.
  *
- * usage: make_synth_checkpoint --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b] [--format bf16|nvfp4]
- *                              [--layers N] [--seed S]
+ * usage: make_synth_checkpoint --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice]
+ *                              [--format bf16|nvfp4] [--layers N] [--seed S] [--config-only]
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -44,19 +63,37 @@
 #include "base/json.h"
 #include "base/timer.h"
 
+enum synth_family { FAMILY_QWEN3_MOE, FAMILY_GLM_MOE_DSA };
+
 struct shape_preset {
     const char *name;
+    enum synth_family family;
     int vocab, d_model, n_layers, n_heads, n_kv, head_dim, n_experts, k, d_expert;
+    /* glm_moe_dsa only (spec C.1): leading dense layers and their width, shared experts,
+     * MLA ranks and head dims, the DSA indexer */
+    int n_dense, d_ff, n_shared, q_lora, kv_lora, nope, rope, v_dim, index_heads, index_dim, index_topk;
 };
 
+/* one preset per few lines reads better than one field per line */
+/* clang-format off */
 static const struct shape_preset PRESETS[] = {
     /* seconds to write and to run on a CPU: the command-line tests */
-    {"tiny", 1024, 256, 2, 4, 2, 64, 8, 2, 128},
+    {.name = "tiny", .family = FAMILY_QWEN3_MOE, .vocab = 1024, .d_model = 256, .n_layers = 2, .n_heads = 4,
+     .n_kv = 2, .head_dim = 64, .n_experts = 8, .k = 2, .d_expert = 128},
     /* hidden 2048, 8 layers, 64 experts top-8: the CPU decode benchmark of issue 2 */
-    {"cpu-bench", 151936, 2048, 8, 32, 4, 128, 64, 8, 768},
+    {.name = "cpu-bench", .family = FAMILY_QWEN3_MOE, .vocab = 151936, .d_model = 2048, .n_layers = 8,
+     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 64, .k = 8, .d_expert = 768},
     /* Qwen3-30B-A3B (spec/models.md A.1) */
-    {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 128, 128, 8, 768},
+    {.name = "qwen3-30b-a3b", .family = FAMILY_QWEN3_MOE, .vocab = 151936, .d_model = 2048, .n_layers = 48,
+     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 128, .k = 8, .d_expert = 768},
+    /* GLM-5 (spec C.1) over 4 layers by default, 1 dense + MoE: the slice benchmark of issue 7.
+     * head_dim = qk_rope_head_dim, as the config class sets it; n_kv = n_heads (no GQA). */
+    {.name = "glm5-slice", .family = FAMILY_GLM_MOE_DSA, .vocab = 154880, .d_model = 6144, .n_layers = 4,
+     .n_heads = 64, .n_kv = 64, .head_dim = 64, .n_experts = 256, .k = 8, .d_expert = 2048, .n_dense = 1,
+     .d_ff = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512, .nope = 192, .rope = 64, .v_dim = 256,
+     .index_heads = 32, .index_dim = 128, .index_topk = 2048},
 };
+/* clang-format on */
 
 enum synth_format { SYNTH_BF16, SYNTH_NVFP4 };
 
@@ -76,11 +113,11 @@ enum { SCALE_LO = 0x68, SCALE_HI = 0x7e };
 struct tensor_spec {
     char name[160];
     enum dtype dtype;
-    int n_dims;       /* 0 (a scalar), 1 or 2 */
+    int n_dims; /* 0 (a scalar), 1 or 2 */
     int64_t shape[2];
     enum fill fill;
-    float value;      /* FILL_MATRIX: amplitude; FILL_SCALAR: the value */
-    uint64_t offset;  /* in the data section */
+    float value;     /* FILL_MATRIX: amplitude; FILL_SCALAR: the value */
+    uint64_t offset; /* in the data section */
     uint64_t bytes;
 };
 
@@ -163,56 +200,162 @@ static int synth_add(struct synth *sy, enum fill fill, enum dtype dt, int n_dims
     return 0;
 }
 
-/* One linear layer `prefix` with W [rows out, cols in]: BF16, or the four NVFP4 tensors. */
-static int synth_add_linear(struct synth *sy, bool quantized, int64_t rows, int64_t cols, const char *prefix)
+/* The module patterns `moeserve quantize` leaves unquantized by default: keep this list equal to
+ * DEFAULT_EXCLUDES in src/engine/quantize.c, so a synthetic NVFP4 file is what quantizing a real
+ * BF16 checkpoint would give, and the loader's check against quantization_config agrees. */
+static const char *const EXCLUDES[] = {"lm_head", "*embed_tokens*", "*.mlp.gate", "*.mlp.shared_expert_gate",
+                                       "*.indexer.weights_proj"};
+
+static bool synth_excluded(const char *module)
 {
-    if (!quantized)
+    for (size_t i = 0; i < sizeof EXCLUDES / sizeof EXCLUDES[0]; i++)
+        if (fnmatch(EXCLUDES[i], module, 0) == 0)
+            return true;
+    return false;
+}
+
+/* One linear layer `prefix` with W [rows out, cols in]: the four NVFP4 tensors with --format
+ * nvfp4 unless an exclude names the module, else BF16. */
+static int synth_add_linear(struct synth *sy, int64_t rows, int64_t cols, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int synth_add_linear(struct synth *sy, int64_t rows, int64_t cols, const char *fmt, ...)
+{
+    char prefix[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    if (sy->format != SYNTH_NVFP4 || synth_excluded(prefix))
         return synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, rows, cols, sqrtf(3.0f / (float)cols), "%s.weight",
                          prefix);
+    if (cols % 16 != 0) { /* a preset bug: NVFP4 blocks are 16 inputs */
+        fprintf(stderr, "make_synth_checkpoint: %s: %lld in-features are not a multiple of 16\n", prefix,
+                (long long)cols);
+        return -1;
+    }
     float scale2 = sy->nvfp4_scale2_unit / sqrtf((float)cols);
     return synth_add(sy, FILL_CODES, DTYPE_U8, 2, rows, cols / 2, 0, "%s.weight", prefix) ||
            synth_add(sy, FILL_SCALES, DTYPE_F8_E4M3, 2, rows, cols / 16, 0, "%s.weight_scale", prefix) ||
            synth_add(sy, FILL_SCALAR, DTYPE_F32, 0, 0, 0, scale2, "%s.weight_scale_2", prefix) ||
-           synth_add(sy, FILL_SCALAR, DTYPE_F32, 0, 0, 0, INPUT_AMAX / (6.0f * 448.0f), "%s.input_scale", prefix);
+           synth_add(sy, FILL_SCALAR, DTYPE_F32, 0, 0, 0, INPUT_AMAX / (6.0f * 448.0f), "%s.input_scale",
+                     prefix);
+}
+
+static int synth_add_norm(struct synth *sy, int64_t len, const char *name)
+{
+    return synth_add(sy, FILL_NORM, DTYPE_BF16, 1, len, 0, 0, "%s", name);
+}
+
+/* Routed experts (per-expert names, spec 0.7), the BF16 router: one MoE block without its shared expert. */
+static int synth_add_experts(struct synth *sy, int l)
+{
+    const struct shape_preset *s = &sy->s;
+    int64_t D = s->d_model, I = s->d_expert;
+    int rc = synth_add_linear(sy, s->n_experts, D, "model.layers.%d.mlp.gate", l);
+    for (int e = 0; e < s->n_experts && !rc; e++)
+        rc = synth_add_linear(sy, I, D, "model.layers.%d.mlp.experts.%d.gate_proj", l, e) ||
+             synth_add_linear(sy, I, D, "model.layers.%d.mlp.experts.%d.up_proj", l, e) ||
+             synth_add_linear(sy, D, I, "model.layers.%d.mlp.experts.%d.down_proj", l, e);
+    return rc;
 }
 
 /* The tensor list of a qwen3_moe model, in file order. */
-static int synth_plan(struct synth *sy)
+static int synth_plan_qwen3_moe(struct synth *sy)
 {
     const struct shape_preset *s = &sy->s;
-    bool q = sy->format == SYNTH_NVFP4;
     int64_t D = s->d_model, qd = (int64_t)s->n_heads * s->head_dim, kvd = (int64_t)s->n_kv * s->head_dim;
     char p[160];
-    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D), "model.embed_tokens.weight");
+    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D),
+                       "model.embed_tokens.weight");
     for (int l = 0; l < s->n_layers && !rc; l++) {
-        rc |= synth_add(sy, FILL_NORM, DTYPE_BF16, 1, D, 0, 0, "model.layers.%d.input_layernorm.weight", l);
-        rc |= synth_add(sy, FILL_NORM, DTYPE_BF16, 1, D, 0, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        snprintf(p, sizeof p, "model.layers.%d.input_layernorm.weight", l);
+        rc |= synth_add_norm(sy, D, p);
+        snprintf(p, sizeof p, "model.layers.%d.post_attention_layernorm.weight", l);
+        rc |= synth_add_norm(sy, D, p);
         const char *proj[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
         int64_t rows[4] = {qd, kvd, kvd, D}, cols[4] = {D, D, D, qd};
-        for (int i = 0; i < 4; i++) {
-            snprintf(p, sizeof p, "model.layers.%d.self_attn.%s", l, proj[i]);
-            rc |= synth_add_linear(sy, q, rows[i], cols[i], p);
-        }
-        rc |= synth_add(sy, FILL_NORM, DTYPE_BF16, 1, s->head_dim, 0, 0, "model.layers.%d.self_attn.q_norm.weight", l);
-        rc |= synth_add(sy, FILL_NORM, DTYPE_BF16, 1, s->head_dim, 0, 0, "model.layers.%d.self_attn.k_norm.weight", l);
-        snprintf(p, sizeof p, "model.layers.%d.mlp.gate", l);
-        rc |= synth_add_linear(sy, false, s->n_experts, D, p); /* the router stays BF16 */
-        for (int e = 0; e < s->n_experts; e++) {
-            snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%d.gate_proj", l, e);
-            rc |= synth_add_linear(sy, q, s->d_expert, D, p);
-            snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%d.up_proj", l, e);
-            rc |= synth_add_linear(sy, q, s->d_expert, D, p);
-            snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%d.down_proj", l, e);
-            rc |= synth_add_linear(sy, q, D, s->d_expert, p);
-        }
+        for (int i = 0; i < 4; i++)
+            rc |= synth_add_linear(sy, rows[i], cols[i], "model.layers.%d.self_attn.%s", l, proj[i]);
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.q_norm.weight", l);
+        rc |= synth_add_norm(sy, s->head_dim, p);
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.k_norm.weight", l);
+        rc |= synth_add_norm(sy, s->head_dim, p);
+        rc |= synth_add_experts(sy, l);
     }
-    rc |= synth_add(sy, FILL_NORM, DTYPE_BF16, 1, D, 0, 0, "model.norm.weight");
+    rc |= synth_add_norm(sy, D, "model.norm.weight");
     rc |= synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D), "lm_head.weight");
     return rc;
 }
 
+/* One glm_moe_dsa decoder layer (spec C.7): MLA, the DSA indexer (every layer is "full"),
+ * then a dense MLP (l < n_dense) or the MoE block with its shared expert. */
+static int synth_plan_glm_layer(struct synth *sy, int l)
+{
+    const struct shape_preset *s = &sy->s;
+    int64_t D = s->d_model, H = s->n_heads, qk = (int64_t)s->nope + s->rope;
+    int64_t HI = s->index_heads, DI = s->index_dim, shared = (int64_t)s->d_expert * s->n_shared;
+    char p[160];
+    int rc = 0;
+    snprintf(p, sizeof p, "model.layers.%d.input_layernorm.weight", l);
+    rc |= synth_add_norm(sy, D, p);
+    snprintf(p, sizeof p, "model.layers.%d.post_attention_layernorm.weight", l);
+    rc |= synth_add_norm(sy, D, p);
+    rc |= synth_add_linear(sy, s->q_lora, D, "model.layers.%d.self_attn.q_a_proj", l);
+    snprintf(p, sizeof p, "model.layers.%d.self_attn.q_a_layernorm.weight", l);
+    rc |= synth_add_norm(sy, s->q_lora, p);
+    rc |= synth_add_linear(sy, H * qk, s->q_lora, "model.layers.%d.self_attn.q_b_proj", l);
+    rc |= synth_add_linear(sy, (int64_t)s->kv_lora + s->rope, D,
+                           "model.layers.%d.self_attn.kv_a_proj_with_mqa", l);
+    snprintf(p, sizeof p, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
+    rc |= synth_add_norm(sy, s->kv_lora, p);
+    rc |= synth_add_linear(sy, H * ((int64_t)s->nope + s->v_dim), s->kv_lora,
+                           "model.layers.%d.self_attn.kv_b_proj", l);
+    rc |= synth_add_linear(sy, D, H * s->v_dim, "model.layers.%d.self_attn.o_proj", l);
+    rc |= synth_add_linear(sy, HI * DI, s->q_lora, "model.layers.%d.self_attn.indexer.wq_b", l);
+    rc |= synth_add_linear(sy, DI, D, "model.layers.%d.self_attn.indexer.wk", l);
+    snprintf(p, sizeof p, "model.layers.%d.self_attn.indexer.k_norm.weight", l);
+    rc |= synth_add_norm(sy, DI, p);
+    rc |= synth_add(sy, FILL_MATRIX, DTYPE_BF16, 1, DI, 0, 0.1f,
+                    "model.layers.%d.self_attn.indexer.k_norm.bias", l);
+    rc |= synth_add_linear(sy, HI, D, "model.layers.%d.self_attn.indexer.weights_proj", l);
+    if (l < s->n_dense) {
+        rc |= synth_add_linear(sy, s->d_ff, D, "model.layers.%d.mlp.gate_proj", l);
+        rc |= synth_add_linear(sy, s->d_ff, D, "model.layers.%d.mlp.up_proj", l);
+        rc |= synth_add_linear(sy, D, s->d_ff, "model.layers.%d.mlp.down_proj", l);
+        return rc;
+    }
+    /* the selection bias only ranks experts (spec B.3); small, so routing stays the router's */
+    rc |= synth_add(sy, FILL_MATRIX, DTYPE_BF16, 1, s->n_experts, 0, 0.01f,
+                    "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+    rc |= synth_add_experts(sy, l);
+    rc |= synth_add_linear(sy, shared, D, "model.layers.%d.mlp.shared_experts.gate_proj", l);
+    rc |= synth_add_linear(sy, shared, D, "model.layers.%d.mlp.shared_experts.up_proj", l);
+    rc |= synth_add_linear(sy, D, shared, "model.layers.%d.mlp.shared_experts.down_proj", l);
+    return rc;
+}
+
+static int synth_plan_glm_moe_dsa(struct synth *sy)
+{
+    const struct shape_preset *s = &sy->s;
+    int64_t D = s->d_model;
+    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D),
+                       "model.embed_tokens.weight");
+    for (int l = 0; l < s->n_layers && !rc; l++)
+        rc = synth_plan_glm_layer(sy, l);
+    rc |= synth_add_norm(sy, D, "model.norm.weight");
+    rc |= synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D), "lm_head.weight");
+    return rc;
+}
+
+static int synth_plan(struct synth *sy)
+{
+    return sy->s.family == FAMILY_GLM_MOE_DSA ? synth_plan_glm_moe_dsa(sy) : synth_plan_qwen3_moe(sy);
+}
+
 /* Bytes [pos, pos + n) of tensor t (index ti); pos and n are multiples of the element size. */
-static void synth_fill(const struct tensor_spec *t, size_t ti, uint64_t seed, uint64_t pos, uint8_t *dst, size_t n)
+static void synth_fill(const struct tensor_spec *t, size_t ti, uint64_t seed, uint64_t pos, uint8_t *dst,
+                       size_t n)
 {
     uint64_t rng = rng_seed(seed, ti, pos);
     switch (t->fill) {
@@ -221,7 +364,8 @@ static void synth_fill(const struct tensor_spec *t, size_t ti, uint64_t seed, ui
         for (size_t i = 0; i < n / 2; i += 2) { /* two 24-bit uniforms per draw */
             uint64_t r = rng_next(&rng);
             for (size_t j = 0; j < 2 && i + j < n / 2; j++) {
-                float u = (float)((r >> (40 - 24 * j)) & 0xffffff) * (1.0f / 16777216.0f) * 2.0f - 1.0f; /* [-1, 1) */
+                /* u in [-1, 1) */
+                float u = (float)((r >> (40 - 24 * j)) & 0xffffff) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
                 uint16_t h = f32_to_bf16(t->fill == FILL_NORM ? 1.0f + 0.2f * u : t->value * u);
                 memcpy(dst + 2 * (i + j), &h, 2);
             }
@@ -237,9 +381,7 @@ static void synth_fill(const struct tensor_spec *t, size_t ti, uint64_t seed, ui
         for (size_t i = 0; i < n; i++)
             dst[i] = (uint8_t)(SCALE_LO + (rng_next(&rng) >> 33) % (SCALE_HI - SCALE_LO + 1));
         break;
-    case FILL_SCALAR:
-        memcpy(dst, &t->value, 4);
-        break;
+    case FILL_SCALAR: memcpy(dst, &t->value, 4); break;
     }
 }
 
@@ -264,7 +406,8 @@ static char *synth_header(const struct synth *sy, size_t *len)
     json_free(h);
     if (!s)
         return NULL;
-    size_t n = strlen(s), padded = (n + 7) / 8 * 8; /* data section 8-byte aligned, as the reference writer does */
+    /* data section 8-byte aligned, as the reference writer does */
+    size_t n = strlen(s), padded = (n + 7) / 8 * 8;
     char *p = realloc(s, padded + 1);
     if (!p) {
         free(s);
@@ -320,17 +463,20 @@ static int synth_write_data(const struct synth *sy, FILE *fp, uint64_t seed, con
         }
 #pragma omp parallel for schedule(dynamic, 1)
         for (size_t j = 0; j < n_jobs; j++)
-            synth_fill(&sy->ts[jobs[j].tensor], jobs[j].tensor, seed, jobs[j].pos, buf + jobs[j].buf_off, jobs[j].n);
+            synth_fill(&sy->ts[jobs[j].tensor], jobs[j].tensor, seed, jobs[j].pos, buf + jobs[j].buf_off,
+                       jobs[j].n);
         if (fwrite(buf, 1, used, fp) != used) {
-            fprintf(stderr, "\nmake_synth_checkpoint: write failed on %s: %s (disk full?)\n", path, strerror(errno));
+            fprintf(stderr, "\nmake_synth_checkpoint: write failed on %s: %s (disk full?)\n", path,
+                    strerror(errno));
             rc = -1;
         }
         written += used;
         double now = timer_now();
         if (now - last > 0.5 || ti == sy->n) {
             fprintf(stderr, "\rwriting %s: %5.1f%% (%.2f of %.2f GB, %.0f MB/s)", path,
-                    100.0 * (double)written / (double)(sy->data_bytes ? sy->data_bytes : 1), (double)written / 1e9,
-                    (double)sy->data_bytes / 1e9, (double)written / 1e6 / (now - t0 > 0 ? now - t0 : 1));
+                    100.0 * (double)written / (double)(sy->data_bytes ? sy->data_bytes : 1),
+                    (double)written / 1e9, (double)sy->data_bytes / 1e9,
+                    (double)written / 1e6 / (now - t0 > 0 ? now - t0 : 1));
             last = now;
         }
     }
@@ -352,10 +498,9 @@ static int write_json_file(const char *path, const struct json *j)
     return ok ? 0 : -1;
 }
 
-/* ModelOpt's default excludes, the same patterns `moeserve quantize` writes. */
+/* The excludes the weights were made with (EXCLUDES), as `moeserve quantize` writes them. */
 static struct json *synth_excludes(void)
 {
-    static const char *const EXCLUDES[] = {"lm_head", "*embed_tokens*", "*.mlp.gate"};
     struct json *a = json_new_array();
     for (size_t i = 0; i < sizeof EXCLUDES / sizeof EXCLUDES[0]; i++)
         json_append(a, json_new_string(EXCLUDES[i]));
@@ -365,7 +510,8 @@ static struct json *synth_excludes(void)
 static struct json *synth_quant_config(void)
 {
     struct json *qc = json_new_object();
-    struct json *g0 = json_add(json_add(qc, "config_groups", json_new_object()), "group_0", json_new_object());
+    struct json *groups = json_add(qc, "config_groups", json_new_object());
+    struct json *g0 = json_add(groups, "group_0", json_new_object());
     json_append(json_add(g0, "targets", json_new_array()), json_new_string("Linear"));
     const char *side[2] = {"weights", "input_activations"};
     for (int i = 0; i < 2; i++) {
@@ -386,10 +532,8 @@ static struct json *synth_quant_config(void)
     return qc;
 }
 
-static int synth_write_configs(const struct synth *sy, const char *out)
+static struct json *synth_config_qwen3_moe(const struct shape_preset *s)
 {
-    const struct shape_preset *s = &sy->s;
-    char path[4096];
     struct json *c = json_new_object();
     json_append(json_add(c, "architectures", json_new_array()), json_new_string("Qwen3MoeForCausalLM"));
     json_add(c, "model_type", json_new_string("qwen3_moe"));
@@ -399,7 +543,8 @@ static int synth_write_configs(const struct synth *sy, const char *out)
     json_add(c, "num_attention_heads", json_new_number(s->n_heads));
     json_add(c, "num_key_value_heads", json_new_number(s->n_kv));
     json_add(c, "head_dim", json_new_number(s->head_dim));
-    json_add(c, "intermediate_size", json_new_number(s->d_expert * 8)); /* dense FFN width: no layer has one */
+    /* dense FFN width: no layer has one */
+    json_add(c, "intermediate_size", json_new_number(s->d_expert * 8));
     json_add(c, "moe_intermediate_size", json_new_number(s->d_expert));
     json_add(c, "num_experts", json_new_number(s->n_experts));
     json_add(c, "num_experts_per_tok", json_new_number(s->k));
@@ -413,6 +558,72 @@ static int synth_write_configs(const struct synth *sy, const char *out)
     json_add(c, "max_position_embeddings", json_new_number(40960));
     json_add(c, "hidden_act", json_new_string("silu"));
     json_add(c, "torch_dtype", json_new_string("bfloat16"));
+    return c;
+}
+
+/* The keys transformers 5.17 writes for glm_moe_dsa (tests/golden/dsa/ fixtures): head_dim =
+ * qk_rope_head_dim, explicit per-layer mlp_layer_types and indexer_types. GLM-5 values (spec C.1)
+ * except the dense layer count (see the top of the file). */
+static struct json *synth_config_glm_moe_dsa(const struct shape_preset *s)
+{
+    struct json *c = json_new_object();
+    json_append(json_add(c, "architectures", json_new_array()), json_new_string("GlmMoeDsaForCausalLM"));
+    json_add(c, "model_type", json_new_string("glm_moe_dsa"));
+    json_add(c, "vocab_size", json_new_number(s->vocab));
+    json_add(c, "hidden_size", json_new_number(s->d_model));
+    json_add(c, "num_hidden_layers", json_new_number(s->n_layers));
+    json_add(c, "num_attention_heads", json_new_number(s->n_heads));
+    json_add(c, "num_key_value_heads", json_new_number(s->n_kv));
+    json_add(c, "head_dim", json_new_number(s->rope));
+    json_add(c, "q_lora_rank", json_new_number(s->q_lora));
+    json_add(c, "kv_lora_rank", json_new_number(s->kv_lora));
+    json_add(c, "qk_nope_head_dim", json_new_number(s->nope));
+    json_add(c, "qk_rope_head_dim", json_new_number(s->rope));
+    json_add(c, "qk_head_dim", json_new_number(s->nope + s->rope));
+    json_add(c, "v_head_dim", json_new_number(s->v_dim));
+    json_add(c, "index_n_heads", json_new_number(s->index_heads));
+    json_add(c, "index_head_dim", json_new_number(s->index_dim));
+    json_add(c, "index_topk", json_new_number(s->index_topk));
+    struct json *it = json_add(c, "indexer_types", json_new_array());
+    struct json *lt = json_add(c, "layer_types", json_new_array());
+    struct json *mt = json_add(c, "mlp_layer_types", json_new_array());
+    for (int l = 0; l < s->n_layers; l++) {
+        json_append(it, json_new_string("full"));
+        json_append(lt, json_new_string("deepseek_sparse_attention"));
+        json_append(mt, json_new_string(l < s->n_dense ? "dense" : "sparse"));
+    }
+    json_add(c, "first_k_dense_replace", json_new_number(s->n_dense));
+    json_add(c, "intermediate_size", json_new_number(s->d_ff));
+    json_add(c, "moe_intermediate_size", json_new_number(s->d_expert));
+    json_add(c, "n_routed_experts", json_new_number(s->n_experts));
+    json_add(c, "n_shared_experts", json_new_number(s->n_shared));
+    json_add(c, "num_experts_per_tok", json_new_number(s->k));
+    json_add(c, "n_group", json_new_number(1));
+    json_add(c, "topk_group", json_new_number(1));
+    json_add(c, "norm_topk_prob", json_new_bool(true));
+    json_add(c, "routed_scaling_factor", json_new_number(2.5));
+    json_add(c, "rms_norm_eps", json_new_number(1e-5));
+    struct json *rp = json_add(c, "rope_parameters", json_new_object());
+    json_add(rp, "rope_theta", json_new_number(1000000.0));
+    json_add(rp, "rope_type", json_new_string("default"));
+    json_add(c, "attention_bias", json_new_bool(false));
+    json_add(c, "attention_dropout", json_new_number(0));
+    json_add(c, "mlp_bias", json_new_bool(false));
+    json_add(c, "tie_word_embeddings", json_new_bool(false));
+    /* not in spec C.1 (GLM-5's 200K context); only has to exceed any bench context */
+    json_add(c, "max_position_embeddings", json_new_number(202752));
+    json_add(c, "hidden_act", json_new_string("silu"));
+    json_add(c, "dtype", json_new_string("bfloat16"));
+    json_add(c, "use_cache", json_new_bool(true));
+    return c;
+}
+
+static int synth_write_configs(const struct synth *sy, const char *out)
+{
+    const struct shape_preset *s = &sy->s;
+    char path[4096];
+    struct json *c =
+        s->family == FAMILY_GLM_MOE_DSA ? synth_config_glm_moe_dsa(s) : synth_config_qwen3_moe(s);
     if (sy->format == SYNTH_NVFP4)
         json_add(c, "quantization_config", synth_quant_config());
     snprintf(path, sizeof path, "%s/config.json", out);
@@ -440,8 +651,8 @@ static int synth_write_configs(const struct synth *sy, const char *out)
 static int usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b] [--format bf16|nvfp4] [--layers N] "
-            "[--seed S]\n",
+            "usage: %s --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice] [--format bf16|nvfp4] "
+            "[--layers N] [--seed S] [--config-only]\n",
             argv0);
     return 2;
 }
@@ -450,6 +661,7 @@ int main(int argc, char **argv)
 {
     const char *out = NULL, *preset = "cpu-bench", *format = "bf16";
     int layers = 0;
+    bool config_only = false;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
@@ -462,6 +674,8 @@ int main(int argc, char **argv)
             layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--config-only"))
+            config_only = true;
         else
             return usage(argv[0]);
     }
@@ -471,7 +685,8 @@ int main(int argc, char **argv)
         if (!strcmp(PRESETS[i].name, preset))
             p = &PRESETS[i];
     if (!out || !p) {
-        fprintf(stderr, "make_synth_checkpoint: need --out DIR and a known --preset (tiny, cpu-bench, qwen3-30b-a3b)\n");
+        fprintf(stderr, "make_synth_checkpoint: need --out DIR and a known --preset (tiny, cpu-bench, "
+                        "qwen3-30b-a3b, glm5-slice)\n");
         return usage(argv[0]);
     }
     if (!strcmp(format, "nvfp4"))
@@ -497,6 +712,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "make_synth_checkpoint: cannot plan the tensors (out of memory?)\n");
         goto done;
     }
+    if (config_only) {
+        /* the bytes a script checks against the free space before the real write */
+        printf("%llu\n", (unsigned long long)(8 + hl + sy.data_bytes));
+        rc = synth_write_configs(&sy, out) ? 1 : 0;
+        goto done;
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", out);
     fp = fopen(path, "wb");
     if (!fp) {
@@ -507,7 +728,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < 8; i++)
         le[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     double t0 = timer_now();
-    if (fwrite(le, 1, 8, fp) != 8 || fwrite(hdr, 1, hl, fp) != hl || synth_write_data(&sy, fp, seed, path) != 0)
+    if (fwrite(le, 1, 8, fp) != 8 || fwrite(hdr, 1, hl, fp) != hl ||
+        synth_write_data(&sy, fp, seed, path) != 0)
         goto done;
     int closed = fclose(fp);
     fp = NULL;
@@ -515,8 +737,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "\nmake_synth_checkpoint: write failed on %s: %s\n", path, strerror(errno));
         goto done;
     }
-    fprintf(stderr, "\rwrote %s: %.2f GB, %zu tensors, %s, %d layers, %.1f s\n", path, (double)sy.data_bytes / 1e9,
-            sy.n, sy.format == SYNTH_NVFP4 ? "NVFP4 (ModelOpt)" : "BF16", sy.s.n_layers, timer_now() - t0);
+    fprintf(stderr, "\rwrote %s: %.2f GB, %zu tensors, %s, %d layers, %.1f s\n", path,
+            (double)sy.data_bytes / 1e9, sy.n, sy.format == SYNTH_NVFP4 ? "NVFP4 (ModelOpt)" : "BF16",
+            sy.s.n_layers, timer_now() - t0);
     rc = synth_write_configs(&sy, out) ? 1 : 0;
 done:
     if (fp)

@@ -2,7 +2,8 @@
 # tools/make_synth_checkpoint through the real binaries: a 2-layer tiny checkpoint written
 # directly in ModelOpt NVFP4 layout loads (`info`: nvfp4 attention and experts, bf16 embedding,
 # router and lm_head), generates, and benches at two batch sizes; its bytes do not depend on the
-# thread count; the bf16 layout of the same preset generates too; a bad --format is a usage error.
+# thread count; the bf16 layout of the same preset generates too; a bad --format is a usage error;
+# the glm5-slice preset plans GLM-5's tensors and config (--config-only: no weights written).
 # Usage: synth_nvfp4.sh MOESERVE SRC_DIR WORK_DIR
 set -u
 bin=$1 work=$3
@@ -78,7 +79,24 @@ fi
     "$bin" generate --model "$work/nvfp4_t2" --tokens 5,6 -n 2 >/dev/null 2>"$work/gen_bf16.log" &&
     ok "bf16 layout over an nvfp4 one: generates, no hf_quant_config.json" || bad "bf16 layout: $(tail -n 2 "$work/gen_bf16.log")"
 
-# 6. usage errors
+# 6. the glm5-slice preset, config only (its weights are 5.6 GB a MoE layer): the size it would
+#    write, GLM-5's keys as transformers writes them, quantize's excludes
+g=$work/glm5
+mkdir -p "$g"
+size=$("$synth" --out "$g" --preset glm5-slice --layers 2 --format nvfp4 --config-only 2>"$work/glm5.log")
+if [ $? = 0 ] && [ "$size" = 9591160040 ] && [ ! -e "$g/model.safetensors" ] &&
+    grep -q '"model_type":[[:space:]]*"glm_moe_dsa"' "$g/config.json" &&
+    grep -q '"q_lora_rank":[[:space:]]*2048' "$g/config.json" &&
+    grep -q '"index_topk":[[:space:]]*2048' "$g/config.json" &&
+    tr -d ' \t\n' <"$g/config.json" | grep -q '"indexer_types":\["full","full"\]' &&
+    tr -d ' \t\n' <"$g/config.json" | grep -q '"mlp_layer_types":\["dense","sparse"\]' &&
+    grep -q '"\*.indexer.weights_proj"' "$g/hf_quant_config.json"; then
+    ok "glm5-slice --layers 2 --config-only: $size bytes planned, glm_moe_dsa config, 1 dense + 1 MoE layer"
+else
+    bad "glm5-slice config: size '$size', $(cat "$work/glm5.log") $(head -c 300 "$g/config.json" 2>/dev/null)"
+fi
+
+# 7. usage errors
 "$synth" --out "$work/x" --preset tiny --format fp8 >/dev/null 2>&1
 [ $? = 2 ] && ok "--format fp8 is a usage error (exit 2)" || bad "--format fp8 did not exit 2"
 "$bin" bench --model "$m" --batch 0 >/dev/null 2>&1
