@@ -5,7 +5,8 @@
  * --smem-budget lowers the per-block shared-memory budget (an H200 planning
  * exactly the tiles an sm_120 gets). Shapes come from --model DIR's
  * config.json and its quantization config, else Qwen3-30B-A3B-like
- * defaults; --weights overrides the weight format of experts and linears.
+ * defaults; --weights overrides the weight format of experts and linears;
+ * --runnable keeps to the variants the CUDA backend implements (what it runs).
  *
  * Deliberately not here: any choice; this only gathers inputs for
  * plan_build_request() and prints its plan (table, or --json).
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda_variants.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli_args.h"
@@ -50,6 +52,9 @@ int cmd_plan(int argc, char **argv)
         {.name = "weights",
          .metavar = "FORMAT",
          .help = "weight format of experts and linears: bf16, fp8, nvfp4 (W4A4), nvfp4-w4a16"},
+        {.name = "runnable",
+         .help = "only the variants the CUDA backend has kernels for: the plan `--backend cuda` runs "
+                 "(default: every variant the device could run)"},
         {.name = "json", .help = "print JSON instead of a table"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -62,7 +67,7 @@ int cmd_plan(int argc, char **argv)
                  "expected bound and why.\nProfiles: %s.",
                  plan_profile_names());
         cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
-                       "[--weights FORMAT] [--json]",
+                       "[--weights FORMAT] [--runnable] [--json]",
                        about, opts, n);
         return 0;
     }
@@ -125,7 +130,8 @@ int cmd_plan(int argc, char **argv)
     }
 
     struct plan_request req = {
-        .desc = dir ? &d : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget};
+        .desc = dir ? &d : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget,
+        .variant_loads = cli_flag(opts, n, "runnable") ? cuda_variant_implemented : NULL};
     struct plan *p = malloc(sizeof *p);
     int rc = 1;
     if (!p) {

@@ -115,6 +115,26 @@ expect device_and_profile "exclude" -- plan --profile h200 --device 0
 expect bad_budget "--smem-budget" -- plan --profile h200 --smem-budget lots
 expect bad_weights "--weights" -- plan --profile h200 --weights int3
 
+# --runnable: the plan the CUDA backend runs holds only kernels it has (no wgmma / tcgen05 / native
+# fp4), stays within the budget, and still gives NVFP4 experts a tensor-core (bf16 mma) GEMM
+for prof in h200 rtx-pro-6000 b200; do
+    js=$("$bin" plan --profile "$prof" --weights nvfp4-w4a16 --runnable --json 2>/dev/null)
+    if [ -z "$js" ]; then
+        bad "runnable $prof: no JSON"
+        continue
+    fi
+    msg=$(python3 -c '
+import json, sys
+d = json.loads(sys.argv[1]); budget = d["device"].get("smem_budget") or d["device"].get("smem_per_block_optin")
+errs = [o["op"] + ":" + o["kernel"] for o in d["ops"] if any(x in o["kernel"] for x in ("wgmma", "tcgen05", "fp4_mma"))]
+errs += [o["op"] + " smem " + str(o["smem_bytes"]) for o in d["ops"] if budget and o["smem_bytes"] > budget]
+moe = [o for o in d["ops"] if o["op"] == "moe_experts_gemm"]
+if not moe or moe[0]["kernel"] != "moe_gemm_nvfp4_wo_mma":
+    errs.append("moe_experts_gemm is " + (moe[0]["kernel"] if moe else "missing"))
+print("; ".join(errs))' "$js" 2>&1)
+    if [ -z "$msg" ]; then ok "runnable $prof"; else bad "runnable $prof: $msg"; fi
+done
+
 # no --device/--profile: a CUDA-less build says so and suggests --profile; a GPU machine plans
 out=$("$bin" plan --json 2>&1 >/dev/null)
 rc=$?

@@ -36,6 +36,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda_variants.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "base/log.h"
 
@@ -823,21 +824,6 @@ static enum cuda_gemm_tile gemm_tile_from(const struct op_plan *op)
     return CUDA_GEMM_16x64;
 }
 
-/* The planner's variant names this backend has kernels for: the fp32-FMA
- * families, cuBLAS, and the bf16 mma.sync GEMMs of cuda_gemm_mma.cu; every
- * small op has one portable kernel here. The other tensor-core variants
- * (wgmma, tcgen05, fp8/fp4 mma, mma attention) do not exist yet, so the
- * plan must not choose them. */
-static bool cuda_variant_loads(void *ctx_, const char *kernel)
-{
-    (void)ctx_;
-    if (strstr(kernel, "wgmma") || strstr(kernel, "tcgen05"))
-        return false;
-    if (strstr(kernel, "_mma")) /* bf16 mma.sync GEMMs exist for NVFP4 (weight-only) and BF16 weights */
-        return strstr(kernel, "gemm_nvfp4_wo_mma") || strstr(kernel, "gemm_bf16_mma");
-    return true;
-}
-
 /* Reads the kernel configuration out of the plan. A missing entry means the
  * portable default, said loudly (devices.md, planner rule 4). */
 static void configure_from_plan(struct cuda_backend *c)
@@ -945,7 +931,7 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
         return err_set(err, STATUS_NOMEM, "cuda: out of host memory");
     c->device = device;
     struct device_caps caps;
-    struct plan_request req = {.smem_budget = smem_budget, .variant_loads = cuda_variant_loads};
+    struct plan_request req = {.smem_budget = smem_budget, .variant_loads = cuda_variant_implemented};
     if ((st = plan_caps_probe(&caps, device, err)) || (st = plan_build_request(&c->plan, &caps, &req, err))) {
         err_prefix(err, "cuda: planning for device %d", device);
         free(c);
