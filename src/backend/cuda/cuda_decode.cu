@@ -28,7 +28,7 @@
 namespace
 {
 
-enum { DEC_THREADS = 256, DEC_WARPS = DEC_THREADS / 32, GU_R = 2, DOWN_R = 4, MAX_JOBS = 3, MAX_K_USED = 64 };
+enum { DEC_THREADS = 256, DEC_WARPS = DEC_THREADS / 32, MAX_JOBS = 3, MAX_K_USED = 64 };
 
 constexpr float X_PRESCALE = 0x1p100f;
 constexpr float W_POSTSCALE = 0x1p26f; /* 2^126 / 2^100 */
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
 }
 
 /* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). */
-template <int FMT>
+template <int FMT, int GU_R>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_gate_up_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                        const int32_t *ids, int n_used, float *act)
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]);
  * grid (groups of DOWN_R rows, tokens). Warp j of the block takes slots j, j + 8, ...: the
  * experts stream in parallel, and one thread per row adds them up in expert order. */
-template <int FMT>
+template <int FMT, int DOWN_R>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_down_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
                     const int32_t *ids, const float *weights, int n_used, float *out)
@@ -374,21 +374,34 @@ struct launch_gemv1 {
     }
 };
 
+/* rows per warp: gate_up gu (2 or 4), down dn (4 or 8): more rows, more loads in flight per warp
+ * and fewer blocks (one wave instead of two on a 132-SM part). */
+template <int FMT, int GU, int DN>
+cudaError_t moe_launch(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *x,
+                       int n_tokens, const int32_t *ids, const float *weights, int n_used, float *act, float *out)
+{
+    int64_t warps_i = (I + GU - 1) / GU;
+    dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
+    moe_gate_up_kernel<FMT, GU><<<g1, DEC_THREADS, 0, s>>>(table, n_experts, I, D, x, ids, n_used, act);
+    cudaError_t e = CUDA_LAUNCH_RESULT();
+    if (e != cudaSuccess)
+        return e;
+    dim3 g2((unsigned)((D + DN - 1) / DN), (unsigned)n_tokens);
+    moe_down_kernel<FMT, DN><<<g2, DEC_THREADS, 0, s>>>(table, n_experts, D, I, act, ids, weights, n_used, out);
+    return CUDA_LAUNCH_RESULT();
+}
+
 template <int FMT>
 struct launch_moe {
     static cudaError_t run(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I,
                            const float *x, int n_tokens, const int32_t *ids, const float *weights, int n_used,
-                           float *act, float *out)
+                           float *act, float *out, int gu, int dn)
     {
-        int64_t warps_i = (I + GU_R - 1) / GU_R;
-        dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
-        moe_gate_up_kernel<FMT><<<g1, DEC_THREADS, 0, s>>>(table, n_experts, I, D, x, ids, n_used, act);
-        cudaError_t e = CUDA_LAUNCH_RESULT();
-        if (e != cudaSuccess)
-            return e;
-        dim3 g2((unsigned)((D + DOWN_R - 1) / DOWN_R), (unsigned)n_tokens);
-        moe_down_kernel<FMT><<<g2, DEC_THREADS, 0, s>>>(table, n_experts, D, I, act, ids, weights, n_used, out);
-        return CUDA_LAUNCH_RESULT();
+        if (gu >= 4)
+            return dn >= 8 ? moe_launch<FMT, 4, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out)
+                           : moe_launch<FMT, 4, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out);
+        return dn >= 8 ? moe_launch<FMT, 2, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out)
+                       : moe_launch<FMT, 2, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out);
     }
 };
 
@@ -428,12 +441,12 @@ extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model
 extern "C" cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                                        int n_experts, int64_t d_model, int64_t d_expert, const float *x,
                                        int n_tokens, const int32_t *ids, const float *weights, int n_used,
-                                       float *act, float *out)
+                                       float *act, float *out, int rows_gate_up, int rows_down)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
     if (!cuda_moe_decode_supported(fmt, d_model, d_expert, n_used) || (int64_t)n_tokens * n_used > 65535)
         return cudaErrorInvalidValue;
     return by_format<launch_moe>(fmt, stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                 n_used, act, out);
+                                 n_used, act, out, rows_gate_up, rows_down);
 }

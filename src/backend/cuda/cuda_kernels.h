@@ -152,10 +152,12 @@ cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, con
 int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used);
 /* The MoE block for few tokens, pair by pair without a sort: act (n_tokens * n_used, d_expert)
  * = silu(x G_e^T) * (x U_e^T), then out[t] = sum over the token's slots in ascending expert id of
- * weights * (act D_e^T). table as for cuda_gemm_grouped: gate[n_experts], up[...], down[...]. */
+ * weights * (act D_e^T). table as for cuda_gemm_grouped: gate[n_experts], up[...], down[...].
+ * rows_gate_up (2 or 4) and rows_down (4 or 8): output rows per warp. */
 cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                             int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                            const int32_t *ids, const float *weights, int n_used, float *act, float *out);
+                            const int32_t *ids, const float *weights, int n_used, float *act, float *out,
+                            int rows_gate_up, int rows_down);
 
 /* ---- cuda_fused.cu ---- */
 /* backend_ops.attn_prep: q/k head RMSNorm (q_norm NULL: none), RoPE, K/V into the cache. */
