@@ -60,6 +60,7 @@
 #include <sys/stat.h>
 
 #include "base/dtype.h"
+#include "format/safetensors_header.h"
 #include "base/json.h"
 #include "base/timer.h"
 
@@ -385,38 +386,17 @@ static void synth_fill(const struct tensor_spec *t, size_t ti, uint64_t seed, ui
     }
 }
 
-/* {"__metadata__":...,"name":{"dtype":..,"shape":[..],"data_offsets":[a,b]},...}, space-padded to 8 bytes. */
+static void synth_entry(const void *ctx, size_t i, struct st_header_entry *e)
+{
+    const struct tensor_spec *t = &((const struct synth *)ctx)->ts[i];
+    *e = (struct st_header_entry){.name = t->name, .dtype = t->dtype, .n_dims = t->n_dims, .shape = t->shape,
+                                  .begin = t->offset, .end = t->offset + t->bytes};
+}
+
+/* The safetensors header of every tensor, padded (format/safetensors_header.h). */
 static char *synth_header(const struct synth *sy, size_t *len)
 {
-    struct json *h = json_new_object();
-    struct json *meta = json_add(h, "__metadata__", json_new_object());
-    json_add(meta, "format", json_new_string("pt"));
-    for (size_t i = 0; i < sy->n; i++) {
-        const struct tensor_spec *t = &sy->ts[i];
-        struct json *e = json_add(h, t->name, json_new_object());
-        json_add(e, "dtype", json_new_string(dtype_name(t->dtype)));
-        struct json *shape = json_add(e, "shape", json_new_array());
-        for (int d = 0; d < t->n_dims; d++)
-            json_append(shape, json_new_number((double)t->shape[d]));
-        struct json *off = json_add(e, "data_offsets", json_new_array());
-        json_append(off, json_new_number((double)t->offset));
-        json_append(off, json_new_number((double)(t->offset + t->bytes)));
-    }
-    char *s = json_print(h, false);
-    json_free(h);
-    if (!s)
-        return NULL;
-    /* data section 8-byte aligned, as the reference writer does */
-    size_t n = strlen(s), padded = (n + 7) / 8 * 8;
-    char *p = realloc(s, padded + 1);
-    if (!p) {
-        free(s);
-        return NULL;
-    }
-    memset(p + n, ' ', padded - n);
-    p[padded] = 0;
-    *len = padded;
-    return p;
+    return st_header_build(sy->n, synth_entry, sy, len);
 }
 
 /* One piece of work for a thread: a chunk of one tensor into the buffer. */

@@ -23,6 +23,7 @@
 #include "base/progress.h"
 #include "format/checkpoint.h"
 #include "format/quant_codec.h"
+#include "format/safetensors_header.h"
 #include "engine/quantize_calib.h"
 
 /* What an input tensor becomes. */
@@ -260,37 +261,16 @@ static bool write_fp8(FILE *fp, const struct qt_out *o, float *rows, uint8_t *qb
     return write_all(fp, scale_all, (size_t)((N + 127) / 128) * nbk * 4);
 }
 
+static void shard_entry(const void *ctx, size_t i, struct st_header_entry *e)
+{
+    const struct qt_out *o = &((const struct qt_shard *)ctx)->outs[i];
+    *e = (struct st_header_entry){
+        .name = o->name, .dtype = o->dtype, .n_dims = o->n_dims, .shape = o->shape, .begin = o->begin, .end = o->end};
+}
+
 static char *shard_header(const struct qt_shard *sh, size_t *len)
 {
-    struct json *h = json_new_object();
-    struct json *meta = json_add(h, "__metadata__", json_new_object());
-    json_add(meta, "format", json_new_string("pt"));
-    for (size_t i = 0; i < sh->n_outs; i++) {
-        const struct qt_out *o = &sh->outs[i];
-        struct json *e = json_add(h, o->name, json_new_object());
-        json_add(e, "dtype", json_new_string(dtype_name(o->dtype)));
-        struct json *shape = json_add(e, "shape", json_new_array());
-        for (int d = 0; d < o->n_dims; d++)
-            json_append(shape, json_new_number((double)o->shape[d]));
-        struct json *off = json_add(e, "data_offsets", json_new_array());
-        json_append(off, json_new_number((double)o->begin));
-        json_append(off, json_new_number((double)o->end));
-    }
-    char *s = json_print(h, false);
-    json_free(h);
-    if (!s)
-        return NULL;
-    size_t n = strlen(s);
-    size_t padded = (n + 7) / 8 * 8; /* data section 8-byte aligned */
-    char *p = realloc(s, padded + 1);
-    if (!p) {
-        free(s);
-        return NULL;
-    }
-    memset(p + n, ' ', padded - n);
-    p[padded] = 0;
-    *len = padded;
-    return p;
+    return st_header_build(sh->n_outs, shard_entry, sh, len);
 }
 
 static enum status q_write_shards(struct quantizer *q, const char *out_dir)
