@@ -11,7 +11,7 @@
  *          struct rope_args, struct route_args, struct moe_args, struct sample_row,
  *          backend_moe_workspace_floats(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
- *          backend_cpu_create(), backend_destroy()
+ *          backend_cpu_create(), struct backend_cpu_opts, backend_cpu_create_opts(), backend_destroy()
  */
 #ifndef MOESERVE_BACKEND_BACKEND_H
 #define MOESERVE_BACKEND_BACKEND_H
@@ -229,6 +229,13 @@ size_t backend_moe_workspace_floats(int n_tokens, int n_used, int d_model, int d
 size_t backend_dsa_workspace_floats(int n_tokens, int topk);
 
 enum status backend_cpu_create(struct backend *be, struct err *err);
+
+struct backend_cpu_opts {
+    /* every token's results independent of the other tokens of its batch, bit for bit (a
+     * server's output then never depends on its neighbours); slower prefill */
+    bool batch_invariant;
+};
+enum status backend_cpu_create_opts(struct backend *be, const struct backend_cpu_opts *o, struct err *err);
 /* Safe on a zeroed struct. */
 void backend_destroy(struct backend *be);
 

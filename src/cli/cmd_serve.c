@@ -56,6 +56,8 @@ int cmd_serve(int argc, char **argv)
         {.name = "request-timeout", .metavar = "S", .help = "seconds a request may take, queue included (default 600; "
                                                            "0 = none)"},
         {.name = "no-prefix-cache", .help = "do not reuse the KV blocks of earlier prompts"},
+        {.name = "batch-invariant",
+         .help = "cpu: a request's logits never depend on the requests batched with it (slower prefill)"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -147,7 +149,8 @@ int cmd_serve(int argc, char **argv)
     long per_seq_blocks = (kv_blocks + max_seqs - 1) / max_seqs;
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
                               .max_seqs = (int)max_seqs, .max_context = (int)(per_seq_blocks * block),
-                              .block_size = (int)block, .smem_budget = cli_smem_budget(opts, n)};
+                              .block_size = (int)block, .smem_budget = cli_smem_budget(opts, n),
+                              .batch_invariant = cli_flag(opts, n, "batch-invariant")};
     if (model_session_open(&s, model, &so, &err)) {
         LOG_ERROR("serve: %s", err.msg);
         goto done;

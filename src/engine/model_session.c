@@ -30,7 +30,13 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     if (strcmp(def.backend, "cpu") == 0) {
-        st = backend_cpu_create(&s->be, err);
+        struct backend_cpu_opts co = {.batch_invariant = o && o->batch_invariant};
+        st = backend_cpu_create_opts(&s->be, &co, err);
+    } else if (o && o->batch_invariant) {
+        st = err_set(err, STATUS_UNSUPPORTED,
+                     "batch-invariant mode exists on the cpu backend only (backend \"%s\" sums some rows in "
+                     "another order depending on the batch)",
+                     def.backend);
 #ifdef MOESERVE_HAVE_CUDA
     } else if (strcmp(def.backend, "cuda") == 0) {
         st = backend_cuda_create(&s->be, 0, o ? o->smem_budget : 0, err);

@@ -25,6 +25,8 @@ struct session_opts {
     int block_size;      /* KV block size in tokens; default 16 */
     size_t smem_budget;  /* cuda: shared-memory bytes per block the plan may use (--smem-budget);
                             0 = MOESERVE_SMEM_BUDGET or the device's own */
+    bool batch_invariant; /* cpu: a token's results never depend on the rest of its batch
+                             (struct backend_cpu_opts); refused on other backends */
 };
 
 struct model_session {

@@ -23,14 +23,19 @@
 
 static char g_model[4096];
 
-static void open_session(struct model_session *s, int max_seqs, int max_tokens, int kv_blocks)
+static void open_session_mode(struct model_session *s, int max_seqs, int max_tokens, int kv_blocks, bool invariant)
 {
     /* kv blocks = ceil(max_context / 16) * max_seqs (model_session sizes the cache so) */
     struct session_opts so = {.max_seqs = max_seqs, .max_tokens = max_tokens, .block_size = 16,
-                              .max_context = kv_blocks / max_seqs * 16};
+                              .max_context = kv_blocks / max_seqs * 16, .batch_invariant = invariant};
     struct err err = {0};
     if (model_session_open(s, g_model, &so, &err))
         fail_msg("%s", err.msg);
+}
+
+static void open_session(struct model_session *s, int max_seqs, int max_tokens, int kv_blocks)
+{
+    open_session_mode(s, max_seqs, max_tokens, kv_blocks, false);
 }
 
 static int32_t *prompt_of(int seed, int n)
@@ -118,11 +123,12 @@ static void run_alone(struct model_session *s, int max_context, int seed, int n_
     scheduler_free(&sch);
 }
 
-static void test_alone_vs_31_neighbours(void **state)
+/* The same greedy request alone and among 31 neighbours: identical tokens always; with the
+ * batch-invariant CPU backend also identical log-probabilities, bit for bit. */
+static void run_alone_vs_31(bool invariant)
 {
-    (void)state;
     struct model_session s;
-    open_session(&s, 32, 128, 32 * 16);
+    open_session_mode(&s, 32, 128, 32 * 16, invariant);
     enum { NEW = 24 };
     int32_t alone[NEW];
     run_alone(&s, 0, 7, 37, NEW, alone);
@@ -153,15 +159,31 @@ static void test_alone_vs_31_neighbours(void **state)
             float d = r[0]->out_logprob[i] - g_alone_lp[i];
             worst = d < 0 ? (d < -worst ? -d : worst) : (d > worst ? d : worst);
         }
-        /* informative: the CPU GEMM sums in another order for batches of more than 8 rows */
-        printf("prefix cache %d: greedy tokens identical; max |logprob difference| alone vs 31 neighbours %.3g\n",
-               cache, (double)worst);
+        /* default mode, informative: the CPU GEMM sums in another order for batches of more than 8 rows */
+        printf("%s, prefix cache %d: greedy tokens identical; max |logprob difference| alone vs 31 neighbours "
+               "%.3g\n",
+               invariant ? "batch-invariant" : "default", cache, (double)worst);
+        if (invariant && worst != 0.0f)
+            fail_msg("batch-invariant backend: log-probabilities differ by %g alone vs with neighbours",
+                     (double)worst);
         for (int i = 0; i < 32; i++)
             sched_req_put(r[i]);
         assert_no_blocks_in_use(&sch);
         scheduler_free(&sch);
     }
     model_session_close(&s);
+}
+
+static void test_alone_vs_31_neighbours(void **state)
+{
+    (void)state;
+    run_alone_vs_31(false);
+}
+
+static void test_alone_vs_31_batch_invariant(void **state)
+{
+    (void)state;
+    run_alone_vs_31(true);
 }
 
 static void test_kv_exhaustion_preempts(void **state)
@@ -362,7 +384,8 @@ int main(void)
     const char *src = getenv("MOESERVE_SRC");
     snprintf(g_model, sizeof g_model, "%s/models/moeserve-tiny", src ? src : ".");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_alone_vs_31_neighbours), cmocka_unit_test(test_kv_exhaustion_preempts),
+        cmocka_unit_test(test_alone_vs_31_neighbours), cmocka_unit_test(test_alone_vs_31_batch_invariant),
+        cmocka_unit_test(test_kv_exhaustion_preempts),
         cmocka_unit_test(test_cancel_frees_blocks),    cmocka_unit_test(test_prefix_cache_reuse),
         cmocka_unit_test(test_queue_bound_deadline_logprobs), cmocka_unit_test(test_thread),
     };

@@ -82,10 +82,15 @@ static void cpu_embed(struct backend *be, const struct weight *table, const int3
     }
 }
 
+/* The backend's options (backend_cpu_create_opts), held in be->impl. */
+static bool cpu_rowwise(const struct backend *be)
+{
+    return be->impl && ((const struct backend_cpu_opts *)be->impl)->batch_invariant;
+}
+
 static void cpu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
 {
-    (void)be;
-    cpu_gemm(w, x, m, (size_t)w->cols, y, (size_t)w->rows);
+    cpu_gemm_mode(w, x, m, (size_t)w->cols, y, (size_t)w->rows, cpu_rowwise(be));
 }
 
 static void rmsnorm_row(const float *x, const float *w, int dim, float eps, float *y)
@@ -315,7 +320,7 @@ static void cpu_moe_experts(struct backend *be, const float *x, int n_tokens, co
                             const float *weights, const struct moe_args *a, float *work,
                             float *out)
 {
-    (void)be;
+    const bool rowwise = cpu_rowwise(be);
     size_t pairs = (size_t)n_tokens * (size_t)a->n_used;
     size_t D = (size_t)a->d_model, I = (size_t)a->d_expert;
     float *xg = work;
@@ -344,10 +349,10 @@ static void cpu_moe_experts(struct backend *be, const float *x, int n_tokens, co
             size_t t = (size_t)order[start + (size_t)i] / (size_t)a->n_used;
             memcpy(xg + (size_t)i * D, x + t * D, D * sizeof(float));
         }
-        cpu_gemm(&a->gate[e], xg, cnt, D, gate, I);
-        cpu_gemm(&a->up[e], xg, cnt, D, up, I);
+        cpu_gemm_mode(&a->gate[e], xg, cnt, D, gate, I, rowwise);
+        cpu_gemm_mode(&a->up[e], xg, cnt, D, up, I, rowwise);
         cpu_silu_mul(be, gate, up, cnt, (int)I, gate);
-        cpu_gemm(&a->down[e], gate, cnt, I, yg, D);
+        cpu_gemm_mode(&a->down[e], gate, cnt, I, yg, D, rowwise);
         for (int i = 0; i < cnt; i++) {
             size_t p = (size_t)order[start + (size_t)i];
             float wgt = weights[p];
@@ -369,7 +374,8 @@ static void cpu_add(struct backend *be, float *y, const float *x, size_t n)
 
 static void cpu_destroy(struct backend *be)
 {
-    (void)be;
+    free(be->impl);
+    be->impl = NULL;
 }
 
 static const struct backend_ops CPU_OPS = {
@@ -402,8 +408,19 @@ static const struct backend_ops CPU_OPS = {
 
 enum status backend_cpu_create(struct backend *be, struct err *err)
 {
-    (void)err;
+    return backend_cpu_create_opts(be, NULL, err);
+}
+
+enum status backend_cpu_create_opts(struct backend *be, const struct backend_cpu_opts *o, struct err *err)
+{
     be->ops = &CPU_OPS;
     be->impl = NULL;
+    if (o && o->batch_invariant) {
+        struct backend_cpu_opts *c = malloc(sizeof *c);
+        if (!c)
+            return err_set(err, STATUS_NOMEM, "cpu backend: out of memory");
+        *c = *o;
+        be->impl = c;
+    }
     return STATUS_OK;
 }

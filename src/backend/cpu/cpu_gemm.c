@@ -773,6 +773,11 @@ static bool cpu_has_avx2(void)
 
 void cpu_gemm(const struct weight *w, const float *x, int m, size_t ldx, float *y, size_t ldy)
 {
+    cpu_gemm_mode(w, x, m, ldx, y, ldy, false);
+}
+
+void cpu_gemm_mode(const struct weight *w, const float *x, int m, size_t ldx, float *y, size_t ldy, bool rowwise)
+{
     ASSERT(w != NULL && m >= 0);
     ASSERT((unsigned)w->format < WEIGHT_FORMAT_COUNT && w->rows >= 0 && w->cols >= 0);
     if (m == 0 || w->rows == 0)
@@ -809,7 +814,8 @@ void cpu_gemm(const struct weight *w, const float *x, int m, size_t ldx, float *
     }
 #if CPU_GEMM_X86
     if (!g_force_scalar && cpu_has_avx2()) {
-        if (a.m <= FUSED_M_MAX)
+        /* fused_tile sums each (row, feature) in one order for any row grouping; the panel path in another */
+        if (a.m <= FUSED_M_MAX || rowwise)
             fused_run(&a);
         else
             panel_run(&a, &PANEL_AVX2[w->format]);

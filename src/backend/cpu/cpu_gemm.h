@@ -6,7 +6,7 @@
  * runtime's default team size; each thread uses up to ~70 KB of stack
  * scratch and nothing is allocated.
  *
- * defines: cpu_gemm(), cpu_gemm_force_scalar()
+ * defines: cpu_gemm(), cpu_gemm_mode(), cpu_gemm_force_scalar()
  */
 #ifndef MOESERVE_BACKEND_CPU_CPU_GEMM_H
 #define MOESERVE_BACKEND_CPU_CPU_GEMM_H
@@ -22,6 +22,11 @@
  * overlap. Only the first rows columns of each y row are written; m == 0 does
  * nothing. NVFP4 needs cols % 16 == 0. Broken preconditions abort (ASSERT). */
 void cpu_gemm(const struct weight *w, const float *x, int m, size_t ldx, float *y, size_t ldy);
+
+/* cpu_gemm, and with rowwise every output row is summed in the same order whatever m is (the
+ * decode kernel for every batch): a row's result never depends on the rows beside it, at the
+ * cost of streaming W once per 4 rows at large m. cpu_gemm picks by m (faster prefill). */
+void cpu_gemm_mode(const struct weight *w, const float *x, int m, size_t ldx, float *y, size_t ldy, bool rowwise);
 
 /* Exists for tests and benchmarks only: true makes cpu_gemm use the portable
  * C kernels even where the AVX2 ones would run. Process-wide, not thread-safe:
