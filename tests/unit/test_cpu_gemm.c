@@ -26,21 +26,9 @@
 
 #include "backend/cpu/cpu_gemm.h"
 #include "base/dtype.h"
+#include "test_rand.h"
 
 #define SENTINEL (-12345.5f)
-
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_unit(uint64_t *s) /* uniform [-1, 1) */
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
-}
 
 /* A random weight and the buffers it borrows. */
 struct test_weight {

@@ -34,6 +34,7 @@
 #include "backend/cuda/backend_cuda.h"
 #include "base/dtype.h"
 #include "base/log.h"
+#include "test_rand.h"
 
 #define TOL_F32 1e-5
 #define TOL_BF16 1e-4 /* BF16 linear: cuBLAS on bf16 hi + lo activations (one bf16 rounding alone: 2e-2) */
@@ -45,28 +46,6 @@ struct pair {
 };
 
 /* ---------------------------------------------------------------- helpers */
-
-static uint64_t rng_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_unit(uint64_t *s) /* uniform [-1, 1) */
-{
-    return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
-}
-
-static float *rand_floats(size_t n, float scale, uint64_t *rng)
-{
-    float *p = malloc(n * sizeof(float) + 4);
-    assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = scale * rng_unit(rng);
-    return p;
-}
 
 static void *dev_copy(struct backend *g, const void *h, size_t bytes)
 {
