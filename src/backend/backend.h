@@ -203,6 +203,19 @@ struct backend_ops {
     void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,
                       const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope,
                       const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
+    /* Decode fusions: each returns false, having run nothing, when it does not take the shape
+     * (the forward then composes the ops above), true when done.
+     * x_out[m, K] = rmsnorm(h) * norm_w, then ys[j] = x_out ws[j]^T for j < n_w <= 3. */
+    bool (*norm_linear_multi)(struct backend *be, int n_w, const struct weight *const *ws, const float *h,
+                              const float *norm_w, float eps, int m, float *x_out, float *const *ys);
+    /* h[m, w->rows] += x w^T (+ bias): the output projection with the residual add. */
+    bool (*linear_residual)(struct backend *be, const struct weight *w, const float *x, int m, float *h);
+    /* The routed-MoE half of a layer without shared experts, residual included:
+     * x = rmsnorm(h) * norm_w, logits = x router^T, ids/weights = route(logits), h += experts(x).
+     * x, logits, ids, weights and work are scratch as for the separate ops. */
+    bool (*moe_block_residual)(struct backend *be, float *h, const float *norm_w, float eps,
+                               const struct weight *router, const struct route_args *ra, const struct moe_args *ma,
+                               int m, float *x, float *logits, int32_t *ids, float *weights, float *work);
     /* ids[r] = argmax of logits[r, :vocab] (lowest id on ties), -1 if the row holds a NaN. */
     void (*argmax)(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
     /* ids[r] = a token drawn with params[r] (backend memory) from softmax(logits[r] / T) cut to

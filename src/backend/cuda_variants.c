@@ -6,12 +6,16 @@
 bool cuda_variant_implemented(void *ctx, const char *kernel)
 {
     (void)ctx;
-    /* not written yet: Hopper warpgroup MMA, Blackwell tcgen05 */
-    if (strstr(kernel, "wgmma") || strstr(kernel, "tcgen05"))
+    /* warpgroup MMA: the bf16 GEMMs of cuda_gemm_wgmma.cu (NVFP4 weight-only, BF16); not the fp8 GEMM,
+     * not wgmma attention. Not written yet: Blackwell tcgen05 */
+    if (strstr(kernel, "wgmma"))
+        return strstr(kernel, "gemm_nvfp4_wo_wgmma") || strstr(kernel, "gemm_bf16_wgmma");
+    if (strstr(kernel, "tcgen05"))
         return false;
-    /* mma.sync: the bf16 GEMMs of cuda_gemm_mma.cu (NVFP4 weight-only, BF16); not the fp8 / native
-     * fp4 GEMMs, not mma attention */
+    /* mma.sync: the bf16 GEMMs of cuda_gemm_mma.cu (NVFP4 weight-only, BF16) and the prefill
+     * attention of cuda_attention_mma.cu; not the fp8 / native fp4 GEMMs, not mma decode attention */
     if (strstr(kernel, "_mma"))
-        return strstr(kernel, "gemm_nvfp4_wo_mma") || strstr(kernel, "gemm_bf16_mma");
+        return strstr(kernel, "gemm_nvfp4_wo_mma") || strstr(kernel, "gemm_bf16_mma") ||
+               !strcmp(kernel, "attn_prefill_mma_bf16");
     return true;
 }

@@ -333,28 +333,103 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     return STATUS_OK;
 }
 
-/* Every op of the pass up to the residual stream's last add (no host work, no copies). */
+/* Attention through the backend's decode fusions: the q/k/v projection normalises h itself, the
+ * output projection adds into h. False (nothing run) when the backend does not take the shape. */
+static bool forward_attention_fused(struct forward *f, int l, int n)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (d->layers[l].attn == ATTN_MLA || !be->ops->norm_linear_multi || !be->ops->linear_residual ||
+        !be->ops->attn_prep)
+        return false;
+    const struct weight *ws[3] = {&lw->wq, &lw->wk, &lw->wv};
+    float *ys[3] = {f->q, f->k, f->v};
+    if (!be->ops->norm_linear_multi(be, 3, ws, f->h, lw->attn_norm, d->norm_eps, n, f->x, ys))
+        return false;
+    struct rope_args ra = {.dim = d->rope.dim, .offset = d->rope.offset,
+                           .interleaved = d->rope.layout == ROPE_INTERLEAVED,
+                           .attention_factor = d->rope.attention_factor, .inv_freq = f->inv_freq};
+    const struct paged_kv *kv = &f->kv->layers[l];
+    struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
+                            .max_blocks = f->max_blocks};
+    be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra, f->d_pos, kv,
+                       f->d_slots);
+    be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
+    if (!be->ops->linear_residual(be, &lw->wo, f->attn, n, f->h)) {
+        be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
+        be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
+    }
+    return true;
+}
+
+/* The routed-MoE half of a layer in the backend's fused op (norm, router, routing, experts and
+ * the residual add); not for layers with a shared expert or a dense MLP. */
+static bool forward_ffn_fused(struct forward *f, int l, int n)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (d->layers[l].ffn == FFN_DENSE || lw->has_ffn || !be->ops->moe_block_residual)
+        return false;
+    struct route_args ra = {
+        .n_experts = d->n_experts,
+        .n_used = d->n_experts_used,
+        .score = d->router == ROUTER_SOFTMAX ? ROUTE_SOFTMAX : ROUTE_SIGMOID,
+        .correction_bias = lw->correction_bias,
+        .n_group = d->n_group,
+        .topk_group = d->topk_group,
+        .normalize = d->norm_topk_prob,
+        .normalize_eps = d->norm_topk_eps,
+        .scaling = d->routed_scaling,
+    };
+    struct moe_args ma = {.n_experts = d->n_experts, .n_used = d->n_experts_used, .d_model = d->d_model,
+                          .d_expert = d->d_expert, .gate = lw->exp_gate, .up = lw->exp_up,
+                          .down = lw->exp_down};
+    return be->ops->moe_block_residual(be, f->h, lw->ffn_norm, d->norm_eps, &lw->router, &ra, &ma, n, f->x,
+                                       f->router, f->route_ids, f->route_w, f->moe_work);
+}
+
+/* x = rmsnorm(h (+ delta when an output is still pending)) * w; the pending output joins h. */
+static void forward_norm(struct forward *f, const float *w, int n, bool *pending)
+{
+    const struct model_desc *d = f->d;
+    if (*pending)
+        f->be->ops->add_rmsnorm(f->be, f->h, f->delta, w, n, d->d_model, d->norm_eps, f->x);
+    else
+        f->be->ops->rmsnorm(f->be, f->h, w, n, d->d_model, d->norm_eps, f->x);
+    *pending = false;
+}
+
+/* Every op of the pass up to the residual stream's last add (no host work, no copies). Each half
+ * of a layer either runs fused (adding into h itself) or leaves its output in f->delta, pending
+ * until the next norm adds it. */
 static void forward_layers(struct forward *f, const struct forward_batch *b)
 {
     const struct model_desc *d = f->d;
     struct backend *be = f->be;
     int n = b->n_tokens;
+    bool pending = false;
     be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
     for (int l = 0; l < d->n_layers; l++) {
         const struct layer_weights *lw = &f->w->layers[l];
-        if (l == 0)
-            be->ops->rmsnorm(be, f->h, lw->attn_norm, n, d->d_model, d->norm_eps, f->x);
-        else
-            be->ops->add_rmsnorm(be, f->h, f->delta, lw->attn_norm, n, d->d_model, d->norm_eps, f->x);
-        if (d->layers[l].attn == ATTN_MLA)
-            forward_mla_attention(f, n, l);
-        else
-            forward_attention_gqa(f, l, n);
-        be->ops->add_rmsnorm(be, f->h, f->delta, lw->ffn_norm, n, d->d_model, d->norm_eps, f->x);
-        forward_ffn(f, l, n);
+        if (pending || !forward_attention_fused(f, l, n)) {
+            forward_norm(f, lw->attn_norm, n, &pending);
+            if (d->layers[l].attn == ATTN_MLA)
+                forward_mla_attention(f, n, l);
+            else
+                forward_attention_gqa(f, l, n);
+            pending = true;
+        }
+        if (pending || !forward_ffn_fused(f, l, n)) {
+            forward_norm(f, lw->ffn_norm, n, &pending);
+            forward_ffn(f, l, n);
+            pending = true;
+        }
     }
     /* final residual add; the final norm is applied per selected row in forward_logits_chunk */
-    be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
+    if (pending)
+        be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
 }
 
 /* A decode-shaped pass (every row wants logits, in order, one chunk) depends on nothing but its

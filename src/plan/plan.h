@@ -98,6 +98,8 @@ struct device_caps {
     bool tcgen05;              /* sm_100a */
     bool fp4_mma_block_scaled; /* sm_120a mma.sync kind::mxf4nvf4 */
     bool tma;
+    bool pdl;      /* programmatic dependent launch (griddepcontrol): a kernel starts while its
+                    * predecessor finishes, sm_90 on */
     bool known_cc; /* false: newer than the table, portable path + warning */
     /* extensions */
     char arch[16];       /* fatbin target that serves it: "sm_90a"; "" when unknown */

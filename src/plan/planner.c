@@ -26,6 +26,9 @@
  *       in registers. The epilogue writes from registers: no C tile in smem.
  *   attention_prefill (D = qk dim, Dv = v dim):  2 x (tile_m x D + stages x tile_n x (D + Dv))
  *       (Q tile once, K and V tiles per stage, bf16; portable adds the fp32 score tile tile_m x tile_n x 4)
+ *       mma (attn_prefill_mma_bf16): 4 x (tile_m x D + stages x tile_n x (D + Dv)) + 16 x tile_m, stages
+ *       1..2: every operand as bf16 hi + lo (4 bytes, for fp32-level precision), stage 2 the fp32
+ *       copy of the next K/V step (cp.async), 16 bytes of row data per query row
  *   attention_decode:  2 x (tile_m x Dk + stages x tile_n x Dkv)   (Dkv = Dk + Dv, or Dk for
  *       MLA where V is the first Dv dims of the cached latent)
  *   stages 0 (portable only): operands read straight from global memory through L1: 0 bytes.
@@ -796,7 +799,7 @@ static enum status plan_attention_prefill(struct plan_ctx *x, struct err *err)
                         c->regs = Dv / 2 + tn / 2 + 32;
                         c->feed = SMEM_BYTES_PER_CLK * 64; /* 64 query rows share each K/V byte read */
                     } else if (fam == 1) {
-                        if (st < 1)
+                        if (st < 1 || st > 2)
                             continue;
                         c = cand_add(x, "attn_prefill_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
                         c->threads = tm / 16 * 32;
@@ -814,6 +817,8 @@ static enum status plan_attention_prefill(struct plan_ctx *x, struct err *err)
                     c->smem = 2 * ((size_t)tm * D + (size_t)st * tn * (D + Dv));
                     if (fam == 2)
                         c->smem = st ? c->smem + (size_t)tm * tn * 4 : 0;
+                    if (fam == 1) /* cuda_attention_mma_smem(): see the formula above */
+                        c->smem = 4 * ((size_t)tm * D + (size_t)st * tn * (D + Dv)) + 16 * (size_t)tm;
                     /* causal: query tile i sees keys up to its last row, whole key tiles */
                     double keys = 0;
                     for (int q0 = 0; q0 < T; q0 += tm)

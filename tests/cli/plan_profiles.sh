@@ -115,8 +115,9 @@ expect device_and_profile "exclude" -- plan --profile h200 --device 0
 expect bad_budget "--smem-budget" -- plan --profile h200 --smem-budget lots
 expect bad_weights "--weights" -- plan --profile h200 --weights int3
 
-# --runnable: the plan the CUDA backend runs holds only kernels it has (no wgmma / tcgen05 / native
-# fp4), stays within the budget, and still gives NVFP4 experts a tensor-core (bf16 mma) GEMM
+# --runnable: the plan the CUDA backend runs holds only kernels it has (wgmma only for the bf16 GEMMs;
+# no tcgen05 / native fp4), stays within the budget, and still gives NVFP4 experts a tensor-core GEMM
+# (bf16 wgmma on the H200, bf16 mma elsewhere)
 for prof in h200 rtx-pro-6000 b200; do
     js=$("$bin" plan --profile "$prof" --weights nvfp4-w4a16 --runnable --json 2>/dev/null)
     if [ -z "$js" ]; then
@@ -126,12 +127,16 @@ for prof in h200 rtx-pro-6000 b200; do
     msg=$(python3 -c '
 import json, sys
 d = json.loads(sys.argv[1]); budget = d["device"].get("smem_budget") or d["device"].get("smem_per_block_optin")
-errs = [o["op"] + ":" + o["kernel"] for o in d["ops"] if any(x in o["kernel"] for x in ("wgmma", "tcgen05", "fp4_mma"))]
+def lacks(k):  # a kernel the CUDA backend does not have
+    return any(x in k for x in ("tcgen05", "fp4_mma")) or ("wgmma" in k and "gemm_nvfp4_wo_wgmma" not in k
+                                                           and "gemm_bf16_wgmma" not in k)
+errs = [o["op"] + ":" + o["kernel"] for o in d["ops"] if lacks(o["kernel"])]
 errs += [o["op"] + " smem " + str(o["smem_bytes"]) for o in d["ops"] if budget and o["smem_bytes"] > budget]
 moe = [o for o in d["ops"] if o["op"] == "moe_experts_gemm"]
-if not moe or moe[0]["kernel"] != "moe_gemm_nvfp4_wo_mma":
-    errs.append("moe_experts_gemm is " + (moe[0]["kernel"] if moe else "missing"))
-print("; ".join(errs))' "$js" 2>&1)
+want = "moe_gemm_nvfp4_wo_wgmma" if sys.argv[2] == "h200" else "moe_gemm_nvfp4_wo_mma"
+if not moe or moe[0]["kernel"] != want:
+    errs.append("moe_experts_gemm is " + (moe[0]["kernel"] if moe else "missing") + ", want " + want)
+print("; ".join(errs))' "$js" "$prof" 2>&1)
     if [ -z "$msg" ]; then ok "runnable $prof"; else bad "runnable $prof: $msg"; fi
 done
 

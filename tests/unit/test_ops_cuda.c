@@ -474,10 +474,12 @@ static void run_attention_case(struct pair *p, const struct attn_case *ac, uint6
     db.seq = dev_copy(&p->gpu, seq, (size_t)T * 4);
     db.block_table = dev_copy(&p->gpu, table, (size_t)ac->n_seqs * (size_t)max_blocks * 4);
     float *dq = dev_copy(&p->gpu, q, qn * 4);
-    int modes[] = {0, -1, 2, 7};
-    const char *mode_names[] = {"auto", "unsplit", "2 splits", "7 splits"};
-    for (int m = 0; m < 4; m++) {
+    /* the last mode: 7 splits through the older split kernel + merge kernel pair */
+    int modes[] = {0, -1, 2, 7, 64, 7};
+    const char *mode_names[] = {"auto", "unsplit", "2 splits", "7 splits", "64 splits", "7 splits, older kernels"};
+    for (int m = 0; m < 6; m++) {
         backend_cuda_set_attention_splits(&p->gpu, modes[m]);
+        backend_cuda_set_legacy_decode(&p->gpu, m == 5);
         float *dout = dev_nan(&p->gpu, qn);
         p->gpu.ops->attention(&p->gpu, dq, &dkv, &db, ac->n_heads, scale, dout);
         gpu_ok(&p->gpu);
@@ -490,6 +492,7 @@ static void run_attention_case(struct pair *p, const struct attn_case *ac, uint6
         p->gpu.ops->free(&p->gpu, dout);
     }
     backend_cuda_set_attention_splits(&p->gpu, 0);
+    backend_cuda_set_legacy_decode(&p->gpu, false);
     p->gpu.ops->free(&p->gpu, dkv.k), p->gpu.ops->free(&p->gpu, dkv.v);
     p->gpu.ops->free(&p->gpu, (void *)db.pos), p->gpu.ops->free(&p->gpu, (void *)db.seq);
     p->gpu.ops->free(&p->gpu, (void *)db.block_table), p->gpu.ops->free(&p->gpu, dq);
@@ -944,6 +947,8 @@ static void test_sample(void **state)
 }
 
 #include "ops_cuda_mla.inc" /* layernorm, mla_*, dsa_select (glm_moe_dsa) */
+#include "ops_cuda_wgmma.inc" /* the Hopper wgmma GEMM, direct and through linear / moe_experts */
+#include "ops_cuda_attn_mma.inc" /* the tensor-core prefill attention, its tile fit */
 
 int main(void)
 {
@@ -963,6 +968,8 @@ int main(void)
         cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_mla_store),
         cmocka_unit_test(test_mla_absorb_expand), cmocka_unit_test(test_mla_attention),
         cmocka_unit_test(test_dsa_select),   cmocka_unit_test(test_mla_unstaged),
+        cmocka_unit_test(test_wgmma_gemm),
+        cmocka_unit_test(test_attention_mma),
     };
     int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);
     failed += cmocka_run_group_tests_name("cuda ops, smem budget 101376 (sm_120 tiles)", tests, setup_small,

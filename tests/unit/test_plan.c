@@ -212,7 +212,11 @@ static void test_smem_formulas(void **state)
     for (size_t i = 0; i < N_PROFILES; i++) {
         build(p, PROFILES[i], WEIGHT_NVFP4, true, 0, NULL);
         const struct op_plan *a = plan_find(p, "attention_prefill");
-        if (a->math_id != PLAN_MATH_FP32_FMA)
+        if (!strcmp(a->kernel, "attn_prefill_mma_bf16")) /* bf16 hi + lo operands, row data */
+            assert_int_equal(a->smem_bytes,
+                             4 * ((size_t)a->tile_m * 128 + (size_t)a->stages * a->tile_n * 256) +
+                                 16 * (size_t)a->tile_m);
+        else if (a->math_id != PLAN_MATH_FP32_FMA)
             assert_int_equal(a->smem_bytes,
                              2 * ((size_t)a->tile_m * 128 + (size_t)a->stages * a->tile_n * 256));
         const struct op_plan *d = plan_find(p, "attention_decode");

@@ -18,7 +18,8 @@
  *
  * Tile sizes come from the plan built at creation (plan_build_request with
  * the device's caps, the shared-memory budget, and a filter that admits only
- * the variants this backend has: fp32-FMA kernels and cuBLAS); nothing here
+ * the variants this backend has: cuda_variants.c, the wgmma GEMMs only where
+ * their sm_90a image loaded on the device); nothing here
  * compares compute capabilities. A plan entry that does not fit this kernel's own
  * shared-memory layout is shrunk to fit the budget, never grown.
  *
@@ -66,6 +67,7 @@ struct cuda_backend {
     int sm_count;
     struct cuda_attn_cfg attn_prefill; /* as planned, fitted per head_dim at each call */
     struct cuda_attn_cfg attn_decode;  /* rows == 0: one KV group of one token */
+    struct cuda_attn_mma_cfg attn_mma; /* the plan's attn_prefill_mma_bf16 tile; rows 0: not chosen */
     enum cuda_gemm_tile tile_linear;
     enum cuda_gemm_tile tile_moe;
     int force_splits; /* tests: > 0 split count, -1 never split, 0 auto */
@@ -73,6 +75,14 @@ struct cuda_backend {
     struct cuda_dsa_cfg dsa;      /* DSA score tile as planned ("dsa_index"), fitted per call */
     void *scratch;    /* device: bf16 activations, attention partials */
     size_t scratch_bytes;
+    int *sem;         /* device: arrival counters of the split decode attention, zero between launches */
+    size_t sem_count;
+    bool legacy_decode; /* tests: the older split attention + merge kernel pair */
+    int pdl;            /* decode kernels use programmatic dependent launch (device_caps.pdl) */
+    int pdl_gemv;       /* the decode GEMVs do */
+    int gemv_rows;      /* MOESERVE_GEMV_ROWS: rows per warp of the decode GEMV (0: by shape) */
+    bool fuse_attn;     /* decode fusions taken: norm + q/k/v GEMV, o GEMV + residual add */
+    bool fuse_moe;      /* norm + router GEMV, routing in the MoE kernel, residual in moe_down */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
     struct moe_table *tables; /* (n_tables) */
@@ -81,6 +91,8 @@ struct cuda_backend {
     size_t tmp_cap;
     int moe_decode_max_tokens; /* up to this many tokens the MoE block runs pair by pair (no sort) */
     bool moe_mma, linear_mma;  /* the plan chose the bf16 mma.sync GEMM (cuda_gemm_mma.cu) */
+    bool moe_wgmma, linear_wgmma; /* ... or the Hopper wgmma GEMM (cuda_gemm_wgmma.cu) */
+    struct cuda_wgmma_tile wg_moe, wg_linear; /* its planned tiles, fitted per call */
     int moe_rows_gate_up, moe_rows_down; /* output rows per warp of the MoE decode kernels */
     struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
     int n_graphs;
@@ -172,6 +184,30 @@ static void *scratch_get(struct cuda_backend *c, size_t bytes)
     return c->scratch;
 }
 
+/* n zeroed counters for kernels whose last block finishes the work (each resets its own). */
+static int *sem_get(struct cuda_backend *c, size_t n)
+{
+    if (n <= c->sem_count)
+        return c->sem;
+    if (c->capturing) {
+        c->capture_broken = true;
+        return NULL;
+    }
+    graphs_drop(c);
+    if (c->sem)
+        CHECK(c, cudaFree(c->sem));
+    c->sem = NULL;
+    c->sem_count = 0;
+    size_t want = n < 1024 ? 1024 : n;
+    if (!CHECK(c, cudaMalloc((void **)&c->sem, want * sizeof(int))) ||
+        !CHECK(c, cudaMemset(c->sem, 0, want * sizeof(int)))) {
+        c->sem = NULL;
+        return NULL;
+    }
+    c->sem_count = want;
+    return c->sem;
+}
+
 static bool own(struct cuda_backend *c, void *p)
 {
     if (c->n_owned == c->cap_owned) {
@@ -261,6 +297,18 @@ static enum cuda_gemm_tile tile_for_rows(enum cuda_gemm_tile planned, double row
     return planned;
 }
 
+/* The planned wgmma tile fitted to one GEMM (rows: its rows, or rows per expert), or false when
+ * the plan did not choose wgmma or the kernel cannot take these operands. */
+static bool wgmma_fit(const struct cuda_backend *c, bool chosen, const struct cuda_wgmma_tile *planned,
+                      enum weight_format fmt, int64_t K, const float *x, double rows,
+                      struct cuda_wgmma_tile *t)
+{
+    if (!chosen || !cuda_gemm_wgmma_supported(fmt, K, x))
+        return false;
+    *t = *planned;
+    return cuda_gemm_wgmma_fit(t, fmt, K, rows, c->smem_budget);
+}
+
 static void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
 {
     struct cuda_backend *c = ctx(be);
@@ -269,11 +317,12 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     ASSERT(w->rows <= INT_MAX && w->cols <= INT_MAX);
     int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
-    if (m == 1 && cuda_gemv1_supported(w->format, K, x)) {
+    if (m == 1 && cuda_gemv1_supported(w->format, K, x, c->smem_budget)) {
         /* one row: a memory-bound GEMV that reads W once at full width, fp32 products */
         struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
         int64_t n64 = N;
-        CHECK(c, cuda_gemv1(c->stream, w->format, 1, &wd, &n64, K, x, &y));
+        struct cuda_gemv_fuse fz = {.rows_per_warp = c->gemv_rows};
+        CHECK(c, cuda_gemv1(c->stream, w->format, 1, &wd, &n64, K, x, &y, c->pdl_gemv, &fz));
         return;
     }
     if (w->format == WEIGHT_BF16) {
@@ -302,7 +351,10 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     } else {
         struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
         enum cuda_gemm_tile tile = tile_for_rows(c->tile_linear, m);
-        if (m > 8 && c->linear_mma && cuda_gemm_mma_supported(w->format, K, x))
+        struct cuda_wgmma_tile wt;
+        if (m > 8 && wgmma_fit(c, c->linear_wgmma, &c->wg_linear, w->format, K, x, m, &wt))
+            CHECK(c, cuda_gemm_wgmma(c->stream, w->format, &wd, N, K, x, m, y, &wt));
+        else if (m > 8 && c->linear_mma && cuda_gemm_mma_supported(w->format, K, x))
             CHECK(c, cuda_gemm_mma(c->stream, w->format, &wd, N, K, x, m, y, cuda_gemm_tile_rows(tile)));
         else
             CHECK(c, cuda_gemm(c->stream, w->format, &wd, N, K, x, m, y, tile));
@@ -316,7 +368,7 @@ static void cu_linear_multi(struct backend *be, int n_w, const struct weight *co
                             float *const *ys)
 {
     struct cuda_backend *c = ctx(be);
-    bool one_launch = m == 1 && n_w >= 1 && n_w <= 3 && cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x);
+    bool one_launch = m == 1 && n_w >= 1 && n_w <= 3 && cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x, c->smem_budget);
     for (int j = 1; j < n_w && one_launch; j++)
         one_launch = ws[j]->format == ws[0]->format && ws[j]->cols == ws[0]->cols;
     if (!one_launch) {
@@ -331,7 +383,54 @@ static void cu_linear_multi(struct backend *be, int n_w, const struct weight *co
                                    .scale2 = ws[j]->scale2};
         N[j] = ws[j]->rows;
     }
-    CHECK(c, cuda_gemv1(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys));
+    struct cuda_gemv_fuse fz = {.rows_per_warp = c->gemv_rows};
+    CHECK(c, cuda_gemv1(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys, c->pdl_gemv, &fz));
+}
+
+static struct cuda_wdev wdev_of(const struct weight *w)
+{
+    return (struct cuda_wdev){.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+}
+
+static bool aligned16(const void *p)
+{
+    return (uintptr_t)p % 16 == 0;
+}
+
+/* One GEMV launch over n_w weights sharing x with a fused prologue/epilogue; false if the
+ * decode GEMV does not take them (m > 1, mixed formats or widths, misaligned rows). */
+static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *const *ws, const float *x, int m,
+                       float *const *ys, const struct cuda_gemv_fuse *fz)
+{
+    if (m != 1 || n_w < 1 || n_w > 3 || !cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x, c->smem_budget))
+        return false;
+    if (fz->norm_w && (!aligned16(fz->norm_w) || !aligned16(fz->x_out) || ws[0]->cols % 4))
+        return false;
+    struct cuda_wdev wd[3];
+    int64_t N[3];
+    for (int j = 0; j < n_w; j++) {
+        if (ws[j]->format != ws[0]->format || ws[j]->cols != ws[0]->cols)
+            return false;
+        wd[j] = wdev_of(ws[j]);
+        N[j] = ws[j]->rows;
+    }
+    struct cuda_gemv_fuse f2 = *fz;
+    f2.rows_per_warp = c->gemv_rows;
+    CHECK(c, cuda_gemv1(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys, c->pdl_gemv, &f2));
+    return true;
+}
+
+static bool cu_norm_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *h,
+                                 const float *norm_w, float eps, int m, float *x_out, float *const *ys)
+{
+    struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x_out};
+    return norm_w && ctx(be)->fuse_attn && gemv_fused(ctx(be), n_w, ws, h, m, ys, &fz);
+}
+
+static bool cu_linear_residual(struct backend *be, const struct weight *w, const float *x, int m, float *h)
+{
+    struct cuda_gemv_fuse fz = {.residual = 1};
+    return ctx(be)->fuse_attn && gemv_fused(ctx(be), 1, &w, x, m, &h, &fz);
 }
 
 static void cu_attn_prep(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,
@@ -340,7 +439,7 @@ static void cu_attn_prep(struct backend *be, float *q, float *k, const float *v,
 {
     struct cuda_backend *c = ctx(be);
     CHECK(c, cuda_attn_prep(c->stream, q, k, v, n_tokens, n_heads, kv->n_kv_heads, kv->head_dim, q_norm, k_norm,
-                            eps, rope, pos, kv, slots));
+                            eps, rope, pos, kv, slots, c->pdl));
 }
 
 static void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids)
@@ -434,7 +533,7 @@ static void cu_add_rmsnorm(struct backend *be, float *h, const float *delta, con
                            int dim, float eps, float *y)
 {
     struct cuda_backend *c = ctx(be);
-    CHECK(c, cuda_add_rmsnorm(c->stream, h, delta, w, rows, dim, eps, y));
+    CHECK(c, cuda_add_rmsnorm(c->stream, h, delta, w, rows, dim, eps, y, c->pdl));
 }
 
 static void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_stride,
@@ -486,10 +585,22 @@ static void cu_attention(struct backend *be, const float *q, const struct paged_
         if (splits < 1)
             splits = 1;
     }
+    struct cuda_attn_mma_cfg mcfg = c->attn_mma;
+    if (splits == 1 && mcfg.rows > 0 && cuda_attention_mma_supported(q, kv, out) &&
+        cuda_attention_mma_fit(&mcfg, hd, c->smem_budget)) {
+        CHECK(c, cuda_attention_mma(c->stream, q, kv, b, n_heads, scale, out, &mcfg));
+        return;
+    }
     float *work = NULL;
     size_t wf = cuda_attention_workspace_floats(b->n_tokens, n_heads, hd, splits);
     if (wf && !(work = scratch_get(c, wf * sizeof(float))))
         return;
+    if (splits > 1 && !c->legacy_decode && cuda_attn_decode_supported(group, hd, splits)) {
+        int *sem = sem_get(c, (size_t)b->n_tokens * (size_t)kv->n_kv_heads);
+        if (sem)
+            CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl));
+        return;
+    }
     CHECK(c, cuda_attention(c->stream, q, kv, b, n_heads, scale, out, &cfg, splits, work));
 }
 
@@ -503,7 +614,7 @@ static void cu_moe_route(struct backend *be, const float *logits, int n_tokens, 
                          int32_t *ids, float *weights)
 {
     struct cuda_backend *c = ctx(be);
-    CHECK(c, cuda_moe_route(c->stream, logits, n_tokens, args, ids, weights));
+    CHECK(c, cuda_moe_route(c->stream, logits, n_tokens, args, ids, weights, c->pdl));
 }
 
 static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct weight *w0)
@@ -588,17 +699,24 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     if (!table)
         return;
     if (n_tokens <= c->moe_decode_max_tokens &&
-        cuda_moe_decode_supported(a->gate[0].format, a->d_model, a->d_expert, a->n_used) &&
+        cuda_moe_decode_supported(a->gate[0].format, a->d_model, a->d_expert, a->n_used, c->smem_budget) &&
         a->up[0].format == a->gate[0].format && a->down[0].format == a->gate[0].format) {
         /* few tokens: every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
         CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, table, a->n_experts, (int64_t)D, (int64_t)I, x,
-                                 n_tokens, ids, weights, a->n_used, work, out, c->moe_rows_gate_up,
-                                 c->moe_rows_down));
+                                 n_tokens, (int32_t *)ids, (float *)weights, a->n_used, work, out,
+                                 c->moe_rows_gate_up, c->moe_rows_down, c->pdl, NULL));
         return;
     }
     double rows_per_expert = (double)pairs / (double)(a->n_experts < pairs ? a->n_experts : pairs);
     enum cuda_gemm_tile tile = tile_for_rows(c->tile_moe, rows_per_expert);
-    int bm = cuda_gemm_tile_rows(tile);
+    enum weight_format fmt = a->gate[0].format;
+    /* wgmma: gate/up (K = D) and down (K = I) share the sort, so their tiles must hold as many rows */
+    struct cuda_wgmma_tile wt_in, wt_out;
+    bool wg = a->up[0].format == fmt && a->down[0].format == fmt &&
+              wgmma_fit(c, c->moe_wgmma, &c->wg_moe, fmt, (int64_t)D, x, rows_per_expert, &wt_in) &&
+              wgmma_fit(c, c->moe_wgmma, &c->wg_moe, fmt, (int64_t)I, work, rows_per_expert, &wt_out) &&
+              wt_in.tokens == wt_out.tokens;
+    int bm = wg ? wt_in.tokens : cuda_gemm_tile_rows(tile);
     int max_tiles = cuda_moe_max_tiles(pairs, a->n_experts, bm);
     /* compact layout inside the caller's workspace (backend_moe_workspace_floats) */
     float *gate = work;
@@ -613,7 +731,18 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     if (!CHECK(c, cuda_moe_sort(c->stream, ids, pairs, a->n_experts, bm, sorted_pair, row_of_pair, tiles,
                                 n_tiles, max_tiles)))
         return;
-    enum weight_format fmt = a->gate[0].format;
+    if (wg) {
+        if (!CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in)) ||
+            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x,
+                                              sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, &wt_in)) ||
+            !CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) ||
+            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL,
+                                              1, tiles, n_tiles, max_tiles, yg, &wt_out)))
+            return;
+        CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
+        return;
+    }
     if (c->moe_mma && a->up[0].format == fmt && a->down[0].format == fmt &&
         cuda_gemm_mma_supported(fmt, (int64_t)D, x) && cuda_gemm_mma_supported(fmt, (int64_t)I, gate)) {
         /* tensor cores: tiles of bm rows fit the kernel's 32- or 64-row tile */
@@ -640,6 +769,30 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                     NULL, 1, tiles, n_tiles, max_tiles, yg, tile)))
         return;
     CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
+}
+
+/* Router GEMV with the norm in its prologue, then the pair-by-pair MoE that routes for itself and
+ * adds into h: three kernels where the composed ops take five (cuda_decode.cu). */
+static bool cu_moe_block_residual(struct backend *be, float *h, const float *norm_w, float eps,
+                                  const struct weight *router, const struct route_args *ra, const struct moe_args *a,
+                                  int m, float *x, float *logits, int32_t *ids, float *weights, float *work)
+{
+    struct cuda_backend *c = ctx(be);
+    enum weight_format fmt = a->gate[0].format;
+    if (m != 1 || !c->fuse_moe || !cuda_moe_decode_can_route(ra) || ra->n_experts != a->n_experts || ra->n_used != a->n_used ||
+        !cuda_moe_decode_supported(fmt, a->d_model, a->d_expert, a->n_used, c->smem_budget) ||
+        a->up[0].format != fmt || a->down[0].format != fmt || router->cols != a->d_model)
+        return false;
+    const struct cuda_wdev *table = moe_table_get(c, a);
+    if (!table)
+        return true; /* the error is recorded; the pass reports it */
+    struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x};
+    if (!norm_w || !gemv_fused(c, 1, &router, h, 1, &logits, &fz))
+        return false;
+    struct cuda_moe_fuse mf = {.logits = logits, .route = ra, .residual = 1};
+    CHECK(c, cuda_moe_decode(c->stream, fmt, table, a->n_experts, (int64_t)a->d_model, (int64_t)a->d_expert, x, 1,
+                             ids, weights, a->n_used, work, h, c->moe_rows_gate_up, c->moe_rows_down, c->pdl, &mf));
+    return true;
 }
 
 static void cu_add(struct backend *be, float *y, const float *x, size_t n)
@@ -765,6 +918,8 @@ static void cuda_backend_free(struct cuda_backend *c)
     }
     if (c->scratch)
         CHECK(c, cudaFree(c->scratch));
+    if (c->sem)
+        CHECK(c, cudaFree(c->sem));
     if (c->blas)
         CHECK(c, cublasDestroy(c->blas));
     if (c->stream)
@@ -803,6 +958,9 @@ static const struct backend_ops CUDA_OPS = {
     .moe_experts = cu_moe_experts,
     .add = cu_add,
     .linear_multi = cu_linear_multi,
+    .norm_linear_multi = cu_norm_linear_multi,
+    .linear_residual = cu_linear_residual,
+    .moe_block_residual = cu_moe_block_residual,
     .attn_prep = cu_attn_prep,
     .argmax = cu_argmax,
     .sample = cu_sample,
@@ -840,6 +998,9 @@ static void configure_from_plan(struct cuda_backend *c)
             c->attn_prefill.keys = op->tile_n;
         if (op->threads >= 32)
             c->attn_prefill.threads = op->threads;
+        if (!strcmp(op->kernel, "attn_prefill_mma_bf16")) /* fitted per head_dim; fp32 for other dims */
+            c->attn_mma =
+                (struct cuda_attn_mma_cfg){.rows = op->tile_m, .keys = op->tile_n, .stages = op->stages};
     } else {
         LOG_WARN("cuda: the plan has no attention_prefill entry; using the portable 64x64 tile");
     }
@@ -858,10 +1019,26 @@ static void configure_from_plan(struct cuda_backend *c)
      * once. With 8 tokens x k slots over >= 64 experts, repeats are rare: the memory-bound pair
      * kernels win; past that the grouped GEMM does. */
     c->moe_decode_max_tokens = 8;
-    /* measured on the H200 (Qwen3-30B-A3B NVFP4, batch 1 / 8 tok/s): 2,4 175 / 474; 4,4 179 / 500;
-     * 2,8 182 / 520; 4,8 186 / 555 */
-    c->moe_rows_gate_up = 4;
-    c->moe_rows_down = 8;
+    /* decode kernels overlap their start with the previous kernel's end where the device has
+     * programmatic dependent launch; MOESERVE_NO_PDL=1 turns it off (to measure what it saves) */
+    /* Measured on the H200 (Qwen3-30B-A3B NVFP4, batch 1, session 3), both are slower today and
+     * so off unless asked for: PDL 273 -> 259 tok/s with the fusions, 303 -> 292 without; the
+     * fusions (each block normalising / routing for itself) 303 -> 273. MOESERVE_PDL=1 and
+     * MOESERVE_FUSE=attn,moe turn them on to measure again. */
+    const char *pdl = getenv("MOESERVE_PDL");
+    c->pdl = c->plan.caps.pdl && pdl && strcmp(pdl, "1") == 0;
+    /* MOESERVE_PDL=gemv: only the GEMVs, which load their weights before they wait */
+    c->pdl_gemv = c->plan.caps.pdl && pdl && (strcmp(pdl, "1") == 0 || strcmp(pdl, "gemv") == 0);
+    const char *fuse = getenv("MOESERVE_FUSE");
+    c->fuse_attn = fuse && strstr(fuse, "attn");
+    c->fuse_moe = fuse && strstr(fuse, "moe");
+    const char *gr = getenv("MOESERVE_GEMV_ROWS");
+    c->gemv_rows = gr ? atoi(gr) : 0;
+    /* measured on the H200 (Qwen3-30B-A3B NVFP4, batch 1 / 8 tok/s), x in shared memory, all
+     * loads of a warp issued first (session 3): 2,4 291 / 630; 2,8 281 / 608; 4,8 240 / 570 (4
+     * rows spill at the 128 registers two blocks per SM allow) */
+    c->moe_rows_gate_up = 2;
+    c->moe_rows_down = 4;
     /* MOESERVE_MOE_DECODE_ROWS=GU,DN: a tuning knob for the rows per warp (GU 2|4, DN 4|8) */
     const char *rows = getenv("MOESERVE_MOE_DECODE_ROWS");
     int gu = 0, dn = 0;
@@ -895,16 +1072,33 @@ static void configure_from_plan(struct cuda_backend *c)
     if ((op = plan_find(&c->plan, "moe_experts_gemm"))) {
         c->tile_moe = gemm_tile_from(op);
         c->moe_mma = strstr(op->kernel, "_mma") != NULL;
+        c->moe_wgmma = strstr(op->kernel, "_wgmma") != NULL;
+        c->wg_moe = (struct cuda_wgmma_tile){.tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k};
+        c->moe_mma |= c->moe_wgmma; /* where no wgmma tile fits: mma.sync, the same numerics */
     } else {
         LOG_WARN("cuda: the plan has no moe_experts_gemm entry; using the 64x64 fp32 tile");
     }
     /* "linear" is cuBLAS (no tile) for 16-bit weights; the quantised ones then use the expert tile */
     c->tile_linear = c->tile_moe;
     c->linear_mma = c->moe_mma;
+    c->linear_wgmma = c->moe_wgmma;
+    c->wg_linear = c->wg_moe;
     if ((op = plan_find(&c->plan, "linear")) && op->tile_m > 0) {
         c->tile_linear = gemm_tile_from(op);
         c->linear_mma = strstr(op->kernel, "_mma") != NULL;
+        c->linear_wgmma = strstr(op->kernel, "_wgmma") != NULL;
+        c->wg_linear = (struct cuda_wgmma_tile){.tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k};
+        c->linear_mma |= c->linear_wgmma;
     }
+}
+
+/* The plan's variant filter: the variants this backend has kernels for, the wgmma GEMMs only where
+ * their sm_90a image loaded on this device (*ctx: cuda_gemm_wgmma_loadable()). */
+static bool variant_loads(void *ctx, const char *kernel)
+{
+    if (!cuda_variant_implemented(NULL, kernel))
+        return false;
+    return !strstr(kernel, "wgmma") || *(const bool *)ctx;
 }
 
 static enum status budget_from_env(size_t *out, struct err *err)
@@ -947,7 +1141,9 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
         return err_set(err, STATUS_NOMEM, "cuda: out of host memory");
     c->device = device;
     struct device_caps caps;
-    struct plan_request req = {.smem_budget = smem_budget, .variant_loads = cuda_variant_implemented};
+    bool wgmma_loads = cuda_gemm_wgmma_loadable(device);
+    struct plan_request req = {
+        .smem_budget = smem_budget, .variant_loads = variant_loads, .variant_ctx = &wgmma_loads};
     if ((st = plan_caps_probe(&caps, device, err)) || (st = plan_build_request(&c->plan, &caps, &req, err))) {
         err_prefix(err, "cuda: planning for device %d", device);
         free(c);
@@ -978,7 +1174,8 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
              "(%d threads), decode %d keys (%d threads); quantised GEMMs: experts %s, linears %s (tile %d rows)",
              device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows,
              c->attn_prefill.keys, c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads,
-             c->moe_mma ? "bf16 mma" : "fp32 fma", c->linear_mma ? "bf16 mma" : "fp32 fma",
+             c->moe_wgmma ? "bf16 wgmma (else mma)" : c->moe_mma ? "bf16 mma" : "fp32 fma",
+             c->linear_wgmma ? "bf16 wgmma (else mma)" : c->linear_mma ? "bf16 mma" : "fp32 fma",
              cuda_gemm_tile_rows(c->tile_moe));
     be->ops = &CUDA_OPS;
     be->impl = c;
@@ -998,4 +1195,9 @@ const struct plan *backend_cuda_plan(const struct backend *be)
 void backend_cuda_set_attention_splits(struct backend *be, int n)
 {
     ctx(be)->force_splits = n;
+}
+
+void backend_cuda_set_legacy_decode(struct backend *be, bool on)
+{
+    ctx(be)->legacy_decode = on;
 }

@@ -10,7 +10,8 @@
  * recorded (with file:line) and logged; backend_cuda_status() returns it.
  *
  * defines: backend_cuda_create(), backend_cuda_device_count(), backend_cuda_status(),
- *          backend_cuda_plan(), backend_cuda_set_attention_splits()
+ *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
+ *          backend_cuda_set_legacy_decode()
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
 #define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -39,5 +40,8 @@ const struct plan *backend_cuda_plan(const struct backend *be);
  * splits, -1 forces the unsplit (prefill) kernel, 0 restores the automatic
  * choice. */
 void backend_cuda_set_attention_splits(struct backend *be, int n);
+/* Tests: split decode attention through the older kernel + merge pair (true) or the default
+ * kernel that merges in its last block (false). */
+void backend_cuda_set_legacy_decode(struct backend *be, bool on);
 
 #endif

@@ -117,6 +117,12 @@ __device__ __forceinline__ void w_load8(const cuda_wdev &w, int64_t n, int64_t k
     }
 }
 
+/* 1 / sqrt(ss / dim + eps) rounded as the CPU's RMSNorm does (ss: the row's sum of squares). */
+__device__ __forceinline__ float dev_rms_inv(double ss, int dim, float eps)
+{
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll
@@ -149,6 +155,47 @@ __device__ __forceinline__ double block_sum_double(double v)
     for (int i = 0; i < nw; i++) /* same order in every thread: identical results */
         s += part[i];
     return s;
+}
+
+/* Programmatic dependent launch (device_caps.pdl, set from plan/caps_table.c). A kernel launched
+ * with launch_pdl(true, ...) may start while the kernel before it in the stream still runs, so
+ * before pdl_wait() it may only read what no kernel of the pass writes (weights, the metadata
+ * uploaded before the pass) and write nothing; pdl_wait() returns once the previous kernel has
+ * finished and its writes are visible (at once when there is none, or without PDL).
+ * pdl_trigger() lets the next kernel be scheduled: every decode kernel calls it first thing,
+ * which is safe because the next kernel waits before touching this one's outputs. The target
+ * guard is about the instruction existing in the fatbin image, not a runtime decision. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute
+ * when pdl (the kernel must call pdl_wait() before touching its predecessors' data). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t stream, Args... args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 
 #endif

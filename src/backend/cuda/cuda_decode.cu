@@ -1,9 +1,12 @@
 /* cuda_decode.cu — memory-bound kernels for decode: one activation row per weight pass.
  *
  * At batch 1 a linear layer reads every weight byte once and does two flops
- * per weight, so the kernels here exist to keep HBM busy: each warp owns
- * GEMV_R consecutive output rows, each lane streams 16-byte chunks of the
- * rows and keeps its slice of x in registers across those rows.
+ * per weight, so the kernels here exist to keep HBM busy: each warp owns R
+ * consecutive output rows and each lane issues all of its 16-byte weight
+ * loads for them at once (before the kernel even waits for its predecessor
+ * where programmatic launch is on), while x is staged once per block in
+ * shared memory (in a bank-conflict-free layout) instead of being read by
+ * every lane from global memory in 128-byte-strided pieces.
  *
  * NVFP4 decode without a lookup: an E2M1 nibble (s e1 e0 m) is moved with
  * two shifts and a mask into f32 bits (sign -> 31, e1 e0 -> 24..23,
@@ -16,14 +19,18 @@
  * Denormals must not be flushed (no --use_fast_math on this file).
  *
  * Kernels:
- *  - gemv1: y_j = x W_j^T for up to 3 weights sharing x (q, k, v in one launch)
- *  - moe_gate_up: per (token, slot) pair, act = silu(x G_e^T) * (x U_e^T)
+ *  - gemv1: y_j = x W_j^T for up to 3 weights sharing x (q, k, v in one launch);
+ *    optionally x = rmsnorm(residual row) in the prologue, y += in the epilogue
+ *  - moe_gate_up: per (token, slot) pair, act = silu(x G_e^T) * (x U_e^T);
+ *    optionally routing the token itself from the router logits
  *  - moe_down: per token, out = sum over its slots in ascending expert id of
  *    w_j * (act_j D_e^T), multiply and add rounded separately as the CPU does
+ *    (optionally added into the residual row)
  * The MoE pair kernels need no sort: each pair reads its own expert; with
  * few tokens the pairs rarely share one, and when they do L2 serves the rest.
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_route_warp.cuh"
 
 namespace
 {
@@ -43,76 +50,154 @@ __device__ __forceinline__ float e2m1_raw(uint32_t u)
     return __uint_as_float((mag & 0x01C00000u) | (sgn & 0x80000000u));
 }
 
-__device__ __forceinline__ float e2m1_dot8(uint32_t u, const float *x, float acc)
-{
-    acc = fmaf(e2m1_raw<0>(u), x[0], acc);
-    acc = fmaf(e2m1_raw<1>(u), x[1], acc);
-    acc = fmaf(e2m1_raw<2>(u), x[2], acc);
-    acc = fmaf(e2m1_raw<3>(u), x[3], acc);
-    acc = fmaf(e2m1_raw<4>(u), x[4], acc);
-    acc = fmaf(e2m1_raw<5>(u), x[5], acc);
-    acc = fmaf(e2m1_raw<6>(u), x[6], acc);
-    acc = fmaf(e2m1_raw<7>(u), x[7], acc);
-    return acc;
-}
 
-/* Elements of one lane's chunk: 16 bytes of weights. */
+/* Elements of one lane's chunk: 16 bytes of weights; Q float4s of x. */
 template <int FMT>
 struct chunk {
     static constexpr int n = FMT == WEIGHT_NVFP4 ? 32 : FMT == WEIGHT_FP8_BLOCK ? 16 : FMT == WEIGHT_F32 ? 4 : 8;
+    static constexpr int q = n / 4;
 };
 
-/* The lane's x chunk into registers (NVFP4: times 2^100). */
-template <int FMT>
-__device__ __forceinline__ void load_x(const float *x, int64_t k, float *xs)
+/* x lives in shared memory, chunk by chunk: chunk c's float4 i sits at c * Q + (i ^ swz(c)).
+ * Lanes read consecutive chunks at the same i; without the XOR, 8 lanes of a 128-byte phase
+ * would hit the same banks (a chunk is Q float4s long), with it they hit 8 different ones. */
+template <int Q>
+__device__ __forceinline__ int x_swz(int64_t c)
 {
-    constexpr int C = chunk<FMT>::n;
-    const float4 *p = (const float4 *)(x + k);
-#pragma unroll
-    for (int i = 0; i < C / 4; i++) {
-        float4 v = p[i];
-        if constexpr (FMT == WEIGHT_NVFP4) {
-            xs[4 * i] = v.x * X_PRESCALE;
-            xs[4 * i + 1] = v.y * X_PRESCALE;
-            xs[4 * i + 2] = v.z * X_PRESCALE;
-            xs[4 * i + 3] = v.w * X_PRESCALE;
-        } else {
-            xs[4 * i] = v.x, xs[4 * i + 1] = v.y, xs[4 * i + 2] = v.z, xs[4 * i + 3] = v.w;
-        }
+    if constexpr (Q >= 2)
+        return (int)((c / (8 / Q)) & (Q - 1));
+    return 0;
+}
+
+/* x[0 .. K) into shared memory in the layout above (NVFP4: times 2^100, see top). Block-wide;
+ * the caller synchronises. */
+template <int FMT>
+__device__ __forceinline__ void stage_x(float4 *xs, const float *x, int64_t K)
+{
+    constexpr int Q = chunk<FMT>::q;
+    const float4 *src = (const float4 *)x;
+    for (int64_t f = threadIdx.x; f < K / 4; f += blockDim.x) {
+        float4 v = src[f];
+        if constexpr (FMT == WEIGHT_NVFP4)
+            v = make_float4(v.x * X_PRESCALE, v.y * X_PRESCALE, v.z * X_PRESCALE, v.w * X_PRESCALE);
+        int64_t c = f / Q;
+        xs[c * Q + ((int)(f % Q) ^ x_swz<Q>(c))] = v;
     }
 }
 
-/* Partial dot product of W[n, k .. k+C) with the lane's x chunk (NVFP4: over 2^26, see top). */
+/* x = rmsnorm(h[0 .. K)) * nw into shared memory (layout and NVFP4 prescale as stage_x), rounded
+ * as the CPU's RMSNorm: every block of a fused GEMV normalises the row itself, which saves the
+ * norm kernel and its launch. Block 0 also writes x to x_out (when not NULL) for later ops.
+ * Block-wide, with barriers; the caller synchronises before reading xs. */
 template <int FMT>
-__device__ __forceinline__ float dot_chunk(const cuda_wdev &w, int64_t n, int64_t k, int64_t K, const float *xs)
+__device__ __forceinline__ void stage_x_norm(float4 *xs, const float *h, const float *nw, float eps, int64_t K,
+                                             float *x_out)
+{
+    constexpr int Q = chunk<FMT>::q;
+    const float4 *src = (const float4 *)h;
+    double ss = 0;
+    for (int64_t f = threadIdx.x; f < K / 4; f += blockDim.x) {
+        float4 v = src[f];
+        ss += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+        int64_t c = f / Q;
+        xs[c * Q + ((int)(f % Q) ^ x_swz<Q>(c))] = v;
+    }
+    const float inv = dev_rms_inv(block_sum_double(ss), (int)K, eps);
+    for (int64_t f = threadIdx.x; f < K / 4; f += blockDim.x) { /* the elements this thread staged */
+        int64_t c = f / Q;
+        float4 *d = xs + c * Q + ((int)(f % Q) ^ x_swz<Q>(c));
+        float4 v = *d, wv = __ldg((const float4 *)nw + f);
+        v = make_float4(__fmul_rn(wv.x, __fmul_rn(v.x, inv)), __fmul_rn(wv.y, __fmul_rn(v.y, inv)),
+                        __fmul_rn(wv.z, __fmul_rn(v.z, inv)), __fmul_rn(wv.w, __fmul_rn(v.w, inv)));
+        if (x_out && blockIdx.x == 0 && blockIdx.y == 0)
+            ((float4 *)x_out)[f] = v;
+        if constexpr (FMT == WEIGHT_NVFP4)
+            v = make_float4(v.x * X_PRESCALE, v.y * X_PRESCALE, v.z * X_PRESCALE, v.w * X_PRESCALE);
+        *d = v;
+    }
+}
+
+/* 16 bytes of one row plus what scales them. */
+struct wraw {
+    uint4 w;
+    uint32_t s; /* NVFP4: the two E4M3 block scales; FP8: the f32 block scale's bits */
+};
+
+template <int FMT>
+__device__ __forceinline__ wraw load_raw(const cuda_wdev &w, int64_t n, int64_t k, int64_t K)
+{
+    wraw r;
+    r.s = 0;
+    if constexpr (FMT == WEIGHT_NVFP4) {
+        r.w = __ldg((const uint4 *)((const uint8_t *)w.data + n * (K / 2) + k / 2));
+        r.s = __ldg((const uint16_t *)((const uint8_t *)w.scale + n * (K / 16) + k / 16));
+    } else if constexpr (FMT == WEIGHT_FP8_BLOCK) {
+        r.w = __ldg((const uint4 *)((const uint8_t *)w.data + n * K + k));
+        r.s = __float_as_uint(__ldg((const float *)w.scale + (n / 128) * ((K + 127) / 128) + k / 128));
+    } else if constexpr (FMT == WEIGHT_F32) {
+        r.w = __ldg((const uint4 *)((const float *)w.data + n * K + k));
+    } else {
+        r.w = __ldg((const uint4 *)((const uint16_t *)w.data + n * K + k));
+    }
+    return r;
+}
+
+template <int I>
+__device__ __forceinline__ float e2m1_dot4(uint32_t u, float4 x, float acc)
+{
+    acc = fmaf(e2m1_raw<I>(u), x.x, acc);
+    acc = fmaf(e2m1_raw<I + 1>(u), x.y, acc);
+    acc = fmaf(e2m1_raw<I + 2>(u), x.z, acc);
+    return fmaf(e2m1_raw<I + 3>(u), x.w, acc);
+}
+
+__device__ __forceinline__ float fp8_dot4(uint32_t u, float4 x, float acc)
+{
+    acc = fmaf(dev_e4m3(u & 255u), x.x, acc);
+    acc = fmaf(dev_e4m3((u >> 8) & 255u), x.y, acc);
+    acc = fmaf(dev_e4m3((u >> 16) & 255u), x.z, acc);
+    return fmaf(dev_e4m3(u >> 24), x.w, acc);
+}
+
+template <int FMT>
+__device__ __forceinline__ float half2_dot(uint32_t u, float a, float b, float acc)
+{
+    if constexpr (FMT == WEIGHT_BF16)
+        return fmaf(dev_bf16(u >> 16), b, fmaf(dev_bf16(u & 0xffffu), a, acc));
+    return fmaf(dev_f16(u >> 16), b, fmaf(dev_f16(u & 0xffffu), a, acc));
+}
+
+/* The chunk's dot product with x chunk xc (in the swizzled layout, swz = x_swz(c)); NVFP4 before
+ * the global scale and over 2^26 (see top). */
+template <int FMT>
+__device__ __forceinline__ float dot_raw(const wraw &r, const float4 *xc, int swz)
 {
     if constexpr (FMT == WEIGHT_NVFP4) {
-        uint4 u = __ldg((const uint4 *)((const uint8_t *)w.data + n * (K / 2) + k / 2));
-        uint32_t sc = __ldg((const uint16_t *)((const uint8_t *)w.scale + n * (K / 16) + k / 16));
-        float a0 = e2m1_dot8(u.y, xs + 8, e2m1_dot8(u.x, xs, 0.0f));
-        float a1 = e2m1_dot8(u.w, xs + 24, e2m1_dot8(u.z, xs + 16, 0.0f));
-        return fmaf(a0, dev_e4m3(sc & 255u), a1 * dev_e4m3(sc >> 8));
+        float a0 = e2m1_dot4<0>(r.w.x, xc[0 ^ swz], 0.0f);
+        a0 = e2m1_dot4<4>(r.w.x, xc[1 ^ swz], a0);
+        a0 = e2m1_dot4<0>(r.w.y, xc[2 ^ swz], a0);
+        a0 = e2m1_dot4<4>(r.w.y, xc[3 ^ swz], a0);
+        float a1 = e2m1_dot4<0>(r.w.z, xc[4 ^ swz], 0.0f);
+        a1 = e2m1_dot4<4>(r.w.z, xc[5 ^ swz], a1);
+        a1 = e2m1_dot4<0>(r.w.w, xc[6 ^ swz], a1);
+        a1 = e2m1_dot4<4>(r.w.w, xc[7 ^ swz], a1);
+        return fmaf(a0, dev_e4m3(r.s & 255u), a1 * dev_e4m3((r.s >> 8) & 255u));
     } else if constexpr (FMT == WEIGHT_FP8_BLOCK) {
-        float v[8], s = 0.0f;
-        w_load8<FMT>(w, n, k, K, v);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            s = fmaf(v[i], xs[i], s);
-        w_load8<FMT>(w, n, k + 8, K, v);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            s = fmaf(v[i], xs[8 + i], s);
-        return s;
+        float a = fp8_dot4(r.w.x, xc[0 ^ swz], 0.0f);
+        a = fp8_dot4(r.w.y, xc[1 ^ swz], a);
+        a = fp8_dot4(r.w.z, xc[2 ^ swz], a);
+        a = fp8_dot4(r.w.w, xc[3 ^ swz], a);
+        return a * __uint_as_float(r.s);
     } else if constexpr (FMT == WEIGHT_F32) {
-        float4 v = __ldg((const float4 *)((const float *)w.data + n * K + k));
-        return fmaf(v.w, xs[3], fmaf(v.z, xs[2], fmaf(v.y, xs[1], v.x * xs[0])));
+        float4 x = xc[0];
+        return fmaf(__uint_as_float(r.w.w), x.w,
+                    fmaf(__uint_as_float(r.w.z), x.z, fmaf(__uint_as_float(r.w.y), x.y, __uint_as_float(r.w.x) * x.x)));
     } else {
-        float v[8], s = 0.0f;
-        w_load8<FMT>(w, n, k, K, v);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            s = fmaf(v[i], xs[i], s);
-        return s;
+        float4 x0 = xc[0 ^ swz], x1 = xc[1 ^ swz];
+        float a = half2_dot<FMT>(r.w.x, x0.x, x0.y, 0.0f);
+        a = half2_dot<FMT>(r.w.y, x0.z, x0.w, a);
+        a = half2_dot<FMT>(r.w.z, x1.x, x1.y, a);
+        return half2_dot<FMT>(r.w.w, x1.z, x1.w, a);
     }
 }
 
@@ -124,54 +209,66 @@ __device__ __forceinline__ float finish(const cuda_wdev &w, float s)
     return s;
 }
 
-/* acc[r] = W[n0 + r, k-slice] . x for r < R (rows past N stay 0), reduced over the warp (every
- * lane gets them), before finish(): the k-slice is every n_slices-th 32-chunk run from `slice`. */
-template <int FMT, int R>
-__device__ __forceinline__ void warp_rows_dot(const cuda_wdev &w, int64_t n0, int64_t N, int64_t K, const float *x,
-                                              float acc[R], int slice = 0, int n_slices = 1)
+/* acc[r] += the U chunks from c0 (stride step) of rows n0 + r, already loaded in raw. */
+template <int FMT, int R, int U>
+__device__ __forceinline__ void rows_dot_round(const wraw (&raw)[R][U], int64_t c0, int64_t step, int64_t NC,
+                                               int64_t n0, int64_t N, const float4 *xs, float acc[R])
 {
-    constexpr int C = chunk<FMT>::n;
-    const int lane = threadIdx.x % 32;
+    constexpr int Q = chunk<FMT>::q;
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        acc[r] = 0.0f;
-    for (int64_t k = ((int64_t)slice * 32 + lane) * C; k < K; k += (int64_t)n_slices * 32 * C) {
-        float xs[C];
-        load_x<FMT>(x, k, xs);
+    for (int u = 0; u < U; u++) {
+        int64_t c = c0 + u * step;
+        if (c >= NC)
+            break;
+        const float4 *xc = xs + c * Q;
+        const int swz = x_swz<Q>(c);
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (n0 + r < N)
-                acc[r] += dot_chunk<FMT>(w, n0 + r, k, K, xs);
+                acc[r] += dot_raw<FMT>(raw[r][u], xc, swz);
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        acc[r] = warp_sum(acc[r]);
 }
 
-/* warp_rows_dot over two weights of the same shape at once (gate and up): one x chunk, both
- * weights' loads in flight together. */
-template <int FMT, int R>
-__device__ __forceinline__ void warp_rows_dot2(const cuda_wdev &wa, const cuda_wdev &wb, int64_t n0, int64_t N,
-                                               int64_t K, const float *x, float a[R], float b[R])
+/* acc[r] += W[n0 + r, chunks of this lane's k-slice] . x for r < R, U chunks per lane in flight at
+ * once: chunk j*32*KS + slice*32 + lane for j = 0, 1, ...; the first U of them are in `pre`
+ * (loaded by rows_prefetch before the kernel waited for its predecessor). Not reduced over the
+ * warp. */
+template <int FMT, int R, int U>
+__device__ __forceinline__ void rows_dot_smem(const cuda_wdev &w, int64_t n0, int64_t N, int64_t K,
+                                              const float4 *xs, float acc[R], int slice, int n_slices,
+                                              const wraw (&pre)[R][U])
 {
     constexpr int C = chunk<FMT>::n;
     const int lane = threadIdx.x % 32;
+    const int64_t NC = K / C, step = (int64_t)32 * n_slices;
+    int64_t c0 = (int64_t)slice * 32 + lane;
+    rows_dot_round<FMT, R, U>(pre, c0, step, NC, n0, N, xs, acc);
+    for (c0 += U * step; c0 < NC; c0 += U * step) {
+        wraw raw[R][U];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        a[r] = 0.0f, b[r] = 0.0f;
-    for (int64_t k = (int64_t)lane * C; k < K; k += 32 * C) {
-        float xs[C];
-        load_x<FMT>(x, k, xs);
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (c0 + u * step < NC && n0 + r < N)
+                    raw[r][u] = load_raw<FMT>(w, n0 + r, (c0 + u * step) * C, K);
+        rows_dot_round<FMT, R, U>(raw, c0, step, NC, n0, N, xs, acc);
+    }
+}
+
+/* The first U chunks of each row, issued before the kernel waits (weights never change). */
+template <int FMT, int R, int U>
+__device__ __forceinline__ void rows_prefetch(const cuda_wdev &w, int64_t n0, int64_t N, int64_t K, int slice,
+                                              int n_slices, wraw (&pre)[R][U])
+{
+    constexpr int C = chunk<FMT>::n;
+    const int lane = threadIdx.x % 32;
+    const int64_t NC = K / C, step = (int64_t)32 * n_slices, c0 = (int64_t)slice * 32 + lane;
+#pragma unroll
+    for (int u = 0; u < U; u++)
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (n0 + r < N) {
-                a[r] += dot_chunk<FMT>(wa, n0 + r, k, K, xs);
-                b[r] += dot_chunk<FMT>(wb, n0 + r, k, K, xs);
-            }
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        a[r] = warp_sum(a[r]), b[r] = warp_sum(b[r]);
+            if (c0 + u * step < NC && n0 + r < N)
+                pre[r][u] = load_raw<FMT>(w, n0 + r, (c0 + u * step) * C, K);
 }
 
 struct gemv1_job {
@@ -186,15 +283,21 @@ struct gemv1_params {
     int n_jobs;
     int64_t K;
     const float *x;
+    const float *norm_w; /* not NULL: x is the residual row, the GEMV reads rmsnorm(x) * norm_w */
+    float eps;
+    float *x_out;        /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
+    int residual;        /* y[n] += result instead of y[n] = result (the residual add fused) */
 };
 
 /* R rows per row group, KS warps per row group (each a slice of K, summed in a fixed order
- * through shared memory): many rows -> R = 4, KS = 1; few rows with a long K -> R = 1, KS = 8,
- * so that a 128-row router still spreads over 128 blocks. p.job[].first_warp counts row groups. */
-template <int FMT, int R, int KS>
+ * through shared memory), U chunks per lane in flight. x is staged once per block in shared
+ * memory (dynamic, K floats). p.job[].first_warp counts row groups. */
+template <int FMT, int R, int KS, int U>
 __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
 {
+    extern __shared__ float4 xs[];
     __shared__ float part[DEC_WARPS][R];
+    pdl_trigger();
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, slice = wib % KS;
     const int64_t grp = (int64_t)blockIdx.x * (DEC_WARPS / KS) + wib / KS;
     int j = 0;
@@ -204,9 +307,25 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
     const cuda_wdev w = jb.w; /* in registers: a dynamically indexed parameter lives in local memory */
     const int64_t n0 = (grp - jb.first_warp) * R;
     const bool live = grp < p.job[p.n_jobs - 1].first_warp + (p.job[p.n_jobs - 1].N + R - 1) / R && n0 < jb.N;
-    float acc[R];
+    wraw pre[R][U];
     if (live)
-        warp_rows_dot<FMT, R>(w, n0, jb.N, p.K, p.x, acc, slice, KS);
+        rows_prefetch<FMT, R, U>(w, n0, jb.N, p.K, slice, KS, pre);
+    pdl_wait();
+    if (p.norm_w)
+        stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out);
+    else
+        stage_x<FMT>(xs, p.x, p.K);
+    __syncthreads();
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0.0f;
+    if (live) {
+        rows_dot_smem<FMT, R, U>(w, n0, jb.N, p.K, xs, acc, slice, KS, pre);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[r] = warp_sum(acc[r]);
+    }
     if constexpr (KS > 1) {
         if (lane == 0 && live)
 #pragma unroll
@@ -231,21 +350,48 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
         for (int r = 1; r < R; r++)
             if (lane == r)
                 v = acc[r];
-        jb.y[n0 + lane] = finish<FMT>(w, v) + (w.bias ? w.bias[n0 + lane] : 0.0f);
+        v = finish<FMT>(w, v) + (w.bias ? w.bias[n0 + lane] : 0.0f);
+        jb.y[n0 + lane] = p.residual ? __fadd_rn(jb.y[n0 + lane], v) : v;
     }
 }
 
-/* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). */
-template <int FMT, int GU_R>
+/* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). The expert id comes
+ * from the previous kernel, so nothing is prefetched: the id, then its table entry, then the
+ * weights are issued before x is staged, so x's trip overlaps theirs. ROUTE: the block routes its
+ * token itself from the router logits (warp 0, cuda_route_warp.cuh), which saves the routing
+ * kernel; the blocks of row group 0 leave the pair's id and weight in ids / weights for
+ * moe_down. */
+template <int FMT, int GU_R, bool ROUTE>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_gate_up_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
-                       const int32_t *ids, int n_used, float *act)
+                       int32_t *ids, int n_used, float *act, const float *logits, route_warp_args ra,
+                       float *weights)
 {
+    extern __shared__ float4 xs[];
+    __shared__ int s_e;
+    constexpr int U = 2;
+    pdl_trigger();
+    pdl_wait();
     const int pair = blockIdx.y;
-    const int e = ids[pair];
+    if constexpr (ROUTE) {
+        if (threadIdx.x < 32) {
+            int idj = -1, idj2 = -1;
+            float wj = 0.0f, wj2 = 0.0f;
+            route_warp<8>(logits + (size_t)(pair / n_used) * ra.E, ra, nullptr, nullptr, &idj, &wj, &idj2, &wj2);
+            const int j = pair % n_used, lane = threadIdx.x;
+            if (lane == j % 32) {
+                int e = j < 32 ? idj : idj2;
+                s_e = e;
+                if (blockIdx.x == 0)
+                    ids[pair] = e, weights[pair] = j < 32 ? wj : wj2;
+            }
+        }
+    } else if (threadIdx.x == 0) {
+        s_e = ids[pair];
+    }
+    __syncthreads();
+    const int e = s_e;
     const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GU_R;
-    if (n0 >= I)
-        return;
     float *out = act + (size_t)pair * (size_t)I;
     const int lane = threadIdx.x % 32;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (moe_down skips it too) */
@@ -253,11 +399,26 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
             out[n0 + lane] = 0.0f;
         return;
     }
-    const float *xr = x + (size_t)(pair / n_used) * (size_t)D;
-    float g[GU_R], u[GU_R];
     /* local copies: through a reference into global memory every chunk would reload the pointers */
     const cuda_wdev wg = table[e], wu = table[n_experts + e];
-    warp_rows_dot2<FMT, GU_R>(wg, wu, n0, I, D, xr, g, u);
+    wraw pg[GU_R][U], pu[GU_R][U];
+    if (n0 < I) {
+        rows_prefetch<FMT, GU_R, U>(wg, n0, I, D, 0, 1, pg);
+        rows_prefetch<FMT, GU_R, U>(wu, n0, I, D, 0, 1, pu);
+    }
+    stage_x<FMT>(xs, x + (size_t)(pair / n_used) * (size_t)D, D);
+    __syncthreads();
+    if (n0 >= I)
+        return;
+    float g[GU_R], u[GU_R];
+#pragma unroll
+    for (int r = 0; r < GU_R; r++)
+        g[r] = 0.0f, u[r] = 0.0f;
+    rows_dot_smem<FMT, GU_R, U>(wg, n0, I, D, xs, g, 0, 1, pg);
+    rows_dot_smem<FMT, GU_R, U>(wu, n0, I, D, xs, u, 0, 1, pu);
+#pragma unroll
+    for (int r = 0; r < GU_R; r++)
+        g[r] = warp_sum(g[r]), u[r] = warp_sum(u[r]);
     if (lane < GU_R && n0 + lane < I) {
         float gv = g[0], uv = u[0];
 #pragma unroll
@@ -277,14 +438,19 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]);
  * grid (groups of DOWN_R rows, tokens). Warp j of the block takes slots j, j + 8, ...: the
- * experts stream in parallel, and one thread per row adds them up in expert order. */
+ * experts stream in parallel, and one thread per row adds them up in expert order. Each warp
+ * stages its slot's activations in its own slice of shared memory (I floats). residual: out +=. */
 template <int FMT, int DOWN_R>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_down_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
-                    const int32_t *ids, const float *weights, int n_used, float *out)
+                    const int32_t *ids, const float *weights, int n_used, float *out, int residual)
 {
+    extern __shared__ float4 xs[];
+    constexpr int U = 1; /* expert widths are short (768 in Qwen3-30B: 24 NVFP4 chunks a row) */
     __shared__ int order[MAX_K_USED];
     __shared__ float part[MAX_K_USED][DOWN_R];
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.y;
     const int32_t *it = ids + (size_t)t * n_used;
     if (threadIdx.x == 0) {
@@ -299,15 +465,34 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     }
     const int64_t n0 = (int64_t)blockIdx.x * DOWN_R;
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float4 *mine = xs + (size_t)wib * (size_t)(I / 4);
     for (int j = wib; j < n_used; j += DEC_WARPS) {
         const int e = it[j];
         float acc[DOWN_R];
+#pragma unroll
+        for (int r = 0; r < DOWN_R; r++)
+            acc[r] = 0.0f;
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
-            warp_rows_dot<FMT, DOWN_R>(w, n0, D, I, act + ((size_t)t * n_used + j) * (size_t)I, acc);
+            wraw pre[DOWN_R][U];
+            rows_prefetch<FMT, DOWN_R, U>(w, n0, D, I, 0, 1, pre);
+            __syncwarp();
+            { /* this warp's slot activations, in the swizzled layout */
+                constexpr int Q = chunk<FMT>::q;
+                const float4 *src = (const float4 *)(act + ((size_t)t * n_used + j) * (size_t)I);
+                for (int64_t f = lane; f < I / 4; f += 32) {
+                    float4 v = src[f];
+                    if constexpr (FMT == WEIGHT_NVFP4)
+                        v = make_float4(v.x * X_PRESCALE, v.y * X_PRESCALE, v.z * X_PRESCALE, v.w * X_PRESCALE);
+                    int64_t c = f / Q;
+                    mine[c * Q + ((int)(f % Q) ^ x_swz<Q>(c))] = v;
+                }
+            }
+            __syncwarp();
+            rows_dot_smem<FMT, DOWN_R, U>(w, n0, D, I, mine, acc, 0, 1, pre);
 #pragma unroll
             for (int r = 0; r < DOWN_R; r++)
-                acc[r] = finish<FMT>(w, acc[r]) + (w.bias && n0 + r < D ? w.bias[n0 + r] : 0.0f);
+                acc[r] = finish<FMT>(w, warp_sum(acc[r])) + (w.bias && n0 + r < D ? w.bias[n0 + r] : 0.0f);
         }
         if (lane == 0)
 #pragma unroll
@@ -323,7 +508,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
             if (e >= 0 && e < n_experts)
                 o = __fadd_rn(o, __fmul_rn(weights[(size_t)t * n_used + j], part[j][r]));
         }
-        out[(size_t)t * (size_t)D + n0 + r] = o;
+        float *dst = out + (size_t)t * (size_t)D + n0 + r;
+        *dst = residual ? __fadd_rn(*dst, o) : o;
     }
 }
 
@@ -347,10 +533,19 @@ cudaError_t by_format(enum weight_format fmt, A... a)
     }
 }
 
+/* Dynamic shared memory above the default 48 KB needs the kernel's opt-in. */
+template <typename K>
+cudaError_t smem_opt_in(K kernel, size_t bytes)
+{
+    if (bytes <= 48 * 1024)
+        return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
 template <int FMT>
 struct launch_gemv1 {
-    template <int R, int KS>
-    static cudaError_t go(cudaStream_t s, gemv1_params p)
+    template <int R, int KS, int U>
+    static cudaError_t go(cudaStream_t s, gemv1_params p, bool pdl)
     {
         int64_t groups = 0;
         for (int j = 0; j < p.n_jobs; j++) {
@@ -360,67 +555,106 @@ struct launch_gemv1 {
         int64_t blocks = (groups + DEC_WARPS / KS - 1) / (DEC_WARPS / KS);
         if (blocks > 0x7fffffff)
             return cudaErrorInvalidValue;
-        gemv1_kernel<FMT, R, KS><<<(unsigned)blocks, DEC_THREADS, 0, s>>>(p);
-        return CUDA_LAUNCH_RESULT();
+        size_t smem = (size_t)p.K * sizeof(float);
+        cudaError_t e = smem_opt_in(gemv1_kernel<FMT, R, KS, U>, smem);
+        if (e != cudaSuccess)
+            return e;
+        return launch_pdl(pdl, gemv1_kernel<FMT, R, KS, U>, dim3((unsigned)blocks), dim3(DEC_THREADS), smem, s, p);
     }
-    /* enough warps in flight to cover HBM latency: about 16 per SM on every current GPU */
-    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t rows)
+    /* One wave of warps with all their loads in flight: many rows -> 4 rows a warp; a few
+     * thousand -> 2 rows with up to 4 chunks each per lane; short weights -> K split 8 ways.
+     * Measured on the H200 (Qwen3-30B-A3B NVFP4, session 3): 2 rows for q/k/v and o beat 4
+     * (303 vs 290 tok/s at batch 1). */
+    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t rows, bool pdl, int rows_per_warp)
     {
-        if (rows >= 4 * 4096)
-            return go<4, 1>(s, *p);
-        if (rows >= 2048)
-            return go<2, 2>(s, *p);
-        return go<1, 8>(s, *p);
+        int64_t rounds = (p->K / chunk<FMT>::n + 31) / 32; /* chunks per lane per row */
+        if (rows < 2048)
+            return go<1, 8, 1>(s, *p, pdl);
+        int r = rows_per_warp ? rows_per_warp : rows >= 4 * 4096 ? 4 : 2;
+        if (r >= 4)
+            return rounds <= 2 ? go<4, 1, 2>(s, *p, pdl) : go<4, 1, 4>(s, *p, pdl);
+        return rounds <= 2 ? go<2, 1, 2>(s, *p, pdl) : go<2, 1, 4>(s, *p, pdl);
     }
 };
 
+/* What a fused MoE decode does besides the experts (see cuda_moe_decode). */
+struct moe_fuse_dev {
+    const float *logits; /* not NULL: route in gate_up from these router logits */
+    route_warp_args ra;
+    int residual;
+};
+
 /* rows per warp: gate_up gu (2 or 4), down dn (4 or 8): more rows, more loads in flight per warp
- * and fewer blocks (one wave instead of two on a 132-SM part). */
+ * and fewer blocks, but 4 gate/up rows or 8 down rows exceed the 128 registers two blocks per SM
+ * allow and spill. */
 template <int FMT, int GU, int DN>
 cudaError_t moe_launch(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *x,
-                       int n_tokens, const int32_t *ids, const float *weights, int n_used, float *act, float *out)
+                       int n_tokens, int32_t *ids, float *weights, int n_used, float *act, float *out,
+                       bool pdl, const moe_fuse_dev &fz)
 {
     int64_t warps_i = (I + GU - 1) / GU;
     dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
-    moe_gate_up_kernel<FMT, GU><<<g1, DEC_THREADS, 0, s>>>(table, n_experts, I, D, x, ids, n_used, act);
-    cudaError_t e = CUDA_LAUNCH_RESULT();
+    size_t smem1 = (size_t)D * sizeof(float), smem2 = (size_t)DEC_WARPS * (size_t)I * sizeof(float);
+    cudaError_t e;
+    if (fz.logits) {
+        e = smem_opt_in(moe_gate_up_kernel<FMT, GU, true>, smem1);
+        if (e == cudaSuccess)
+            e = launch_pdl(pdl, moe_gate_up_kernel<FMT, GU, true>, g1, dim3(DEC_THREADS), smem1, s, table, n_experts, I,
+                           D, x, ids, n_used, act, fz.logits, fz.ra, weights);
+    } else {
+        e = smem_opt_in(moe_gate_up_kernel<FMT, GU, false>, smem1);
+        if (e == cudaSuccess)
+            e = launch_pdl(pdl, moe_gate_up_kernel<FMT, GU, false>, g1, dim3(DEC_THREADS), smem1, s, table, n_experts,
+                           I, D, x, ids, n_used, act, (const float *)nullptr, fz.ra, weights);
+    }
+    if (e == cudaSuccess)
+        e = smem_opt_in(moe_down_kernel<FMT, DN>, smem2);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((D + DN - 1) / DN), (unsigned)n_tokens);
-    moe_down_kernel<FMT, DN><<<g2, DEC_THREADS, 0, s>>>(table, n_experts, D, I, act, ids, weights, n_used, out);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl, moe_down_kernel<FMT, DN>, g2, dim3(DEC_THREADS), smem2, s, table, n_experts, D, I, act,
+                      (const int32_t *)ids, (const float *)weights, n_used, out, fz.residual);
 }
 
 template <int FMT>
 struct launch_moe {
     static cudaError_t run(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I,
-                           const float *x, int n_tokens, const int32_t *ids, const float *weights, int n_used,
-                           float *act, float *out, int gu, int dn)
+                           const float *x, int n_tokens, int32_t *ids, float *weights, int n_used,
+                           float *act, float *out, int gu, int dn, bool pdl, const moe_fuse_dev *fz)
     {
         if (gu >= 4)
-            return dn >= 8 ? moe_launch<FMT, 4, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out)
-                           : moe_launch<FMT, 4, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out);
-        return dn >= 8 ? moe_launch<FMT, 2, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out)
-                       : moe_launch<FMT, 2, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out);
+            return dn >= 8 ? moe_launch<FMT, 4, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz)
+                           : moe_launch<FMT, 4, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz);
+        return dn >= 8 ? moe_launch<FMT, 2, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz)
+                       : moe_launch<FMT, 2, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz);
     }
 };
 
 } // namespace
 
-extern "C" int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x)
+extern "C" int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x, size_t smem_budget)
 {
-    return k_ok(fmt, K) && (uintptr_t)x % 16 == 0;
+    return k_ok(fmt, K) && (uintptr_t)x % 16 == 0 && (size_t)K * sizeof(float) + 1024 <= smem_budget;
 }
 
 extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
-                                  const int64_t *N, int64_t K, const float *x, float *const *y)
+                                  const int64_t *N, int64_t K, const float *x, float *const *y, int pdl,
+                                  const struct cuda_gemv_fuse *fuse)
 {
-    if (n_w < 1 || n_w > MAX_JOBS || !cuda_gemv1_supported(fmt, K, x))
+    if (n_w < 1 || n_w > MAX_JOBS || !k_ok(fmt, K) || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
     gemv1_params p = {};
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
+    if (fuse) {
+        if (fuse->norm_w && ((uintptr_t)fuse->norm_w | (uintptr_t)fuse->x_out) % 16)
+            return cudaErrorInvalidValue;
+        p.norm_w = fuse->norm_w;
+        p.eps = fuse->eps;
+        p.x_out = fuse->x_out;
+        p.residual = fuse->residual;
+    }
     int64_t rows = 0;
     for (int j = 0; j < n_w; j++) {
         p.job[j].w = w[j];
@@ -430,23 +664,45 @@ extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, i
     }
     if (!rows)
         return cudaSuccess;
-    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows);
+    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows, pdl != 0,
+                                   fuse ? fuse->rows_per_warp : 0);
 }
 
-extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used)
+extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
+                                         size_t smem_budget)
 {
-    return k_ok(fmt, d_model) && k_ok(fmt, d_expert) && n_used >= 1 && n_used <= MAX_K_USED;
+    size_t smem = (size_t)(d_model > DEC_WARPS * d_expert ? d_model : DEC_WARPS * d_expert) * sizeof(float);
+    return k_ok(fmt, d_model) && k_ok(fmt, d_expert) && n_used >= 1 && n_used <= MAX_K_USED &&
+           smem + 2048 <= smem_budget;
+}
+
+extern "C" int cuda_moe_decode_can_route(const struct route_args *a)
+{
+    return cuda_route_warp_supported(a) && a->n_experts <= 8 * 32;
 }
 
 extern "C" cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                                        int n_experts, int64_t d_model, int64_t d_expert, const float *x,
-                                       int n_tokens, const int32_t *ids, const float *weights, int n_used,
-                                       float *act, float *out, int rows_gate_up, int rows_down)
+                                       int n_tokens, int32_t *ids, float *weights, int n_used, float *act,
+                                       float *out, int rows_gate_up, int rows_down, int pdl,
+                                       const struct cuda_moe_fuse *fuse)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
-    if (!cuda_moe_decode_supported(fmt, d_model, d_expert, n_used) || (int64_t)n_tokens * n_used > 65535)
+    if (!k_ok(fmt, d_model) || !k_ok(fmt, d_expert) || n_used < 1 || n_used > MAX_K_USED ||
+        (int64_t)n_tokens * n_used > 65535)
         return cudaErrorInvalidValue;
+    moe_fuse_dev fz = {};
+    if (fuse) {
+        if (fuse->logits) {
+            if (!fuse->route || !cuda_moe_decode_can_route(fuse->route) || fuse->route->n_used != n_used ||
+                fuse->route->n_experts != n_experts)
+                return cudaErrorInvalidValue;
+            fz.logits = fuse->logits;
+            fz.ra = route_warp_args_from(fuse->route);
+        }
+        fz.residual = fuse->residual;
+    }
     return by_format<launch_moe>(fmt, stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                 n_used, act, out, rows_gate_up, rows_down);
+                                 n_used, act, out, rows_gate_up, rows_down, pdl != 0, (const moe_fuse_dev *)&fz);
 }

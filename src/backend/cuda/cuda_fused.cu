@@ -27,6 +27,8 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads
                                  const int32_t *pos, float *kc, float *vc, const int32_t *slots)
 {
     extern __shared__ float sv[]; /* (hd) the head after the norm */
+    pdl_trigger();
+    pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y;
     const size_t row = (size_t)n_kv * (size_t)hd; /* one token's K (or V) in the cache */
     const size_t slot = (size_t)slots[t];
@@ -284,7 +286,7 @@ extern "C" cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int
 extern "C" cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float *v, int n_tokens,
                                       int n_heads, int n_kv, int head_dim, const float *q_norm, const float *k_norm,
                                       float eps, const struct rope_args *a, const int32_t *pos,
-                                      const struct paged_kv *kv, const int32_t *slots)
+                                      const struct paged_kv *kv, const int32_t *slots, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
@@ -293,10 +295,9 @@ extern "C" cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, c
         return cudaErrorInvalidValue;
     unsigned threads = head_dim >= 256 ? 256u : head_dim >= 128 ? 128u : head_dim > 32 ? 64u : 32u;
     dim3 grid((unsigned)n_tokens, (unsigned)(n_heads + 2 * n_kv));
-    attn_prep_kernel<<<grid, threads, (size_t)head_dim * sizeof(float), stream>>>(
-        q, k, v, n_heads, n_kv, head_dim, q_norm, k_norm, eps, a->dim, a->offset, a->interleaved ? 1 : 0,
-        a->attention_factor, a->inv_freq, pos, kv->k, kv->v, slots);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, attn_prep_kernel, grid, dim3(threads), (size_t)head_dim * sizeof(float), stream, q,
+                      k, v, n_heads, n_kv, head_dim, q_norm, k_norm, eps, a->dim, a->offset, a->interleaved ? 1 : 0,
+                      a->attention_factor, a->inv_freq, pos, kv->k, kv->v, slots);
 }
 
 extern "C" cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids)

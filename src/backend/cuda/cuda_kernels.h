@@ -9,9 +9,13 @@
  *          cuda_embed(), cuda_add(), cuda_silu_mul(), cuda_bias_add(), cuda_f32_to_bf16_split(),
  *          cuda_sum_halves(), cuda_kv_store() (cuda_elementwise.cu); cuda_rmsnorm(), cuda_add_rmsnorm()
  * (cuda_norm.cu); cuda_rope() (cuda_rope.cu); cuda_attention_fit(), cuda_attention_workspace_floats(),
- *          cuda_attention() (cuda_attention.cu); cuda_moe_route() (cuda_moe_route.cu);
+ *          cuda_attention() (cuda_attention.cu); struct cuda_attn_mma_cfg, cuda_attention_mma_smem(),
+ *          cuda_attention_mma_fit(), cuda_attention_mma_supported(), cuda_attention_mma()
+ *          (cuda_attention_mma.cu); cuda_moe_route() (cuda_moe_route.cu);
  *          cuda_gemm(), cuda_gemm_grouped(), cuda_gemm_tile_rows() (cuda_gemm.cu);
  *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
+ *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
+ *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
  *          cuda_mla_attention_workspace_floats(), cuda_mla_attention() (cuda_mla.cu);
@@ -63,8 +67,10 @@ cudaError_t cuda_kv_store(cudaStream_t stream, const struct paged_kv *kv, const 
 /* ---- cuda_norm.cu ---- */
 cudaError_t cuda_rmsnorm(cudaStream_t stream, const float *x, const float *w, int rows, int dim, float eps,
                          float *y);
+/* pdl: launched with programmatic dependent launch (device_caps.pdl), see cuda_common.cuh; the
+ * same for every launcher below that takes it. */
 cudaError_t cuda_add_rmsnorm(cudaStream_t stream, float *h, const float *delta, const float *w, int rows,
-                             int dim, float eps, float *y);
+                             int dim, float eps, float *y, int pdl);
 
 /* ---- cuda_rope.cu ---- */
 /* args is a host struct; args->inv_freq and pos are device pointers. */
@@ -94,10 +100,45 @@ cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct pag
                            const struct attn_batch *b, int n_heads, float scale, float *out,
                            const struct cuda_attn_cfg *cfg, int n_splits, float *work);
 
+/* ---- cuda_attn_decode.cu (split decode attention, merged by the last split's block) ---- */
+/* Whether cuda_attn_decode() takes this shape: group <= 16 query heads per KV head, head_dim a
+ * multiple of 4 up to 128, 1..64 splits. */
+int cuda_attn_decode_supported(int group, int head_dim, int n_splits);
+/* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
+ * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. */
+cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
+                             const struct attn_batch *b, int n_heads, float scale, float *out, int n_splits,
+                             float *work, int *sem, int pdl);
+
+/* ---- cuda_attention_mma.cu (prefill on bf16 tensor cores: "attn_prefill_mma_bf16") ---- */
+/* rows: query rows per block (16 per warp, 16..128); keys: keys staged per step (multiple of
+ * 16, up to 256); stages 2: the next step's K/V are copied (cp.async) during this one's MMAs,
+ * 1: not. */
+struct cuda_attn_mma_cfg {
+    int rows;
+    int keys;
+    int stages;
+    int threads;       /* rows / 16 * 32, set by cuda_attention_mma_fit() */
+    size_t smem_bytes; /* set by cuda_attention_mma_fit() */
+};
+/* Dynamic shared memory of that tile for head_dim (the planner's formula for the variant). */
+size_t cuda_attention_mma_smem(int rows, int keys, int head_dim, int stages);
+/* Rounds cfg to the kernel's steps, then shrinks it (keys to 32, rows to 64, stages to 1, keys
+ * and rows to 16) until it fits budget; false for a head_dim other than 64, 128, 256 or when
+ * not even 16 x 16 fits. */
+int cuda_attention_mma_fit(struct cuda_attn_mma_cfg *cfg, int head_dim, size_t budget);
+/* Whether the kernel takes this head_dim and these pointers (16-byte aligned q and cache). */
+int cuda_attention_mma_supported(const float *q, const struct paged_kv *kv, const float *out);
+/* As cuda_attention with n_splits == 1, on mma.sync (q, K, V, P split into bf16 hi + lo, fp32
+ * accumulation). cfg must have passed cuda_attention_mma_fit() for kv->head_dim. */
+cudaError_t cuda_attention_mma(cudaStream_t stream, const float *q, const struct paged_kv *kv,
+                               const struct attn_batch *b, int n_heads, float scale, float *out,
+                               const struct cuda_attn_mma_cfg *cfg);
+
 /* ---- cuda_moe_route.cu ---- */
 /* args is a host struct; args->correction_bias is a device pointer (or NULL). */
 cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
-                           const struct route_args *args, int32_t *ids, float *weights);
+                           const struct route_args *args, int32_t *ids, float *weights, int pdl);
 
 /* ---- cuda_gemm.cu ---- */
 /* Tile shapes of the fp32-FMA GEMM (rows x output features, 256 threads): the
@@ -143,28 +184,78 @@ cudaError_t cuda_gemm_mma_grouped(cudaStream_t stream, enum weight_format fmt, c
                                   const int32_t *tiles, const int32_t *n_tiles, int max_tiles, float *y,
                                   int tile_m);
 
+/* ---- cuda_gemm_wgmma.cu (Hopper warpgroup MMA, in the sm_90a image only; NVFP4 and BF16 weights) ---- */
+/* A tile of the wgmma GEMM: tokens per block (64 or 128), weight rows per block (64 per warpgroup:
+ * 128 or 256), k per step (64, or 128 for NVFP4 with K % 128 == 0), and the shared memory it takes
+ * (filled by cuda_gemm_wgmma_fit()). */
+struct cuda_wgmma_tile {
+    int tokens;
+    int rows;
+    int k;
+    size_t smem_bytes;
+};
+/* Whether device runs the wgmma kernels (makes it current): every one has an image for it
+ * (cudaFuncGetAttributes) and that image is the sm_90a body (other images hold empty bodies). */
+int cuda_gemm_wgmma_loadable(int device);
+int cuda_gemm_wgmma_supported(enum weight_format fmt, int64_t K, const float *x);
+/* Turns the planned tile t into a compiled one for fmt and K whose shared memory fits budget
+ * (smaller k, then fewer tokens; 64-token tiles when rows_hint, the rows of one GEMM or expert,
+ * is at most 64); 0 if none fits. */
+int cuda_gemm_wgmma_fit(struct cuda_wgmma_tile *t, enum weight_format fmt, int64_t K, double rows_hint,
+                        size_t budget);
+/* As cuda_gemm_mma / cuda_gemm_mma_grouped (activations split into bf16 hi + lo), on wgmma with a
+ * tile fitted by cuda_gemm_wgmma_fit() (grouped: every tile's rows must fit t->tokens). */
+cudaError_t cuda_gemm_wgmma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                            int64_t N, int64_t K, const float *x, int m, float *y,
+                            const struct cuda_wgmma_tile *t);
+cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_format fmt,
+                                    const struct cuda_wdev *table, int64_t N, int64_t K, const float *x,
+                                    const int32_t *x_rows, int x_row_div, const int32_t *tiles,
+                                    const int32_t *n_tiles, int max_tiles, float *y,
+                                    const struct cuda_wgmma_tile *t);
+
 /* ---- cuda_decode.cu (one activation row: decode) ---- */
-/* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned). */
-int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x);
-/* y[j][:N[j]] = x[:K] W_j^T (+ bias) for j < n_w <= 3, every W_j in format fmt: one launch. */
+/* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned;
+ * x's K floats fit the block's shared memory). */
+int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x, size_t smem_budget);
+/* What a GEMV may do besides y = x W^T (NULL: nothing). */
+struct cuda_gemv_fuse {
+    const float *norm_w; /* not NULL: x is a residual row; the GEMV reads x' = rmsnorm(x) * norm_w */
+    float eps;
+    float *x_out;        /* with norm_w, not NULL: x' is also written here (K floats) */
+    int residual;        /* y += x W^T instead of y = x W^T (the residual add) */
+    int rows_per_warp;   /* 2 or 4 for weights of >= 2048 rows (a tuning knob); 0: by shape */
+};
+/* y[j][:N[j]] = x[:K] W_j^T (+ bias) for j < n_w <= 3, every W_j in format fmt: one launch.
+ * pdl: launched with programmatic dependent launch (device_caps.pdl), see cuda_common.cuh. */
 cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
-                       const int64_t *N, int64_t K, const float *x, float *const *y);
-int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used);
+                       const int64_t *N, int64_t K, const float *x, float *const *y, int pdl,
+                       const struct cuda_gemv_fuse *fuse);
+int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
+                              size_t smem_budget);
+/* Whether cuda_moe_decode can route by itself with these arguments (no groups, <= 256 experts). */
+int cuda_moe_decode_can_route(const struct route_args *a);
+/* What a MoE decode may do besides the experts (NULL: nothing). */
+struct cuda_moe_fuse {
+    const float *logits;           /* not NULL: route from these router logits (route: how), */
+    const struct route_args *route; /* writing ids and weights instead of reading them */
+    int residual;                  /* out += the MoE output instead of out = it */
+};
 /* The MoE block for few tokens, pair by pair without a sort: act (n_tokens * n_used, d_expert)
  * = silu(x G_e^T) * (x U_e^T), then out[t] = sum over the token's slots in ascending expert id of
  * weights * (act D_e^T). table as for cuda_gemm_grouped: gate[n_experts], up[...], down[...].
- * rows_gate_up (2 or 4) and rows_down (4 or 8): output rows per warp. */
+ * rows_gate_up (2 or 4) and rows_down (4 or 8): output rows per warp. pdl as for cuda_gemv1. */
 cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                             int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                            const int32_t *ids, const float *weights, int n_used, float *act, float *out,
-                            int rows_gate_up, int rows_down);
+                            int32_t *ids, float *weights, int n_used, float *act, float *out, int rows_gate_up,
+                            int rows_down, int pdl, const struct cuda_moe_fuse *fuse);
 
 /* ---- cuda_fused.cu ---- */
 /* backend_ops.attn_prep: q/k head RMSNorm (q_norm NULL: none), RoPE, K/V into the cache. */
 cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float *v, int n_tokens, int n_heads,
                            int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps,
                            const struct rope_args *a, const int32_t *pos, const struct paged_kv *kv,
-                           const int32_t *slots);
+                           const int32_t *slots, int pdl);
 /* ids[r] = argmax of logits[r, :vocab], lowest id on ties, -1 when the row has a NaN. */
 cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids);
 /* backend_ops.sample; params (rows) device memory. */

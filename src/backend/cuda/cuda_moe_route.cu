@@ -1,4 +1,5 @@
-/* cuda_moe_route.cu — router scores -> top-k expert ids and weights, one block per token.
+/* cuda_moe_route.cu — router scores -> top-k expert ids and weights: one warp per token without
+ * expert groups (up to 512 experts), else one block per token.
  *
  * Mirrors route_one() of backend_cpu.c step by step: softmax (max, expf,
  * double sum, double division) or sigmoid; selection scores = prob +
@@ -15,21 +16,12 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_route_warp.cuh"
 
 namespace
 {
 
 enum { ROUTE_MAX_E = 4096, ROUTE_MAX_K = 64, ROUTE_MAX_G = 64, ROUTE_THREADS = 256 };
-
-/* a better than b: larger value, ties to the lower index; idx < 0 is "none" */
-__device__ __forceinline__ bool better(float va, int ia, float vb, int ib)
-{
-    if (ib < 0)
-        return ia >= 0;
-    if (ia < 0)
-        return false;
-    return va > vb || (va == vb && ia < ib);
-}
 
 /* Arg-max of s over the entries not taken; every thread gets the index. */
 __device__ int block_argmax_untaken(const float *s, const unsigned char *taken, int n)
@@ -174,10 +166,34 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
     }
 }
 
+/* The same routing for the common case without expert groups, one warp per token: a block's
+ * k rounds of arg-max each cost two barriers, which made the routing of one decode token take
+ * as long as an expert GEMV. See cuda_route_warp.cuh. */
+template <int NPL>
+__global__ void __launch_bounds__(128)
+    moe_route_warp_kernel(const float *logits, int n_tokens, route_warp_args a, int32_t *ids, float *wout)
+{
+    pdl_trigger();
+    pdl_wait();
+    const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t >= n_tokens)
+        return;
+    route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k);
+}
+
+template <int NPL>
+cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_tokens, const struct route_args *a,
+                              int32_t *ids, float *weights, int pdl)
+{
+    unsigned blocks = (unsigned)((n_tokens + 3) / 4);
+    return launch_pdl(pdl != 0, moe_route_warp_kernel<NPL>, dim3(blocks), dim3(128), 0, stream, logits, n_tokens,
+                      route_warp_args_from(a), ids, weights);
+}
+
 } // namespace
 
 extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
-                                      const struct route_args *a, int32_t *ids, float *weights)
+                                      const struct route_args *a, int32_t *ids, float *weights, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
@@ -186,6 +202,15 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
         a->n_used > a->n_experts || n_group > ROUTE_MAX_G || a->n_experts % n_group ||
         (n_group > 1 && (a->topk_group < 1 || a->topk_group > n_group)))
         return cudaErrorInvalidValue;
+    if (cuda_route_warp_supported(a)) { /* one warp per token */
+        if (a->n_experts <= 64)
+            return route_warp_launch<2>(stream, logits, n_tokens, a, ids, weights, pdl);
+        if (a->n_experts <= 128)
+            return route_warp_launch<4>(stream, logits, n_tokens, a, ids, weights, pdl);
+        if (a->n_experts <= 256)
+            return route_warp_launch<8>(stream, logits, n_tokens, a, ids, weights, pdl);
+        return route_warp_launch<16>(stream, logits, n_tokens, a, ids, weights, pdl);
+    }
     size_t smem = (size_t)a->n_experts * (2 * sizeof(float) + 1);
     /* the k rounds of arg-max are latency, not work: a small block syncs faster (one warp per
      * 64 experts, at least two) */

@@ -1,0 +1,150 @@
+/* cuda_route_warp.cuh — MoE routing of one token by one warp (no expert groups, <= 512 experts).
+ *
+ * Mirrors route_one() of the CPU backend: softmax (max, expf, a double sum, a double division)
+ * or sigmoid; selection score = prob + correction bias; top-k by repeated arg-max with ties to
+ * the lower expert id; weights = the unbiased probabilities, renormalised in double (+ eps) and
+ * scaled. Lane l holds experts l, l + 32, ... (NPL of them) in registers, so an arg-max is five
+ * shuffles and the whole routing needs no barrier: the standalone routing kernel and the MoE
+ * decode kernel that routes for itself (cuda_decode.cu) both use it.
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_ROUTE_WARP_CUH
+#define MOESERVE_BACKEND_CUDA_CUDA_ROUTE_WARP_CUH
+
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+struct route_warp_args {
+    int E, k, sigmoid, normalize;
+    const float *bias;
+    float eps, scaling;
+};
+
+static inline route_warp_args route_warp_args_from(const struct route_args *a)
+{
+    route_warp_args r;
+    r.E = a->n_experts;
+    r.k = a->n_used;
+    r.sigmoid = a->score == ROUTE_SIGMOID ? 1 : 0;
+    r.normalize = a->normalize ? 1 : 0;
+    r.bias = a->correction_bias;
+    r.eps = a->normalize_eps;
+    r.scaling = a->scaling;
+    return r;
+}
+
+/* Whether route_warp takes these arguments. */
+static inline bool cuda_route_warp_supported(const struct route_args *a)
+{
+    return (a->n_group <= 1) && a->n_experts >= 1 && a->n_experts <= 512 && a->n_used >= 1 && a->n_used <= 64 &&
+           a->n_used <= a->n_experts;
+}
+
+/* a better than b: larger value, ties to the lower index; idx < 0 is "none" */
+__device__ __forceinline__ bool better(float va, int ia, float vb, int ib)
+{
+    if (ib < 0)
+        return ia >= 0;
+    if (ia < 0)
+        return false;
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* f32 bits mapped so that unsigned order is float order (-inf lowest; 0 is below every value). */
+__device__ __forceinline__ uint32_t sortable_bits(float f)
+{
+    uint32_t b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+/* Routes one token (lg: its E router logits) with the calling warp (all 32 lanes). Lane j < k
+ * writes pick j to ids[j] / wout[j] when they are not NULL; pick j of lane j is also returned
+ * through *id_j / *w_j (lane j + 32 through *id_j2 / *w_j2) for callers that keep it. */
+template <int NPL>
+__device__ __forceinline__ void route_warp(const float *lg, const route_warp_args a, int32_t *ids, float *wout,
+                                           int *id_j = nullptr, float *w_j = nullptr, int *id_j2 = nullptr,
+                                           float *w_j2 = nullptr)
+{
+    const int lane = threadIdx.x % 32, E = a.E, k = a.k;
+    float prob[NPL], choice[NPL], lv[NPL];
+#pragma unroll
+    for (int i = 0; i < NPL; i++) {
+        int e = lane + 32 * i;
+        lv[i] = e < E ? lg[e] : -INFINITY;
+    }
+    if (!a.sigmoid) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < NPL; i++)
+            m = fmaxf(m, lv[i]);
+        m = warp_max(m);
+        double sum = 0;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            prob[i] = lane + 32 * i < E ? expf(__fsub_rn(lv[i], m)) : 0.0f;
+            sum += prob[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+        for (int i = 0; i < NPL; i++)
+            prob[i] = (float)((double)prob[i] / sum);
+    } else {
+#pragma unroll
+        for (int i = 0; i < NPL; i++)
+            prob[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv[i])));
+    }
+#pragma unroll
+    for (int i = 0; i < NPL; i++) {
+        int e = lane + 32 * i;
+        choice[i] = e < E ? __fadd_rn(prob[i], a.bias ? a.bias[e] : 0.0f) : -INFINITY;
+    }
+    uint32_t taken = 0;
+    int id0 = -1, id1 = -1; /* the picks of rounds lane and lane + 32 */
+    float p0 = 0.0f, p1 = 0.0f;
+    double wsum = 0;
+    for (int j = 0; j < k; j++) {
+        float bv = -INFINITY, bp = 0.0f;
+        int bi = -1;
+#pragma unroll
+        for (int i = 0; i < NPL; i++) {
+            int e = lane + 32 * i;
+            if (e < E && !(taken >> i & 1u) && better(choice[i], e, bv, bi))
+                bv = choice[i], bi = e, bp = prob[i];
+        }
+        /* the warp's best: the largest value (as order-preserving bits), then the lowest id among
+         * the lanes holding it; two warp reductions instead of five rounds of three shuffles */
+        const uint32_t key = bi < 0 ? 0u : sortable_bits(bv);
+        const uint32_t kmax = __reduce_max_sync(0xffffffffu, key);
+        const uint32_t imin = __reduce_min_sync(0xffffffffu, key == kmax && bi >= 0 ? (uint32_t)bi : 0xffffffffu);
+        bi = imin == 0xffffffffu ? -1 : (int)imin;
+        bp = __shfl_sync(0xffffffffu, bp, bi < 0 ? 0 : bi % 32);
+        if (bi >= 0 && bi % 32 == lane)
+            taken |= 1u << (bi / 32);
+        wsum += bp; /* every lane adds in the same order: the same double */
+        if (j == lane)
+            id0 = bi, p0 = bp;
+        else if (j == lane + 32)
+            id1 = bi, p1 = bp;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int j = lane + 32 * r;
+        if (j >= k)
+            break;
+        float w = r ? p1 : p0;
+        if (a.normalize)
+            w = (float)((double)w / (wsum + (double)a.eps));
+        w = __fmul_rn(w, a.scaling);
+        int id = r ? id1 : id0;
+        if (ids)
+            ids[j] = id, wout[j] = w;
+        if (r == 0 && id_j)
+            *id_j = id, *w_j = w;
+        if (r == 1 && id_j2)
+            *id_j2 = id, *w_j2 = w;
+    }
+}
+
+#endif
