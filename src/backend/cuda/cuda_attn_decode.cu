@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(adec_para
             if (lane < ROUND)
                 sc[h][lane] = e;
             float l = warp_sum(e);
+            __syncwarp(); /* every lane has read s_m[h] before lane 0 replaces it */
             if (lane == 0) {
                 float a = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
                 s_alpha[h] = a;
