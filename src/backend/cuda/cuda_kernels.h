@@ -314,6 +314,75 @@ cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, con
 /* "moeserve-cuda-archs: 800,900,1000,1200": the families compiled into this binary. */
 const char *cuda_build_arch_list(void);
 
+/* ---- cuda_gemm_fp4.cu (W4A4 NVFP4 on block-scaled FP4 mma.sync: "gemm_nvfp4_fp4_mma",
+ *      "moe_gemm_nvfp4_fp4_mma"; the GEMM in sm_120a/121a/120f images only, the quantiser anywhere).
+ *      NEVER RUN on hardware and not wired into the backend: see the file comment. ----
+ * defines: enum cuda_fp4_scale, struct cuda_fp4_act, struct cuda_fp4_tile, cuda_fp4_act_bytes(),
+ *          cuda_fp4_act_carve(), cuda_fp4_quantize_supported(), cuda_fp4_quantize(),
+ *          cuda_fp4_quantize_host(), cuda_gemm_fp4_loadable(), cuda_gemm_fp4_supported(),
+ *          cuda_gemm_fp4_smem(), cuda_gemm_fp4_fit(), cuda_gemm_fp4(), cuda_gemm_fp4_grouped(),
+ *          cuda_gemm_fp4_emulate() */
+/* The activations' decode global scale: the values and meaning of enum fp4_act_scale
+ * (backend/cpu/cpu_fp4_ref.h, the reference that defines the quantisation bit for bit). */
+enum cuda_fp4_scale {
+    CUDA_FP4_SCALE_TENSOR, /* amax(|x|) of the whole input / (6 * 448) */
+    CUDA_FP4_SCALE_ROW,    /* the same per row (batch-invariant) */
+    CUDA_FP4_SCALE_STATIC, /* input_scale (a W4A4 checkpoint's), finite and > 0 */
+};
+/* Activations (rows, K) in NVFP4, carved from one buffer of cuda_fp4_act_bytes(rows, K). */
+struct cuda_fp4_act {
+    uint8_t *codes;   /* (rows, K/2) e2m1, element 2i in the low nibble */
+    uint8_t *scales;  /* (rows, K/16) e4m3 block scales */
+    float *row_scale; /* (rows) each row's decode global scale; NaN: the row held a NaN or an Inf */
+    uint32_t *amax;   /* (1) scratch of CUDA_FP4_SCALE_TENSOR */
+};
+size_t cuda_fp4_act_bytes(int rows, int64_t K);
+void cuda_fp4_act_carve(void *base, int rows, int64_t K, struct cuda_fp4_act *a);
+/* Whether cuda_fp4_quantize takes K (a multiple of 16) and x (16-byte aligned). */
+int cuda_fp4_quantize_supported(int64_t K, const float *x);
+/* x (rows, K) f32 -> a, bit-exact with fp4_quantize(); input_scale is read by the static mode only. */
+cudaError_t cuda_fp4_quantize(cudaStream_t stream, const float *x, int rows, int64_t K,
+                              enum cuda_fp4_scale mode, float input_scale, const struct cuda_fp4_act *a);
+/* Tests: the quantiser's own arithmetic (the kernel's __host__ __device__ code) run on the host,
+ * x and a in host memory (a->amax unused); 0 for arguments cuda_fp4_quantize would refuse. */
+int cuda_fp4_quantize_host(const float *x, int rows, int64_t K, enum cuda_fp4_scale mode, float input_scale,
+                           const struct cuda_fp4_act *a);
+/* A tile of the FP4 GEMM: tokens (64 or 128) x weight rows (64 or 128) x k per stage (64 or 128,
+ * dividing K), stages 2..4 in flight; smem_bytes filled by cuda_gemm_fp4_fit(). */
+struct cuda_fp4_tile {
+    int tokens;
+    int rows;
+    int k;
+    int stages;
+    size_t smem_bytes;
+};
+/* Whether device runs the FP4 GEMM kernels (makes it current): every one has an image for it and
+ * that image holds the real body (other images hold empty bodies). */
+int cuda_gemm_fp4_loadable(int device);
+/* Whether the GEMM takes K (a multiple of 64). Weights: NVFP4 with 16-byte aligned codes and
+ * 8-byte aligned scales (cudaMalloc'ed tensors are); x as cuda_fp4_quantize wrote it. */
+int cuda_gemm_fp4_supported(int64_t K);
+/* Shared memory of a tile (static included): stages x (tokens + rows) x k x 9/16 + 8 x tokens. */
+size_t cuda_gemm_fp4_smem(int tokens, int rows, int k, int stages);
+/* Turns the planned tile t into a compiled one for K within budget (fewer stages, then k 64, then
+ * 64 rows, then 64 tokens; 64 tokens when rows_hint, the rows of one GEMM or expert, is <= 64);
+ * 0 if none fits. */
+int cuda_gemm_fp4_fit(struct cuda_fp4_tile *t, int64_t K, double rows_hint, size_t budget);
+/* y[i, :N] = dequant(x row i) W^T * (x->row_scale[i] * w->scale2) + bias for i < m, W NVFP4,
+ * with a tile fitted by cuda_gemm_fp4_fit(). The grouped form walks cuda_gemm_grouped's tile
+ * list; compact row r reads x row x_rows[r] / x_row_div (every tile's rows must fit t->tokens). */
+cudaError_t cuda_gemm_fp4(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K,
+                          const struct cuda_fp4_act *x, int m, float *y, const struct cuda_fp4_tile *t);
+cudaError_t cuda_gemm_fp4_grouped(cudaStream_t stream, const struct cuda_wdev *table, int64_t N, int64_t K,
+                                  const struct cuda_fp4_act *x, const int32_t *x_rows, int x_row_div,
+                                  const int32_t *tiles, const int32_t *n_tiles, int max_tiles, float *y,
+                                  const struct cuda_fp4_tile *t);
+/* Tests: cuda_gemm_fp4 with every pointer in host memory, the kernel's address arithmetic run on
+ * the host against a model of ldmatrix and the block-scaled MMA written from the PTX ISA text
+ * (not the hardware); 0 for arguments cuda_gemm_fp4 would refuse. */
+int cuda_gemm_fp4_emulate(const struct cuda_wdev *w, int64_t N, int64_t K, const struct cuda_fp4_act *x,
+                          int m, float *y, const struct cuda_fp4_tile *t);
+
 #ifdef __cplusplus
 }
 #endif
