@@ -5,6 +5,7 @@
 #
 # 1. ctest -L gpu                                   (device's own shared-memory budget)
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
+#    and the golden fixtures with MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 (switches off by default)
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
@@ -45,6 +46,10 @@ step "ctest -L gpu" ctest_gpu.log \
     ctest --test-dir "$build" -L gpu --output-on-failure -V
 step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
     env MOESERVE_SMEM_BUDGET=101376 ctest --test-dir "$build" -L gpu --output-on-failure -V
+# the decode switches that are off by default (backend_cuda.c configure_from_plan): the golden
+# fixtures' one-token steps go through the fused ops and programmatic launch
+step "golden, MOESERVE_FUSE + PDL" golden_fuse_pdl.log \
+    env MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
