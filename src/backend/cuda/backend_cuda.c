@@ -309,6 +309,16 @@ static bool wgmma_fit(const struct cuda_backend *c, bool chosen, const struct cu
     return cuda_gemm_wgmma_fit(t, fmt, K, rows, c->smem_budget);
 }
 
+static struct cuda_wdev wdev_of(const struct weight *w)
+{
+    return (struct cuda_wdev){.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+}
+
+static bool aligned16(const void *p)
+{
+    return (uintptr_t)p % 16 == 0;
+}
+
 static void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
 {
     struct cuda_backend *c = ctx(be);
@@ -319,7 +329,7 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     const float one = 1.0f, zero = 0.0f;
     if (m == 1 && cuda_gemv1_supported(w->format, K, x, c->smem_budget)) {
         /* one row: a memory-bound GEMV that reads W once at full width, fp32 products */
-        struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+        struct cuda_wdev wd = wdev_of(w);
         int64_t n64 = N;
         struct cuda_gemv_fuse fz = {.rows_per_warp = c->gemv_rows};
         CHECK(c, cuda_gemv1(c->stream, w->format, 1, &wd, &n64, K, x, &y, c->pdl_gemv, &fz));
@@ -349,7 +359,7 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
                                   y, N)))
             return;
     } else {
-        struct cuda_wdev wd = {.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+        struct cuda_wdev wd = wdev_of(w);
         enum cuda_gemm_tile tile = tile_for_rows(c->tile_linear, m);
         struct cuda_wgmma_tile wt;
         if (m > 8 && wgmma_fit(c, c->linear_wgmma, &c->wg_linear, w->format, K, x, m, &wt))
@@ -364,41 +374,10 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
         CHECK(c, cuda_bias_add(c->stream, y, w->bias, m, N));
 }
 
-static void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m,
-                            float *const *ys)
-{
-    struct cuda_backend *c = ctx(be);
-    bool one_launch = m == 1 && n_w >= 1 && n_w <= 3 && cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x, c->smem_budget);
-    for (int j = 1; j < n_w && one_launch; j++)
-        one_launch = ws[j]->format == ws[0]->format && ws[j]->cols == ws[0]->cols;
-    if (!one_launch) {
-        for (int j = 0; j < n_w; j++)
-            cu_linear(be, ws[j], x, m, ys[j]);
-        return;
-    }
-    struct cuda_wdev wd[3];
-    int64_t N[3];
-    for (int j = 0; j < n_w; j++) {
-        wd[j] = (struct cuda_wdev){.data = ws[j]->data, .scale = ws[j]->scale, .bias = ws[j]->bias,
-                                   .scale2 = ws[j]->scale2};
-        N[j] = ws[j]->rows;
-    }
-    struct cuda_gemv_fuse fz = {.rows_per_warp = c->gemv_rows};
-    CHECK(c, cuda_gemv1(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys, c->pdl_gemv, &fz));
-}
 
-static struct cuda_wdev wdev_of(const struct weight *w)
-{
-    return (struct cuda_wdev){.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
-}
-
-static bool aligned16(const void *p)
-{
-    return (uintptr_t)p % 16 == 0;
-}
-
-/* One GEMV launch over n_w weights sharing x with a fused prologue/epilogue; false if the
- * decode GEMV does not take them (m > 1, mixed formats or widths, misaligned rows). */
+/* One GEMV launch over n_w weights sharing x, with the prologue/epilogue fz asks for (none: all
+ * zero); false if the decode GEMV does not take them (m > 1, mixed formats or widths, misaligned
+ * rows). */
 static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *const *ws, const float *x, int m,
                        float *const *ys, const struct cuda_gemv_fuse *fz)
 {
@@ -418,6 +397,16 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
     f2.rows_per_warp = c->gemv_rows;
     CHECK(c, cuda_gemv1(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys, c->pdl_gemv, &f2));
     return true;
+}
+
+static void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m,
+                            float *const *ys)
+{
+    struct cuda_gemv_fuse none = {0};
+    if (gemv_fused(ctx(be), n_w, ws, x, m, ys, &none)) /* one launch for all of them */
+        return;
+    for (int j = 0; j < n_w; j++)
+        cu_linear(be, ws[j], x, m, ys[j]);
 }
 
 static bool cu_norm_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *h,
