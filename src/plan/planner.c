@@ -847,6 +847,25 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
     int dkv = s->mla ? Dk : Dk + Dv;
     static const int TM_MMA[] = {64, 32, 16}, TM_FP32[] = {16, 8, 4, 1}, TN_MMA[] = {128, 64, 32},
                      TN_FP32[] = {64, 32, 16};
+    /* GQA with head_dim <= 128 and <= 16 query heads per KV head: the CUDA backend's split kernel
+     * (cuda_attn_decode.cu) has one shape: the group padded to NH = 4, 8 or 16 heads, rounds of 32
+     * keys (16 at NH = 16), 128 threads, static smem for scores, the warps' partial outputs and the
+     * in-kernel merge; tile_m = NH, tile_n = keys per round. */
+    bool split_kernel = !s->mla && g <= 16 && Dk <= 128 && Dk % 4 == 0;
+    if (split_kernel) {
+        int nh = g <= 4 ? 4 : g <= 8 ? 8 : 16, round = nh >= 16 ? 16 : 32;
+        struct cand *c = cand_add(x, "attn_decode_split_fp32", PLAN_MATH_FP32_FMA, 0);
+        c->threads = 128;
+        c->regs = 246;
+        c->tm = nh, c->tn = round, c->tk = Dk, c->stages = 1;
+        c->smem = (size_t)nh * round * 4 + (size_t)nh * 3 * 4 + (size_t)4 * nh * 32 * 16 + (size_t)64 * nh * 4 + 4;
+        c->streaming = true; /* every lane's K/V loads of a round are issued at once */
+        double base = (double)B * kvh;
+        c->split_k = decode_splits(x->caps->sm_count, base, ctx, round);
+        double cache = (double)B * ctx * kvh * dkv * 2;
+        cand_part(c, 2.0 * B * kvh * nh * (double)ctx * (Dk + Dv), cache + (double)B * s->n_heads * (Dk + Dv) * 4,
+                  cache, base * c->split_k);
+    }
     for (int fam = 0; fam < 2; fam++) {
         const int *tms = fam ? TM_FP32 : TM_MMA, *tns = fam ? TN_FP32 : TN_MMA;
         int ntm = fam ? 4 : 3;
@@ -868,7 +887,9 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
                         c->threads = 128;
                         c->regs = tm * Dv / c->threads + tm * tn / c->threads + 40;
                     } else {
-                        if (st > 2)
+                        /* with the split kernel above, only the unstaged form stays: what a budget
+                         * too small for the kernel's shared memory still runs */
+                        if (st > 2 || (split_kernel && st > 0))
                             continue;
                         c = cand_add(x, "attn_decode_split_fp32", PLAN_MATH_FP32_FMA, 0);
                         c->threads = 128;
@@ -1159,6 +1180,49 @@ static enum status plan_tail(struct plan_ctx *x, struct err *err)
                        err);
 }
 
+/* ---- decode at batch 1 (cuda_decode.cu): what runs when a step has one or a few tokens ---- */
+
+/* The GEMV every linear takes at one token (q/k/v in one launch, o, router, lm_head): x (K
+ * floats) staged once per block in shared memory, R weight rows per warp with every load issued
+ * first. R = 2 below 16384 rows, 4 above (measured on the H200, NOTES.md session 3); tile_m = R,
+ * tile_k = the widest K. Without room for x the tiled fp32 GEMM serves one row. */
+static enum status plan_decode(struct plan_ctx *x, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    int H = s->n_heads, kq = s->mla ? s->d_model : H * s->head_dim;
+    int K = s->d_model > kq ? s->d_model : kq;
+    double qkv = s->mla ? 0 : (double)(H + 2 * s->n_kv_heads) * s->head_dim * s->d_model;
+    double params = qkv + (double)s->d_model * kq + (double)s->vocab * s->d_model;
+    double bytes = (qkv + (double)s->d_model * kq) * wf_bytes(x->w.attn) + (double)s->vocab * s->d_model * wf_bytes(x->w.lm_head);
+    int rows_qkv = s->mla ? s->d_model : (H + 2 * s->n_kv_heads) * s->head_dim;
+    struct cand *c = simple(x, "gemv_x_smem", rows_qkv >= 16384 ? 4 : 2, 1, K, 256, (size_t)K * 4 + 1024,
+                            2 * params, bytes, ceil_div(rows_qkv, 16));
+    c->regs = 128;
+    c = simple(x, "gemm_fp32_tiled", 16, 64, 32, 256, 0, 2 * params, bytes, ceil_div(rows_qkv, 64));
+    c->portable = true;
+    char note[160];
+    snprintf(note, sizeof note,
+             "one token: every weight read once; x (K = %d floats) staged in smem, 2 rows per warp (4 for the "
+             "lm_head), all loads issued first", K);
+    enum status st = plan_choose(x, "linear_decode", x->w.attn, note, err);
+    if (st || s->n_experts <= 0)
+        return st;
+    /* MoE at <= 8 tokens: each (token, slot) pair streams its expert, no sort; gate/up stage x (D
+     * floats), down stages the 8 warps' activations (8 x I floats). tile_m = gate/up rows per warp,
+     * tile_n = down rows per warp (2 and 4: more spill at two blocks per SM). */
+    size_t smem = (size_t)(s->d_model > 8 * s->d_expert ? s->d_model : 8 * s->d_expert) * 4 + 2048;
+    double k = s->n_experts_used, eb = wf_bytes(x->w.experts) * 3.0 * s->d_model * s->d_expert;
+    c = simple(x, "moe_pair_decode", 2, 4, s->d_model, 256, smem, 6.0 * k * s->d_model * s->d_expert, k * eb,
+               k * ceil_div(s->d_expert, 16));
+    c->regs = 124;
+    c = simple(x, "moe_experts_gemm_sorted", 16, 64, 32, 256, 0, 6.0 * k * s->d_model * s->d_expert, k * eb,
+               k * ceil_div(s->d_expert, 64));
+    c->portable = true;
+    snprintf(note, sizeof note, "<= 8 tokens: each (token, expert) pair streams its rows, no sort; routing one warp "
+             "per token; %.1f MB of experts per token and layer", k * eb / 1e6);
+    return plan_choose(x, "moe_experts_decode", x->w.experts, note, err);
+}
+
 /* ---- shapes, weights, entry points ---- */
 
 static void shapes_default(struct plan_shapes *s)
@@ -1310,7 +1374,8 @@ enum status plan_build_request(struct plan *p, const struct device_caps *caps, c
     if (!(st = plan_front(&x, err)) && !(st = plan_linear(&x, err)) && !(st = plan_rope_kv(&x, err)) &&
         !(st = plan_attention_prefill(&x, err)) && !(st = plan_attention_decode(&x, err)) &&
         !(st = plan_mla_dsa(&x, err)) &&
-        !(st = plan_linear_ffn(&x, err)) && !(p->shapes.n_experts > 0 && (st = plan_moe(&x, err))))
+        !(st = plan_linear_ffn(&x, err)) && !(p->shapes.n_experts > 0 && (st = plan_moe(&x, err))) &&
+        !(st = plan_decode(&x, err)))
         st = plan_tail(&x, err);
     free(x.c);
     if (st)

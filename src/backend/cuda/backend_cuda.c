@@ -584,7 +584,7 @@ static void cu_attention(struct backend *be, const float *q, const struct paged_
     size_t wf = cuda_attention_workspace_floats(b->n_tokens, n_heads, hd, splits);
     if (wf && !(work = scratch_get(c, wf * sizeof(float))))
         return;
-    if (splits > 1 && !c->legacy_decode && cuda_attn_decode_supported(group, hd, splits)) {
+    if (splits > 1 && !c->legacy_decode && cuda_attn_decode_supported(group, hd, splits, c->smem_budget)) {
         int *sem = sem_get(c, (size_t)b->n_tokens * (size_t)kv->n_kv_heads);
         if (sem)
             CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl));

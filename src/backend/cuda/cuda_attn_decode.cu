@@ -271,10 +271,19 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(adec_para
 
 } // namespace
 
-extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits)
+/* The kernel's static shared memory for a group of G query heads (plan_attention_decode states
+ * the same formula). */
+static size_t adec_smem(int group)
+{
+    int nh = group <= 4 ? 4 : group <= 8 ? 8 : 16, round = nh >= 16 ? 16 : 32;
+    return (size_t)nh * round * 4 + (size_t)nh * 3 * 4 + (size_t)AD_WARPS * nh * 32 * 16 +
+           (size_t)AD_MAX_SPLITS * nh * 4 + 4;
+}
+
+extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget)
 {
     return group >= 1 && group <= 16 && head_dim % 4 == 0 && head_dim >= 4 && head_dim <= 128 && n_splits >= 1 &&
-           n_splits <= AD_MAX_SPLITS;
+           n_splits <= AD_MAX_SPLITS && adec_smem(group) <= smem_budget;
 }
 
 extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
@@ -284,7 +293,7 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
     if (b->n_tokens <= 0)
         return cudaSuccess;
     int group = n_heads / kv->n_kv_heads;
-    if (n_heads % kv->n_kv_heads || !cuda_attn_decode_supported(group, kv->head_dim, n_splits) || !sem ||
+    if (n_heads % kv->n_kv_heads || !cuda_attn_decode_supported(group, kv->head_dim, n_splits, (size_t)-1) || !sem ||
         (n_splits > 1 && !work) || kv->n_kv_heads > 65535 ||
         ((uintptr_t)q | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out | (uintptr_t)work) % 16)
         return cudaErrorInvalidValue;

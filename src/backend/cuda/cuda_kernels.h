@@ -102,8 +102,8 @@ cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct pag
 
 /* ---- cuda_attn_decode.cu (split decode attention, merged by the last split's block) ---- */
 /* Whether cuda_attn_decode() takes this shape: group <= 16 query heads per KV head, head_dim a
- * multiple of 4 up to 128, 1..64 splits. */
-int cuda_attn_decode_supported(int group, int head_dim, int n_splits);
+ * multiple of 4 up to 128, 1..64 splits, its static shared memory within smem_budget. */
+int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget);
 /* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
  * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. */
 cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
