@@ -957,6 +957,7 @@ static void test_sample(void **state)
 #include "ops_cuda_mla.inc" /* layernorm, mla_*, dsa_select (glm_moe_dsa) */
 #include "ops_cuda_wgmma.inc" /* the Hopper wgmma GEMM, direct and through linear / moe_experts */
 #include "ops_cuda_attn_mma.inc" /* the tensor-core prefill attention, its tile fit */
+#include "ops_cuda_stream.inc" /* the one-token stream kernels (dense GEMVs, MoE) */
 
 int main(void)
 {
@@ -978,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_dsa_select),   cmocka_unit_test(test_mla_unstaged),
         cmocka_unit_test(test_wgmma_gemm),
         cmocka_unit_test(test_attention_mma),
+        cmocka_unit_test(test_stream_decode),
     };
     int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);
     failed += cmocka_run_group_tests_name("cuda ops, smem budget 101376 (sm_120 tiles)", tests, setup_small,

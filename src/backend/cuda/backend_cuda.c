@@ -83,6 +83,9 @@ struct cuda_backend {
     int gemv_rows;      /* MOESERVE_GEMV_ROWS: rows per warp of the decode GEMV (0: by shape) */
     bool fuse_attn;     /* decode fusions taken: norm + q/k/v GEMV, o GEMV + residual add */
     bool fuse_moe;      /* norm + router GEMV, routing in the MoE kernel, residual in moe_down */
+    bool use_stream;    /* one-token GEMVs and MoE through cuda_decode_stream.cu (one wave, weights
+                           through shared memory before the wait) */
+    size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
     struct moe_table *tables; /* (n_tables) */
@@ -319,6 +322,9 @@ static bool aligned16(const void *p)
     return (uintptr_t)p % 16 == 0;
 }
 
+static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *const *ws, const float *x, int m,
+                       float *const *ys, const struct cuda_gemv_fuse *fz);
+
 static void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
 {
     struct cuda_backend *c = ctx(be);
@@ -327,6 +333,9 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     ASSERT(w->rows <= INT_MAX && w->cols <= INT_MAX);
     int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
+    struct cuda_gemv_fuse none = {0};
+    if (m == 1 && c->use_stream && gemv_fused(c, 1, &w, x, m, &y, &none))
+        return;
     if (m == 1 && cuda_gemv1_supported(w->format, K, x, c->smem_budget)) {
         /* one row: a memory-bound GEMV that reads W once at full width, fp32 products */
         struct cuda_wdev wd = wdev_of(w);
@@ -392,6 +401,12 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
             return false;
         wd[j] = wdev_of(ws[j]);
         N[j] = ws[j]->rows;
+    }
+    if (c->use_stream && cuda_stream_dense_supported(ws[0]->format, n_w, wd, N, ws[0]->cols, x, c->sm_count,
+                                                 c->stream_smem_dense)) {
+        CHECK(c, cuda_stream_dense(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys, fz, c->sm_count,
+                                   c->stream_smem_dense, c->pdl));
+        return true;
     }
     struct cuda_gemv_fuse f2 = *fz;
     f2.rows_per_warp = c->gemv_rows;
@@ -674,6 +689,15 @@ static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struc
     return t->dev;
 }
 
+/* Whether the one-token MoE goes through the stream kernels (one format for all three). */
+static bool stream_moe_ok(const struct cuda_backend *c, const struct moe_args *a)
+{
+    enum weight_format fmt = a->gate[0].format;
+    return c->use_stream && a->up[0].format == fmt && a->down[0].format == fmt &&
+           cuda_stream_moe_supported(fmt, a->d_model, a->d_expert, a->n_used, c->sm_count, c->stream_smem_gate_up,
+                                     c->stream_smem_down);
+}
+
 static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
                            const float *weights, const struct moe_args *a, float *work, float *out)
 {
@@ -687,6 +711,12 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     const struct cuda_wdev *table = moe_table_get(c, a);
     if (!table)
         return;
+    if (n_tokens == 1 && stream_moe_ok(c, a)) {
+        CHECK(c, cuda_stream_moe(c->stream, a->gate[0].format, table, a->n_experts, (int64_t)D, (int64_t)I, x,
+                                 ids, weights, a->n_used, work, out, 0, c->sm_count, c->stream_smem_gate_up,
+                                 c->stream_smem_down, c->pdl));
+        return;
+    }
     if (n_tokens <= c->moe_decode_max_tokens &&
         cuda_moe_decode_supported(a->gate[0].format, a->d_model, a->d_expert, a->n_used, c->smem_budget) &&
         a->up[0].format == a->gate[0].format && a->down[0].format == a->gate[0].format) {
@@ -768,7 +798,24 @@ static bool cu_moe_block_residual(struct backend *be, float *h, const float *nor
 {
     struct cuda_backend *c = ctx(be);
     enum weight_format fmt = a->gate[0].format;
-    if (m != 1 || !c->fuse_moe || !cuda_moe_decode_can_route(ra) || ra->n_experts != a->n_experts || ra->n_used != a->n_used ||
+    if (m == 1 && c->fuse_moe && stream_moe_ok(c, a) && norm_w && router->cols == a->d_model) {
+        /* router GEMV with the norm, the routing kernel, then gate/up and down (adding into h): the
+         * ids exist before down starts, so down fetches its experts while gate/up still runs */
+        const struct cuda_wdev *table = moe_table_get(c, a);
+        if (!table)
+            return true;
+        struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x};
+        if (!gemv_fused(c, 1, &router, h, 1, &logits, &fz))
+            return false;
+        if (!CHECK(c, cuda_moe_route(c->stream, logits, 1, ra, ids, weights, c->pdl)))
+            return true;
+        CHECK(c, cuda_stream_moe(c->stream, fmt, table, a->n_experts, (int64_t)a->d_model, (int64_t)a->d_expert, x,
+                                 ids, weights, a->n_used, work, h, 1, c->sm_count, c->stream_smem_gate_up,
+                                 c->stream_smem_down, c->pdl));
+        return true;
+    }
+    /* the session-3 fusion (routing inside gate/up): measured no faster, so only when asked for */
+    if (m != 1 || !c->fuse_moe || c->use_stream || !cuda_moe_decode_can_route(ra) || ra->n_experts != a->n_experts || ra->n_used != a->n_used ||
         !cuda_moe_decode_supported(fmt, a->d_model, a->d_expert, a->n_used, c->smem_budget) ||
         a->up[0].format != fmt || a->down[0].format != fmt || router->cols != a->d_model)
         return false;
@@ -974,6 +1021,21 @@ static enum cuda_gemm_tile gemm_tile_from(const struct op_plan *op)
     return CUDA_GEMM_16x64;
 }
 
+/* Two kernels share an SM while the next one prefetches: each stream kernel gets part of the
+ * SM's shared memory (never more than a block may take; an sm_120 budget of 101376 a block
+ * means 102400 an SM). gate/up, whose successor is the small down kernel, gets the larger part. */
+static void stream_budgets(struct cuda_backend *c)
+{
+    size_t sm_smem = c->plan.caps.smem_per_sm ? c->plan.caps.smem_per_sm : c->smem_budget + 1024;
+    if (sm_smem > c->smem_budget + 1024)
+        sm_smem = c->smem_budget + 1024;
+    c->stream_smem_dense = sm_smem * 45 / 100;
+    c->stream_smem_down = sm_smem * 45 / 100;
+    c->stream_smem_gate_up = sm_smem * 55 / 100;
+    if (c->stream_smem_gate_up > c->smem_budget)
+        c->stream_smem_gate_up = c->smem_budget;
+}
+
 /* Reads the kernel configuration out of the plan. A missing entry means the
  * portable default, said loudly (devices.md, planner rule 4). */
 static void configure_from_plan(struct cuda_backend *c)
@@ -1014,13 +1076,19 @@ static void configure_from_plan(struct cuda_backend *c)
      * so off unless asked for: PDL 273 -> 259 tok/s with the fusions, 303 -> 292 without; the
      * fusions (each block normalising / routing for itself) 303 -> 273. MOESERVE_PDL=1 and
      * MOESERVE_FUSE=attn,moe turn them on to measure again. */
+    /* The stream kernels (cuda_decode_stream.cu) are built for PDL and the fusions: with them on,
+     * both default to on. MOESERVE_STREAM=0 gives the register kernels of session 3. */
+    const char *st = getenv("MOESERVE_STREAM");
+    c->use_stream = !(st && strcmp(st, "0") == 0);
+    stream_budgets(c);
     const char *pdl = getenv("MOESERVE_PDL");
-    c->pdl = c->plan.caps.pdl && pdl && strcmp(pdl, "1") == 0;
+    bool pdl_on = c->use_stream ? !(pdl && strcmp(pdl, "0") == 0) : (pdl && strcmp(pdl, "1") == 0);
+    c->pdl = c->plan.caps.pdl && pdl_on;
     /* MOESERVE_PDL=gemv: only the GEMVs, which load their weights before they wait */
-    c->pdl_gemv = c->plan.caps.pdl && pdl && (strcmp(pdl, "1") == 0 || strcmp(pdl, "gemv") == 0);
+    c->pdl_gemv = c->plan.caps.pdl && (pdl_on || (pdl && strcmp(pdl, "gemv") == 0));
     const char *fuse = getenv("MOESERVE_FUSE");
-    c->fuse_attn = fuse && strstr(fuse, "attn");
-    c->fuse_moe = fuse && strstr(fuse, "moe");
+    c->fuse_attn = fuse ? strstr(fuse, "attn") != NULL : c->use_stream;
+    c->fuse_moe = fuse ? strstr(fuse, "moe") != NULL : c->use_stream;
     const char *gr = getenv("MOESERVE_GEMV_ROWS");
     c->gemv_rows = gr ? atoi(gr) : 0;
     /* measured on the H200 (Qwen3-30B-A3B NVFP4, batch 1 / 8 tok/s), x in shared memory, all
@@ -1189,4 +1257,13 @@ void backend_cuda_set_attention_splits(struct backend *be, int n)
 void backend_cuda_set_legacy_decode(struct backend *be, bool on)
 {
     ctx(be)->legacy_decode = on;
+}
+
+void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)
+{
+    struct cuda_backend *c = ctx(be);
+    c->use_stream = on;
+    stream_budgets(c);
+    if (smem)
+        c->stream_smem_dense = c->stream_smem_gate_up = c->stream_smem_down = smem;
 }

@@ -11,7 +11,7 @@
  *
  * defines: backend_cuda_create(), backend_cuda_device_count(), backend_cuda_status(),
  *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
- *          backend_cuda_set_legacy_decode()
+ *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream()
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
 #define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -43,5 +43,9 @@ void backend_cuda_set_attention_splits(struct backend *be, int n);
 /* Tests: split decode attention through the older kernel + merge pair (true) or the default
  * kernel that merges in its last block (false). */
 void backend_cuda_set_legacy_decode(struct backend *be, bool on);
+/* Tests: the one-token stream kernels (cuda_decode_stream.cu) on or off, and their per-block
+ * shared memory (0: the budgets derived from the device, > 0: that many bytes for each kernel,
+ * so that small budgets take the two-buffer tile ring). */
+void backend_cuda_set_stream(struct backend *be, bool on, size_t smem);
 
 #endif

@@ -16,7 +16,8 @@
  *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
- *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
+ *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_stream_dense(),
+ *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
  *          cuda_mla_attention_workspace_floats(), cuda_mla_attention() (cuda_mla.cu);
  *          cuda_layernorm(), cuda_dsa_fit(), cuda_dsa_scores(), cuda_dsa_topk() (cuda_dsa.cu)
@@ -249,6 +250,28 @@ cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const s
                             int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                             int32_t *ids, float *weights, int n_used, float *act, float *out, int rows_gate_up,
                             int rows_down, int pdl, const struct cuda_moe_fuse *fuse);
+
+/* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
+/* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block
+ * (NVFP4 with K % 256 == 0, BF16 or F16; 16-byte aligned data, scales and x). */
+int cuda_stream_dense_supported(enum weight_format fmt, int n_w, const struct cuda_wdev *w, const int64_t *N,
+                                int64_t K, const float *x, int grid, size_t smem);
+/* As cuda_gemv1 (fuse: norm prologue and residual add; rows_per_warp ignored), in one wave of
+ * `grid` blocks whose weights are copied to shared memory before they wait (pdl). */
+cudaError_t cuda_stream_dense(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
+                              const int64_t *N, int64_t K, const float *x, float *const *y,
+                              const struct cuda_gemv_fuse *fuse, int grid, size_t smem, int pdl);
+/* Whether cuda_stream_moe takes this shape: gate/up in smem_gate_up bytes a block, down in
+ * smem_down. */
+int cuda_stream_moe_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used, int grid,
+                              size_t smem_gate_up, size_t smem_down);
+/* The MoE block of ONE token: act (n_used, d_expert) = silu(x G_e^T) * (x U_e^T) for e = ids[j],
+ * then out (+)= sum over the slots in ascending expert id of weights[j] * (act_j D_e^T). ids and
+ * weights must come from a kernel queued before this call (down reads ids before it waits). */
+cudaError_t cuda_stream_moe(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
+                            int n_experts, int64_t d_model, int64_t d_expert, const float *x, const int32_t *ids,
+                            const float *weights, int n_used, float *act, float *out, int residual, int grid,
+                            size_t smem_gate_up, size_t smem_down, int pdl);
 
 /* ---- cuda_fused.cu ---- */
 /* backend_ops.attn_prep: q/k head RMSNorm (q_norm NULL: none), RoPE, K/V into the cache. */

@@ -1,0 +1,538 @@
+/* cuda_decode_stream.cu — one-token decode kernels that stream their weights through shared
+ * memory in one wave.
+ *
+ * The register kernels of cuda_decode.cu launch a block per few rows: 1.2 to 2 waves on an
+ * H200, each block a chain of dependent memory trips, and the next kernel cannot start its
+ * loads until this one ends (PDL made them slower: its early blocks took the slots of the
+ * second wave). Here every kernel is exactly one block per SM and cuts its rows evenly across
+ * the blocks. A block copies its rows' weight bytes into shared memory with cp.async *before*
+ * it waits for the previous kernel (programmatic dependent launch): weights never depend on
+ * activations, so with PDL the next op's weights stream in while this op still runs, and the
+ * DRAM latency leaves the critical path. The one exception is gate/up, whose experts are known
+ * only after routing; it pipelines its rows in two tiles instead.
+ *
+ * Work of a block: "local rows" (one weight row each, K long) in tiles; a unit is two rows and
+ * one K slice, taken by one warp, each lane a 16-byte chunk at a time against x (staged once
+ * per block in the swizzled layout of cuda_decode_common.cuh). Partial sums land in shared
+ * memory and one thread per output adds the slices in a fixed order: results do not depend on
+ * timing.
+ *
+ * Kernels (NVFP4, BF16 and F16 weights; one token):
+ *  - dense: y_j = x W_j^T for up to 3 weights (q, k, v), optionally x = rmsnorm(residual) * w
+ *    in the prologue (every block normalises the row itself) and y += in the epilogue;
+ *  - gate_up: act_j = silu(x G_e^T) * (x U_e^T) for the token's slots j (e = ids[j]);
+ *  - down: out = sum over slots in ascending expert id of w_j * (act_j D_e^T) (+= out).
+ *
+ * PDL order (each kernel is safe whether or not it was launched with PDL): dense and down
+ * trigger their dependents at once; gate/up only after its wait, so that down, started early,
+ * can already read the routing's ids (written two kernels before it) to fetch its experts.
+ */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_decode_common.cuh"
+
+namespace
+{
+
+enum { ST_THREADS = 512, ST_WARPS = ST_THREADS / 32, ST_MAX_JOBS = 3, ST_MAX_USED = 32, ST_MAX_BUF = 4 };
+enum { KIND_DENSE = 0, KIND_GATE_UP = 1, KIND_DOWN = 2 };
+
+struct st_params {
+    int kind;
+    int K;              /* row length of every weight */
+    int T;              /* rows cut across the blocks: dense sum N_j, gate/up n_used I, down D */
+    /* dense */
+    int n_jobs;
+    cuda_wdev w[ST_MAX_JOBS];
+    int first[ST_MAX_JOBS + 1]; /* row offsets of the jobs, first[n_jobs] = T */
+    float *y[ST_MAX_JOBS];
+    const float *x;     /* dense, gate/up: the token's row; down: act (n_used rows of I) */
+    const float *norm_w;
+    float eps;
+    float *x_out;
+    int residual;
+    /* MoE */
+    const cuda_wdev *table; /* gate[n_experts], up[...], down[...] */
+    int n_experts, n_used;
+    int I;
+    const int32_t *ids;
+    const float *weights;
+    float *out;         /* gate/up: act; down: the token's output row */
+    /* layout */
+    int ks;             /* K slices per row */
+    int tile_rows;      /* local rows per tile (even) */
+    int n_buf;          /* tile buffers (tiles issued ahead) */
+    int row_bytes;      /* weight bytes of a row in shared memory (16-byte multiple) */
+    int scale_bytes;
+    int x_floats;       /* staged x */
+    int max_rows;       /* local rows of the largest block */
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cpa16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cpa_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Wait until at most n groups of this thread are still in flight (n < ST_MAX_BUF). */
+__device__ __forceinline__ void cpa_wait(int n)
+{
+    switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    }
+}
+
+/* The block's share of the T rows: [v0, v1). */
+__device__ __forceinline__ void block_range(int T, int &v0, int &v1)
+{
+    v0 = (int)((int64_t)T * blockIdx.x / gridDim.x);
+    v1 = (int)((int64_t)T * (blockIdx.x + 1) / gridDim.x);
+}
+
+/* Local row i of the block: its weight, the row in it, and the slot (down) / job it serves.
+ * Returns false for a row that does not exist (padding, or an expert id out of range). */
+struct row_ref {
+    const cuda_wdev *w;
+    int n;
+};
+
+__device__ __forceinline__ bool local_row(const st_params &p, const int *s_e, int v0, int nv, int nd2, int i,
+                                          row_ref &r)
+{
+    if (p.kind == KIND_DENSE) {
+        if (i >= nv)
+            return false;
+        const int v = v0 + i;
+        int j = 0;
+        while (j + 1 < p.n_jobs && v >= p.first[j + 1])
+            j++;
+        r.w = &p.w[j];
+        r.n = v - p.first[j];
+        return true;
+    }
+    if (p.kind == KIND_GATE_UP) {
+        if (i >= 2 * nv)
+            return false;
+        const int v = v0 + i / 2;
+        const int pair = v / p.I, e = s_e[pair];
+        if (e < 0 || e >= p.n_experts)
+            return false;
+        r.w = &p.table[(i % 2) * p.n_experts + e];
+        r.n = v % p.I;
+        return true;
+    }
+    const int j = i / nd2, dl = i % nd2;
+    if (j >= p.n_used || dl >= nv)
+        return false;
+    const int e = s_e[j];
+    if (e < 0 || e >= p.n_experts)
+        return false;
+    r.w = &p.table[2 * p.n_experts + e];
+    r.n = v0 + dl;
+    return true;
+}
+
+/* cp.async of local rows [r0, r1) into buffer wb (rows of row_bytes, then their scales): a warp
+ * per row, its lanes over the row's 16-byte pieces. */
+template <int FMT>
+__device__ __forceinline__ void issue_tile(const st_params &p, const int *s_e, int v0, int nv, int nd2, int r0,
+                                           int r1, uint8_t *wb)
+{
+    const int data_bytes = FMT == WEIGHT_NVFP4 ? p.K / 2 : p.K * 2;
+    const int dpieces = data_bytes / 16, per_row = dpieces + p.scale_bytes / 16;
+    uint8_t *sb = wb + (size_t)p.tile_rows * p.row_bytes;
+    const int lane = threadIdx.x % 32;
+    for (int i = threadIdx.x / 32; i < r1 - r0; i += ST_WARPS) {
+        row_ref r;
+        if (!local_row(p, s_e, v0, nv, nd2, r0 + i, r))
+            continue;
+        const uint8_t *src = (const uint8_t *)r.w->data + (size_t)r.n * data_bytes;
+        const uint8_t *ssrc = (const uint8_t *)r.w->scale + (size_t)r.n * (p.K / 16);
+        for (int k = lane; k < per_row; k += 32) {
+            if (k < dpieces)
+                cpa16(wb + (size_t)i * p.row_bytes + k * 16, src + k * 16);
+            else
+                cpa16(sb + (size_t)i * p.scale_bytes + (k - dpieces) * 16, ssrc + (k - dpieces) * 16);
+        }
+    }
+    cpa_commit();
+}
+
+/* The dot products of one unit: rows a and a + 1 of the tile buffer wb (b_live: a + 1 exists),
+ * K slice s, x at xs (swizzled); partial sums to res[(row0 + a) * ks + s]. */
+template <int FMT>
+__device__ __forceinline__ void unit_dot(const st_params &p, const uint8_t *wb, int a, bool b_live, int s,
+                                         const float4 *xs, float *res, int res_row)
+{
+    constexpr int C = chunk<FMT>::n, Q = chunk<FMT>::q;
+    const int lane = threadIdx.x % 32;
+    const int NC = p.K / C, CS = NC / p.ks;
+    const uint8_t *sb = wb + (size_t)p.tile_rows * p.row_bytes;
+    const uint8_t *ra = wb + (size_t)a * p.row_bytes, *rb = ra + p.row_bytes;
+    const uint8_t *sa = sb + (size_t)a * p.scale_bytes, *sbb = sa + p.scale_bytes;
+    float acc0 = 0.0f, acc1 = 0.0f;
+#pragma unroll 1
+    for (int c = s * CS + lane; c < (s + 1) * CS; c += 32) {
+        const float4 *xc = xs + c * Q;
+        const int swz = x_swz<Q>(c);
+        wraw w0, w1;
+        w0.w = *(const uint4 *)(ra + c * 16);
+        w0.s = FMT == WEIGHT_NVFP4 ? *(const uint16_t *)(sa + c * 2) : 0u;
+        acc0 += dot_raw<FMT>(w0, xc, swz);
+        if (b_live) {
+            w1.w = *(const uint4 *)(rb + c * 16);
+            w1.s = FMT == WEIGHT_NVFP4 ? *(const uint16_t *)(sbb + c * 2) : 0u;
+            acc1 += dot_raw<FMT>(w1, xc, swz);
+        }
+    }
+    acc0 = warp_sum(acc0);
+    acc1 = warp_sum(acc1);
+    if (lane == 0) {
+        res[res_row * p.ks + s] = acc0;
+        if (b_live)
+            res[(res_row + 1) * p.ks + s] = acc1;
+    }
+}
+
+__device__ __forceinline__ float res_sum(const float *res, int row, int ks)
+{
+    float v = res[row * ks];
+    for (int s = 1; s < ks; s++)
+        v += res[row * ks + s];
+    return v;
+}
+
+template <int FMT>
+__global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_constant__ st_params p)
+{
+    extern __shared__ float4 smem[];
+    __shared__ int s_e[ST_MAX_USED];
+    __shared__ int s_order[ST_MAX_USED];
+    float4 *xs = smem;
+    float *res = (float *)(xs + p.x_floats / 4);
+    uint8_t *wbase = (uint8_t *)(res + (p.max_rows * p.ks + 3) / 4 * 4);
+    const size_t buf_bytes = (size_t)p.tile_rows * (p.row_bytes + p.scale_bytes);
+    int v0, v1;
+    block_range(p.T, v0, v1);
+    const int nv = v1 - v0, nd2 = (nv + 1) / 2 * 2;
+    const int nr = p.kind == KIND_DENSE ? nv : p.kind == KIND_GATE_UP ? 2 * nv : p.n_used * nd2;
+    const int n_tiles = (nr + p.tile_rows - 1) / p.tile_rows;
+    const int first_issue = n_tiles < p.n_buf ? n_tiles : p.n_buf;
+
+    if (p.kind == KIND_GATE_UP) {
+        pdl_wait(); /* the ids come from the routing kernel just before */
+        if (threadIdx.x < p.n_used)
+            s_e[threadIdx.x] = p.ids[threadIdx.x];
+        __syncthreads();
+    } else if (p.kind == KIND_DOWN) {
+        /* the routing kernel ended before gate/up triggered this launch (see top): its ids are final */
+        if (threadIdx.x < p.n_used)
+            s_e[threadIdx.x] = __ldcg(p.ids + threadIdx.x);
+        __syncthreads();
+    }
+    for (int t = 0; t < first_issue; t++)
+        issue_tile<FMT>(p, s_e, v0, nv, nd2, t * p.tile_rows, min(nr, (t + 1) * p.tile_rows), wbase + t * buf_bytes);
+    pdl_trigger();
+    pdl_wait();
+
+    if (p.kind == KIND_DOWN) {
+        for (int j = 0; j < p.n_used; j++)
+            stage_x<FMT>(xs + j * (p.I / 4), p.x + (size_t)j * p.I, p.I);
+        if (threadIdx.x == 0) /* insertion sort of the slots by expert id: the CPU's summation order */
+            for (int j = 0; j < p.n_used; j++) {
+                int i = j;
+                while (i > 0 && s_e[s_order[i - 1]] > s_e[j]) {
+                    s_order[i] = s_order[i - 1];
+                    i--;
+                }
+                s_order[i] = j;
+            }
+    } else if (p.norm_w) {
+        stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out);
+    } else {
+        stage_x<FMT>(xs, p.x, p.K);
+    }
+
+    const int warp = threadIdx.x / 32;
+    for (int t = 0; t < n_tiles; t++) {
+        const int issued = min(n_tiles, t + p.n_buf);
+        cpa_wait(issued - t - 1);
+        __syncthreads(); /* every thread's copies (and x) are visible */
+        const int r0 = t * p.tile_rows, r1 = min(nr, r0 + p.tile_rows);
+        const uint8_t *wb = wbase + (t % p.n_buf) * buf_bytes;
+        const int units = (r1 - r0 + 1) / 2 * p.ks;
+        for (int u = warp; u < units; u += ST_WARPS) {
+            const int a = 2 * (u / p.ks), s = u % p.ks, row = r0 + a;
+            row_ref ra, rb;
+            const bool la = local_row(p, s_e, v0, nv, nd2, row, ra);
+            const bool lb = row + 1 < r1 && local_row(p, s_e, v0, nv, nd2, row + 1, rb);
+            if (!la && !lb)
+                continue;
+            /* a dead row a still computes (on stale bytes): its result is never read */
+            const float4 *xr = p.kind == KIND_DOWN ? xs + (row / nd2) * (p.I / 4) : xs;
+            unit_dot<FMT>(p, wb, a, lb, s, xr, res, row);
+        }
+        if (t + p.n_buf < n_tiles) {
+            __syncthreads(); /* the buffer is free again */
+            const int t2 = t + p.n_buf;
+            issue_tile<FMT>(p, s_e, v0, nv, nd2, t2 * p.tile_rows, min(nr, (t2 + 1) * p.tile_rows),
+                            wbase + (t2 % p.n_buf) * buf_bytes);
+        }
+    }
+    __syncthreads();
+
+    if (p.kind == KIND_DENSE) {
+        for (int i = threadIdx.x; i < nv; i += ST_THREADS) {
+            row_ref r;
+            local_row(p, s_e, v0, nv, nd2, i, r);
+            const int j = (int)(r.w - p.w);
+            float v = finish<FMT>(*r.w, res_sum(res, i, p.ks)) + (r.w->bias ? r.w->bias[r.n] : 0.0f);
+            float *dst = p.y[j] + r.n;
+            *dst = p.residual ? __fadd_rn(*dst, v) : v;
+        }
+    } else if (p.kind == KIND_GATE_UP) {
+        for (int i = threadIdx.x; i < nv; i += ST_THREADS) {
+            row_ref rg, ru;
+            float a = 0.0f;
+            if (local_row(p, s_e, v0, nv, nd2, 2 * i, rg) && local_row(p, s_e, v0, nv, nd2, 2 * i + 1, ru)) {
+                float gv = finish<FMT>(*rg.w, res_sum(res, 2 * i, p.ks));
+                float uv = finish<FMT>(*ru.w, res_sum(res, 2 * i + 1, p.ks));
+                if (rg.w->bias)
+                    gv += rg.w->bias[rg.n];
+                if (ru.w->bias)
+                    uv += ru.w->bias[ru.n];
+                a = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
+            }
+            p.out[v0 + i] = a; /* act is [pair, I]: row v = pair * I + n */
+        }
+    } else {
+        for (int dl = threadIdx.x; dl < nv; dl += ST_THREADS) {
+            float o = 0.0f;
+            for (int jj = 0; jj < p.n_used; jj++) {
+                const int j = s_order[jj];
+                row_ref r;
+                if (!local_row(p, s_e, v0, nv, nd2, j * nd2 + dl, r))
+                    continue;
+                float part = finish<FMT>(*r.w, res_sum(res, j * nd2 + dl, p.ks)) + (r.w->bias ? r.w->bias[r.n] : 0.0f);
+                o = __fadd_rn(o, __fmul_rn(p.weights[j], part));
+            }
+            float *dst = p.out + v0 + dl;
+            *dst = p.residual ? __fadd_rn(*dst, o) : o;
+        }
+    }
+}
+
+bool fmt_ok(enum weight_format fmt)
+{
+    return fmt == WEIGHT_NVFP4 || fmt == WEIGHT_BF16 || fmt == WEIGHT_F16;
+}
+
+/* Bytes of one row's weights and scales in shared memory. */
+void row_layout(enum weight_format fmt, int K, int *row_bytes, int *scale_bytes)
+{
+    *row_bytes = fmt == WEIGHT_NVFP4 ? K / 2 : K * 2;
+    *scale_bytes = fmt == WEIGHT_NVFP4 ? K / 16 : 0;
+}
+
+/* K must give 16-byte rows and scale rows, and enough chunks for a warp. */
+bool k_fits(enum weight_format fmt, int64_t K)
+{
+    const int64_t C = fmt == WEIGHT_NVFP4 ? 32 : 8;
+    return K > 0 && K < (1 << 24) && K % C == 0 && (fmt != WEIGHT_NVFP4 || K % 256 == 0);
+}
+
+/* Shared memory of a launch: x, the partial sums, the tile buffers. */
+size_t smem_of(const st_params &p)
+{
+    return (size_t)p.x_floats * 4 + (size_t)((p.max_rows * p.ks + 3) / 4) * 16 +
+           (size_t)p.n_buf * (size_t)p.tile_rows * (size_t)(p.row_bytes + p.scale_bytes);
+}
+
+/* Tiles for the block's at most max_rows rows: all rows in `want` tiles issued at once when
+ * they fit the budget, else two buffers of as many rows as fit. The K slices: the fewest that
+ * give every warp a unit, at least a warp's width of chunks each. */
+bool fit_tiles(st_params &p, enum weight_format fmt, int want, size_t budget)
+{
+    const int C = fmt == WEIGHT_NVFP4 ? 32 : 8, NC = p.K / C;
+    const int per_tile = (p.max_rows + want - 1) / want;
+    p.tile_rows = (per_tile + 1) / 2 * 2;
+    /* slices: the least rounds of units per warp, counted in whole-row work */
+    const int groups = p.tile_rows / 2;
+    double best = 1e30;
+    p.ks = 1;
+    for (int ks = 1; ks <= 8; ks *= 2) {
+        if (NC % ks || (ks > 1 && NC / ks < 32))
+            break;
+        double cost = (double)((groups * ks + ST_WARPS - 1) / ST_WARPS) / ks;
+        if (cost < best - 1e-9)
+            best = cost, p.ks = ks;
+    }
+    p.n_buf = want;
+    if (smem_of(p) <= budget)
+        return true;
+    p.n_buf = 2;
+    size_t fixed = (size_t)p.x_floats * 4 + (size_t)((p.max_rows * p.ks + 3) / 4) * 16;
+    if (fixed >= budget)
+        return false;
+    size_t rows = (budget - fixed) / (2 * (size_t)(p.row_bytes + p.scale_bytes)) / 2 * 2;
+    if (rows < 2)
+        return false;
+    p.tile_rows = rows < (size_t)p.tile_rows ? (int)rows : p.tile_rows;
+    return smem_of(p) <= budget;
+}
+
+cudaError_t launch(cudaStream_t s, enum weight_format fmt, const st_params &p, int grid, bool pdl)
+{
+    size_t smem = smem_of(p);
+    switch (fmt) {
+    case WEIGHT_NVFP4:
+        if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<WEIGHT_NVFP4>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+            return cudaErrorInvalidValue;
+        return launch_pdl(pdl, stream_kernel<WEIGHT_NVFP4>, dim3(grid), dim3(ST_THREADS), smem, s, p);
+    case WEIGHT_BF16:
+        if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<WEIGHT_BF16>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+            return cudaErrorInvalidValue;
+        return launch_pdl(pdl, stream_kernel<WEIGHT_BF16>, dim3(grid), dim3(ST_THREADS), smem, s, p);
+    case WEIGHT_F16:
+        if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<WEIGHT_F16>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+            return cudaErrorInvalidValue;
+        return launch_pdl(pdl, stream_kernel<WEIGHT_F16>, dim3(grid), dim3(ST_THREADS), smem, s, p);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+bool dense_params(st_params &p, enum weight_format fmt, int n_w, const cuda_wdev *w, const int64_t *N, int64_t K,
+                  const float *x, float *const *y, const cuda_gemv_fuse *fuse, int grid, size_t budget)
+{
+    if (n_w < 1 || n_w > ST_MAX_JOBS || !fmt_ok(fmt) || !k_fits(fmt, K) || (uintptr_t)x % 16 || grid < 1)
+        return false;
+    p = st_params{};
+    p.kind = KIND_DENSE;
+    p.K = (int)K;
+    p.n_jobs = n_w;
+    int64_t T = 0;
+    for (int j = 0; j < n_w; j++) {
+        if ((uintptr_t)w[j].data % 16 || (uintptr_t)w[j].scale % 16)
+            return false;
+        p.w[j] = w[j];
+        p.first[j] = (int)T;
+        p.y[j] = y[j];
+        T += N[j];
+    }
+    if (T > (1 << 24))
+        return false;
+    p.first[n_w] = (int)T;
+    p.T = (int)T;
+    p.x = x;
+    if (fuse) {
+        if (fuse->norm_w && ((uintptr_t)fuse->norm_w | (uintptr_t)fuse->x_out) % 16)
+            return false;
+        p.norm_w = fuse->norm_w;
+        p.eps = fuse->eps;
+        p.x_out = fuse->x_out;
+        p.residual = fuse->residual;
+    }
+    row_layout(fmt, p.K, &p.row_bytes, &p.scale_bytes);
+    p.x_floats = p.K;
+    p.max_rows = (int)((T + grid - 1) / grid);
+    /* a weight much larger than the SMs' shared memory (lm_head) is left to the other paths */
+    return p.max_rows > 0 && fit_tiles(p, fmt, 1, budget) && (p.max_rows + p.tile_rows - 1) / p.tile_rows <= 8;
+}
+
+bool moe_params(st_params &p, int kind, enum weight_format fmt, const cuda_wdev *table, int n_experts, int64_t D,
+                int64_t I, int n_used, int grid, size_t budget)
+{
+    if (!fmt_ok(fmt) || n_used < 1 || n_used > ST_MAX_USED || grid < 1 || D > (1 << 20) || I > (1 << 20))
+        return false;
+    p = st_params{};
+    p.kind = kind;
+    p.table = table;
+    p.n_experts = n_experts;
+    p.n_used = n_used;
+    p.I = (int)I;
+    if (kind == KIND_GATE_UP) {
+        if (!k_fits(fmt, D) || I % 4)
+            return false;
+        p.K = (int)D;
+        p.T = n_used * (int)I;
+        p.x_floats = D;
+        p.max_rows = (int)(2 * ((p.T + grid - 1) / grid));
+    } else {
+        if (!k_fits(fmt, I))
+            return false;
+        p.K = (int)I;
+        p.T = (int)D;
+        p.x_floats = n_used * (int)I;
+        p.max_rows = (int)(n_used * (((D + grid - 1) / grid + 1) / 2 * 2));
+    }
+    row_layout(fmt, p.K, &p.row_bytes, &p.scale_bytes);
+    return fit_tiles(p, fmt, kind == KIND_GATE_UP ? 2 : 1, budget);
+}
+
+} // namespace
+
+extern "C" int cuda_stream_dense_supported(enum weight_format fmt, int n_w, const struct cuda_wdev *w,
+                                           const int64_t *N, int64_t K, const float *x, int grid, size_t budget)
+{
+    st_params p;
+    float *y[ST_MAX_JOBS] = {};
+    return dense_params(p, fmt, n_w, w, N, K, x, y, nullptr, grid, budget);
+}
+
+extern "C" cudaError_t cuda_stream_dense(cudaStream_t stream, enum weight_format fmt, int n_w,
+                                         const struct cuda_wdev *w, const int64_t *N, int64_t K, const float *x,
+                                         float *const *y, const struct cuda_gemv_fuse *fuse, int grid,
+                                         size_t budget, int pdl)
+{
+    st_params p;
+    if (!dense_params(p, fmt, n_w, w, N, K, x, y, fuse, grid, budget))
+        return cudaErrorInvalidValue;
+    return launch(stream, fmt, p, grid, pdl != 0);
+}
+
+extern "C" int cuda_stream_moe_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
+                                         int grid, size_t smem_gate_up, size_t smem_down)
+{
+    st_params p;
+    return moe_params(p, KIND_GATE_UP, fmt, nullptr, 1, d_model, d_expert, n_used, grid, smem_gate_up) &&
+           moe_params(p, KIND_DOWN, fmt, nullptr, 1, d_model, d_expert, n_used, grid, smem_down);
+}
+
+extern "C" cudaError_t cuda_stream_moe(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
+                                       int n_experts, int64_t d_model, int64_t d_expert, const float *x,
+                                       const int32_t *ids, const float *weights, int n_used, float *act,
+                                       float *out, int residual, int grid, size_t smem_gate_up, size_t smem_down,
+                                       int pdl)
+{
+    st_params p;
+    if (!moe_params(p, KIND_GATE_UP, fmt, table, n_experts, d_model, d_expert, n_used, grid, smem_gate_up))
+        return cudaErrorInvalidValue;
+    p.x = x;
+    p.ids = ids;
+    p.out = act;
+    cudaError_t e = launch(stream, fmt, p, grid, pdl != 0);
+    if (e != cudaSuccess)
+        return e;
+    if (!moe_params(p, KIND_DOWN, fmt, table, n_experts, d_model, d_expert, n_used, grid, smem_down))
+        return cudaErrorInvalidValue;
+    p.x = act;
+    p.ids = ids;
+    p.weights = weights;
+    p.out = out;
+    p.residual = residual;
+    return launch(stream, fmt, p, grid, pdl != 0);
+}
