@@ -83,8 +83,9 @@ struct cuda_backend {
     int gemv_rows;      /* MOESERVE_GEMV_ROWS: rows per warp of the decode GEMV (0: by shape) */
     bool fuse_attn;     /* decode fusions taken: norm + q/k/v GEMV, o GEMV + residual add */
     bool fuse_moe;      /* norm + router GEMV, routing in the MoE kernel, residual in moe_down */
-    bool use_stream;    /* one-token GEMVs and MoE through cuda_decode_stream.cu (one wave, weights
-                           through shared memory before the wait) */
+    bool use_stream;    /* one-token GEMVs through cuda_decode_stream.cu (one wave, weights through
+                           shared memory before the wait) */
+    bool use_stream_moe; /* ... and the one-token MoE */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
@@ -693,7 +694,7 @@ static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struc
 static bool stream_moe_ok(const struct cuda_backend *c, const struct moe_args *a)
 {
     enum weight_format fmt = a->gate[0].format;
-    return c->use_stream && a->up[0].format == fmt && a->down[0].format == fmt &&
+    return c->use_stream_moe && a->up[0].format == fmt && a->down[0].format == fmt &&
            cuda_stream_moe_supported(fmt, a->d_model, a->d_expert, a->n_used, c->sm_count, c->stream_smem_gate_up,
                                      c->stream_smem_down);
 }
@@ -815,7 +816,7 @@ static bool cu_moe_block_residual(struct backend *be, float *h, const float *nor
         return true;
     }
     /* the session-3 fusion (routing inside gate/up): measured no faster, so only when asked for */
-    if (m != 1 || !c->fuse_moe || c->use_stream || !cuda_moe_decode_can_route(ra) || ra->n_experts != a->n_experts || ra->n_used != a->n_used ||
+    if (m != 1 || !c->fuse_moe || c->use_stream_moe || !cuda_moe_decode_can_route(ra) || ra->n_experts != a->n_experts || ra->n_used != a->n_used ||
         !cuda_moe_decode_supported(fmt, a->d_model, a->d_expert, a->n_used, c->smem_budget) ||
         a->up[0].format != fmt || a->down[0].format != fmt || router->cols != a->d_model)
         return false;
@@ -1070,25 +1071,32 @@ static void configure_from_plan(struct cuda_backend *c)
      * once. With 8 tokens x k slots over >= 64 experts, repeats are rare: the memory-bound pair
      * kernels win; past that the grouped GEMM does. */
     c->moe_decode_max_tokens = 8;
-    /* decode kernels overlap their start with the previous kernel's end where the device has
-     * programmatic dependent launch; MOESERVE_NO_PDL=1 turns it off (to measure what it saves) */
-    /* Measured on the H200 (Qwen3-30B-A3B NVFP4, batch 1, session 3), both are slower today and
-     * so off unless asked for: PDL 273 -> 259 tok/s with the fusions, 303 -> 292 without; the
-     * fusions (each block normalising / routing for itself) 303 -> 273. MOESERVE_PDL=1 and
-     * MOESERVE_FUSE=attn,moe turn them on to measure again. */
-    /* The stream kernels (cuda_decode_stream.cu) are built for PDL and the fusions: with them on,
-     * both default to on. MOESERVE_STREAM=0 gives the register kernels of session 3. */
+    /* Decode kernels overlap their start with the previous kernel's end where the device has
+     * programmatic dependent launch (caps "pdl"). Measured on the H200 (Qwen3-30B-A3B NVFP4,
+     * batch 1, one call each, session 4): with the multi-wave kernels triggering late (see
+     * pdl_trigger()) PDL gives 327.8 tok/s against 309.0 without; the fusions (every block
+     * normalising / routing for itself) then lose: attn 326.8, attn+moe 294.7. So PDL is on
+     * (MOESERVE_PDL=0 turns it off, =gemv keeps it for the GEMVs only) and the fusions are off
+     * (MOESERVE_FUSE=attn,moe).
+     * The stream kernels (cuda_decode_stream.cu: one wave, weights copied to shared memory
+     * before the wait) are correct but measured slower, so they are off: MOESERVE_STREAM=1
+     * (both), =dense or =moe. With them 236 tok/s, dense only 291, MoE only 239: they are
+     * instruction-bound (ncu: 8-21 us per kernel even with their weights in L2). With stream
+     * kernels on, the fusions default to on (they are what saves their norm kernels). */
     const char *st = getenv("MOESERVE_STREAM");
-    c->use_stream = !(st && strcmp(st, "0") == 0);
+    /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
+    c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);
+    c->use_stream_moe = st && (strcmp(st, "1") == 0 || strcmp(st, "moe") == 0);
     stream_budgets(c);
     const char *pdl = getenv("MOESERVE_PDL");
-    bool pdl_on = c->use_stream ? !(pdl && strcmp(pdl, "0") == 0) : (pdl && strcmp(pdl, "1") == 0);
+    bool any_stream = c->use_stream || c->use_stream_moe;
+    /* on unless MOESERVE_PDL=0; =gemv: only the GEMVs */
+    bool pdl_on = !(pdl && (strcmp(pdl, "0") == 0 || strcmp(pdl, "gemv") == 0));
     c->pdl = c->plan.caps.pdl && pdl_on;
-    /* MOESERVE_PDL=gemv: only the GEMVs, which load their weights before they wait */
-    c->pdl_gemv = c->plan.caps.pdl && (pdl_on || (pdl && strcmp(pdl, "gemv") == 0));
+    c->pdl_gemv = c->plan.caps.pdl && (pdl_on || strcmp(pdl, "gemv") == 0);
     const char *fuse = getenv("MOESERVE_FUSE");
-    c->fuse_attn = fuse ? strstr(fuse, "attn") != NULL : c->use_stream;
-    c->fuse_moe = fuse ? strstr(fuse, "moe") != NULL : c->use_stream;
+    c->fuse_attn = fuse ? strstr(fuse, "attn") != NULL : any_stream;
+    c->fuse_moe = fuse ? strstr(fuse, "moe") != NULL : c->use_stream_moe;
     const char *gr = getenv("MOESERVE_GEMV_ROWS");
     c->gemv_rows = gr ? atoi(gr) : 0;
     /* measured on the H200 (Qwen3-30B-A3B NVFP4, batch 1 / 8 tok/s), x in shared memory, all
@@ -1262,7 +1270,8 @@ void backend_cuda_set_legacy_decode(struct backend *be, bool on)
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)
 {
     struct cuda_backend *c = ctx(be);
-    c->use_stream = on;
+    c->use_stream = c->use_stream_moe = on;
+    c->fuse_attn = c->fuse_moe = on; /* the stream kernels' norm and residual fusions */
     stream_budgets(c);
     if (smem)
         c->stream_smem_dense = c->stream_smem_gate_up = c->stream_smem_down = smem;

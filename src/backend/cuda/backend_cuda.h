@@ -43,7 +43,8 @@ void backend_cuda_set_attention_splits(struct backend *be, int n);
 /* Tests: split decode attention through the older kernel + merge pair (true) or the default
  * kernel that merges in its last block (false). */
 void backend_cuda_set_legacy_decode(struct backend *be, bool on);
-/* Tests: the one-token stream kernels (cuda_decode_stream.cu) on or off, and their per-block
+/* Tests: the one-token stream kernels (cuda_decode_stream.cu) and the decode fusions on or off
+ * (off is the default unless MOESERVE_STREAM / MOESERVE_FUSE ask), and the stream kernels' per-block
  * shared memory (0: the budgets derived from the device, > 0: that many bytes for each kernel,
  * so that small budgets take the two-buffer tile ring). */
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem);

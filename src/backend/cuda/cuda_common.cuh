@@ -162,8 +162,11 @@ __device__ __forceinline__ double block_sum_double(double v)
  * before pdl_wait() it may only read what no kernel of the pass writes (weights, the metadata
  * uploaded before the pass) and write nothing; pdl_wait() returns once the previous kernel has
  * finished and its writes are visible (at once when there is none, or without PDL).
- * pdl_trigger() lets the next kernel be scheduled: every decode kernel calls it first thing,
- * which is safe because the next kernel waits before touching this one's outputs. The target
+ * pdl_trigger() lets the next kernel be scheduled; it is safe anywhere because the next kernel
+ * waits before touching this one's outputs. Where it goes is a matter of speed: a kernel of
+ * more than one wave calls it late (after its arithmetic), or the next kernel's early blocks
+ * take the SM slots its later waves need (measured on the H200: trigger-first made the decode
+ * GEMVs and MoE kernels 3-4% slower); one-wave kernels call it first thing. The target
  * guard is about the instruction existing in the fatbin image, not a runtime decision. */
 __device__ __forceinline__ void pdl_wait()
 {

@@ -7,15 +7,17 @@
  * second wave). Here every kernel is exactly one block per SM and cuts its rows evenly across
  * the blocks. A block copies its rows' weight bytes into shared memory with cp.async *before*
  * it waits for the previous kernel (programmatic dependent launch): weights never depend on
- * activations, so with PDL the next op's weights stream in while this op still runs, and the
- * DRAM latency leaves the critical path. The one exception is gate/up, whose experts are known
- * only after routing; it pipelines its rows in two tiles instead.
+ * activations, so with PDL the next op's weights stream in while this op still runs. The one
+ * exception is gate/up, whose experts are known only after routing.
  *
- * Work of a block: "local rows" (one weight row each, K long) in tiles; a unit is two rows and
- * one K slice, taken by one warp, each lane a 16-byte chunk at a time against x (staged once
+ * Work of a block: "local rows" (one weight row each, K long); a unit is two rows and one K
+ * slice. Warp w owns units w, w + 16, ...: it issues all their copies first (a cp.async group
+ * each), then computes each unit as soon as its own group has landed (no block-wide wait
+ * between copies and arithmetic), each lane a 16-byte chunk at a time against x (staged once
  * per block in the swizzled layout of cuda_decode_common.cuh). Partial sums land in shared
  * memory and one thread per output adds the slices in a fixed order: results do not depend on
- * timing.
+ * timing. Everything a block needs must fit its shared-memory share; shapes that do not fit
+ * are left to cuda_decode.cu.
  *
  * Kernels (NVFP4, BF16 and F16 weights; one token):
  *  - dense: y_j = x W_j^T for up to 3 weights (q, k, v), optionally x = rmsnorm(residual) * w
@@ -33,7 +35,7 @@
 namespace
 {
 
-enum { ST_THREADS = 512, ST_WARPS = ST_THREADS / 32, ST_MAX_JOBS = 3, ST_MAX_USED = 32, ST_MAX_BUF = 4 };
+enum { ST_THREADS = 512, ST_WARPS = ST_THREADS / 32, ST_MAX_JOBS = 3, ST_MAX_USED = 32 };
 enum { KIND_DENSE = 0, KIND_GATE_UP = 1, KIND_DOWN = 2 };
 
 struct st_params {
@@ -59,8 +61,6 @@ struct st_params {
     float *out;         /* gate/up: act; down: the token's output row */
     /* layout */
     int ks;             /* K slices per row */
-    int tile_rows;      /* local rows per tile (even) */
-    int n_buf;          /* tile buffers (tiles issued ahead) */
     int row_bytes;      /* weight bytes of a row in shared memory (16-byte multiple) */
     int scale_bytes;
     int x_floats;       /* staged x */
@@ -82,14 +82,19 @@ __device__ __forceinline__ void cpa_commit()
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-/* Wait until at most n groups of this thread are still in flight (n < ST_MAX_BUF). */
+/* Wait until at most n groups of this thread are still in flight (more than 7: waits for all
+ * but 7, which is only slower). */
 __device__ __forceinline__ void cpa_wait(int n)
 {
     switch (n) {
     case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
     case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
     case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
     }
 }
 
@@ -101,14 +106,16 @@ __device__ __forceinline__ void block_range(int T, int &v0, int &v1)
 }
 
 /* Local row i of the block: its weight, the row in it, and the slot (down) / job it serves.
- * Returns false for a row that does not exist (padding, or an expert id out of range). */
+ * Returns false for a row that does not exist (padding, or an expert id out of range). The MoE
+ * kinds find their weights in s_w (gate, up, down entries of the block's slots, in shared
+ * memory: one table trip for the block, not one per row). */
 struct row_ref {
     const cuda_wdev *w;
     int n;
 };
 
-__device__ __forceinline__ bool local_row(const st_params &p, const int *s_e, int v0, int nv, int nd2, int i,
-                                          row_ref &r)
+__device__ __forceinline__ bool local_row(const st_params &p, const int *s_e, const cuda_wdev *s_w, int v0, int nv,
+                                          int nd2, int i, row_ref &r)
 {
     if (p.kind == KIND_DENSE) {
         if (i >= nv)
@@ -128,7 +135,7 @@ __device__ __forceinline__ bool local_row(const st_params &p, const int *s_e, in
         const int pair = v / p.I, e = s_e[pair];
         if (e < 0 || e >= p.n_experts)
             return false;
-        r.w = &p.table[(i % 2) * p.n_experts + e];
+        r.w = &s_w[(i % 2) * ST_MAX_USED + pair];
         r.n = v % p.I;
         return true;
     }
@@ -138,70 +145,75 @@ __device__ __forceinline__ bool local_row(const st_params &p, const int *s_e, in
     const int e = s_e[j];
     if (e < 0 || e >= p.n_experts)
         return false;
-    r.w = &p.table[2 * p.n_experts + e];
+    r.w = &s_w[2 * ST_MAX_USED + j];
     r.n = v0 + dl;
     return true;
 }
 
-/* cp.async of local rows [r0, r1) into buffer wb (rows of row_bytes, then their scales): a warp
- * per row, its lanes over the row's 16-byte pieces. */
-template <int FMT>
-__device__ __forceinline__ void issue_tile(const st_params &p, const int *s_e, int v0, int nv, int nd2, int r0,
-                                           int r1, uint8_t *wb)
+/* Shared-memory bytes of one unit (two rows' slice of weights, then their scales). */
+__host__ __device__ __forceinline__ int unit_bytes(const st_params &p)
 {
-    const int data_bytes = FMT == WEIGHT_NVFP4 ? p.K / 2 : p.K * 2;
-    const int dpieces = data_bytes / 16, per_row = dpieces + p.scale_bytes / 16;
-    uint8_t *sb = wb + (size_t)p.tile_rows * p.row_bytes;
+    return 2 * (p.row_bytes + p.scale_bytes) / p.ks;
+}
+
+/* cp.async of unit u's slice of rows a, a + 1 into ub (a warp; rows that do not exist are
+ * skipped), committed as one group of this warp's lanes. */
+template <int FMT>
+__device__ __forceinline__ void issue_unit(const st_params &p, const int *s_e, const cuda_wdev *s_w, int v0, int nv,
+                                           int nd2, int a, int s, uint8_t *ub)
+{
     const int lane = threadIdx.x % 32;
-    for (int i = threadIdx.x / 32; i < r1 - r0; i += ST_WARPS) {
+    const int slice = p.row_bytes / p.ks, sslice = p.scale_bytes / p.ks;
+    const int dpieces = slice / 16, per_row = dpieces + sslice / 16;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
         row_ref r;
-        if (!local_row(p, s_e, v0, nv, nd2, r0 + i, r))
-            continue;
-        const uint8_t *src = (const uint8_t *)r.w->data + (size_t)r.n * data_bytes;
-        const uint8_t *ssrc = (const uint8_t *)r.w->scale + (size_t)r.n * (p.K / 16);
-        for (int k = lane; k < per_row; k += 32) {
-            if (k < dpieces)
-                cpa16(wb + (size_t)i * p.row_bytes + k * 16, src + k * 16);
-            else
-                cpa16(sb + (size_t)i * p.scale_bytes + (k - dpieces) * 16, ssrc + (k - dpieces) * 16);
+        if (local_row(p, s_e, s_w, v0, nv, nd2, a + h, r)) {
+            const uint8_t *src = (const uint8_t *)r.w->data + (size_t)r.n * p.row_bytes + (size_t)s * slice;
+            const uint8_t *ssrc = (const uint8_t *)r.w->scale + (size_t)r.n * p.scale_bytes + (size_t)s * sslice;
+            for (int k = lane; k < per_row; k += 32) {
+                if (k < dpieces)
+                    cpa16(ub + h * slice + k * 16, src + k * 16);
+                else
+                    cpa16(ub + 2 * slice + h * sslice + (k - dpieces) * 16, ssrc + (k - dpieces) * 16);
+            }
         }
     }
     cpa_commit();
 }
 
-/* The dot products of one unit: rows a and a + 1 of the tile buffer wb (b_live: a + 1 exists),
- * K slice s, x at xs (swizzled); partial sums to res[(row0 + a) * ks + s]. */
+/* The dot products of one unit from its buffer ub: rows a, a + 1 (b_live: a + 1 exists), K slice
+ * s, x at xs (swizzled); partial sums to res[row * ks + s]. */
 template <int FMT>
-__device__ __forceinline__ void unit_dot(const st_params &p, const uint8_t *wb, int a, bool b_live, int s,
-                                         const float4 *xs, float *res, int res_row)
+__device__ __forceinline__ void unit_dot(const st_params &p, const uint8_t *ub, bool b_live, int s, const float4 *xs,
+                                         float *res, int row)
 {
     constexpr int C = chunk<FMT>::n, Q = chunk<FMT>::q;
     const int lane = threadIdx.x % 32;
     const int NC = p.K / C, CS = NC / p.ks;
-    const uint8_t *sb = wb + (size_t)p.tile_rows * p.row_bytes;
-    const uint8_t *ra = wb + (size_t)a * p.row_bytes, *rb = ra + p.row_bytes;
-    const uint8_t *sa = sb + (size_t)a * p.scale_bytes, *sbb = sa + p.scale_bytes;
+    const int slice = p.row_bytes / p.ks, sslice = p.scale_bytes / p.ks;
     float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll 1
-    for (int c = s * CS + lane; c < (s + 1) * CS; c += 32) {
+    for (int cl = lane; cl < CS; cl += 32) {
+        const int c = s * CS + cl;
         const float4 *xc = xs + c * Q;
         const int swz = x_swz<Q>(c);
         wraw w0, w1;
-        w0.w = *(const uint4 *)(ra + c * 16);
-        w0.s = FMT == WEIGHT_NVFP4 ? *(const uint16_t *)(sa + c * 2) : 0u;
+        w0.w = *(const uint4 *)(ub + cl * 16);
+        w0.s = FMT == WEIGHT_NVFP4 ? *(const uint16_t *)(ub + 2 * slice + cl * 2) : 0u;
         acc0 += dot_raw<FMT>(w0, xc, swz);
         if (b_live) {
-            w1.w = *(const uint4 *)(rb + c * 16);
-            w1.s = FMT == WEIGHT_NVFP4 ? *(const uint16_t *)(sbb + c * 2) : 0u;
+            w1.w = *(const uint4 *)(ub + slice + cl * 16);
+            w1.s = FMT == WEIGHT_NVFP4 ? *(const uint16_t *)(ub + 2 * slice + sslice + cl * 2) : 0u;
             acc1 += dot_raw<FMT>(w1, xc, swz);
         }
     }
     acc0 = warp_sum(acc0);
     acc1 = warp_sum(acc1);
     if (lane == 0) {
-        res[res_row * p.ks + s] = acc0;
+        res[row * p.ks + s] = acc0;
         if (b_live)
-            res[(res_row + 1) * p.ks + s] = acc1;
+            res[(row + 1) * p.ks + s] = acc1;
     }
 }
 
@@ -219,36 +231,54 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
     extern __shared__ float4 smem[];
     __shared__ int s_e[ST_MAX_USED];
     __shared__ int s_order[ST_MAX_USED];
+    __shared__ cuda_wdev s_w[3 * ST_MAX_USED];
+    __shared__ float s_wt[ST_MAX_USED];
     float4 *xs = smem;
     float *res = (float *)(xs + p.x_floats / 4);
-    uint8_t *wbase = (uint8_t *)(res + (p.max_rows * p.ks + 3) / 4 * 4);
-    const size_t buf_bytes = (size_t)p.tile_rows * (p.row_bytes + p.scale_bytes);
+    uint8_t *ubase = (uint8_t *)(res + (p.max_rows * p.ks + 3) / 4 * 4);
     int v0, v1;
     block_range(p.T, v0, v1);
     const int nv = v1 - v0, nd2 = (nv + 1) / 2 * 2;
     const int nr = p.kind == KIND_DENSE ? nv : p.kind == KIND_GATE_UP ? 2 * nv : p.n_used * nd2;
-    const int n_tiles = (nr + p.tile_rows - 1) / p.tile_rows;
-    const int first_issue = n_tiles < p.n_buf ? n_tiles : p.n_buf;
+    const int units = (nr + 1) / 2 * p.ks, warp = threadIdx.x / 32, ub_bytes = unit_bytes(p);
 
-    if (p.kind == KIND_GATE_UP) {
-        pdl_wait(); /* the ids come from the routing kernel just before */
-        if (threadIdx.x < p.n_used)
-            s_e[threadIdx.x] = p.ids[threadIdx.x];
-        __syncthreads();
-    } else if (p.kind == KIND_DOWN) {
-        /* the routing kernel ended before gate/up triggered this launch (see top): its ids are final */
-        if (threadIdx.x < p.n_used)
+    if (p.kind != KIND_DENSE) {
+        if (p.kind == KIND_GATE_UP)
+            pdl_wait(); /* the ids come from the routing kernel just before */
+        /* down: the routing kernel ended before gate/up triggered this launch (see top) */
+        if (threadIdx.x < p.n_used) {
             s_e[threadIdx.x] = __ldcg(p.ids + threadIdx.x);
+            if (p.kind == KIND_DOWN)
+                s_wt[threadIdx.x] = __ldcg(p.weights + threadIdx.x);
+        }
+        __syncthreads();
+        if (threadIdx.x < 3 * p.n_used) {
+            const int m = threadIdx.x / p.n_used, j = threadIdx.x % p.n_used, e = s_e[j];
+            if (e >= 0 && e < p.n_experts)
+                s_w[m * ST_MAX_USED + j] = p.table[m * p.n_experts + e];
+        }
         __syncthreads();
     }
-    for (int t = 0; t < first_issue; t++)
-        issue_tile<FMT>(p, s_e, v0, nv, nd2, t * p.tile_rows, min(nr, (t + 1) * p.tile_rows), wbase + t * buf_bytes);
-    pdl_trigger();
-    pdl_wait();
+    /* this warp's units, every load in flight at once: a group each */
+    int mine = 0;
+    for (int u = warp; u < units; u += ST_WARPS, mine++)
+        issue_unit<FMT>(p, s_e, s_w, v0, nv, nd2, 2 * (u / p.ks), u % p.ks, ubase + (size_t)u * ub_bytes);
+    pdl_trigger(); /* gate/up: only now, after its wait (see top) */
+    if (p.kind != KIND_GATE_UP)
+        pdl_wait();
 
     if (p.kind == KIND_DOWN) {
-        for (int j = 0; j < p.n_used; j++)
-            stage_x<FMT>(xs + j * (p.I / 4), p.x + (size_t)j * p.I, p.I);
+        /* every slot's activations in one pass (one trip, not one per slot), each slot in the
+         * swizzled layout of its own */
+        constexpr int Q = chunk<FMT>::q;
+        const int per = p.I / 4;
+        for (int f = threadIdx.x; f < p.n_used * per; f += ST_THREADS) {
+            const int j = f / per, fi = f % per, c = fi / Q;
+            float4 v = ((const float4 *)p.x)[f];
+            if constexpr (FMT == WEIGHT_NVFP4)
+                v = make_float4(v.x * X_PRESCALE, v.y * X_PRESCALE, v.z * X_PRESCALE, v.w * X_PRESCALE);
+            xs[j * per + c * Q + ((fi % Q) ^ x_swz<Q>(c))] = v;
+        }
         if (threadIdx.x == 0) /* insertion sort of the slots by expert id: the CPU's summation order */
             for (int j = 0; j < p.n_used; j++) {
                 int i = j;
@@ -263,39 +293,28 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
     } else {
         stage_x<FMT>(xs, p.x, p.K);
     }
+    __syncthreads(); /* x */
 
-    const int warp = threadIdx.x / 32;
-    for (int t = 0; t < n_tiles; t++) {
-        const int issued = min(n_tiles, t + p.n_buf);
-        cpa_wait(issued - t - 1);
-        __syncthreads(); /* every thread's copies (and x) are visible */
-        const int r0 = t * p.tile_rows, r1 = min(nr, r0 + p.tile_rows);
-        const uint8_t *wb = wbase + (t % p.n_buf) * buf_bytes;
-        const int units = (r1 - r0 + 1) / 2 * p.ks;
-        for (int u = warp; u < units; u += ST_WARPS) {
-            const int a = 2 * (u / p.ks), s = u % p.ks, row = r0 + a;
-            row_ref ra, rb;
-            const bool la = local_row(p, s_e, v0, nv, nd2, row, ra);
-            const bool lb = row + 1 < r1 && local_row(p, s_e, v0, nv, nd2, row + 1, rb);
-            if (!la && !lb)
-                continue;
-            /* a dead row a still computes (on stale bytes): its result is never read */
-            const float4 *xr = p.kind == KIND_DOWN ? xs + (row / nd2) * (p.I / 4) : xs;
-            unit_dot<FMT>(p, wb, a, lb, s, xr, res, row);
-        }
-        if (t + p.n_buf < n_tiles) {
-            __syncthreads(); /* the buffer is free again */
-            const int t2 = t + p.n_buf;
-            issue_tile<FMT>(p, s_e, v0, nv, nd2, t2 * p.tile_rows, min(nr, (t2 + 1) * p.tile_rows),
-                            wbase + (t2 % p.n_buf) * buf_bytes);
-        }
+    int i = 0;
+    for (int u = warp; u < units; u += ST_WARPS, i++) {
+        cpa_wait(mine - 1 - i); /* this unit's group has landed (later ones may still fly) */
+        __syncwarp();           /* ... for every lane's copies */
+        const int a = 2 * (u / p.ks), s = u % p.ks;
+        row_ref ra, rb;
+        const bool la = local_row(p, s_e, s_w, v0, nv, nd2, a, ra);
+        const bool lb = a + 1 < nr && local_row(p, s_e, s_w, v0, nv, nd2, a + 1, rb);
+        if (!la && !lb)
+            continue;
+        /* a dead row a still computes (on stale bytes): its result is never read */
+        const float4 *xr = p.kind == KIND_DOWN ? xs + (a / nd2) * (p.I / 4) : xs;
+        unit_dot<FMT>(p, ubase + (size_t)u * ub_bytes, lb, s, xr, res, a);
     }
     __syncthreads();
 
     if (p.kind == KIND_DENSE) {
         for (int i = threadIdx.x; i < nv; i += ST_THREADS) {
             row_ref r;
-            local_row(p, s_e, v0, nv, nd2, i, r);
+            local_row(p, s_e, s_w, v0, nv, nd2, i, r);
             const int j = (int)(r.w - p.w);
             float v = finish<FMT>(*r.w, res_sum(res, i, p.ks)) + (r.w->bias ? r.w->bias[r.n] : 0.0f);
             float *dst = p.y[j] + r.n;
@@ -305,7 +324,7 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
         for (int i = threadIdx.x; i < nv; i += ST_THREADS) {
             row_ref rg, ru;
             float a = 0.0f;
-            if (local_row(p, s_e, v0, nv, nd2, 2 * i, rg) && local_row(p, s_e, v0, nv, nd2, 2 * i + 1, ru)) {
+            if (local_row(p, s_e, s_w, v0, nv, nd2, 2 * i, rg) && local_row(p, s_e, s_w, v0, nv, nd2, 2 * i + 1, ru)) {
                 float gv = finish<FMT>(*rg.w, res_sum(res, 2 * i, p.ks));
                 float uv = finish<FMT>(*ru.w, res_sum(res, 2 * i + 1, p.ks));
                 if (rg.w->bias)
@@ -322,10 +341,10 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
             for (int jj = 0; jj < p.n_used; jj++) {
                 const int j = s_order[jj];
                 row_ref r;
-                if (!local_row(p, s_e, v0, nv, nd2, j * nd2 + dl, r))
+                if (!local_row(p, s_e, s_w, v0, nv, nd2, j * nd2 + dl, r))
                     continue;
                 float part = finish<FMT>(*r.w, res_sum(res, j * nd2 + dl, p.ks)) + (r.w->bias ? r.w->bias[r.n] : 0.0f);
-                o = __fadd_rn(o, __fmul_rn(p.weights[j], part));
+                o = __fadd_rn(o, __fmul_rn(s_wt[j], part));
             }
             float *dst = p.out + v0 + dl;
             *dst = p.residual ? __fadd_rn(*dst, o) : o;
@@ -352,43 +371,27 @@ bool k_fits(enum weight_format fmt, int64_t K)
     return K > 0 && K < (1 << 24) && K % C == 0 && (fmt != WEIGHT_NVFP4 || K % 256 == 0);
 }
 
-/* Shared memory of a launch: x, the partial sums, the tile buffers. */
+/* Shared memory of a launch: x, the partial sums, every unit's weights. */
 size_t smem_of(const st_params &p)
 {
-    return (size_t)p.x_floats * 4 + (size_t)((p.max_rows * p.ks + 3) / 4) * 16 +
-           (size_t)p.n_buf * (size_t)p.tile_rows * (size_t)(p.row_bytes + p.scale_bytes);
+    const size_t units = (size_t)(p.max_rows + 1) / 2 * (size_t)p.ks;
+    return (size_t)p.x_floats * 4 + (size_t)((p.max_rows * p.ks + 3) / 4) * 16 + units * (size_t)unit_bytes(p);
 }
 
-/* Tiles for the block's at most max_rows rows: all rows in `want` tiles issued at once when
- * they fit the budget, else two buffers of as many rows as fit. The K slices: the fewest that
- * give every warp a unit, at least a warp's width of chunks each. */
-bool fit_tiles(st_params &p, enum weight_format fmt, int want, size_t budget)
+/* K slices: the fewest rounds of units per warp, counted in whole-row work; a slice keeps at
+ * least a warp's width of chunks and 16-byte pieces of scales. Then everything must fit. */
+bool fit_units(st_params &p, enum weight_format fmt, size_t budget)
 {
-    const int C = fmt == WEIGHT_NVFP4 ? 32 : 8, NC = p.K / C;
-    const int per_tile = (p.max_rows + want - 1) / want;
-    p.tile_rows = (per_tile + 1) / 2 * 2;
-    /* slices: the least rounds of units per warp, counted in whole-row work */
-    const int groups = p.tile_rows / 2;
-    double best = 1e30;
+    const int C = fmt == WEIGHT_NVFP4 ? 32 : 8, NC = p.K / C, groups = (p.max_rows + 1) / 2;
+    /* whole rows per unit unless that leaves most warps idle: a unit costs ~150 instructions
+     * of bookkeeping (measured on the H200: at 1 chunk a lane it doubled the kernel's count) */
     p.ks = 1;
-    for (int ks = 1; ks <= 8; ks *= 2) {
-        if (NC % ks || (ks > 1 && NC / ks < 32))
+    while (groups * p.ks < ST_WARPS / 2 && p.ks < 8) {
+        const int ks = 2 * p.ks;
+        if (NC % ks || NC / ks < 32 || (fmt == WEIGHT_NVFP4 && (NC / ks) % 8))
             break;
-        double cost = (double)((groups * ks + ST_WARPS - 1) / ST_WARPS) / ks;
-        if (cost < best - 1e-9)
-            best = cost, p.ks = ks;
+        p.ks = ks;
     }
-    p.n_buf = want;
-    if (smem_of(p) <= budget)
-        return true;
-    p.n_buf = 2;
-    size_t fixed = (size_t)p.x_floats * 4 + (size_t)((p.max_rows * p.ks + 3) / 4) * 16;
-    if (fixed >= budget)
-        return false;
-    size_t rows = (budget - fixed) / (2 * (size_t)(p.row_bytes + p.scale_bytes)) / 2 * 2;
-    if (rows < 2)
-        return false;
-    p.tile_rows = rows < (size_t)p.tile_rows ? (int)rows : p.tile_rows;
     return smem_of(p) <= budget;
 }
 
@@ -449,8 +452,8 @@ bool dense_params(st_params &p, enum weight_format fmt, int n_w, const cuda_wdev
     row_layout(fmt, p.K, &p.row_bytes, &p.scale_bytes);
     p.x_floats = p.K;
     p.max_rows = (int)((T + grid - 1) / grid);
-    /* a weight much larger than the SMs' shared memory (lm_head) is left to the other paths */
-    return p.max_rows > 0 && fit_tiles(p, fmt, 1, budget) && (p.max_rows + p.tile_rows - 1) / p.tile_rows <= 8;
+    /* a weight larger than the SMs' shared memory (lm_head) is left to the other paths */
+    return p.max_rows > 0 && fit_units(p, fmt, budget);
 }
 
 bool moe_params(st_params &p, int kind, enum weight_format fmt, const cuda_wdev *table, int n_experts, int64_t D,
@@ -480,7 +483,7 @@ bool moe_params(st_params &p, int kind, enum weight_format fmt, const cuda_wdev 
         p.max_rows = (int)(n_used * (((D + grid - 1) / grid + 1) / 2 * 2));
     }
     row_layout(fmt, p.K, &p.row_bytes, &p.scale_bytes);
-    return fit_tiles(p, fmt, kind == KIND_GATE_UP ? 2 : 1, budget);
+    return fit_units(p, fmt, budget);
 }
 
 } // namespace
