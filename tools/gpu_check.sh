@@ -5,7 +5,8 @@
 #
 # 1. ctest -L gpu                                   (device's own shared-memory budget)
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
-#    and the golden fixtures with MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 (switches off by default)
+#    and the golden fixtures with MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 and with MOESERVE_STREAM=1
+#    (switches off by default)
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
@@ -50,6 +51,9 @@ step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
 # fixtures' one-token steps go through the fused ops and programmatic launch
 step "golden, MOESERVE_FUSE + PDL" golden_fuse_pdl.log \
     env MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# the one-token stream kernels (cuda_decode_stream.cu, off by default) with their fusions
+step "golden, MOESERVE_STREAM=1" golden_stream.log \
+    env MOESERVE_STREAM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
