@@ -25,6 +25,12 @@
  *  - gate_up: act_j = silu(x G_e^T) * (x U_e^T) for the token's slots j (e = ids[j]);
  *  - down: out = sum over slots in ascending expert id of w_j * (act_j D_e^T) (+= out).
  *
+ * Status (H200, session 4): correct (op tests, golden fixtures) but SLOWER than cuda_decode.cu,
+ * so off by default (MOESERVE_STREAM=1|dense|moe): batch 1 236 tok/s against 328. ncu with the
+ * weights already in L2 still gives 8-21 us per kernel at ~0.6 issued warps per scheduler: the
+ * kernels are instruction-bound (a unit's bookkeeping, 16 warps per SM to hide LDS latency, the
+ * 4 integer ops + 1 FMA per NVFP4 weight), so hiding DRAM latency buys nothing yet.
+ *
  * PDL order (each kernel is safe whether or not it was launched with PDL): dense and down
  * trigger their dependents at once; gate/up only after its wait, so that down, started early,
  * can already read the routing's ids (written two kernels before it) to fetch its experts.
@@ -395,25 +401,22 @@ bool fit_units(st_params &p, enum weight_format fmt, size_t budget)
     return smem_of(p) <= budget;
 }
 
-cudaError_t launch(cudaStream_t s, enum weight_format fmt, const st_params &p, int grid, bool pdl)
+template <int FMT>
+cudaError_t launch_fmt(cudaStream_t s, const st_params &p, int grid, bool pdl)
 {
     size_t smem = smem_of(p);
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(stream_kernel<FMT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+        return cudaErrorInvalidValue;
+    return launch_pdl(pdl, stream_kernel<FMT>, dim3(grid), dim3(ST_THREADS), smem, s, p);
+}
+
+cudaError_t launch(cudaStream_t s, enum weight_format fmt, const st_params &p, int grid, bool pdl)
+{
     switch (fmt) {
-    case WEIGHT_NVFP4:
-        if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<WEIGHT_NVFP4>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
-            return cudaErrorInvalidValue;
-        return launch_pdl(pdl, stream_kernel<WEIGHT_NVFP4>, dim3(grid), dim3(ST_THREADS), smem, s, p);
-    case WEIGHT_BF16:
-        if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<WEIGHT_BF16>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
-            return cudaErrorInvalidValue;
-        return launch_pdl(pdl, stream_kernel<WEIGHT_BF16>, dim3(grid), dim3(ST_THREADS), smem, s, p);
-    case WEIGHT_F16:
-        if (smem > 48 * 1024 && cudaFuncSetAttribute(stream_kernel<WEIGHT_F16>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
-            return cudaErrorInvalidValue;
-        return launch_pdl(pdl, stream_kernel<WEIGHT_F16>, dim3(grid), dim3(ST_THREADS), smem, s, p);
+    case WEIGHT_NVFP4: return launch_fmt<WEIGHT_NVFP4>(s, p, grid, pdl);
+    case WEIGHT_BF16: return launch_fmt<WEIGHT_BF16>(s, p, grid, pdl);
+    case WEIGHT_F16: return launch_fmt<WEIGHT_F16>(s, p, grid, pdl);
     default: return cudaErrorInvalidValue;
     }
 }
