@@ -725,6 +725,12 @@ static void test_moe_experts(void **state)
         run_moe(p, fmts[f], 3, 32, 8, 256, 96, false, &rng);
         run_moe(p, fmts[f], 8, 16, 4, 1056, 160, true, &rng);
     }
+    /* NVFP4 at widths that are multiples of 128: the tensor-core pair kernels (cuda_decode_mma.cu),
+     * Qwen3-30B-A3B's among them */
+    run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
 }
 
 /* ---------------------------------------------------------------- fused decode ops */

@@ -86,6 +86,7 @@ struct cuda_backend {
     bool use_stream;    /* one-token GEMVs through cuda_decode_stream.cu (one wave, weights through
                            shared memory before the wait) */
     bool use_stream_moe; /* ... and the one-token MoE */
+    bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
@@ -718,6 +719,13 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                  c->stream_smem_down, c->pdl));
         return;
     }
+    if (n_tokens <= c->moe_decode_max_tokens && c->decode_mma && a->gate[0].format == WEIGHT_NVFP4 &&
+        a->up[0].format == WEIGHT_NVFP4 && a->down[0].format == WEIGHT_NVFP4 &&
+        cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
+        CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
+                                     weights, a->n_used, work, out, 0, c->pdl));
+        return;
+    }
     if (n_tokens <= c->moe_decode_max_tokens &&
         cuda_moe_decode_supported(a->gate[0].format, a->d_model, a->d_expert, a->n_used, c->smem_budget) &&
         a->up[0].format == a->gate[0].format && a->down[0].format == a->gate[0].format) {
@@ -1083,6 +1091,9 @@ static void configure_from_plan(struct cuda_backend *c)
      * (both), =dense or =moe. With them 236 tok/s, dense only 291, MoE only 239: they are
      * instruction-bound (ncu: 8-21 us per kernel even with their weights in L2). With stream
      * kernels on, the fusions default to on (they are what saves their norm kernels). */
+    /* MOESERVE_DECODE_MMA=0: the few-token NVFP4 MoE on CUDA cores (cuda_decode.cu) */
+    const char *dm = getenv("MOESERVE_DECODE_MMA");
+    c->decode_mma = c->plan.caps.bf16_mma && !(dm && strcmp(dm, "0") == 0);
     const char *st = getenv("MOESERVE_STREAM");
     /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
     c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);

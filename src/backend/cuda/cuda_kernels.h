@@ -16,7 +16,8 @@
  *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
- *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_stream_dense(),
+ *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
+ *          (cuda_decode_mma.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
  *          cuda_mla_attention_workspace_floats(), cuda_mla_attention() (cuda_mla.cu);
@@ -250,6 +251,15 @@ cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const s
                             int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                             int32_t *ids, float *weights, int n_used, float *act, float *out, int rows_gate_up,
                             int rows_down, int pdl, const struct cuda_moe_fuse *fuse);
+
+/* ---- cuda_decode_mma.cu (few-token MoE for NVFP4 experts on bf16 tensor cores, sm_80+) ---- */
+/* Whether cuda_moe_decode_mma takes this shape (NVFP4, both widths multiples of 128). */
+int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
+                                  size_t smem_budget);
+/* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. */
+cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
+                                int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
+                                const float *weights, int n_used, float *act, float *out, int residual, int pdl);
 
 /* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
 /* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block

@@ -1,0 +1,309 @@
+/* cuda_decode_mma.cu — the few-token MoE pair kernels for NVFP4 experts on bf16 tensor cores
+ * (mma.sync m16n8k16, sm_80 and later).
+ *
+ * Why: the register kernels of cuda_decode.cu decode each E2M1 weight with 3 integer ops and
+ * multiply it with one FMA; on the H200 that arithmetic, not DRAM, bounds them (ncu: ~0.6 issued
+ * warps per scheduler with the weights already in L2). Here a warp takes 8 weight rows as the
+ * B operand (n = 8), x as the A operand (row 0: x rounded to bf16, row 1: the remainder
+ * x - hi rounded again, rows 2..15 zero), so the tensor core does the multiply-adds and the
+ * lanes only build bf16 pairs:
+ *  - two E2M1 nibbles four apart in a 32-bit word (i and i + 4) land in the two halves of a
+ *    bf16x2 with one shift for the magnitudes, one for the signs and one LOP3: (e1 e0 m) at bits
+ *    8..6 is the value times 2^-126 (0.5 becomes the bf16 subnormal 2^-127);
+ *  - one bf16x2 FMA by the E4M3 block scale times 2^64 makes them the exact products (at most
+ *    6 significant bits) times 2^-62, all normal;
+ *  - the sum comes back with 2^62 and the global scale in fp32.
+ * ~2.4 instructions a weight instead of ~4.6. Precision is that of the fp32 paths: x's hi + lo
+ * carry ~16 bits and every product is exact with fp32 accumulation.
+ *
+ * Layout of a step: lane (g, t) = (lane / 4, lane % 4) holds row g's 16-byte chunk c = t + 4i
+ * (32 nibbles: 8 k-steps of 4). Step (word w, half h) feeds the logical k slots 2t, 2t+1 from
+ * nibbles 2h, 2h+4 of word w and slots 2t+8, 2t+9 from nibbles 2h+1, 2h+5; x is staged in
+ * shared memory already in A-fragment order for the same mapping (xfrag_stage). Row g's sum
+ * ends up in lanes 0..3 (rows 2t, 2t+1; hi half in lane t, lo half in lane t + 4).
+ *
+ * Kernels: gate/up (a warp: 4 gate + 4 up rows of one pair, silu(g) * u written by lanes 0-1)
+ * and down (a warp per slot, 8 output rows, the slots added in ascending expert id as the CPU
+ * does). One wave for Qwen3-30B-A3B at one token: 192 and 256 blocks of 256 threads.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+enum { MD_THREADS = 256, MD_WARPS = MD_THREADS / 32, MD_MAX_USED = 64, MD_U = 4 };
+
+__device__ __forceinline__ uint32_t bf16x2_of(float lo, float hi)
+{
+    uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
+    /* round to nearest even, as __float2bfloat16_rn (finite inputs) */
+    a = (a + 0x7fffu + ((a >> 16) & 1u)) >> 16;
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+    return (b << 16) | (a & 0xffffu);
+}
+
+__device__ __forceinline__ float bf16_round(float v)
+{
+    uint32_t a = __float_as_uint(v);
+    a = (a + 0x7fffu + ((a >> 16) & 1u)) & 0xffff0000u;
+    return __uint_as_float(a);
+}
+
+/* x[0 .. K) into A fragments: entry ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2 + m is
+ * {a0, a2} of lane (m, c % 4) for chunk c, word w, half h; m = 0 the bf16 of x, m = 1 the rest.
+ * Threads tid0, tid0 + stride, ... of the caller. */
+__device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, int tid0, int stride)
+{
+    for (int it = tid0; it < K / 4; it += stride) {
+        const int c = it / 8, w = (it / 2) % 4, h = it % 2;
+        const int k0 = 32 * c + 8 * w + 2 * h;
+        const float v0 = x[k0], v4 = x[k0 + 4], v1 = x[k0 + 1], v5 = x[k0 + 5];
+        const float h0 = bf16_round(v0), h4 = bf16_round(v4), h1 = bf16_round(v1), h5 = bf16_round(v5);
+        uint2 *dst = xf + ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2;
+        dst[0] = make_uint2(bf16x2_of(h0, h4), bf16x2_of(h1, h5));
+        dst[1] = make_uint2(bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(v1 - h1, v5 - h5));
+    }
+}
+
+/* Nibbles I and I + 4 of u as a bf16x2 (I low): each E2M1 value times 2^-126. */
+template <int I>
+__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t u)
+{
+    constexpr int ms = 6 - 4 * I, ss = 12 - 4 * I;
+    const uint32_t mag = ms >= 0 ? u << (ms >= 0 ? ms : 0) : u >> (ms < 0 ? -ms : 0);
+    const uint32_t sgn = u << ss;
+    return (mag & 0x01C001C0u) | (sgn & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+/* The E4M3 block scale times 2^64 as a bf16 pair (exact: 4 significant bits). */
+__device__ __forceinline__ uint32_t scale_x2(uint32_t byte)
+{
+    const float f = dev_e4m3(byte) * 0x1p64f;
+    return bf16x2_of(f, f);
+}
+
+struct chunk16 {
+    uint4 w;
+    uint32_t s; /* the chunk's two scale bytes */
+};
+
+/* One chunk (32 k of row g) against x's fragments xf (for this chunk's group of four): 8 mma
+ * steps into d (two sets, alternating, so that consecutive mmas do not wait on each other). */
+__device__ __forceinline__ void chunk_mma(const chunk16 &q, const uint2 *xf, int lane, float (&d0)[4],
+                                          float (&d1)[4])
+{
+    const int g = lane / 4, t = lane % 4;
+    const uint32_t s_lo = scale_x2(q.s & 255u), s_hi = scale_x2((q.s >> 8) & 255u);
+    const uint32_t words[4] = {q.w.x, q.w.y, q.w.z, q.w.w};
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t u = words[w], sc = w < 2 ? s_lo : s_hi;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t b0 = h == 0 ? e2m1x2_raw<0>(u) : e2m1x2_raw<2>(u);
+            uint32_t b1 = h == 0 ? e2m1x2_raw<1>(u) : e2m1x2_raw<3>(u);
+            b0 = bf16x2_fma(b0, sc, 0x80008000u);
+            b1 = bf16x2_fma(b1, sc, 0x80008000u);
+            uint2 a = make_uint2(0u, 0u);
+            if (g < 2)
+                a = xf[(w * 2 + h) * 8 + t * 2 + g];
+            if (h == 0)
+                mma_bf16_16816(d0, a.x, a.y, b0, b1);
+            else
+                mma_bf16_16816(d1, a.x, a.y, b0, b1);
+        }
+    }
+}
+
+__device__ __forceinline__ chunk16 load_chunk(const cuda_wdev &w, int64_t row, int64_t c, int64_t K, bool ok)
+{
+    chunk16 q;
+    q.w = make_uint4(0u, 0u, 0u, 0u);
+    q.s = 0u;
+    if (ok) {
+        q.w = __ldg((const uint4 *)((const uint8_t *)w.data + row * (K / 2)) + c);
+        q.s = __ldg((const uint16_t *)((const uint8_t *)w.scale + row * (K / 16)) + c);
+    }
+    return q;
+}
+
+/* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x (fragments
+ * xf for K): returns in lanes 0..3 the raw sums of rows 2t and 2t + 1 (times 2^-62). */
+__device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, bool ok, int64_t K, const uint2 *xf)
+{
+    const int lane = threadIdx.x % 32, t = lane % 4;
+    const int NC = (int)(K / 32);
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i0 = 0; i0 < NC / 4; i0 += MD_U) {
+        chunk16 q[MD_U];
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < NC / 4);
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            if (i0 + u < NC / 4)
+                chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+    }
+    float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
+    r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
+    r1 += __shfl_down_sync(0xffffffffu, r1, 4);
+    return make_float2(r0, r1);
+}
+
+/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / 32, pairs); warp: rows n0 .. n0 + 3 of
+ * gate (lanes' g 0..3) and of up (g 4..7). */
+__global__ void __launch_bounds__(MD_THREADS, 2)
+    moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
+                           const int32_t *ids, int n_used, float *act)
+{
+    extern __shared__ uint2 xf[];
+    pdl_wait();
+    const int pair = blockIdx.y, e = ids[pair];
+    const int lane = threadIdx.x % 32, g = lane / 4;
+    const int64_t n0 = ((int64_t)blockIdx.x * MD_WARPS + threadIdx.x / 32) * 4;
+    float *out = act + (size_t)pair * (size_t)I;
+    if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
+        if (lane < 4 && n0 + lane < I)
+            out[n0 + lane] = 0.0f;
+        return;
+    }
+    const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
+    const int64_t row = n0 + (g % 4);
+    xfrag_stage(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MD_THREADS);
+    __syncthreads();
+    float2 r = rows8_dot(w, row, row < I, D, xf);
+    pdl_trigger(); /* late: see pdl_trigger() */
+    /* lanes 0, 1: gate rows n0 + 2t, n0 + 2t + 1; lanes 2, 3: the same up rows */
+    const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
+    const cuda_wdev wu = table[n_experts + e];
+    if (lane < 2) {
+        const float sg = 0x1p62f * w.scale2, su = 0x1p62f * wu.scale2;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int64_t n = n0 + 2 * lane + k;
+            if (n >= I)
+                continue;
+            float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
+            if (w.bias)
+                gv += w.bias[n];
+            if (wu.bias)
+                uv += wu.bias[n];
+            out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
+        }
+    }
+}
+
+/* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid
+ * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. residual: out +=. */
+__global__ void __launch_bounds__(MD_THREADS, 2)
+    moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
+                        const int32_t *ids, const float *weights, int n_used, float *out, int residual)
+{
+    extern __shared__ uint2 xf[];
+    __shared__ int order[MD_MAX_USED];
+    __shared__ float part[MD_MAX_USED][8];
+    pdl_wait();
+    const int t = blockIdx.y;
+    const int32_t *it = ids + (size_t)t * n_used;
+    if (threadIdx.x == 0)
+        for (int j = 0; j < n_used; j++) { /* insertion sort by expert id, k is small */
+            int i = j;
+            while (i > 0 && it[order[i - 1]] > it[j]) {
+                order[i] = order[i - 1];
+                i--;
+            }
+            order[i] = j;
+        }
+    const int64_t n0 = (int64_t)blockIdx.x * 8;
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;
+    for (int j = wib; j < n_used; j += MD_WARPS) {
+        const int e = it[j];
+        float2 r = make_float2(0.f, 0.f);
+        if (e >= 0 && e < n_experts) {
+            const cuda_wdev w = table[2 * n_experts + e];
+            __syncwarp();
+            xfrag_stage(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32);
+            __syncwarp();
+            r = rows8_dot(w, n0 + g, n0 + g < D, I, mine);
+            const float s = 0x1p62f * w.scale2;
+            r.x *= s, r.y *= s;
+            if (w.bias && lane < 4) {
+                if (n0 + 2 * lane < D)
+                    r.x += w.bias[n0 + 2 * lane];
+                if (n0 + 2 * lane + 1 < D)
+                    r.y += w.bias[n0 + 2 * lane + 1];
+            }
+        }
+        if (lane < 4) {
+            part[j][2 * lane] = e >= 0 && e < n_experts ? r.x : 0.0f;
+            part[j][2 * lane + 1] = e >= 0 && e < n_experts ? r.y : 0.0f;
+        }
+    }
+    pdl_trigger(); /* late: see pdl_trigger() */
+    __syncthreads();
+    if (threadIdx.x < 8 && n0 + threadIdx.x < D) {
+        const int r = threadIdx.x;
+        float o = 0.0f;
+        for (int jj = 0; jj < n_used; jj++) {
+            const int j = order[jj], e = it[j];
+            if (e >= 0 && e < n_experts)
+                o = __fadd_rn(o, __fmul_rn(weights[(size_t)t * n_used + j], part[j][r]));
+        }
+        float *dst = out + (size_t)t * (size_t)D + n0 + r;
+        *dst = residual ? __fadd_rn(*dst, o) : o;
+    }
+}
+
+} // namespace
+
+extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
+                                             size_t smem_budget)
+{
+    const size_t smem = (size_t)(d_model > MD_WARPS * d_expert ? d_model : MD_WARPS * d_expert) * 4;
+    return fmt == WEIGHT_NVFP4 && d_model % 128 == 0 && d_expert % 128 == 0 && n_used >= 1 &&
+           n_used <= MD_MAX_USED && smem + 1024 <= smem_budget;
+}
+
+extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
+                                           int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
+                                           const int32_t *ids, const float *weights, int n_used, float *act,
+                                           float *out, int residual, int pdl)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535)
+        return cudaErrorInvalidValue;
+    /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
+    const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
+    cudaError_t e = cudaSuccess;
+    if (smem1 > 48 * 1024)
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+    if (e == cudaSuccess && smem2 > 48 * 1024)
+        e = cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
+    if (e != cudaSuccess)
+        return e;
+    dim3 g1((unsigned)((d_expert + 4 * MD_WARPS - 1) / (4 * MD_WARPS)), (unsigned)(n_tokens * n_used));
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel, g1, dim3(MD_THREADS), smem1, stream, table, n_experts, d_expert,
+                   d_model, x, ids, n_used, act);
+    if (e != cudaSuccess)
+        return e;
+    dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
+    return launch_pdl(pdl != 0, moe_down_mma_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
+                      d_expert, act, ids, weights, n_used, out, residual);
+}
