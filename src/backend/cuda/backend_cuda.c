@@ -87,6 +87,7 @@ struct cuda_backend {
                            shared memory before the wait) */
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
+    bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (not yet run on a GPU: opt-in) */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
@@ -336,7 +337,7 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
     struct cuda_gemv_fuse none = {0};
-    if (m == 1 && c->use_stream && gemv_fused(c, 1, &w, x, m, &y, &none))
+    if (m == 1 && (c->use_stream || c->decode_mma_dense) && gemv_fused(c, 1, &w, x, m, &y, &none))
         return;
     if (m == 1 && cuda_gemv1_supported(w->format, K, x, c->smem_budget)) {
         /* one row: a memory-bound GEMV that reads W once at full width, fp32 products */
@@ -403,6 +404,11 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
             return false;
         wd[j] = wdev_of(ws[j]);
         N[j] = ws[j]->rows;
+    }
+    if (c->decode_mma_dense && !fz->norm_w && ws[0]->format == WEIGHT_NVFP4 &&
+        cuda_gemv_mma_supported(n_w, wd, ws[0]->cols, c->smem_budget)) {
+        CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, ws[0]->cols, x, ys, fz->residual, c->sm_count, c->pdl));
+        return true;
     }
     if (c->use_stream && cuda_stream_dense_supported(ws[0]->format, n_w, wd, N, ws[0]->cols, x, c->sm_count,
                                                  c->stream_smem_dense)) {
@@ -1094,6 +1100,8 @@ static void configure_from_plan(struct cuda_backend *c)
     /* MOESERVE_DECODE_MMA=0: the few-token NVFP4 MoE on CUDA cores (cuda_decode.cu) */
     const char *dm = getenv("MOESERVE_DECODE_MMA");
     c->decode_mma = c->plan.caps.bf16_mma && !(dm && strcmp(dm, "0") == 0);
+    const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
+    c->decode_mma_dense = c->plan.caps.bf16_mma && dmd && strcmp(dmd, "1") == 0;
     const char *st = getenv("MOESERVE_STREAM");
     /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
     c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);
@@ -1276,6 +1284,12 @@ void backend_cuda_set_attention_splits(struct backend *be, int n)
 void backend_cuda_set_legacy_decode(struct backend *be, bool on)
 {
     ctx(be)->legacy_decode = on;
+}
+
+void backend_cuda_set_decode_mma_dense(struct backend *be, bool on)
+{
+    struct cuda_backend *c = ctx(be);
+    c->decode_mma_dense = on && c->plan.caps.bf16_mma;
 }
 
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)

@@ -11,7 +11,8 @@
  *
  * defines: backend_cuda_create(), backend_cuda_device_count(), backend_cuda_status(),
  *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
- *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream()
+ *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream(),
+ *          backend_cuda_set_decode_mma_dense()
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
 #define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -48,5 +49,8 @@ void backend_cuda_set_legacy_decode(struct backend *be, bool on);
  * shared memory (0: the budgets derived from the device, > 0: that many bytes for each kernel,
  * so that small budgets take the two-buffer tile ring). */
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem);
+/* Tests: the one-token NVFP4 GEMVs on tensor cores (cuda_gemv_mma; off by default) on or off
+ * (stays off where the device has no bf16 mma). */
+void backend_cuda_set_decode_mma_dense(struct backend *be, bool on);
 
 #endif

@@ -1,5 +1,5 @@
-/* cuda_decode_mma.cu — the few-token MoE pair kernels for NVFP4 experts on bf16 tensor cores
- * (mma.sync m16n8k16, sm_80 and later).
+/* cuda_decode_mma.cu — few-token NVFP4 decode on bf16 tensor cores (mma.sync m16n8k16, sm_80 and
+ * later): the MoE pair kernels and a one-token GEMV.
  *
  * Why: the register kernels of cuda_decode.cu decode each E2M1 weight with 3 integer ops and
  * multiply it with one FMA; on the H200 that arithmetic, not DRAM, bounds them (ncu: ~0.6 issued
@@ -24,7 +24,12 @@
  *
  * Kernels: gate/up (a warp: 4 gate + 4 up rows of one pair, silu(g) * u written by lanes 0-1)
  * and down (a warp per slot, 8 output rows, the slots added in ascending expert id as the CPU
- * does). One wave for Qwen3-30B-A3B at one token: 192 and 256 blocks of 256 threads.
+ * does). One wave for Qwen3-30B-A3B at one token: 192 and 256 blocks of 256 threads. Measured
+ * on the H200 (session 4): batch 1 330.7 tok/s against 324.4 with cuda_decode.cu's kernels,
+ * batch 8 695.2 against 628.4.
+ * gemv_mma (one token, up to 3 weights, K split over warps until every SM has a block; weights
+ * of the first groups loaded before the PDL wait) was written after that run and has NOT run on
+ * a GPU yet: the backend takes it only with MOESERVE_DECODE_MMA_DENSE=1 (test_decode_mma_dense).
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -142,8 +147,48 @@ __device__ __forceinline__ chunk16 load_chunk(const cuda_wdev &w, int64_t row, i
     return q;
 }
 
-/* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x (fragments
- * xf for K): returns in lanes 0..3 the raw sums of rows 2t and 2t + 1 (times 2^-62). */
+/* The first MD_U chunk groups of [g0, g1) of row `row` (ok: it exists): what a kernel may load
+ * before it waits for its predecessor (weights never change). */
+__device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, bool ok, int64_t K, int g0, int g1,
+                                               chunk16 (&q)[MD_U])
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int u = 0; u < MD_U; u++)
+        q[u] = load_chunk(w, row, 4 * (g0 + u) + t, K, ok && g0 + u < g1);
+}
+
+/* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x over the
+ * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K), the first
+ * MD_U groups already in pre: returns in lanes 0..3 the raw sums of rows 2t and 2t + 1 (times
+ * 2^-62). */
+__device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t row, bool ok, int64_t K,
+                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[MD_U])
+{
+    const int lane = threadIdx.x % 32, t = lane % 4;
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int u = 0; u < MD_U; u++)
+        if (g0 + u < g1)
+            chunk_mma(pre[u], xf + (size_t)(g0 + u) * 64, lane, d0, d1);
+    for (int i0 = g0 + MD_U; i0 < g1; i0 += MD_U) {
+        chunk16 q[MD_U];
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < g1);
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            if (i0 + u < g1)
+                chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+    }
+    float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
+    r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
+    r1 += __shfl_down_sync(0xffffffffu, r1, 4);
+    return make_float2(r0, r1);
+}
+
+/* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
+ * only after the wait). Kept as run on the H200 in session 4. */
 __device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, bool ok, int64_t K, const uint2 *xf)
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
@@ -270,7 +315,107 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     }
 }
 
+/* y_j = x W_j^T for up to 3 NVFP4 weights sharing x (one token); a row tile is 8 rows of one
+ * weight, a block 8 warps = MD_WARPS / ks row tiles x ks slices of K (summed in a fixed order
+ * through shared memory). residual: y += instead of y =. */
+enum { MD_MAX_JOBS = 3 };
+
+struct gemv_mma_params {
+    cuda_wdev w[MD_MAX_JOBS];
+    int64_t N[MD_MAX_JOBS];
+    float *y[MD_MAX_JOBS];
+    int64_t first_tile[MD_MAX_JOBS + 1]; /* tile offsets of the jobs; [n_jobs] = all tiles */
+    int n_jobs, ks;
+    int64_t K;
+    const float *x;
+    int residual;
+};
+
+__global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_constant__ gemv_mma_params p)
+{
+    extern __shared__ uint2 xf[];
+    __shared__ float part[MD_WARPS][8];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int tiles_per_block = MD_WARPS / p.ks, s = warp % p.ks;
+    const int64_t tile = (int64_t)blockIdx.x * tiles_per_block + warp / p.ks;
+    const bool live = tile < p.first_tile[p.n_jobs];
+    int j = 0;
+    while (j + 1 < p.n_jobs && tile >= p.first_tile[j + 1])
+        j++;
+    const int64_t n0 = (tile - p.first_tile[j]) * 8, row = n0 + g;
+    const int groups = (int)(p.K / 128), g0 = groups * s / p.ks, g1 = groups * (s + 1) / p.ks;
+    const cuda_wdev w = p.w[j];
+    chunk16 pre[MD_U];
+    rows8_prefetch(w, row, live && row < p.N[j], p.K, g0, g1, pre);
+    pdl_wait();
+    xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
+    __syncthreads();
+    float2 r = make_float2(0.f, 0.f);
+    if (live)
+        r = rows8_dot_range(w, row, row < p.N[j], p.K, xf, g0, g1, pre);
+    pdl_trigger(); /* late: see pdl_trigger() */
+    if (lane < 4)
+        part[warp][2 * lane] = r.x, part[warp][2 * lane + 1] = r.y;
+    __syncthreads();
+    if (!live || s != 0 || lane >= 8 || n0 + lane >= p.N[j])
+        return;
+    float v = part[warp][lane];
+    for (int k = 1; k < p.ks; k++)
+        v += part[warp + k][lane];
+    v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + lane] : 0.0f);
+    float *dst = p.y[j] + n0 + lane;
+    *dst = p.residual ? __fadd_rn(*dst, v) : v;
+}
+
 } // namespace
+
+extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, size_t smem_budget)
+{
+    if (n_w < 1 || n_w > MD_MAX_JOBS || K <= 0 || K % 128 || (size_t)K * 4 + 1024 > smem_budget)
+        return 0;
+    for (int j = 0; j < n_w; j++)
+        if ((uintptr_t)w[j].data % 16 || (uintptr_t)w[j].scale % 2)
+            return 0;
+    return 1;
+}
+
+extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
+                                     int64_t K, const float *x, float *const *y, int residual, int sm_count, int pdl)
+{
+    if (!cuda_gemv_mma_supported(n_w, w, K, (size_t)-1))
+        return cudaErrorInvalidValue;
+    gemv_mma_params p = {};
+    p.n_jobs = n_w;
+    p.K = K;
+    p.x = x;
+    p.residual = residual;
+    int64_t tiles = 0;
+    for (int j = 0; j < n_w; j++) {
+        p.w[j] = w[j];
+        p.N[j] = N[j];
+        p.y[j] = y[j];
+        p.first_tile[j] = tiles;
+        tiles += (N[j] + 7) / 8;
+    }
+    p.first_tile[n_w] = tiles;
+    if (!tiles)
+        return cudaSuccess;
+    /* K slices until every SM has a block (q/k/v of Qwen3-30B: 640 tiles -> 2 slices, 160
+     * blocks; o: 256 tiles -> 8 slices, 256 blocks), each slice at least one 128-k group */
+    p.ks = 1;
+    while (p.ks < MD_WARPS && (tiles * p.ks + MD_WARPS - 1) / MD_WARPS < sm_count && K / 128 >= 2 * p.ks)
+        p.ks *= 2;
+    const int64_t blocks = (tiles + MD_WARPS / p.ks - 1) / (MD_WARPS / p.ks);
+    const size_t smem = (size_t)K * 4;
+    if (blocks > 0x7fffffff)
+        return cudaErrorInvalidValue;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(gemv_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return launch_pdl(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream, p);
+}
 
 extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                              size_t smem_budget)

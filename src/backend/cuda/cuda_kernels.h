@@ -261,6 +261,14 @@ cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *tab
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl);
 
+/* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget). */
+int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, size_t smem_budget);
+/* y[j][:N[j]] (+)= x[:K] W_j^T for j < n_w <= 3 NVFP4 weights, one token, on bf16 tensor cores
+ * (residual: +=). NOT YET RUN ON A GPU (session 4 wrote it after the device time was spent):
+ * off unless MOESERVE_DECODE_MMA_DENSE=1. */
+cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K,
+                          const float *x, float *const *y, int residual, int sm_count, int pdl);
+
 /* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
 /* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block
  * (NVFP4 with K % 256 == 0, BF16 or F16; 16-byte aligned data, scales and x). */
