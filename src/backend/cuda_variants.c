@@ -12,10 +12,11 @@ bool cuda_variant_implemented(void *ctx, const char *kernel)
         return strstr(kernel, "gemm_nvfp4_wo_wgmma") || strstr(kernel, "gemm_bf16_wgmma");
     if (strstr(kernel, "tcgen05"))
         return false;
-    /* mma.sync: the bf16 GEMMs of cuda_gemm_mma.cu (NVFP4 weight-only, BF16) and the prefill
-     * attention of cuda_attention_mma.cu; not the fp8 / native fp4 GEMMs, not mma decode attention */
+    /* mma.sync: the bf16 GEMMs of cuda_gemm_mma.cu (NVFP4 weight-only, BF16), the prefill
+     * attention of cuda_attention_mma.cu and the few-token NVFP4 MoE of cuda_decode_mma.cu; not
+     * the fp8 / native fp4 GEMMs, not mma decode attention */
     if (strstr(kernel, "_mma"))
         return strstr(kernel, "gemm_nvfp4_wo_mma") || strstr(kernel, "gemm_bf16_mma") ||
-               !strcmp(kernel, "attn_prefill_mma_bf16");
+               !strcmp(kernel, "attn_prefill_mma_bf16") || !strcmp(kernel, "moe_pair_decode_mma_bf16");
     return true;
 }
