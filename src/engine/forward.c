@@ -229,17 +229,12 @@ static void forward_mlp(struct forward *f, const struct layer_weights *lw, int n
     be->ops->linear(be, &lw->ffn_down, f->gate, n, out);
 }
 
-static void forward_ffn(struct forward *f, int l, int n)
+/* The routing and expert arguments of layer l's MoE (the composed and the fused path alike). */
+static void forward_moe_args(const struct forward *f, int l, struct route_args *ra, struct moe_args *ma)
 {
     const struct model_desc *d = f->d;
     const struct layer_weights *lw = &f->w->layers[l];
-    struct backend *be = f->be;
-    if (d->layers[l].ffn == FFN_DENSE) {
-        forward_mlp(f, lw, n, f->delta);
-        return;
-    }
-    be->ops->linear(be, &lw->router, f->x, n, f->router);
-    struct route_args ra = {
+    *ra = (struct route_args){
         .n_experts = d->n_experts,
         .n_used = d->n_experts_used,
         .score = d->router == ROUTER_SOFTMAX ? ROUTE_SOFTMAX : ROUTE_SIGMOID,
@@ -250,10 +245,25 @@ static void forward_ffn(struct forward *f, int l, int n)
         .normalize_eps = d->norm_topk_eps,
         .scaling = d->routed_scaling,
     };
+    *ma = (struct moe_args){.n_experts = d->n_experts, .n_used = d->n_experts_used, .d_model = d->d_model,
+                            .d_expert = d->d_expert, .gate = lw->exp_gate, .up = lw->exp_up,
+                            .down = lw->exp_down};
+}
+
+static void forward_ffn(struct forward *f, int l, int n)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (d->layers[l].ffn == FFN_DENSE) {
+        forward_mlp(f, lw, n, f->delta);
+        return;
+    }
+    be->ops->linear(be, &lw->router, f->x, n, f->router);
+    struct route_args ra;
+    struct moe_args ma;
+    forward_moe_args(f, l, &ra, &ma);
     be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
-    struct moe_args ma = {.n_experts = d->n_experts, .n_used = d->n_experts_used, .d_model = d->d_model,
-                          .d_expert = d->d_expert, .gate = lw->exp_gate, .up = lw->exp_up,
-                          .down = lw->exp_down};
     be->ops->moe_experts(be, f->x, n, f->route_ids, f->route_w, &ma, f->moe_work, f->delta);
     if (lw->has_ffn) {
         forward_mlp(f, lw, n, f->tmp);
@@ -372,20 +382,9 @@ static bool forward_ffn_fused(struct forward *f, int l, int n)
     struct backend *be = f->be;
     if (d->layers[l].ffn == FFN_DENSE || lw->has_ffn || !be->ops->moe_block_residual)
         return false;
-    struct route_args ra = {
-        .n_experts = d->n_experts,
-        .n_used = d->n_experts_used,
-        .score = d->router == ROUTER_SOFTMAX ? ROUTE_SOFTMAX : ROUTE_SIGMOID,
-        .correction_bias = lw->correction_bias,
-        .n_group = d->n_group,
-        .topk_group = d->topk_group,
-        .normalize = d->norm_topk_prob,
-        .normalize_eps = d->norm_topk_eps,
-        .scaling = d->routed_scaling,
-    };
-    struct moe_args ma = {.n_experts = d->n_experts, .n_used = d->n_experts_used, .d_model = d->d_model,
-                          .d_expert = d->d_expert, .gate = lw->exp_gate, .up = lw->exp_up,
-                          .down = lw->exp_down};
+    struct route_args ra;
+    struct moe_args ma;
+    forward_moe_args(f, l, &ra, &ma);
     return be->ops->moe_block_residual(be, f->h, lw->ffn_norm, d->norm_eps, &lw->router, &ra, &ma, n, f->x,
                                        f->router, f->route_ids, f->route_w, f->moe_work);
 }
