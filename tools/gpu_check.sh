@@ -54,6 +54,12 @@ step "golden, MOESERVE_FUSE + PDL" golden_fuse_pdl.log \
 # the one-token stream kernels (cuda_decode_stream.cu, off by default) with their fusions
 step "golden, MOESERVE_STREAM=1" golden_stream.log \
     env MOESERVE_STREAM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# the one-token NVFP4 GEMVs on tensor cores (cuda_gemv_mma, opt-in)
+step "golden, MOESERVE_DECODE_MMA_DENSE=1" golden_mma_dense.log \
+    env MOESERVE_DECODE_MMA_DENSE=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# L2 prefetch off (on by default where caps say tma): the results must not depend on it
+step "golden, MOESERVE_L2_PREFETCH=0" golden_no_prefetch.log \
+    env MOESERVE_L2_PREFETCH=0 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"

@@ -54,6 +54,8 @@ struct rope_args {
 
 enum route_score { ROUTE_SOFTMAX, ROUTE_SIGMOID };
 
+struct moe_args;
+
 struct route_args {
     int n_experts;
     int n_used;                 /* k */
@@ -63,6 +65,9 @@ struct route_args {
     bool normalize;             /* renormalise the k weights */
     float normalize_eps;        /* added to the denominator */
     float scaling;              /* multiplies the final weights */
+    /* The experts these ids select, or NULL: a hint that lets a backend start fetching the chosen
+     * experts' weights as soon as it knows the ids (results never depend on it). */
+    const struct moe_args *experts;
 };
 
 struct moe_args {
@@ -223,6 +228,10 @@ struct backend_ops {
      * when T == 0; -1 if the row holds a NaN. */
     void (*sample)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
                    int32_t *ids);
+    /* A hint: the ops after the next few read ws[0 .. n) (n <= 4). A backend may start moving
+     * them closer (CUDA: the next kernel that takes such hints asks L2 for them while it runs);
+     * a later call replaces a pending hint, and results never depend on it. */
+    void (*prefetch)(struct backend *be, const struct weight *const *ws, int n);
     /* Replays the op sequence captured under key; false when there is none. */
     bool (*graph_replay)(struct backend *be, uint64_t key);
     /* Starts recording the ops that follow instead of running them; false if not possible. */

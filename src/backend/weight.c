@@ -18,6 +18,29 @@ const char *weight_format_name(enum weight_format f)
     return "?";
 }
 
+size_t weight_data_bytes(const struct weight *w)
+{
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    switch (w->format) {
+    case WEIGHT_F32: return n * 4;
+    case WEIGHT_BF16:
+    case WEIGHT_F16: return n * 2;
+    case WEIGHT_FP8_BLOCK: return n;
+    case WEIGHT_NVFP4: return n / 2;
+    case WEIGHT_FORMAT_COUNT: break;
+    }
+    return 0;
+}
+
+size_t weight_scale_bytes(const struct weight *w)
+{
+    switch (w->format) {
+    case WEIGHT_FP8_BLOCK: return (size_t)((w->rows + 127) / 128) * (size_t)((w->cols + 127) / 128) * 4;
+    case WEIGHT_NVFP4: return (size_t)w->rows * (size_t)w->cols / 16;
+    default: return 0;
+    }
+}
+
 size_t weight_bytes(const struct weight *w)
 {
     size_t n = (size_t)w->rows * (size_t)w->cols;

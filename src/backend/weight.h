@@ -5,7 +5,8 @@
  * pointers (from the mmap'ed checkpoint on the CPU, from device memory on a
  * GPU backend).
  *
- * defines: enum weight_format, struct weight, weight_format_name(), weight_bytes(),
+ * defines: enum weight_format, struct weight, weight_format_name(), weight_data_bytes(),
+ *          weight_scale_bytes(), weight_bytes(),
  *          weight_dequant_row()
  */
 #ifndef MOESERVE_BACKEND_WEIGHT_H
@@ -34,6 +35,9 @@ struct weight {
 };
 
 const char *weight_format_name(enum weight_format f);
+/* Bytes of w->data, and of w->scale (0 when the format has none). */
+size_t weight_data_bytes(const struct weight *w);
+size_t weight_scale_bytes(const struct weight *w);
 /* Bytes a kernel reads for this weight (data + scales + bias). */
 size_t weight_bytes(const struct weight *w);
 /* Row `row` of W as fp32 (exact for every format: e2m1*e4m3*scale2 and

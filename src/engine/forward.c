@@ -180,6 +180,35 @@ static void forward_upload_batch(struct forward *f, const struct forward_batch *
     be->ops->upload(be, f->d_meta, f->h_meta, used * sizeof(int32_t));
 }
 
+/* Prefetch hints (backend op "prefetch", optional): which weights come after the attention of
+ * layer l (the output projection and the FFN's first GEMV), and the next layer's q/k/v, given
+ * while the MoE runs. The backend decides which of its kernels fetch them. */
+static void forward_prefetch_after_attention(struct forward *f, int l)
+{
+    if (!f->be->ops->prefetch)
+        return;
+    const struct layer_weights *lw = &f->w->layers[l];
+    const struct weight *ws[3];
+    int n = 0;
+    ws[n++] = &lw->wo;
+    if (f->d->layers[l].ffn == FFN_DENSE) {
+        ws[n++] = &lw->ffn_gate;
+        ws[n++] = &lw->ffn_up;
+    } else {
+        ws[n++] = &lw->router;
+    }
+    f->be->ops->prefetch(f->be, ws, n);
+}
+
+static void forward_prefetch_next_layer(struct forward *f, int l)
+{
+    if (!f->be->ops->prefetch || l + 1 >= f->d->n_layers || f->d->layers[l + 1].attn == ATTN_MLA)
+        return;
+    const struct layer_weights *lw = &f->w->layers[l + 1];
+    const struct weight *ws[3] = {&lw->wq, &lw->wk, &lw->wv};
+    f->be->ops->prefetch(f->be, ws, 3);
+}
+
 static void forward_attention_gqa(struct forward *f, int l, int n)
 {
     const struct model_desc *d = f->d;
@@ -203,6 +232,7 @@ static void forward_attention_gqa(struct forward *f, int l, int n)
     if (be->ops->attn_prep) {
         be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra,
                            f->d_pos, kv, f->d_slots);
+        forward_prefetch_after_attention(f, l);
         be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
         be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
         return;
@@ -248,6 +278,7 @@ static void forward_moe_args(const struct forward *f, int l, struct route_args *
     *ma = (struct moe_args){.n_experts = d->n_experts, .n_used = d->n_experts_used, .d_model = d->d_model,
                             .d_expert = d->d_expert, .gate = lw->exp_gate, .up = lw->exp_up,
                             .down = lw->exp_down};
+    ra->experts = ma; /* the routing may start fetching the experts it picks */
 }
 
 static void forward_ffn(struct forward *f, int l, int n)
@@ -264,6 +295,7 @@ static void forward_ffn(struct forward *f, int l, int n)
     struct moe_args ma;
     forward_moe_args(f, l, &ra, &ma);
     be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
+    forward_prefetch_next_layer(f, l);
     be->ops->moe_experts(be, f->x, n, f->route_ids, f->route_w, &ma, f->moe_work, f->delta);
     if (lw->has_ffn) {
         forward_mlp(f, lw, n, f->tmp);
@@ -365,6 +397,7 @@ static bool forward_attention_fused(struct forward *f, int l, int n)
                             .max_blocks = f->max_blocks};
     be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra, f->d_pos, kv,
                        f->d_slots);
+    forward_prefetch_after_attention(f, l);
     be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
     if (!be->ops->linear_residual(be, &lw->wo, f->attn, n, f->h)) {
         be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
@@ -385,6 +418,7 @@ static bool forward_ffn_fused(struct forward *f, int l, int n)
     struct route_args ra;
     struct moe_args ma;
     forward_moe_args(f, l, &ra, &ma);
+    forward_prefetch_next_layer(f, l);
     return be->ops->moe_block_residual(be, f->h, lw->ffn_norm, d->norm_eps, &lw->router, &ra, &ma, n, f->x,
                                        f->router, f->route_ids, f->route_w, f->moe_work);
 }

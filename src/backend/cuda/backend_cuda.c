@@ -88,6 +88,9 @@ struct cuda_backend {
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (not yet run on a GPU: opt-in) */
+    bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
+    bool l2_pf_hints;    /* the prefetch op's hints are taken (caps "tma") */
+    struct cuda_l2_ranges pf_pending; /* the last hint, for the next kernel that takes hints */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
@@ -568,6 +571,36 @@ static int ceil_div(int64_t a, int64_t b)
     return r > INT_MAX ? INT_MAX : (int)r;
 }
 
+/* The prefetch op: ws's data and scales become the pending ranges (replacing any pending ones). */
+static void cu_prefetch(struct backend *be, const struct weight *const *ws, int n)
+{
+    struct cuda_backend *c = ctx(be);
+    if (!c->l2_pf_hints)
+        return;
+    struct cuda_l2_ranges r = {.n = 0};
+    for (int i = 0; i < n && r.n + 2 <= CUDA_L2_MAX_RANGES; i++) {
+        if (!ws[i] || !ws[i]->data)
+            continue;
+        r.p[r.n] = ws[i]->data;
+        r.bytes[r.n++] = weight_data_bytes(ws[i]);
+        if (ws[i]->scale) {
+            r.p[r.n] = ws[i]->scale;
+            r.bytes[r.n++] = weight_scale_bytes(ws[i]);
+        }
+    }
+    c->pf_pending = r;
+}
+
+/* The pending hint for a kernel that takes it (NULL: none); taken once. */
+static const struct cuda_l2_ranges *prefetch_take(struct cuda_backend *c, struct cuda_l2_ranges *out)
+{
+    if (c->pf_pending.n == 0)
+        return NULL;
+    *out = c->pf_pending;
+    c->pf_pending.n = 0;
+    return out;
+}
+
 static void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv,
                          const struct attn_batch *b, int n_heads, float scale, float *out)
 {
@@ -609,8 +642,10 @@ static void cu_attention(struct backend *be, const float *q, const struct paged_
         return;
     if (splits > 1 && !c->legacy_decode && cuda_attn_decode_supported(group, hd, splits, c->smem_budget)) {
         int *sem = sem_get(c, (size_t)b->n_tokens * (size_t)kv->n_kv_heads);
+        struct cuda_l2_ranges pf;
         if (sem)
-            CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl));
+            CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl,
+                                      prefetch_take(c, &pf)));
         return;
     }
     CHECK(c, cuda_attention(c->stream, q, kv, b, n_heads, scale, out, &cfg, splits, work));
@@ -622,12 +657,34 @@ static void cu_silu_mul(struct backend *be, const float *gate, const float *up, 
     CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)rows * (size_t)dim, out));
 }
 
+static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struct moe_args *a);
+
+/* The routed experts' weights as the routing kernel asks L2 for them (false: no prefetch). */
+static bool expert_prefetch_from(struct cuda_backend *c, const struct moe_args *a, struct cuda_expert_prefetch *pf)
+{
+    if (!c->l2_pf_experts || !a || a->n_experts < 1)
+        return false;
+    const struct cuda_wdev *table = moe_table_get(c, a);
+    if (!table)
+        return false;
+    const struct weight *w[3] = {&a->gate[0], &a->up[0], &a->down[0]};
+    *pf = (struct cuda_expert_prefetch){.table = table, .n_experts = a->n_experts};
+    for (int m = 0; m < 3; m++) {
+        pf->data_bytes[m] = weight_data_bytes(w[m]);
+        pf->scale_bytes[m] = weight_scale_bytes(w[m]);
+    }
+    return true;
+}
+
 static void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args,
                          int32_t *ids, float *weights)
 {
     struct cuda_backend *c = ctx(be);
-    CHECK(c, cuda_moe_route(c->stream, logits, n_tokens, args, ids, weights, c->pdl));
+    struct cuda_expert_prefetch pf;
+    bool pf_on = expert_prefetch_from(c, args->experts, &pf);
+    CHECK(c, cuda_moe_route(c->stream, logits, n_tokens, args, ids, weights, c->pdl, pf_on ? &pf : NULL));
 }
+
 
 static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct weight *w0)
 {
@@ -728,8 +785,9 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     if (n_tokens <= c->moe_decode_max_tokens && c->decode_mma && a->gate[0].format == WEIGHT_NVFP4 &&
         a->up[0].format == WEIGHT_NVFP4 && a->down[0].format == WEIGHT_NVFP4 &&
         cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
+        struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
-                                     weights, a->n_used, work, out, 0, c->pdl));
+                                     weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, &pf)));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -822,7 +880,9 @@ static bool cu_moe_block_residual(struct backend *be, float *h, const float *nor
         struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x};
         if (!gemv_fused(c, 1, &router, h, 1, &logits, &fz))
             return false;
-        if (!CHECK(c, cuda_moe_route(c->stream, logits, 1, ra, ids, weights, c->pdl)))
+        struct cuda_expert_prefetch pf;
+        bool pf_on = expert_prefetch_from(c, a, &pf);
+        if (!CHECK(c, cuda_moe_route(c->stream, logits, 1, ra, ids, weights, c->pdl, pf_on ? &pf : NULL)))
             return true;
         CHECK(c, cuda_stream_moe(c->stream, fmt, table, a->n_experts, (int64_t)a->d_model, (int64_t)a->d_expert, x,
                                  ids, weights, a->n_used, work, h, 1, c->sm_count, c->stream_smem_gate_up,
@@ -1015,6 +1075,7 @@ static const struct backend_ops CUDA_OPS = {
     .attn_prep = cu_attn_prep,
     .argmax = cu_argmax,
     .sample = cu_sample,
+    .prefetch = cu_prefetch,
     .graph_replay = cu_graph_replay,
     .graph_capture_begin = cu_graph_capture_begin,
     .graph_capture_end = cu_graph_capture_end,
@@ -1102,6 +1163,15 @@ static void configure_from_plan(struct cuda_backend *c)
     c->decode_mma = c->plan.caps.bf16_mma && !(dm && strcmp(dm, "0") == 0);
     const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
     c->decode_mma_dense = c->plan.caps.bf16_mma && dmd && strcmp(dmd, "1") == 0;
+    /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
+     * experts' weights, and the forward's hints (the output projection and router during the
+     * decode attention, the next layer's q/k/v during the MoE down kernel) are taken by those
+     * kernels. The decode kernels are limited by how many loads their registers keep in flight;
+     * a prefetch holds no register. MOESERVE_L2_PREFETCH=0 off, =experts or =hints one half. */
+    const char *pf = getenv("MOESERVE_L2_PREFETCH");
+    bool pf_on = c->plan.caps.tma && !(pf && strcmp(pf, "0") == 0);
+    c->l2_pf_experts = pf_on && !(pf && strcmp(pf, "hints") == 0);
+    c->l2_pf_hints = pf_on && !(pf && strcmp(pf, "experts") == 0);
     const char *st = getenv("MOESERVE_STREAM");
     /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
     c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);

@@ -44,6 +44,7 @@ struct adec_params {
     float *part_o;  /* (n_tokens * n_kv, n_splits, group, hd) */
     float *part_ml; /* (n_tokens * n_kv, n_splits, group, 2) */
     int *sem;       /* (n_tokens * n_kv), zero between launches */
+    cuda_l2_ranges pf; /* weights of the next ops, asked of L2 by every block before it waits */
 };
 
 /* Sum over the warp of NV values per lane; afterwards v[m] (m < NV / 32) holds the total of the
@@ -80,7 +81,7 @@ struct adec_shape {
 };
 
 template <int NH>
-__global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(adec_params p)
+__global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __grid_constant__ adec_params p)
 {
     using S = adec_shape<NH>;
     constexpr int KPW = S::kpw, ROUND = S::round, NV = S::nv;
@@ -90,6 +91,10 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(adec_para
     __shared__ float wts[AD_MAX_SPLITS][NH];
     __shared__ int s_last;
     pdl_trigger();
+    /* this kernel reads a few KB of cache and spends its time in round trips: the DRAM is free to
+     * bring in the output projection (and whatever else the backend was told comes next) */
+    l2_prefetch_ranges(p.pf, (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x),
+                       (int)(gridDim.x * gridDim.y * gridDim.z));
     pdl_wait();
     const int t = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
     const int G = p.group, hd = p.hd, hd4 = hd / 4;
@@ -288,7 +293,8 @@ extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits,
 
 extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                                         const struct attn_batch *b, int n_heads, float scale, float *out,
-                                        int n_splits, float *work, int *sem, int pdl)
+                                        int n_splits, float *work, int *sem, int pdl,
+                                        const struct cuda_l2_ranges *pf)
 {
     if (b->n_tokens <= 0)
         return cudaSuccess;
@@ -317,6 +323,7 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
     p.part_o = work;
     p.part_ml = work ? work + parts * (size_t)kv->head_dim : NULL;
     p.sem = sem;
+    p.pf = pf ? *pf : cuda_l2_ranges{};
     dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)
         return launch_pdl(pdl != 0, attn_decode_split_kernel<4>, grid, dim3(AD_THREADS), 0, stream, p);

@@ -182,6 +182,39 @@ __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
+/* Asks L2 for the 16-byte-aligned interior of [p, p + bytes), slice `part` of `parts` equal
+ * slices, in bulk prefetches of at most L2_PF_CHUNK bytes spread over `lanes` threads (this one
+ * is `lane`). Fire and forget: no register waits on it, so a kernel can queue megabytes of its
+ * own or its successors' weights at once, where its loads are limited by the registers that
+ * hold them. cp.async.bulk.prefetch is sm_90+ (device_caps.tma); the backend passes no ranges
+ * elsewhere, and the guard only keeps the instruction out of older images. */
+enum { L2_PF_CHUNK = 32768 };
+__device__ __forceinline__ void l2_prefetch_part(const void *p, size_t bytes, int part, int parts, int lane, int lanes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uintptr_t a0 = ((uintptr_t)p + 15) & ~(uintptr_t)15, a1 = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
+    if (a1 <= a0)
+        return;
+    const size_t n = a1 - a0, lo = (n * (size_t)part / (size_t)parts) & ~(size_t)15,
+                 hi = part + 1 == parts ? n : (n * (size_t)(part + 1) / (size_t)parts) & ~(size_t)15;
+    for (size_t o = lo + (size_t)lane * L2_PF_CHUNK; o < hi; o += (size_t)lanes * L2_PF_CHUNK) {
+        const uint32_t len = (uint32_t)(hi - o < L2_PF_CHUNK ? hi - o : L2_PF_CHUNK);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a0 + o), "r"(len) : "memory");
+    }
+#else
+    (void)p, (void)bytes, (void)part, (void)parts, (void)lane, (void)lanes;
+#endif
+}
+
+/* Block `part` of `parts` asks L2 for its slice of every range in r (warp 0's lanes issue). */
+__device__ __forceinline__ void l2_prefetch_ranges(const cuda_l2_ranges &r, int part, int parts)
+{
+    if (threadIdx.x >= 32)
+        return;
+    for (int i = 0; i < r.n; i++)
+        l2_prefetch_part(r.p[i], r.bytes[i], part, parts, threadIdx.x, 32);
+}
+
 /* kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute
  * when pdl (the kernel must call pdl_wait() before touching its predecessors' data). */
 template <typename... KArgs, typename... Args>

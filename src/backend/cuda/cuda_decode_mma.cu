@@ -257,11 +257,14 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
  * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. residual: out +=. */
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
-                        const int32_t *ids, const float *weights, int n_used, float *out, int residual)
+                        const int32_t *ids, const float *weights, int n_used, float *out, int residual,
+                        const __grid_constant__ cuda_l2_ranges pf)
 {
     extern __shared__ uint2 xf[];
     __shared__ int order[MD_MAX_USED];
     __shared__ float part[MD_MAX_USED][8];
+    /* the next layer's first weights (the backend's hint), while this one's experts stream in */
+    l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
     pdl_wait();
     const int t = blockIdx.y;
     const int32_t *it = ids + (size_t)t * n_used;
@@ -428,8 +431,9 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
 extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
-                                           float *out, int residual, int pdl)
+                                           float *out, int residual, int pdl, const struct cuda_l2_ranges *pf)
 {
+    const cuda_l2_ranges none = {};
     if (n_tokens <= 0)
         return cudaSuccess;
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535)
@@ -450,5 +454,5 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
         return e;
     dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
     return launch_pdl(pdl != 0, moe_down_mma_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
-                      d_expert, act, ids, weights, n_used, out, residual);
+                      d_expert, act, ids, weights, n_used, out, residual, pf ? *pf : none);
 }

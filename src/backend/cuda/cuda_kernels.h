@@ -46,6 +46,24 @@ struct cuda_wdev {
     float scale2;      /* NVFP4 global scale, applied to the fp32 sum; 1 otherwise */
 };
 
+/* Byte ranges of device memory (weights the next ops read) that a kernel asks L2 to fetch while
+ * it runs: a hint, never a change of results. Each range is fetched in its 16-byte-aligned
+ * interior. */
+enum { CUDA_L2_MAX_RANGES = 8 };
+struct cuda_l2_ranges {
+    const void *p[CUDA_L2_MAX_RANGES];
+    size_t bytes[CUDA_L2_MAX_RANGES];
+    int n;
+};
+
+/* The routed experts' weights, which the routing kernel asks L2 for as soon as a token's ids are
+ * known (the expert kernels that follow then read them from L2). */
+struct cuda_expert_prefetch {
+    const struct cuda_wdev *table;        /* 3 x n_experts: gate, up, down (the MoE table) */
+    int n_experts;
+    size_t data_bytes[3], scale_bytes[3]; /* one expert's gate, up, down: data and scales */
+};
+
 /* ---- cuda_elementwise.cu ---- */
 /* out[i, :] = table[tokens[i], :]; table F32, BF16 or F16 [*, dim]. */
 cudaError_t cuda_embed(cudaStream_t stream, enum weight_format fmt, const void *table, int64_t dim,
@@ -107,10 +125,11 @@ cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct pag
  * multiple of 4 up to 128, 1..64 splits, its static shared memory within smem_budget. */
 int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget);
 /* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
- * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. */
+ * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. pf (or
+ * NULL): weights of the next ops to ask L2 for. */
 cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                              const struct attn_batch *b, int n_heads, float scale, float *out, int n_splits,
-                             float *work, int *sem, int pdl);
+                             float *work, int *sem, int pdl, const struct cuda_l2_ranges *pf);
 
 /* ---- cuda_attention_mma.cu (prefill on bf16 tensor cores: "attn_prefill_mma_bf16") ---- */
 /* rows: query rows per block (16 per warp, 16..128); keys: keys staged per step (multiple of
@@ -139,8 +158,11 @@ cudaError_t cuda_attention_mma(cudaStream_t stream, const float *q, const struct
 
 /* ---- cuda_moe_route.cu ---- */
 /* args is a host struct; args->correction_bias is a device pointer (or NULL). */
+/* pf (or NULL): the routed experts' weights to ask L2 for once the ids are known (one-warp routing
+ * only; other shapes ignore it). */
 cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
-                           const struct route_args *args, int32_t *ids, float *weights, int pdl);
+                           const struct route_args *args, int32_t *ids, float *weights, int pdl,
+                           const struct cuda_expert_prefetch *pf);
 
 /* ---- cuda_gemm.cu ---- */
 /* Tile shapes of the fp32-FMA GEMM (rows x output features, 256 threads): the
@@ -256,10 +278,12 @@ cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const s
 /* Whether cuda_moe_decode_mma takes this shape (NVFP4, both widths multiples of 128). */
 int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                   size_t smem_budget);
-/* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. */
+/* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. pf (or
+ * NULL): weights of the ops after this one, asked of L2 by the down kernel's blocks. */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
-                                const float *weights, int n_used, float *act, float *out, int residual, int pdl);
+                                const float *weights, int n_used, float *act, float *out, int residual, int pdl,
+                                const struct cuda_l2_ranges *pf);
 
 /* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget). */
 int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, size_t smem_budget);

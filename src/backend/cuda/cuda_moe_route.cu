@@ -169,9 +169,32 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
 /* The same routing for the common case without expert groups, one warp per token: a block's
  * k rounds of arg-max each cost two barriers, which made the routing of one decode token take
  * as long as an expert GEMV. See cuda_route_warp.cuh. */
+/* The chosen experts' weights into L2 (pf.table != NULL): the warp's lanes split every range.
+ * Tokens after the first few add little (their experts mostly repeat) and the expert kernels
+ * start right after, so only the first PF_TOKENS tokens ask. */
+enum { PF_TOKENS = 8 };
+__device__ __forceinline__ void route_prefetch(const cuda_expert_prefetch &pf, const int32_t *ids, int k)
+{
+    const int lane = threadIdx.x % 32;
+    __syncwarp(); /* the lanes' ids[] writes are visible to the whole warp */
+    for (int j = 0; j < k; j++) {
+        const int e = ids[j];
+        if (e < 0 || e >= pf.n_experts)
+            continue;
+#pragma unroll
+        for (int m = 0; m < 3; m++) {
+            const cuda_wdev w = pf.table[(size_t)m * (size_t)pf.n_experts + (size_t)e];
+            l2_prefetch_part(w.data, pf.data_bytes[m], 0, 1, lane, 32);
+            if (w.scale)
+                l2_prefetch_part(w.scale, pf.scale_bytes[m], 0, 1, lane, 32);
+        }
+    }
+}
+
 template <int NPL>
 __global__ void __launch_bounds__(128)
-    moe_route_warp_kernel(const float *logits, int n_tokens, route_warp_args a, int32_t *ids, float *wout)
+    moe_route_warp_kernel(const float *logits, int n_tokens, route_warp_args a, int32_t *ids, float *wout,
+                          const __grid_constant__ cuda_expert_prefetch pf)
 {
     pdl_trigger();
     pdl_wait();
@@ -179,22 +202,27 @@ __global__ void __launch_bounds__(128)
     if (t >= n_tokens)
         return;
     route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k);
+    if (pf.table && t < PF_TOKENS)
+        route_prefetch(pf, ids + (size_t)t * a.k, a.k);
 }
 
 template <int NPL>
 cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_tokens, const struct route_args *a,
-                              int32_t *ids, float *weights, int pdl)
+                              int32_t *ids, float *weights, int pdl, const cuda_expert_prefetch &pf)
 {
     unsigned blocks = (unsigned)((n_tokens + 3) / 4);
     return launch_pdl(pdl != 0, moe_route_warp_kernel<NPL>, dim3(blocks), dim3(128), 0, stream, logits, n_tokens,
-                      route_warp_args_from(a), ids, weights);
+                      route_warp_args_from(a), ids, weights, pf);
 }
 
 } // namespace
 
 extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
-                                      const struct route_args *a, int32_t *ids, float *weights, int pdl)
+                                      const struct route_args *a, int32_t *ids, float *weights, int pdl,
+                                      const struct cuda_expert_prefetch *pf)
 {
+    const cuda_expert_prefetch none = {};
+    const cuda_expert_prefetch &p = pf ? *pf : none;
     if (n_tokens <= 0)
         return cudaSuccess;
     int n_group = a->n_group > 1 ? a->n_group : 1;
@@ -204,12 +232,12 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
         return cudaErrorInvalidValue;
     if (cuda_route_warp_supported(a)) { /* one warp per token */
         if (a->n_experts <= 64)
-            return route_warp_launch<2>(stream, logits, n_tokens, a, ids, weights, pdl);
+            return route_warp_launch<2>(stream, logits, n_tokens, a, ids, weights, pdl, p);
         if (a->n_experts <= 128)
-            return route_warp_launch<4>(stream, logits, n_tokens, a, ids, weights, pdl);
+            return route_warp_launch<4>(stream, logits, n_tokens, a, ids, weights, pdl, p);
         if (a->n_experts <= 256)
-            return route_warp_launch<8>(stream, logits, n_tokens, a, ids, weights, pdl);
-        return route_warp_launch<16>(stream, logits, n_tokens, a, ids, weights, pdl);
+            return route_warp_launch<8>(stream, logits, n_tokens, a, ids, weights, pdl, p);
+        return route_warp_launch<16>(stream, logits, n_tokens, a, ids, weights, pdl, p);
     }
     size_t smem = (size_t)a->n_experts * (2 * sizeof(float) + 1);
     /* the k rounds of arg-max are latency, not work: a small block syncs faster (one warp per
