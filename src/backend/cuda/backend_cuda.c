@@ -89,7 +89,9 @@ struct cuda_backend {
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (not yet run on a GPU: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
-    bool l2_pf_hints;    /* the prefetch op's hints are taken (caps "tma") */
+    int l2_pf_blocks;    /* ... spread over this many extra blocks */
+    bool l2_pf_attn;     /* the decode attention takes the prefetch op's hints (caps "tma") */
+    bool l2_pf_down;     /* the MoE decode down kernel does */
     struct cuda_l2_ranges pf_pending; /* the last hint, for the next kernel that takes hints */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
@@ -575,7 +577,7 @@ static int ceil_div(int64_t a, int64_t b)
 static void cu_prefetch(struct backend *be, const struct weight *const *ws, int n)
 {
     struct cuda_backend *c = ctx(be);
-    if (!c->l2_pf_hints)
+    if (!c->l2_pf_attn && !c->l2_pf_down)
         return;
     struct cuda_l2_ranges r = {.n = 0};
     for (int i = 0; i < n && r.n + 2 <= CUDA_L2_MAX_RANGES; i++) {
@@ -591,10 +593,11 @@ static void cu_prefetch(struct backend *be, const struct weight *const *ws, int 
     c->pf_pending = r;
 }
 
-/* The pending hint for a kernel that takes it (NULL: none); taken once. */
-static const struct cuda_l2_ranges *prefetch_take(struct cuda_backend *c, struct cuda_l2_ranges *out)
+/* The pending hint for a kernel that takes it (NULL: none, or this kernel does not: `takes`);
+ * taken once. */
+static const struct cuda_l2_ranges *prefetch_take(struct cuda_backend *c, bool takes, struct cuda_l2_ranges *out)
 {
-    if (c->pf_pending.n == 0)
+    if (c->pf_pending.n == 0 || !takes)
         return NULL;
     *out = c->pf_pending;
     c->pf_pending.n = 0;
@@ -645,7 +648,7 @@ static void cu_attention(struct backend *be, const float *q, const struct paged_
         struct cuda_l2_ranges pf;
         if (sem)
             CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl,
-                                      prefetch_take(c, &pf)));
+                                      prefetch_take(c, c->l2_pf_attn, &pf)));
         return;
     }
     CHECK(c, cuda_attention(c->stream, q, kv, b, n_heads, scale, out, &cfg, splits, work));
@@ -668,7 +671,7 @@ static bool expert_prefetch_from(struct cuda_backend *c, const struct moe_args *
     if (!table)
         return false;
     const struct weight *w[3] = {&a->gate[0], &a->up[0], &a->down[0]};
-    *pf = (struct cuda_expert_prefetch){.table = table, .n_experts = a->n_experts};
+    *pf = (struct cuda_expert_prefetch){.table = table, .n_experts = a->n_experts, .blocks = c->l2_pf_blocks};
     for (int m = 0; m < 3; m++) {
         pf->data_bytes[m] = weight_data_bytes(w[m]);
         pf->scale_bytes[m] = weight_scale_bytes(w[m]);
@@ -787,7 +790,7 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
-                                     weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, &pf)));
+                                     weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf)));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -1167,11 +1170,17 @@ static void configure_from_plan(struct cuda_backend *c)
      * experts' weights, and the forward's hints (the output projection and router during the
      * decode attention, the next layer's q/k/v during the MoE down kernel) are taken by those
      * kernels. The decode kernels are limited by how many loads their registers keep in flight;
-     * a prefetch holds no register. MOESERVE_L2_PREFETCH=0 off, =experts or =hints one half. */
+     * a prefetch holds no register. MOESERVE_L2_PREFETCH: a list of experts, attn, down (the
+     * kernels that ask), or 0; MOESERVE_L2_PF_BLOCKS: the routing's extra blocks (default: one
+     * per SM). */
     const char *pf = getenv("MOESERVE_L2_PREFETCH");
-    bool pf_on = c->plan.caps.tma && !(pf && strcmp(pf, "0") == 0);
-    c->l2_pf_experts = pf_on && !(pf && strcmp(pf, "hints") == 0);
-    c->l2_pf_hints = pf_on && !(pf && strcmp(pf, "experts") == 0);
+    if (!pf)
+        pf = "experts,attn,down";
+    c->l2_pf_experts = c->plan.caps.tma && strstr(pf, "experts") != NULL;
+    c->l2_pf_attn = c->plan.caps.tma && strstr(pf, "attn") != NULL;
+    c->l2_pf_down = c->plan.caps.tma && strstr(pf, "down") != NULL;
+    const char *pfb = getenv("MOESERVE_L2_PF_BLOCKS");
+    c->l2_pf_blocks = pfb && atoi(pfb) > 0 ? atoi(pfb) : c->sm_count;
     const char *st = getenv("MOESERVE_STREAM");
     /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
     c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);

@@ -62,6 +62,7 @@ struct cuda_expert_prefetch {
     const struct cuda_wdev *table;        /* 3 x n_experts: gate, up, down (the MoE table) */
     int n_experts;
     size_t data_bytes[3], scale_bytes[3]; /* one expert's gate, up, down: data and scales */
+    int blocks;                           /* blocks that share the asking (see cuda_moe_route.cu) */
 };
 
 /* ---- cuda_elementwise.cu ---- */

@@ -169,24 +169,39 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
 /* The same routing for the common case without expert groups, one warp per token: a block's
  * k rounds of arg-max each cost two barriers, which made the routing of one decode token take
  * as long as an expert GEMV. See cuda_route_warp.cuh. */
-/* The chosen experts' weights into L2 (pf.table != NULL): the warp's lanes split every range.
- * Tokens after the first few add little (their experts mostly repeat) and the expert kernels
- * start right after, so only the first PF_TOKENS tokens ask. */
+/* The chosen experts' weights into L2 (pf.table != NULL). One SM's bulk-copy unit moves a few
+ * hundred bytes a clock (measured on the H200: one warp asking for 8 experts' 21 MB cost ~90 us
+ * a layer), so the asking is spread: pf.blocks extra blocks after the routing ones each route the
+ * first PF_TOKENS tokens again for themselves (a warp per token, nothing written) and ask for
+ * their slice of every chosen expert range. Later tokens add little (their experts mostly
+ * repeat) and the expert kernels start right after. */
 enum { PF_TOKENS = 8 };
-__device__ __forceinline__ void route_prefetch(const cuda_expert_prefetch &pf, const int32_t *ids, int k)
+
+template <int NPL>
+__device__ __forceinline__ void route_prefetch(const float *logits, int n_tokens, const route_warp_args &a,
+                                               const cuda_expert_prefetch &pf, int part)
 {
-    const int lane = threadIdx.x % 32;
-    __syncwarp(); /* the lanes' ids[] writes are visible to the whole warp */
-    for (int j = 0; j < k; j++) {
-        const int e = ids[j];
-        if (e < 0 || e >= pf.n_experts)
-            continue;
-#pragma unroll
-        for (int m = 0; m < 3; m++) {
+    __shared__ int pick[4][ROUTE_MAX_K]; /* 128 threads: 4 warps */
+    const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int nt = n_tokens < PF_TOKENS ? n_tokens : PF_TOKENS;
+    for (int t = wib; t < nt; t += warps) {
+        int id0 = -1, id1 = -1;
+        float w0, w1;
+        route_warp<NPL>(logits + (size_t)t * a.E, a, nullptr, nullptr, &id0, &w0, &id1, &w1);
+        __syncwarp();
+        pick[wib][lane] = id0;
+        pick[wib][lane + 32] = id1;
+        __syncwarp();
+        /* task (j, m, s): pick j's matrix m (gate, up, down), s = data or scales; a lane each */
+        for (int task = lane; task < a.k * 6; task += 32) {
+            const int j = task / 6, m = task % 6 / 2, s = task % 2;
+            const int e = pick[wib][j];
+            if (e < 0 || e >= pf.n_experts)
+                continue;
             const cuda_wdev w = pf.table[(size_t)m * (size_t)pf.n_experts + (size_t)e];
-            l2_prefetch_part(w.data, pf.data_bytes[m], 0, 1, lane, 32);
-            if (w.scale)
-                l2_prefetch_part(w.scale, pf.scale_bytes[m], 0, 1, lane, 32);
+            const void *base = s ? w.scale : w.data;
+            if (base)
+                l2_prefetch_part(base, s ? pf.scale_bytes[m] : pf.data_bytes[m], part, pf.blocks, 0, 1);
         }
     }
 }
@@ -198,19 +213,22 @@ __global__ void __launch_bounds__(128)
 {
     pdl_trigger();
     pdl_wait();
+    const int route_blocks = (n_tokens + 3) / 4;
+    if ((int)blockIdx.x >= route_blocks) {
+        route_prefetch<NPL>(logits, n_tokens, a, pf, (int)blockIdx.x - route_blocks);
+        return;
+    }
     const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= n_tokens)
         return;
     route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k);
-    if (pf.table && t < PF_TOKENS)
-        route_prefetch(pf, ids + (size_t)t * a.k, a.k);
 }
 
 template <int NPL>
 cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_tokens, const struct route_args *a,
                               int32_t *ids, float *weights, int pdl, const cuda_expert_prefetch &pf)
 {
-    unsigned blocks = (unsigned)((n_tokens + 3) / 4);
+    unsigned blocks = (unsigned)((n_tokens + 3) / 4) + (pf.table ? (unsigned)pf.blocks : 0u);
     return launch_pdl(pdl != 0, moe_route_warp_kernel<NPL>, dim3(blocks), dim3(128), 0, stream, logits, n_tokens,
                       route_warp_args_from(a), ids, weights, pf);
 }
@@ -221,8 +239,11 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
                                       const struct route_args *a, int32_t *ids, float *weights, int pdl,
                                       const struct cuda_expert_prefetch *pf)
 {
-    const cuda_expert_prefetch none = {};
-    const cuda_expert_prefetch &p = pf ? *pf : none;
+    cuda_expert_prefetch p = {};
+    if (pf && pf->table && pf->blocks > 0)
+        p = *pf;
+    if (p.blocks > 1024)
+        p.blocks = 1024;
     if (n_tokens <= 0)
         return cudaSuccess;
     int n_group = a->n_group > 1 ? a->n_group : 1;
