@@ -45,6 +45,16 @@ VARIANTS = [
                   mlp_only_layers=[1], rms_norm_eps=1e-6, attention_bias=False,
                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                   max_position_embeddings=256, tie_word_embeddings=False)),
+    # Qwen3-30B-A3B's per-head shapes (head_dim 128, widths multiples of 128) at small size: the
+    # shapes the CUDA one-kernel decode layer (cuda_layer_decode.cu) takes; committed only in
+    # NVFP4 (tests/golden/quant/qwen3_hd128_nvfp4, tools/make_quant_inputs.sh).
+    dict(name="qwen3_hd128", family="qwen3_moe", seed=11, n_tokens=40, shard=None,
+         cfg=dict(vocab_size=320, hidden_size=256, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=128, intermediate_size=256, moe_intermediate_size=128,
+                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                  mlp_only_layers=[1], rms_norm_eps=1e-6, attention_bias=False,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                  max_position_embeddings=256, tie_word_embeddings=False)),
     dict(name="qwen3_gqa6_bias_sharded", family="qwen3_moe", seed=2, n_tokens=33, shard="120KB",
          cfg=dict(vocab_size=288, hidden_size=48, num_hidden_layers=4, num_attention_heads=6,
                   num_key_value_heads=1, head_dim=24, intermediate_size=80, moe_intermediate_size=40,

@@ -3,13 +3,16 @@
 # fixtures (dev machine). tools/make_quant_fixtures.py then computes their reference logits
 # with independent PyTorch dequantization + transformers on the GPU machine.
 # Usage: tools/make_quant_inputs.sh BUILD_DIR OUTDIR
+# ONLY=NAME: just that quantized fixture; SRC_MODELS=DIR: the BF16 sources (default
+# tests/golden/models; qwen3_hd128 is not committed in BF16: make it with make_fixtures.py first).
 set -euo pipefail
 bin=$1/moeserve out=$2
-src=tests/golden/models
+src=${SRC_MODELS:-tests/golden/models}
 rm -rf "$out" && mkdir -p "$out"
 q() { # name source format [args...]   (source under $src; dsa_* sources under tests/golden/dsa)
     local name=$1 from=$2 fmt=$3 dir=$src
     shift 3
+    [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && return 0
     case $from in dsa_*) dir=tests/golden/dsa ;; esac
     "$bin" quantize --in "$dir/$from" --out "$out/$name" --format "$fmt" "$@"
     python3 - "$dir/$from/ref.json" "$out/$name/ref.json" "$name" <<'PY'
@@ -20,6 +23,7 @@ json.dump(dict(name=sys.argv[3], family=r["family"], tokens=r["tokens"], n_token
 PY
 }
 q qwen3_basic_nvfp4 qwen3_basic nvfp4
+q qwen3_hd128_nvfp4 qwen3_hd128 nvfp4
 q qwen3_basic_nvfp4_excl_layer2 qwen3_basic nvfp4 --exclude 'model.layers.2*'
 q glm4_basic_nvfp4_mixed glm4_basic nvfp4 --exclude '*self_attn*' --exclude '*shared_experts*' --exclude 'model.layers.0.mlp*'
 q glm4_basic_fp8 glm4_basic fp8
@@ -29,6 +33,7 @@ q glm4_basic_w4a16 glm4_basic nvfp4 --calib-tokens 0
 q dsa_basic_nvfp4 dsa_basic nvfp4
 q dsa_shared_indexer_nvfp4_sharded dsa_shared_indexer nvfp4
 q dsa_shared_indexer_fp8 dsa_shared_indexer fp8
+[ -n "${ONLY:-}" ] && { du -sh "$out"; exit 0; }
 # ModelOpt MIXED_PRECISION: the same tensors as glm4_basic_nvfp4_mixed, described per module.
 cp -r "$out/glm4_basic_nvfp4_mixed" "$out/glm4_basic_mixed_precision"
 python3 - "$out/glm4_basic_mixed_precision" <<'PY'

@@ -8,7 +8,8 @@
  * against, op by op (tests/unit/test_ops*.c).
  *
  * defines: struct backend, struct backend_ops, struct paged_kv, struct attn_batch,
- *          struct rope_args, struct route_args, struct moe_args, struct sample_row,
+ *          struct rope_args, struct route_args, struct moe_args, struct decode_layer_args,
+ *          struct sample_row,
  *          backend_moe_workspace_floats(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
  *          backend_cpu_create(), struct backend_cpu_opts, backend_cpu_create_opts(), backend_destroy()
@@ -120,6 +121,25 @@ struct sample_row {
     float u;           /* the row's uniform draw in [0, 1) (engine/sampler.h: sampler_uniform) */
 };
 
+/* One GQA + routed-MoE decoder layer for ONE token, for a backend that runs it in one go
+ * (backend op decode_layer). The residual stream h is updated in place; the scratch buffers are
+ * the forward's own (sized as for the separate ops). */
+struct decode_layer_args {
+    float *h;
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* q_norm/k_norm may be NULL */
+    float eps;
+    const struct weight *wq, *wk, *wv, *wo, *router;
+    int n_heads;
+    float attn_scale;
+    const struct rope_args *rope;
+    const struct paged_kv *kv;
+    const struct attn_batch *batch;
+    const int32_t *slots;
+    const struct route_args *route;
+    const struct moe_args *moe;
+    float *q, *k, *v, *attn, *logits, *moe_work;
+};
+
 struct backend_ops {
     const char *name;
     void (*destroy)(struct backend *be);
@@ -221,6 +241,9 @@ struct backend_ops {
     bool (*moe_block_residual)(struct backend *be, float *h, const float *norm_w, float eps,
                                const struct weight *router, const struct route_args *ra, const struct moe_args *ma,
                                int m, float *x, float *logits, int32_t *ids, float *weights, float *work);
+    /* The whole layer of a one-token pass (struct decode_layer_args); false, having run nothing,
+     * when the backend does not take the shape. */
+    bool (*decode_layer)(struct backend *be, const struct decode_layer_args *a);
     /* ids[r] = argmax of logits[r, :vocab] (lowest id on ties), -1 if the row holds a NaN. */
     void (*argmax)(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
     /* ids[r] = a token drawn with params[r] (backend memory) from softmax(logits[r] / T) cut to

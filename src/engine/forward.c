@@ -423,6 +423,33 @@ static bool forward_ffn_fused(struct forward *f, int l, int n)
                                        f->router, f->route_ids, f->route_w, f->moe_work);
 }
 
+/* Layer l of a one-token pass through the backend's whole-layer op (GQA attention + routed MoE
+ * without a shared expert or dense MLP); false (nothing run) where it does not apply. */
+static bool forward_decode_layer(struct forward *f, int l, int n)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (n != 1 || !be->ops->decode_layer || d->layers[l].attn == ATTN_MLA || d->layers[l].ffn == FFN_DENSE ||
+        lw->has_ffn)
+        return false;
+    struct rope_args rope = {.dim = d->rope.dim, .offset = d->rope.offset,
+                             .interleaved = d->rope.layout == ROPE_INTERLEAVED,
+                             .attention_factor = d->rope.attention_factor, .inv_freq = f->inv_freq};
+    struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
+                            .max_blocks = f->max_blocks};
+    struct route_args ra;
+    struct moe_args ma;
+    forward_moe_args(f, l, &ra, &ma);
+    struct decode_layer_args a = {
+        .h = f->h, .attn_norm = lw->attn_norm, .ffn_norm = lw->ffn_norm, .q_norm = lw->q_norm,
+        .k_norm = lw->k_norm, .eps = d->norm_eps, .wq = &lw->wq, .wk = &lw->wk, .wv = &lw->wv, .wo = &lw->wo,
+        .router = &lw->router, .n_heads = d->n_heads, .attn_scale = d->attn_scale, .rope = &rope,
+        .kv = &f->kv->layers[l], .batch = &ab, .slots = f->d_slots, .route = &ra, .moe = &ma, .q = f->q,
+        .k = f->k, .v = f->v, .attn = f->attn, .logits = f->router, .moe_work = f->moe_work};
+    return be->ops->decode_layer(be, &a);
+}
+
 /* x = rmsnorm(h (+ delta when an output is still pending)) * w; the pending output joins h. */
 static void forward_norm(struct forward *f, const float *w, int n, bool *pending)
 {
@@ -446,6 +473,8 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
     be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
     for (int l = 0; l < d->n_layers; l++) {
         const struct layer_weights *lw = &f->w->layers[l];
+        if (!pending && forward_decode_layer(f, l, n))
+            continue;
         if (pending || !forward_attention_fused(f, l, n)) {
             forward_norm(f, lw->attn_norm, n, &pending);
             if (d->layers[l].attn == ATTN_MLA)

@@ -93,6 +93,9 @@ struct cuda_backend {
     bool l2_pf_attn;     /* the decode attention takes the prefetch op's hints (caps "tma") */
     bool l2_pf_down;     /* the MoE decode down kernel does */
     struct cuda_l2_ranges pf_pending; /* the last hint, for the next kernel that takes hints */
+    bool layer_kernel;   /* one-token GQA + MoE layers in one kernel (cuda_layer_decode.cu) */
+    int layer_blocks;    /* ... with at most this many blocks per SM */
+    unsigned *bar;       /* device: its grid barrier (count, generation) */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
@@ -207,6 +210,8 @@ static int *sem_get(struct cuda_backend *c, size_t n)
     graphs_drop(c);
     if (c->sem)
         CHECK(c, cudaFree(c->sem));
+    if (c->bar)
+        CHECK(c, cudaFree(c->bar));
     c->sem = NULL;
     c->sem_count = 0;
     size_t want = n < 1024 ? 1024 : n;
@@ -866,6 +871,62 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
     CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
 }
 
+/* The whole one-token layer in one kernel: NVFP4 projections and experts, BF16 router, softmax
+ * routing without groups or correction bias, no shared expert (the forward checks that one). */
+static bool cu_decode_layer(struct backend *be, const struct decode_layer_args *a)
+{
+    struct cuda_backend *c = ctx(be);
+    const struct moe_args *m = a->moe;
+    const struct route_args *ra = a->route;
+    if (!c->layer_kernel || a->batch->n_tokens != 1 || !a->q_norm || !a->k_norm)
+        return false;
+    const struct weight *nv[4] = {a->wq, a->wk, a->wv, a->wo};
+    for (int i = 0; i < 4; i++)
+        if (nv[i]->format != WEIGHT_NVFP4)
+            return false;
+    if (m->gate[0].format != WEIGHT_NVFP4 || m->up[0].format != WEIGHT_NVFP4 || m->down[0].format != WEIGHT_NVFP4 ||
+        a->router->format != WEIGHT_BF16 || ra->score != ROUTE_SOFTMAX || ra->n_group > 1 || ra->correction_bias ||
+        ra->n_experts != m->n_experts || ra->n_used != m->n_used || a->router->rows != m->n_experts ||
+        a->router->cols != m->d_model || a->rope->dim > a->kv->head_dim)
+        return false;
+    const int n_kv = a->kv->n_kv_heads, hd = a->kv->head_dim;
+    int splits = ceil_div(2 * (int64_t)c->sm_count, n_kv); /* as cu_attention at one token */
+    splits = splits > 64 ? 64 : splits < 1 ? 1 : splits;
+    struct cuda_layer_decode_args la = {
+        .D = m->d_model, .n_heads = a->n_heads, .n_kv = n_kv, .hd = hd, .E = m->n_experts, .n_used = m->n_used,
+        .I = m->d_expert, .n_splits = splits, .eps = a->eps, .attn_scale = a->attn_scale, .h = a->h,
+        .attn_norm = a->attn_norm, .ffn_norm = a->ffn_norm, .q_norm = a->q_norm, .k_norm = a->k_norm,
+        .router = a->router->data, .router_bias = a->router->bias, .route = ra, .rope = a->rope, .kv = a->kv,
+        .batch = a->batch, .slots = a->slots, .q = a->q, .k = a->k, .v = a->v, .attn = a->attn,
+        .logits = a->logits, .act = a->moe_work};
+    la.wq = wdev_of(a->wq);
+    la.wk = wdev_of(a->wk);
+    la.wv = wdev_of(a->wv);
+    la.wo = wdev_of(a->wo);
+    if (a->wq->rows != (int64_t)a->n_heads * hd || a->wk->rows != (int64_t)n_kv * hd ||
+        a->wv->rows != (int64_t)n_kv * hd || a->wo->cols != (int64_t)a->n_heads * hd ||
+        a->wq->cols != m->d_model || a->wo->rows != m->d_model ||
+        !cuda_layer_decode_supported(&la, c->smem_budget))
+        return false;
+    if (!c->bar) {
+        if (c->capturing) {
+            c->capture_broken = true;
+            return true; /* the forward runs the ops directly after the failed capture */
+        }
+        if (!CHECK(c, cudaMalloc((void **)&c->bar, 2 * sizeof(unsigned))) ||
+            !CHECK(c, cudaMemset(c->bar, 0, 2 * sizeof(unsigned))))
+            return true;
+    }
+    la.bar = c->bar;
+    la.experts = moe_table_get(c, m);
+    la.attn_work = scratch_get(c, cuda_attention_workspace_floats(1, a->n_heads, hd, splits) * sizeof(float));
+    la.sem = sem_get(c, (size_t)n_kv);
+    if (!la.experts || !la.attn_work || !la.sem)
+        return true; /* the error (or the spoilt capture) is recorded */
+    CHECK(c, cuda_layer_decode(c->stream, &la, c->sm_count, c->layer_blocks, c->smem_budget));
+    return true;
+}
+
 /* Router GEMV with the norm in its prologue, then the pair-by-pair MoE that routes for itself and
  * adds into h: three kernels where the composed ops take five (cuda_decode.cu). */
 static bool cu_moe_block_residual(struct backend *be, float *h, const float *norm_w, float eps,
@@ -1079,6 +1140,7 @@ static const struct backend_ops CUDA_OPS = {
     .argmax = cu_argmax,
     .sample = cu_sample,
     .prefetch = cu_prefetch,
+    .decode_layer = cu_decode_layer,
     .graph_replay = cu_graph_replay,
     .graph_capture_begin = cu_graph_capture_begin,
     .graph_capture_end = cu_graph_capture_end,
@@ -1181,6 +1243,13 @@ static void configure_from_plan(struct cuda_backend *c)
     c->l2_pf_down = c->plan.caps.tma && strstr(pf, "down") != NULL;
     const char *pfb = getenv("MOESERVE_L2_PF_BLOCKS");
     c->l2_pf_blocks = pfb && atoi(pfb) > 0 ? atoi(pfb) : c->sm_count;
+    /* One kernel per one-token layer (cuda_layer_decode.cu: every SM in every phase, grid
+     * barriers between them) where the device has mma.sync (its tiles): MOESERVE_LAYER_KERNEL=0
+     * off; MOESERVE_LAYER_BLOCKS=N at most N blocks per SM (default 3, the kernel's bound). */
+    const char *lk = getenv("MOESERVE_LAYER_KERNEL");
+    c->layer_kernel = c->plan.caps.bf16_mma && !(lk && strcmp(lk, "0") == 0);
+    const char *lb = getenv("MOESERVE_LAYER_BLOCKS");
+    c->layer_blocks = lb && atoi(lb) > 0 ? atoi(lb) : 3;
     const char *st = getenv("MOESERVE_STREAM");
     /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
     c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);

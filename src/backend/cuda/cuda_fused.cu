@@ -14,7 +14,7 @@
  * draw walks it in id order (the CPU walks it by descending probability),
  * so a seed gives a different but equally distributed text.
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_attn_prep.cuh"
 
 namespace
 {
@@ -29,56 +29,8 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads
     extern __shared__ float sv[]; /* (hd) the head after the norm */
     pdl_trigger();
     pdl_wait();
-    const int t = blockIdx.x, h = blockIdx.y;
-    const size_t row = (size_t)n_kv * (size_t)hd; /* one token's K (or V) in the cache */
-    const size_t slot = (size_t)slots[t];
-    if (h >= n_heads + n_kv) { /* a V head: straight into the cache */
-        int vh = h - n_heads - n_kv;
-        const float *src = v + ((size_t)t * n_kv + vh) * hd;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            vc[slot * row + (size_t)vh * hd + i] = src[i];
-        return;
-    }
-    const bool is_q = h < n_heads;
-    const int kh = h - n_heads;
-    float *x = is_q ? q + ((size_t)t * n_heads + h) * hd : k + ((size_t)t * n_kv + kh) * hd;
-    const float *w = is_q ? q_norm : k_norm;
-    if (w) {
-        double ss = 0;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            ss += (double)x[i] * (double)x[i];
-        float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / hd), eps)));
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            sv[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
-    } else {
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-            sv[i] = x[i];
-    }
-    __syncthreads();
-    /* out = sv, with the rotated slice [offset, offset + dim) replaced */
-    float *out = x;
-    float *cache = is_q ? nullptr : kc + slot * row + (size_t)kh * hd;
-    const int half = dim / 2;
-    const float p = (float)pos[t];
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float r;
-        int j = i - offset;
-        if (j < 0 || j >= dim) {
-            r = sv[i];
-        } else {
-            int f = j < half ? j : j - half;
-            float phi = __fmul_rn(p, inv_freq[f]);
-            float c = __fmul_rn(cosf(phi), attention_factor);
-            float s = __fmul_rn(sinf(phi), attention_factor);
-            float x0 = interleaved ? sv[offset + 2 * f] : sv[offset + f];
-            float x1 = interleaved ? sv[offset + 2 * f + 1] : sv[offset + f + half];
-            r = j < half ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
-                         : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-        }
-        out[i] = r;
-        if (cache)
-            cache[i] = r;
-    }
+    attn_prep_head(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, dim, offset, interleaved, attention_factor,
+                   inv_freq, pos, kc, vc, slots, blockIdx.x, blockIdx.y, sv);
 }
 
 __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *logits, int vocab, int32_t *ids)

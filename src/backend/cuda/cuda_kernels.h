@@ -17,7 +17,8 @@
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
- *          (cuda_decode_mma.cu); cuda_stream_dense(),
+ *          (cuda_decode_mma.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
+ *          cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
  *          cuda_mla_attention_workspace_floats(), cuda_mla_attention() (cuda_mla.cu);
@@ -285,6 +286,35 @@ cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *tab
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
                                 const struct cuda_l2_ranges *pf);
+
+/* ---- cuda_layer_decode.cu (one decoder layer of one token in one kernel) ---- */
+/* Everything one GQA + routed-MoE layer reads and writes; device pointers. */
+struct cuda_layer_decode_args {
+    int D, n_heads, n_kv, hd, E, n_used, I, n_splits;
+    float eps, attn_scale;
+    float *h; /* (D) residual stream, updated in place */
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+    struct cuda_wdev wq, wk, wv, wo; /* NVFP4 */
+    const void *router;              /* BF16 (E, D) */
+    const float *router_bias;        /* (E) or NULL */
+    const struct cuda_wdev *experts; /* 3 x E NVFP4: gate, up, down */
+    const struct route_args *route;
+    const struct rope_args *rope;
+    const struct paged_kv *kv;
+    const struct attn_batch *batch; /* one token */
+    const int32_t *slots;
+    float *q, *k, *v, *attn, *logits, *act; /* scratch: QD, KD, KD, QD, E, n_used x I floats */
+    float *attn_work;                       /* cuda_attention_workspace_floats(1, n_heads, hd, n_splits) */
+    int *sem;                               /* n_kv zeroed counters, left zeroed */
+    unsigned *bar;                          /* 2 unsigned, zero before the first launch */
+};
+/* Whether cuda_layer_decode takes the shape (head_dim 128, widths multiples of 128, <= 256
+ * experts, k <= 16, <= 16 query heads per KV head; the caller checks formats: NVFP4 projections
+ * and experts, BF16 router, softmax routing without groups). */
+int cuda_layer_decode_supported(const struct cuda_layer_decode_args *a, size_t smem_budget);
+/* Runs the layer on sm_count x min(occupancy, max_per_sm) resident blocks (cooperative launch). */
+cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_layer_decode_args *a, int sm_count,
+                              int max_per_sm, size_t smem_budget);
 
 /* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget). */
 int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, size_t smem_budget);

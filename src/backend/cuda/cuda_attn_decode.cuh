@@ -1,0 +1,253 @@
+/* cuda_attn_decode.cuh — the split decode attention's block (see cuda_attn_decode.cu for the
+ * design), shared by its kernel and by the one-kernel layer (cuda_layer_decode.cu).
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_ATTN_DECODE_CUH
+#define MOESERVE_BACKEND_CUDA_CUDA_ATTN_DECODE_CUH
+
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+enum { AD_THREADS = 128, AD_WARPS = AD_THREADS / 32, AD_MAX_SPLITS = 64 };
+
+struct adec_params {
+    const float *q; /* (n_tokens, n_heads, hd) */
+    const float *kc, *vc;
+    const int32_t *pos, *seq, *table;
+    int max_blocks, block_size, n_kv, hd, n_heads, group, n_splits;
+    float scale;
+    float *out;     /* (n_tokens, n_heads, hd) */
+    float *part_o;  /* (n_tokens * n_kv, n_splits, group, hd) */
+    float *part_ml; /* (n_tokens * n_kv, n_splits, group, 2) */
+    int *sem;       /* (n_tokens * n_kv), zero between launches */
+    cuda_l2_ranges pf; /* weights of the next ops, asked of L2 by every block before it waits */
+};
+
+/* Sum over the warp of NV values per lane; afterwards v[m] (m < NV / 32) holds the total of the
+ * value index m + (NV / 32) * lane. Each step sends the half this lane does not keep. */
+template <int NV>
+__device__ __forceinline__ void warp_reduce_scatter(float (&v)[NV])
+{
+    const int lane = threadIdx.x % 32;
+    int n = NV;
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+        if (n <= NV / 32)
+            break;
+        const bool upper = (lane & o) != 0;
+        const int half = n / 2;
+#pragma unroll
+        for (int i = 0; i < NV / 2; i++) {
+            if (i < half) {
+                float send = upper ? v[i] : v[i + half];
+                float keep = upper ? v[i + half] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
+        n = half;
+    }
+}
+
+/* Keys per round: 64 (key, head) pairs per warp keep the reduce-scatter at 2 values per lane. */
+template <int NH>
+struct adec_shape {
+    static constexpr int kpw = NH >= 16 ? 4 : 8; /* keys per warp per round */
+    static constexpr int round = AD_WARPS * kpw;
+    static constexpr int nv = kpw * NH;
+};
+
+/* One (token t, KV head g, key split) of the split decode attention, by a block of AD_THREADS
+ * threads (the kernel's block, or one of the one-kernel layer's); p.pf is not looked at. */
+template <int NH>
+__device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g, const int split)
+{
+    using S = adec_shape<NH>;
+    constexpr int KPW = S::kpw, ROUND = S::round, NV = S::nv;
+    __shared__ float sc[NH][ROUND];
+    __shared__ float s_m[NH], s_l[NH], s_alpha[NH];
+    __shared__ __align__(16) float4 red[AD_WARPS][NH][32];
+    __shared__ float wts[AD_MAX_SPLITS][NH];
+    __shared__ int s_last;
+    const int G = p.group, hd = p.hd, hd4 = hd / 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int klen = p.pos[t] + 1;
+    int chunk = (klen + p.n_splits - 1) / p.n_splits;
+    chunk = (chunk < ROUND ? ROUND : chunk + ROUND - 1) / ROUND * ROUND;
+    const int active = (klen + chunk - 1) / chunk;
+    if (split >= active)
+        return;
+    const int lo = split * chunk, hi = lo + chunk < klen ? lo + chunk : klen;
+    const size_t tg = (size_t)t * p.n_kv + g;
+    const bool dim_ok = lane < hd4;
+
+    float4 q[NH];
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        q[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (h < G && dim_ok) {
+            float4 v = __ldcg((const float4 *)(p.q + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + lane);
+            q[h] = make_float4(v.x * p.scale, v.y * p.scale, v.z * p.scale, v.w * p.scale);
+        }
+    }
+    if (threadIdx.x < NH)
+        s_m[threadIdx.x] = -INFINITY, s_l[threadIdx.x] = 0.0f;
+    float4 acc[NH];
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+        acc[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
+    const size_t kv_stride = (size_t)p.n_kv * hd;
+    const size_t head_off = (size_t)g * hd + 4 * (size_t)lane;
+
+    for (int k0 = lo; k0 < hi; k0 += ROUND) {
+        const int kw = k0 + warp * KPW; /* this warp's first key */
+        int my_key = kw + lane % KPW;
+        size_t my_slot = 0;
+        if (my_key < hi)
+            my_slot = (size_t)__ldg(blocks + my_key / p.block_size) * p.block_size + my_key % p.block_size;
+        float4 kr[KPW], vr[KPW];
+#pragma unroll
+        for (int j = 0; j < KPW; j++) {
+            size_t sj = (size_t)__shfl_sync(0xffffffffu, (unsigned long long)my_slot, j);
+            kr[j] = vr[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (kw + j < hi && dim_ok) {
+                kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
+                vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
+            }
+        }
+        float v[NV];
+#pragma unroll
+        for (int j = 0; j < KPW; j++)
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+                v[j * NH + h] = fmaf(q[h].x, kr[j].x, fmaf(q[h].y, kr[j].y, fmaf(q[h].z, kr[j].z, q[h].w * kr[j].w)));
+        warp_reduce_scatter<NV>(v);
+#pragma unroll
+        for (int m = 0; m < NV / 32; m++) {
+            int i = m + (NV / 32) * lane, j = i / NH, h = i % NH;
+            sc[h][warp * KPW + j] = kw + j < hi ? v[m] : -INFINITY;
+        }
+        __syncthreads();
+        /* online softmax over the round: warp w takes heads w, w + 4, ...; lane = key */
+        for (int h = warp; h < G; h += AD_WARPS) {
+            float s = lane < ROUND ? sc[h][lane] : -INFINITY;
+            float m_old = s_m[h], m_new = fmaxf(m_old, warp_max(s));
+            float e = s == -INFINITY ? 0.0f : expf(s - m_new);
+            if (lane < ROUND)
+                sc[h][lane] = e;
+            float l = warp_sum(e);
+            __syncwarp(); /* every lane has read s_m[h] before lane 0 replaces it */
+            if (lane == 0) {
+                float a = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+                s_alpha[h] = a;
+                s_l[h] = s_l[h] * a + l;
+                s_m[h] = m_new;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+            if (h >= G)
+                break;
+            float a = s_alpha[h];
+            float4 o = make_float4(acc[h].x * a, acc[h].y * a, acc[h].z * a, acc[h].w * a);
+#pragma unroll
+            for (int j = 0; j < KPW; j++) {
+                float pj = sc[h][warp * KPW + j];
+                o.x = fmaf(pj, vr[j].x, o.x);
+                o.y = fmaf(pj, vr[j].y, o.y);
+                o.z = fmaf(pj, vr[j].z, o.z);
+                o.w = fmaf(pj, vr[j].w, o.w);
+            }
+            acc[h] = o;
+        }
+        __syncthreads(); /* sc and s_alpha are rewritten by the next round */
+    }
+
+    /* the warps' accumulators -> this split's output */
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+        if (h < G)
+            red[warp][h][lane] = acc[h];
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd4; i += AD_THREADS) {
+        int h = i / hd4, d4 = i % hd4;
+        float4 o = red[0][h][d4];
+#pragma unroll
+        for (int w = 1; w < AD_WARPS; w++) {
+            float4 b = red[w][h][d4];
+            o.x += b.x, o.y += b.y, o.z += b.z, o.w += b.w;
+        }
+        if (active == 1) {
+            float l = s_l[h];
+            float4 *dst = (float4 *)(p.out + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + d4;
+            *dst = make_float4(o.x / l, o.y / l, o.z / l, o.w / l);
+        } else {
+            float4 *dst = (float4 *)(p.part_o + ((tg * p.n_splits + split) * G + h) * hd) + d4;
+            *dst = o;
+        }
+    }
+    if (active == 1)
+        return;
+    if (threadIdx.x < G)
+        ((float2 *)p.part_ml)[(tg * p.n_splits + split) * G + threadIdx.x] =
+            make_float2(s_m[threadIdx.x], s_l[threadIdx.x]);
+
+    /* count in; the last split's block merges (writes before the count, reads after it) */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(p.sem + tg, 1) == active - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    const float2 *ml = (const float2 *)p.part_ml + tg * p.n_splits * G;
+    for (int i = threadIdx.x; i < active * G; i += AD_THREADS) {
+        float2 v = __ldcg(ml + i);
+        wts[i / G][i % G] = v.x; /* the split's max for now */
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const int h = threadIdx.x;
+        float M = -INFINITY;
+        for (int s = 0; s < active; s++)
+            M = fmaxf(M, wts[s][h]);
+        float L = 0.0f;
+        for (int s = 0; s < active; s++) {
+            float ls = __ldcg(ml + (size_t)s * G + h).y;
+            float w = ls > 0.0f ? expf(wts[s][h] - M) : 0.0f;
+            wts[s][h] = w;
+            L += ls * w;
+        }
+        s_l[h] = L;
+    }
+    __syncthreads();
+    const float4 *po = (const float4 *)(p.part_o + tg * p.n_splits * G * hd);
+    const size_t split_stride4 = (size_t)G * hd4;
+    for (int i = threadIdx.x; i < G * hd4; i += AD_THREADS) {
+        int h = i / hd4;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int s = 0; s < active; s++) {
+            float w = wts[s][h];
+            float4 b = __ldcg(po + s * split_stride4 + i);
+            o.x = fmaf(w, b.x, o.x);
+            o.y = fmaf(w, b.y, o.y);
+            o.z = fmaf(w, b.z, o.z);
+            o.w = fmaf(w, b.w, o.w);
+        }
+        float L = s_l[h];
+        float4 *dst = (float4 *)(p.out + ((size_t)t * p.n_heads + (size_t)g * G) * hd) + i;
+        *dst = make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
+    }
+    if (threadIdx.x == 0)
+        p.sem[tg] = 0; /* ready for the next launch (graph replays reuse it) */
+}
+
+} // namespace
+
+#endif

@@ -1,0 +1,73 @@
+/* cuda_attn_prep.cuh — one head of attn_prep (per-head RMSNorm, RoPE, KV-cache write; see
+ * cuda_fused.cu), shared by its kernel and by the one-kernel layer (cuda_layer_decode.cu).
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_ATTN_PREP_CUH
+#define MOESERVE_BACKEND_CUDA_CUDA_ATTN_PREP_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+/* Head h of token t (q heads, then k heads, then v heads) through the per-head RMSNorm, RoPE and
+ * the cache write, by the calling block (any size); sv: hd floats of shared memory. */
+__device__ __forceinline__ void attn_prep_head(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
+                                               const float *q_norm, const float *k_norm, float eps, int dim,
+                                               int offset, int interleaved, float attention_factor,
+                                               const float *inv_freq, const int32_t *pos, float *kc, float *vc,
+                                               const int32_t *slots, const int t, const int h, float *sv)
+{
+    const size_t row = (size_t)n_kv * (size_t)hd; /* one token's K (or V) in the cache */
+    const size_t slot = (size_t)slots[t];
+    if (h >= n_heads + n_kv) { /* a V head: straight into the cache */
+        int vh = h - n_heads - n_kv;
+        const float *src = v + ((size_t)t * n_kv + vh) * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            vc[slot * row + (size_t)vh * hd + i] = src[i];
+        return;
+    }
+    const bool is_q = h < n_heads;
+    const int kh = h - n_heads;
+    float *x = is_q ? q + ((size_t)t * n_heads + h) * hd : k + ((size_t)t * n_kv + kh) * hd;
+    const float *w = is_q ? q_norm : k_norm;
+    if (w) {
+        double ss = 0;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            ss += (double)x[i] * (double)x[i];
+        float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / hd), eps)));
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            sv[i] = __fmul_rn(w[i], __fmul_rn(x[i], inv));
+    } else {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            sv[i] = x[i];
+    }
+    __syncthreads();
+    /* out = sv, with the rotated slice [offset, offset + dim) replaced */
+    float *out = x;
+    float *cache = is_q ? nullptr : kc + slot * row + (size_t)kh * hd;
+    const int half = dim / 2;
+    const float p = (float)pos[t];
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float r;
+        int j = i - offset;
+        if (j < 0 || j >= dim) {
+            r = sv[i];
+        } else {
+            int f = j < half ? j : j - half;
+            float phi = __fmul_rn(p, inv_freq[f]);
+            float c = __fmul_rn(cosf(phi), attention_factor);
+            float s = __fmul_rn(sinf(phi), attention_factor);
+            float x0 = interleaved ? sv[offset + 2 * f] : sv[offset + f];
+            float x1 = interleaved ? sv[offset + 2 * f + 1] : sv[offset + f + half];
+            r = j < half ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
+                         : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        }
+        out[i] = r;
+        if (cache)
+            cache[i] = r;
+    }
+}
+
+} // namespace
+
+#endif

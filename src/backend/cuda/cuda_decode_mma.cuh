@@ -1,0 +1,190 @@
+/* cuda_decode_mma.cuh — the pieces of the NVFP4 decode on bf16 tensor cores that the kernels of
+ * cuda_decode_mma.cu and the one-kernel layer (cuda_layer_decode.cu) share: x staged as mma A
+ * fragments, E2M1 pairs to bf16x2, one 8-row warp tile's dot product. The scheme is explained at
+ * the top of cuda_decode_mma.cu.
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
+#define MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace
+{
+
+enum { MD_THREADS = 256, MD_WARPS = MD_THREADS / 32, MD_MAX_USED = 64, MD_U = 4 };
+
+__device__ __forceinline__ uint32_t bf16x2_of(float lo, float hi)
+{
+    uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
+    /* round to nearest even, as __float2bfloat16_rn (finite inputs) */
+    a = (a + 0x7fffu + ((a >> 16) & 1u)) >> 16;
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+    return (b << 16) | (a & 0xffffu);
+}
+
+__device__ __forceinline__ float bf16_round(float v)
+{
+    uint32_t a = __float_as_uint(v);
+    a = (a + 0x7fffu + ((a >> 16) & 1u)) & 0xffff0000u;
+    return __uint_as_float(a);
+}
+
+/* x[0 .. K) into A fragments: entry ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2 + m is
+ * {a0, a2} of lane (m, c % 4) for chunk c, word w, half h; m = 0 the bf16 of x, m = 1 the rest.
+ * Threads tid0, tid0 + stride, ... of the caller. */
+__device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, int tid0, int stride)
+{
+    for (int it = tid0; it < K / 4; it += stride) {
+        const int c = it / 8, w = (it / 2) % 4, h = it % 2;
+        const int k0 = 32 * c + 8 * w + 2 * h;
+        const float v0 = x[k0], v4 = x[k0 + 4], v1 = x[k0 + 1], v5 = x[k0 + 5];
+        const float h0 = bf16_round(v0), h4 = bf16_round(v4), h1 = bf16_round(v1), h5 = bf16_round(v5);
+        uint2 *dst = xf + ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2;
+        dst[0] = make_uint2(bf16x2_of(h0, h4), bf16x2_of(h1, h5));
+        dst[1] = make_uint2(bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(v1 - h1, v5 - h5));
+    }
+}
+
+/* Nibbles I and I + 4 of u as a bf16x2 (I low): each E2M1 value times 2^-126. */
+template <int I>
+__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t u)
+{
+    constexpr int ms = 6 - 4 * I, ss = 12 - 4 * I;
+    const uint32_t mag = ms >= 0 ? u << (ms >= 0 ? ms : 0) : u >> (ms < 0 ? -ms : 0);
+    const uint32_t sgn = u << ss;
+    return (mag & 0x01C001C0u) | (sgn & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+/* The E4M3 block scale times 2^64 as a bf16 pair (exact: 4 significant bits). */
+__device__ __forceinline__ uint32_t scale_x2(uint32_t byte)
+{
+    const float f = dev_e4m3(byte) * 0x1p64f;
+    return bf16x2_of(f, f);
+}
+
+struct chunk16 {
+    uint4 w;
+    uint32_t s; /* the chunk's two scale bytes */
+};
+
+/* One chunk (32 k of row g) against x's fragments xf (for this chunk's group of four): 8 mma
+ * steps into d (two sets, alternating, so that consecutive mmas do not wait on each other). */
+__device__ __forceinline__ void chunk_mma(const chunk16 &q, const uint2 *xf, int lane, float (&d0)[4],
+                                          float (&d1)[4])
+{
+    const int g = lane / 4, t = lane % 4;
+    const uint32_t s_lo = scale_x2(q.s & 255u), s_hi = scale_x2((q.s >> 8) & 255u);
+    const uint32_t words[4] = {q.w.x, q.w.y, q.w.z, q.w.w};
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t u = words[w], sc = w < 2 ? s_lo : s_hi;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t b0 = h == 0 ? e2m1x2_raw<0>(u) : e2m1x2_raw<2>(u);
+            uint32_t b1 = h == 0 ? e2m1x2_raw<1>(u) : e2m1x2_raw<3>(u);
+            b0 = bf16x2_fma(b0, sc, 0x80008000u);
+            b1 = bf16x2_fma(b1, sc, 0x80008000u);
+            uint2 a = make_uint2(0u, 0u);
+            if (g < 2)
+                a = xf[(w * 2 + h) * 8 + t * 2 + g];
+            if (h == 0)
+                mma_bf16_16816(d0, a.x, a.y, b0, b1);
+            else
+                mma_bf16_16816(d1, a.x, a.y, b0, b1);
+        }
+    }
+}
+
+__device__ __forceinline__ chunk16 load_chunk(const cuda_wdev &w, int64_t row, int64_t c, int64_t K, bool ok)
+{
+    chunk16 q;
+    q.w = make_uint4(0u, 0u, 0u, 0u);
+    q.s = 0u;
+    if (ok) {
+        q.w = __ldg((const uint4 *)((const uint8_t *)w.data + row * (K / 2)) + c);
+        q.s = __ldg((const uint16_t *)((const uint8_t *)w.scale + row * (K / 16)) + c);
+    }
+    return q;
+}
+
+/* The first MD_U chunk groups of [g0, g1) of row `row` (ok: it exists): what a kernel may load
+ * before it waits for its predecessor (weights never change). */
+__device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, bool ok, int64_t K, int g0, int g1,
+                                               chunk16 (&q)[MD_U])
+{
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int u = 0; u < MD_U; u++)
+        q[u] = load_chunk(w, row, 4 * (g0 + u) + t, K, ok && g0 + u < g1);
+}
+
+/* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x over the
+ * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K), the first
+ * MD_U groups already in pre: returns in lanes 0..3 the raw sums of rows 2t and 2t + 1 (times
+ * 2^-62). */
+__device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t row, bool ok, int64_t K,
+                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[MD_U])
+{
+    const int lane = threadIdx.x % 32, t = lane % 4;
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int u = 0; u < MD_U; u++)
+        if (g0 + u < g1)
+            chunk_mma(pre[u], xf + (size_t)(g0 + u) * 64, lane, d0, d1);
+    for (int i0 = g0 + MD_U; i0 < g1; i0 += MD_U) {
+        chunk16 q[MD_U];
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < g1);
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            if (i0 + u < g1)
+                chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+    }
+    float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
+    r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
+    r1 += __shfl_down_sync(0xffffffffu, r1, 4);
+    return make_float2(r0, r1);
+}
+
+/* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
+ * only after the wait). Kept as run on the H200 in session 4. */
+__device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, bool ok, int64_t K, const uint2 *xf)
+{
+    const int lane = threadIdx.x % 32, t = lane % 4;
+    const int NC = (int)(K / 32);
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int i0 = 0; i0 < NC / 4; i0 += MD_U) {
+        chunk16 q[MD_U];
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < NC / 4);
+#pragma unroll
+        for (int u = 0; u < MD_U; u++)
+            if (i0 + u < NC / 4)
+                chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+    }
+    float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
+    r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
+    r1 += __shfl_down_sync(0xffffffffu, r1, 4);
+    return make_float2(r0, r1);
+}
+
+} // namespace
+
+#endif

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# profile_step.sh — one whole batch-1 decode step, kernel by kernel (ncu durations only, clocks and
+# caches left alone, no graphs), summed per kernel name: where a step's time goes, lm_head and
+# sampling included (tools/profile_decode.sh looks at one layer with more metrics).
+#
+#   tools/profile_step.sh [BUILD_DIR]   (default build-dev; the synthetic Qwen3-30B-A3B NVFP4
+#                                        checkpoint of tools/bench_gpu.sh in $SYNTH_DIR)
+# Environment: SKIP_LAUNCHES (3000), LAUNCHES (700: more than a step), BATCH (1). Output: a table
+# of kernel -> launches, total us, us per launch, sorted by total; to $OUT/profile_step.txt too.
+set -u
+build=$(cd "${1:-build-dev}" && pwd) || exit 2
+logs=${OUT:-$build/profile_step}
+mkdir -p "$logs"
+synth=${SYNTH_DIR:-/tmp/synth-30b-nvfp4}
+want="qwen3-30b-a3b nvfp4 layers=48"
+if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
+    rm -rf "$synth" && mkdir -p "$synth"
+    "$build/make_synth_checkpoint" --out "$synth" --preset qwen3-30b-a3b --format nvfp4 >"$logs/synth.log" 2>&1 ||
+        { echo "profile_step: checkpoint failed"; exit 1; }
+    echo "$want" >"$synth/.complete"
+fi
+MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none --launch-skip "${SKIP_LAUNCHES:-3000}" \
+    --launch-count "${LAUNCHES:-700}" --metrics gpu__time_duration.sum --csv \
+    "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len 128 --decode 16 \
+    >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
+python3 - "$logs/ncu_step.csv" <<'PY' | tee "$logs/profile_step.txt"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if not rows:
+    print("profile_step: no ncu rows"); sys.exit(0)
+h = rows[0]; ix = {n: i for i, n in enumerate(h)}
+seq = []
+for r in rows[1:]:
+    if r[ix["Metric Name"]] != "gpu__time_duration.sum":
+        continue
+    seq.append((r[ix["Kernel Name"]][:70], float(r[ix["Metric Value"]].replace(",", "")) / 1000.0))
+# one step: from an embedding kernel to the next one
+starts = [i for i, (n, _) in enumerate(seq) if "embed" in n]
+if len(starts) >= 2:
+    seq = seq[starts[0]:starts[1]]
+    print("one step: %d kernels" % len(seq))
+per = {}
+for n, us in seq:
+    c, t = per.get(n, (0, 0.0))
+    per[n] = (c + 1, t + us)
+tot = sum(t for _, t in per.values())
+print("%-70s %6s %9s %8s %6s" % ("kernel", "count", "total us", "us each", "%"))
+for n, (c, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+    print("%-70s %6d %9.1f %8.2f %6.1f" % (n, c, t, t / c, 100 * t / tot))
+print("sum: %.1f us over %d kernels" % (tot, sum(c for c, _ in per.values())))
+PY
