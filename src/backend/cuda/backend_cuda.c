@@ -96,6 +96,7 @@ struct cuda_backend {
     bool layer_kernel;   /* one-token GQA + MoE layers in one kernel (cuda_layer_decode.cu) */
     int layer_blocks;    /* ... with at most this many blocks per SM */
     unsigned *bar;       /* device: its grid barrier (count, generation) */
+    unsigned long long *layer_trace; /* device: its phase trace (MOESERVE_LAYER_TRACE=1), or NULL */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
@@ -212,6 +213,21 @@ static int *sem_get(struct cuda_backend *c, size_t n)
         CHECK(c, cudaFree(c->sem));
     if (c->bar)
         CHECK(c, cudaFree(c->bar));
+    if (c->layer_trace) {
+        size_t n = cuda_layer_decode_trace_entries();
+        unsigned long long *t = malloc(n * sizeof *t);
+        double us[7];
+        int launches = 0;
+        if (t && CHECK(c, cudaMemcpy(t, c->layer_trace, n * sizeof *t, cudaMemcpyDeviceToHost)))
+            launches = cuda_layer_decode_trace_summary(t, us);
+        if (launches > 0)
+            LOG_INFO("cuda: one-kernel layer, mean us per phase over %d launches: q/k/v %.2f, attn_prep %.2f, "
+                     "attention %.2f, o %.2f, router %.2f, gate/up %.2f, down %.2f (sum %.2f)",
+                     launches, us[0], us[1], us[2], us[3], us[4], us[5], us[6],
+                     us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
+        free(t);
+        CHECK(c, cudaFree(c->layer_trace));
+    }
     c->sem = NULL;
     c->sem_count = 0;
     size_t want = n < 1024 ? 1024 : n;
@@ -918,6 +934,7 @@ static bool cu_decode_layer(struct backend *be, const struct decode_layer_args *
             return true;
     }
     la.bar = c->bar;
+    la.trace = c->layer_trace;
     la.experts = moe_table_get(c, m);
     la.attn_work = scratch_get(c, cuda_attention_workspace_floats(1, a->n_heads, hd, splits) * sizeof(float));
     la.sem = sem_get(c, (size_t)n_kv);
@@ -1231,13 +1248,15 @@ static void configure_from_plan(struct cuda_backend *c)
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
      * experts' weights, and the forward's hints (the output projection and router during the
      * decode attention, the next layer's q/k/v during the MoE down kernel) are taken by those
-     * kernels. The decode kernels are limited by how many loads their registers keep in flight;
-     * a prefetch holds no register. MOESERVE_L2_PREFETCH: a list of experts, attn, down (the
-     * kernels that ask), or 0; MOESERVE_L2_PF_BLOCKS: the routing's extra blocks (default: one
-     * per SM). */
+     * kernels. The idea: the decode kernels are limited by how many loads their registers keep
+     * in flight, and a prefetch holds no register. Measured on the H200 (session 5, batch 1 /
+     * 8 tok/s, one call): off 329.4 / 688.1; experts 311.3 / 636.6 (32 or 264 extra blocks: the
+     * same); attn 328.4 / 696.2; down 320.8 / 634.1; all three 300.5 / 597.3. Never faster, so
+     * off by default. MOESERVE_L2_PREFETCH: a list of experts, attn, down (the kernels that
+     * ask); MOESERVE_L2_PF_BLOCKS: the routing's extra blocks (default: one per SM). */
     const char *pf = getenv("MOESERVE_L2_PREFETCH");
     if (!pf)
-        pf = "experts,attn,down";
+        pf = "";
     c->l2_pf_experts = c->plan.caps.tma && strstr(pf, "experts") != NULL;
     c->l2_pf_attn = c->plan.caps.tma && strstr(pf, "attn") != NULL;
     c->l2_pf_down = c->plan.caps.tma && strstr(pf, "down") != NULL;
@@ -1250,6 +1269,13 @@ static void configure_from_plan(struct cuda_backend *c)
     c->layer_kernel = c->plan.caps.bf16_mma && !(lk && strcmp(lk, "0") == 0);
     const char *lb = getenv("MOESERVE_LAYER_BLOCKS");
     c->layer_blocks = lb && atoi(lb) > 0 ? atoi(lb) : 3;
+    const char *lt = getenv("MOESERVE_LAYER_TRACE"); /* phase times, logged when the backend closes */
+    if (c->layer_kernel && lt && strcmp(lt, "1") == 0) {
+        size_t bytes = cuda_layer_decode_trace_entries() * sizeof(unsigned long long);
+        if (!CHECK(c, cudaMalloc((void **)&c->layer_trace, bytes)) ||
+            !CHECK(c, cudaMemset(c->layer_trace, 0, bytes)))
+            c->layer_trace = NULL;
+    }
     const char *st = getenv("MOESERVE_STREAM");
     /* MOESERVE_STREAM=dense|moe: only that half (to measure each) */
     c->use_stream = st && (strcmp(st, "1") == 0 || strcmp(st, "dense") == 0);

@@ -307,7 +307,13 @@ struct cuda_layer_decode_args {
     float *attn_work;                       /* cuda_attention_workspace_floats(1, n_heads, hd, n_splits) */
     int *sem;                               /* n_kv zeroed counters, left zeroed */
     unsigned *bar;                          /* 2 unsigned, zero before the first launch */
+    unsigned long long *trace;              /* NULL, or a phase trace (cuda_layer_decode_trace) */
 };
+/* Entries of a phase trace buffer for up to 4096 launches (zeroed by the caller). */
+size_t cuda_layer_decode_trace_entries(void);
+/* Mean microseconds of each phase over the launches traced in host copy t (of ..._entries()):
+ * out[0 .. 7) = q/k/v, attn_prep, attention, o, router, gate/up, down; returns the launches. */
+int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[7]);
 /* Whether cuda_layer_decode takes the shape (head_dim 128, widths multiples of 128, <= 256
  * experts, k <= 16, <= 16 query heads per KV head; the caller checks formats: NVFP4 projections
  * and experts, BF16 router, softmax routing without groups). */

@@ -52,7 +52,24 @@ struct layer_params {
     adec_params attn; /* q, kc, vc, tables, out = attn, partials, sem */
     float *qb, *kb, *vb, *logits, *act; /* q, k, v before attn_prep; logits; act */
     unsigned *bar; /* {count, generation}, zero-count between barriers */
+    unsigned long long *trace; /* or NULL: [0] a launch counter, then LD_TRACE times per launch */
 };
+
+enum { LD_TRACE = 8 };
+
+/* Block 0 notes the time at the start and after every barrier (MOESERVE_LAYER_TRACE=1): where a
+ * layer's time goes, phase by phase, as the backend reports it at the end. */
+__device__ __forceinline__ void trace_mark(const layer_params &p, int &slot, int i)
+{
+    if (!p.trace || blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    if (slot < 0)
+        slot = (int)atomicAdd(p.trace, 1ull);
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (slot < 4096)
+        p.trace[1 + (size_t)slot * LD_TRACE + i] = t;
+}
 
 __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p)
 {
@@ -74,22 +91,45 @@ __device__ __forceinline__ void grid_barrier(unsigned *bar)
             __threadfence();
             atomicAdd(bar + 1, 1u);
         } else {
+            /* a short sleep between polls: hundreds of SMs reading one word back to back load
+             * its L2 slice, which the blocks still working also use */
             while (ld_acquire_u32(bar + 1) == gen)
-                ;
+                __nanosleep(64);
         }
     }
     __syncthreads();
 }
 
+/* dst[0 .. n) = src[0 .. n) through L2 (other blocks wrote src in this launch), by threads
+ * tid0, tid0 + stride, ...: all of a thread's loads (up to 8 float4) are issued before the first
+ * store, so a staging costs one round trip, not one per element. n % 4 == 0, both 16-byte
+ * aligned. */
+__device__ __forceinline__ void stage_cg(float *dst, const float *src, int n, int tid0, int stride)
+{
+    constexpr int B = 8;
+    const float4 *s4 = (const float4 *)src;
+    float4 *d4 = (float4 *)dst;
+    for (int base = tid0; base < n / 4; base += B * stride) {
+        float4 v[B];
+#pragma unroll
+        for (int b = 0; b < B; b++)
+            if (base + b * stride < n / 4)
+                v[b] = __ldcg(s4 + base + b * stride);
+#pragma unroll
+        for (int b = 0; b < B; b++)
+            if (base + b * stride < n / 4)
+                d4[base + b * stride] = v[b];
+    }
+}
+
 /* xs[0 .. D) = rmsnorm(h) * w, rounded as cuda_norm.cu / the CPU do; h read through L2. */
 __device__ __forceinline__ void block_rmsnorm(float *xs, const float *h, const float *w, float eps, int D)
 {
+    stage_cg(xs, h, D, threadIdx.x, blockDim.x);
+    __syncthreads();
     double ss = 0;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        const float v = __ldcg(h + i);
-        xs[i] = v;
-        ss += (double)v * v;
-    }
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        ss += (double)xs[i] * xs[i];
     const float inv = dev_rms_inv(block_sum_double(ss), D, eps);
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         xs[i] = __fmul_rn(w[i], __fmul_rn(xs[i], inv));
@@ -167,6 +207,8 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int QD = p.n_heads * p.hd, KD = p.n_kv * p.hd;
 
+    int slot = -1;
+    trace_mark(p, slot, 0);
     /* 1. q/k/v */
     block_rmsnorm(xs, p.h, p.attn_norm, p.eps, p.D);
     xfrag_stage(xf, xs, p.D, threadIdx.x, LD_THREADS);
@@ -180,6 +222,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         block_gemv(jb, p.D, xf, pick_ks((QD + 2 * KD) / 8, p.D), false);
     }
     grid_barrier(p.bar);
+    trace_mark(p, slot, 1);
 
     /* 2. per-head norm + RoPE + cache write */
     for (int hh = blockIdx.x; hh < p.n_heads + 2 * p.n_kv; hh += gridDim.x) {
@@ -189,6 +232,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         __syncthreads();
     }
     grid_barrier(p.bar);
+    trace_mark(p, slot, 2);
 
     /* 3. attention: (KV head, split) units; each group's last split merges */
     for (int u = blockIdx.x; u < p.n_kv * p.n_splits; u += gridDim.x) {
@@ -196,15 +240,14 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         __syncthreads();
     }
     grid_barrier(p.bar);
+    trace_mark(p, slot, 3);
 
     /* 4. o projection into h */
     {
         /* the attention output through L2 (other blocks wrote it) into floats after the
          * fragments' QD * 4 bytes, then into fragments */
-        const float *a = p.attn.out;
         float *xa = (float *)xf + QD;
-        for (int i = threadIdx.x; i < QD; i += LD_THREADS)
-            xa[i] = __ldcg(a + i);
+        stage_cg(xa, p.attn.out, QD, threadIdx.x, LD_THREADS);
         __syncthreads();
         xfrag_stage(xf, xa, QD, threadIdx.x, LD_THREADS);
         __syncthreads();
@@ -216,19 +259,31 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         block_gemv(jb, QD, xf, pick_ks(p.D / 8, QD), true);
     }
     grid_barrier(p.bar);
+    trace_mark(p, slot, 4);
 
     /* 5. ffn norm (kept in xs for phase 6) and the router logits, a warp a row */
     block_rmsnorm(xs, p.h, p.ffn_norm, p.eps, p.D);
     for (int e = blockIdx.x * LD_WARPS + warp; e < p.E; e += gridDim.x * LD_WARPS) {
         const uint4 *row = (const uint4 *)(p.router + (size_t)e * p.D);
         float acc = 0.0f;
-        for (int c = lane; c < p.D / 8; c += 32) {
-            const uint4 wv = __ldg(row + c);
-            const uint32_t ws[4] = {wv.x, wv.y, wv.z, wv.w};
+        constexpr int B = 8; /* a lane's 16-byte pieces, all loaded before the first FMA */
+        for (int c0 = lane; c0 < p.D / 8; c0 += 32 * B) {
+            uint4 wv[B];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                acc = fmaf(__uint_as_float(ws[i] << 16), xs[8 * c + 2 * i], acc);
-                acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), xs[8 * c + 2 * i + 1], acc);
+            for (int b = 0; b < B; b++)
+                if (c0 + 32 * b < p.D / 8)
+                    wv[b] = __ldg(row + c0 + 32 * b);
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const int c = c0 + 32 * b;
+                if (c >= p.D / 8)
+                    break;
+                const uint32_t ws[4] = {wv[b].x, wv[b].y, wv[b].z, wv[b].w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    acc = fmaf(__uint_as_float(ws[i] << 16), xs[8 * c + 2 * i], acc);
+                    acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), xs[8 * c + 2 * i + 1], acc);
+                }
             }
         }
         acc = warp_sum(acc);
@@ -236,6 +291,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             p.logits[e] = acc + (p.router_bias ? p.router_bias[e] : 0.0f);
     }
     grid_barrier(p.bar);
+    trace_mark(p, slot, 5);
 
     /* 6. routing (every block, the same result), then gate/up of the chosen experts */
     if (warp == 0) {
@@ -289,6 +345,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         }
     }
     grid_barrier(p.bar);
+    trace_mark(p, slot, 6);
 
     /* 7. down: a block-unit is 8 output rows, its warps take the slots; combined in expert order */
     {
@@ -301,8 +358,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
                 float2 r = make_float2(0.f, 0.f);
                 if (e >= 0 && e < p.E) {
                     const cuda_wdev w = p.experts[2 * p.E + e];
-                    for (int i = lane; i < p.I; i += 32) /* through L2: other blocks wrote act */
-                        stage[i] = __ldcg(p.act + (size_t)j * p.I + i);
+                    stage_cg(stage, p.act + (size_t)j * p.I, p.I, lane, 32); /* other blocks wrote act */
                     __syncwarp();
                     xfrag_stage(mine, stage, p.I, lane, 32);
                     __syncwarp();
@@ -337,6 +393,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             __syncthreads();
         }
     }
+    trace_mark(p, slot, 7);
 }
 
 } // namespace
@@ -430,10 +487,31 @@ extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_
     ap.sem = a->sem;
     p.qb = a->q, p.kb = a->k, p.vb = a->v, p.logits = a->logits, p.act = a->act;
     p.bar = a->bar;
+    p.trace = a->trace;
     const int group = a->n_heads / a->n_kv;
     if (a->E <= 128)
         return group <= 8 ? layer_launch<8, 4>(stream, p, sm_count, max_per_sm, smem_budget)
                           : layer_launch<16, 4>(stream, p, sm_count, max_per_sm, smem_budget);
     return group <= 8 ? layer_launch<8, 8>(stream, p, sm_count, max_per_sm, smem_budget)
                       : layer_launch<16, 8>(stream, p, sm_count, max_per_sm, smem_budget);
+}
+
+extern "C" size_t cuda_layer_decode_trace_entries(void)
+{
+    return 1 + (size_t)4096 * LD_TRACE;
+}
+
+extern "C" int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[7])
+{
+    int n = (int)(t[0] < 4096 ? t[0] : 4096);
+    for (int i = 0; i < 7; i++)
+        out[i] = 0.0;
+    if (n == 0)
+        return 0;
+    for (int l = 0; l < n; l++)
+        for (int i = 0; i < 7; i++)
+            out[i] += (double)(t[1 + (size_t)l * LD_TRACE + i + 1] - t[1 + (size_t)l * LD_TRACE + i]) / 1000.0;
+    for (int i = 0; i < 7; i++)
+        out[i] /= n;
+    return n;
 }
