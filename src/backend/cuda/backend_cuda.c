@@ -211,23 +211,6 @@ static int *sem_get(struct cuda_backend *c, size_t n)
     graphs_drop(c);
     if (c->sem)
         CHECK(c, cudaFree(c->sem));
-    if (c->bar)
-        CHECK(c, cudaFree(c->bar));
-    if (c->layer_trace) {
-        size_t n = cuda_layer_decode_trace_entries();
-        unsigned long long *t = malloc(n * sizeof *t);
-        double us[7];
-        int launches = 0;
-        if (t && CHECK(c, cudaMemcpy(t, c->layer_trace, n * sizeof *t, cudaMemcpyDeviceToHost)))
-            launches = cuda_layer_decode_trace_summary(t, us);
-        if (launches > 0)
-            LOG_INFO("cuda: one-kernel layer, mean us per phase over %d launches: q/k/v %.2f, attn_prep %.2f, "
-                     "attention %.2f, o %.2f, router %.2f, gate/up %.2f, down %.2f (sum %.2f)",
-                     launches, us[0], us[1], us[2], us[3], us[4], us[5], us[6],
-                     us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
-        free(t);
-        CHECK(c, cudaFree(c->layer_trace));
-    }
     c->sem = NULL;
     c->sem_count = 0;
     size_t want = n < 1024 ? 1024 : n;
@@ -1112,6 +1095,23 @@ static void cuda_backend_free(struct cuda_backend *c)
         CHECK(c, cudaFree(c->scratch));
     if (c->sem)
         CHECK(c, cudaFree(c->sem));
+    if (c->bar)
+        CHECK(c, cudaFree(c->bar));
+    if (c->layer_trace) {
+        size_t n = cuda_layer_decode_trace_entries();
+        unsigned long long *t = malloc(n * sizeof *t);
+        double us[7];
+        int launches = 0;
+        if (t && CHECK(c, cudaMemcpy(t, c->layer_trace, n * sizeof *t, cudaMemcpyDeviceToHost)))
+            launches = cuda_layer_decode_trace_summary(t, us);
+        if (launches > 0)
+            LOG_INFO("cuda: one-kernel layer, mean us per phase over %d launches: q/k/v %.2f, attn_prep %.2f, "
+                     "attention %.2f, o %.2f, router %.2f, gate/up %.2f, down %.2f (sum %.2f)",
+                     launches, us[0], us[1], us[2], us[3], us[4], us[5], us[6],
+                     us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
+        free(t);
+        CHECK(c, cudaFree(c->layer_trace));
+    }
     if (c->blas)
         CHECK(c, cublasDestroy(c->blas));
     if (c->stream)
