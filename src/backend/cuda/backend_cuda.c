@@ -1100,15 +1100,16 @@ static void cuda_backend_free(struct cuda_backend *c)
     if (c->layer_trace) {
         size_t n = cuda_layer_decode_trace_entries();
         unsigned long long *t = malloc(n * sizeof *t);
-        double us[7];
+        double us[14];
         int launches = 0;
         if (t && CHECK(c, cudaMemcpy(t, c->layer_trace, n * sizeof *t, cudaMemcpyDeviceToHost)))
             launches = cuda_layer_decode_trace_summary(t, us);
         if (launches > 0)
-            LOG_INFO("cuda: one-kernel layer, mean us per phase over %d launches: q/k/v %.2f, attn_prep %.2f, "
-                     "attention %.2f, o %.2f, router %.2f, gate/up %.2f, down %.2f (sum %.2f)",
-                     launches, us[0], us[1], us[2], us[3], us[4], us[5], us[6],
-                     us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
+            LOG_INFO("cuda: one-kernel layer, mean us per phase over %d launches (of which after the last "
+                     "block arrived): q/k/v %.2f (%.2f), attn_prep %.2f (%.2f), attention %.2f (%.2f), o %.2f "
+                     "(%.2f), router %.2f (%.2f), gate/up %.2f (%.2f), down %.2f (%.2f); sum %.2f",
+                     launches, us[0], us[7], us[1], us[8], us[2], us[9], us[3], us[10], us[4], us[11], us[5],
+                     us[12], us[6], us[13], us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
         free(t);
         CHECK(c, cudaFree(c->layer_trace));
     }

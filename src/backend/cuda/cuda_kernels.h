@@ -312,8 +312,10 @@ struct cuda_layer_decode_args {
 /* Entries of a phase trace buffer for up to 4096 launches (zeroed by the caller). */
 size_t cuda_layer_decode_trace_entries(void);
 /* Mean microseconds of each phase over the launches traced in host copy t (of ..._entries()):
- * out[0 .. 7) = q/k/v, attn_prep, attention, o, router, gate/up, down; returns the launches. */
-int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[7]);
+ * out[0 .. 7) = q/k/v, attn_prep, attention, o, router, gate/up, down (barrier included), out[7 ..
+ * 14) the part of each from the last block's arrival to block 0's leaving (the barrier's own
+ * cost); returns the launches. */
+int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[14]);
 /* Whether cuda_layer_decode takes the shape (head_dim 128, widths multiples of 128, <= 256
  * experts, k <= 16, <= 16 query heads per KV head; the caller checks formats: NVFP4 projections
  * and experts, BF16 router, softmax routing without groups). */

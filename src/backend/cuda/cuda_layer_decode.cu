@@ -55,7 +55,8 @@ struct layer_params {
     unsigned long long *trace; /* or NULL: [0] a launch counter, then LD_TRACE times per launch */
 };
 
-enum { LD_TRACE = 8 };
+enum { LD_TRACE = 16 }; /* per launch: 8 marks of block 0 after each barrier, then per phase the
+                           last block's arrival at its barrier (atomicMax) */
 
 /* Block 0 notes the time at the start and after every barrier (MOESERVE_LAYER_TRACE=1): where a
  * layer's time goes, phase by phase, as the backend reports it at the end. */
@@ -79,11 +80,17 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p)
 }
 
 /* Every block of the grid arrives before any leaves; the writes before it are visible after it.
- * The last block to arrive resets the count and moves the generation on. */
-__device__ __forceinline__ void grid_barrier(unsigned *bar)
+ * The last block to arrive resets the count and moves the generation on. arrive (trace only):
+ * where every block notes its arrival time (atomicMax: the last one stays). */
+__device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned long long *arrive = nullptr)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
+        if (arrive) {
+            unsigned long long t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            atomicMax(arrive, t);
+        }
         const unsigned gen = ld_acquire_u32(bar + 1);
         __threadfence();
         if (atomicAdd(bar, 1u) == gridDim.x - 1) {
@@ -209,6 +216,17 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
 
     int slot = -1;
     trace_mark(p, slot, 0);
+    /* the launch's arrival slots (trace only): launch index read back from block 0's slot is not
+     * known to the other blocks, so every block counts launches itself on a second counter */
+    unsigned long long *arr = nullptr;
+    if (p.trace) {
+        __shared__ unsigned long long s_launch;
+        if (threadIdx.x == 0)
+            s_launch = atomicAdd(p.trace + 1 + (size_t)4096 * LD_TRACE + blockIdx.x, 1ull);
+        __syncthreads();
+        if (s_launch < 4096)
+            arr = p.trace + 1 + (size_t)s_launch * LD_TRACE + 8;
+    }
     /* 1. q/k/v */
     block_rmsnorm(xs, p.h, p.attn_norm, p.eps, p.D);
     xfrag_stage(xf, xs, p.D, threadIdx.x, LD_THREADS);
@@ -221,7 +239,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         jb.y[0] = p.qb, jb.y[1] = p.kb, jb.y[2] = p.vb;
         block_gemv(jb, p.D, xf, pick_ks((QD + 2 * KD) / 8, p.D), false);
     }
-    grid_barrier(p.bar);
+    grid_barrier(p.bar, arr ? arr + 0 : nullptr);
     trace_mark(p, slot, 1);
 
     /* 2. per-head norm + RoPE + cache write */
@@ -231,7 +249,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
                        (float *)p.attn.vc, p.slots, 0, hh, xs);
         __syncthreads();
     }
-    grid_barrier(p.bar);
+    grid_barrier(p.bar, arr ? arr + 1 : nullptr);
     trace_mark(p, slot, 2);
 
     /* 3. attention: (KV head, split) units; each group's last split merges */
@@ -239,7 +257,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         attn_split_block<NH>(p.attn, 0, u % p.n_kv, u / p.n_kv);
         __syncthreads();
     }
-    grid_barrier(p.bar);
+    grid_barrier(p.bar, arr ? arr + 2 : nullptr);
     trace_mark(p, slot, 3);
 
     /* 4. o projection into h */
@@ -258,7 +276,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         jb.y[0] = p.h;
         block_gemv(jb, QD, xf, pick_ks(p.D / 8, QD), true);
     }
-    grid_barrier(p.bar);
+    grid_barrier(p.bar, arr ? arr + 3 : nullptr);
     trace_mark(p, slot, 4);
 
     /* 5. ffn norm (kept in xs for phase 6) and the router logits, a warp a row */
@@ -290,7 +308,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
         if (lane == 0)
             p.logits[e] = acc + (p.router_bias ? p.router_bias[e] : 0.0f);
     }
-    grid_barrier(p.bar);
+    grid_barrier(p.bar, arr ? arr + 4 : nullptr);
     trace_mark(p, slot, 5);
 
     /* 6. routing (every block, the same result), then gate/up of the chosen experts */
@@ -344,7 +362,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             }
         }
     }
-    grid_barrier(p.bar);
+    grid_barrier(p.bar, arr ? arr + 5 : nullptr);
     trace_mark(p, slot, 6);
 
     /* 7. down: a block-unit is 8 output rows, its warps take the slots; combined in expert order */
@@ -392,6 +410,11 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             }
             __syncthreads();
         }
+    }
+    if (arr && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        atomicMax(arr + 6, t);
     }
     trace_mark(p, slot, 7);
 }
@@ -498,20 +521,24 @@ extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_
 
 extern "C" size_t cuda_layer_decode_trace_entries(void)
 {
-    return 1 + (size_t)4096 * LD_TRACE;
+    return 1 + (size_t)4096 * LD_TRACE + 65536; /* + per-block launch counters */
 }
 
-extern "C" int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[7])
+extern "C" int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[14])
 {
     int n = (int)(t[0] < 4096 ? t[0] : 4096);
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 14; i++)
         out[i] = 0.0;
     if (n == 0)
         return 0;
-    for (int l = 0; l < n; l++)
-        for (int i = 0; i < 7; i++)
-            out[i] += (double)(t[1 + (size_t)l * LD_TRACE + i + 1] - t[1 + (size_t)l * LD_TRACE + i]) / 1000.0;
-    for (int i = 0; i < 7; i++)
+    for (int l = 0; l < n; l++) {
+        const unsigned long long *m = t + 1 + (size_t)l * LD_TRACE;
+        for (int i = 0; i < 7; i++) {
+            out[i] += (double)(m[i + 1] - m[i]) / 1000.0;          /* phase, barrier included */
+            out[7 + i] += (double)(m[i + 1] - m[8 + i]) / 1000.0;  /* last arrival -> block 0 leaves */
+        }
+    }
+    for (int i = 0; i < 14; i++)
         out[i] /= n;
     return n;
 }
