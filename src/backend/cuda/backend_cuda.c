@@ -95,7 +95,7 @@ struct cuda_backend {
     struct cuda_l2_ranges pf_pending; /* the last hint, for the next kernel that takes hints */
     bool layer_kernel;   /* one-token GQA + MoE layers in one kernel (cuda_layer_decode.cu) */
     int layer_blocks;    /* ... with at most this many blocks per SM */
-    unsigned *bar;       /* device: its grid barrier (count, generation) */
+    unsigned *bar;       /* device: its grid barrier (count, copies of the generation) */
     unsigned long long *layer_trace; /* device: its phase trace (MOESERVE_LAYER_TRACE=1), or NULL */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
@@ -912,8 +912,8 @@ static bool cu_decode_layer(struct backend *be, const struct decode_layer_args *
             c->capture_broken = true;
             return true; /* the forward runs the ops directly after the failed capture */
         }
-        if (!CHECK(c, cudaMalloc((void **)&c->bar, 2 * sizeof(unsigned))) ||
-            !CHECK(c, cudaMemset(c->bar, 0, 2 * sizeof(unsigned))))
+        size_t bytes = cuda_layer_decode_barrier_words() * sizeof(unsigned);
+        if (!CHECK(c, cudaMalloc((void **)&c->bar, bytes)) || !CHECK(c, cudaMemset(c->bar, 0, bytes)))
             return true;
     }
     la.bar = c->bar;

@@ -306,9 +306,11 @@ struct cuda_layer_decode_args {
     float *q, *k, *v, *attn, *logits, *act; /* scratch: QD, KD, KD, QD, E, n_used x I floats */
     float *attn_work;                       /* cuda_attention_workspace_floats(1, n_heads, hd, n_splits) */
     int *sem;                               /* n_kv zeroed counters, left zeroed */
-    unsigned *bar;                          /* 2 unsigned, zero before the first launch */
+    unsigned *bar;                          /* cuda_layer_decode_barrier_words(), zero before first use */
     unsigned long long *trace;              /* NULL, or a phase trace (cuda_layer_decode_trace) */
 };
+/* Words of the barrier state (unsigned). */
+size_t cuda_layer_decode_barrier_words(void);
 /* Entries of a phase trace buffer for up to 4096 launches (zeroed by the caller). */
 size_t cuda_layer_decode_trace_entries(void);
 /* Mean microseconds of each phase over the launches traced in host copy t (of ..._entries()):

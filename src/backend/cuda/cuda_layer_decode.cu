@@ -72,37 +72,54 @@ __device__ __forceinline__ void trace_mark(const layer_params &p, int &slot, int
         p.trace[1 + (size_t)slot * LD_TRACE + i] = t;
 }
 
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p)
+__device__ __forceinline__ unsigned ld_relaxed_u32(const unsigned *p)
 {
     unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 
+/* The barrier's words: the arrival count, then LD_GEN_COPIES copies of the generation, each in
+ * its own 128-byte line; block b polls copy b % LD_GEN_COPIES. With one shared generation word,
+ * ~400 polling blocks kept one L2 slice busy, and every load that hashed to that slice waited
+ * behind them (the first version: every phase took 2-4x its expected time). */
+enum { LD_GEN_COPIES = 32, LD_BAR_WORDS = 32 + 32 * LD_GEN_COPIES };
+
 /* Every block of the grid arrives before any leaves; the writes before it are visible after it.
- * The last block to arrive resets the count and moves the generation on. arrive (trace only):
- * where every block notes its arrival time (atomicMax: the last one stays). */
+ * The last block to arrive resets the count and moves every copy of the generation on.
+ * arrive (trace only): where every block notes its arrival time (atomicMax: the last one stays). */
 __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned long long *arrive = nullptr)
 {
     __syncthreads();
-    if (threadIdx.x == 0) {
-        if (arrive) {
-            unsigned long long t;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            atomicMax(arrive, t);
+    if (threadIdx.x < 32) {
+        unsigned *mine = bar + 32 + 32 * (blockIdx.x % LD_GEN_COPIES);
+        unsigned gen = 0;
+        bool last = false;
+        if (threadIdx.x == 0) {
+            if (arrive) {
+                unsigned long long t;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                atomicMax(arrive, t);
+            }
+            gen = ld_relaxed_u32(mine);
+            __threadfence(); /* this block's writes before the arrival */
+            last = atomicAdd(bar, 1u) == gridDim.x - 1;
+            if (last)
+                bar[0] = 0;
         }
-        const unsigned gen = ld_acquire_u32(bar + 1);
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            bar[0] = 0;
+        last = __shfl_sync(0xffffffffu, last, 0);
+        gen = __shfl_sync(0xffffffffu, gen, 0);
+        if (last) {
             __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            /* a short sleep between polls: hundreds of SMs reading one word back to back load
-             * its L2 slice, which the blocks still working also use */
-            while (ld_acquire_u32(bar + 1) == gen)
-                __nanosleep(64);
+            /* lane i moves copy i (LD_GEN_COPIES == 32) */
+            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(bar + 32 + 32 * threadIdx.x), "r"(gen + 1)
+                         : "memory");
+        } else if (threadIdx.x == 0) {
+            while (ld_relaxed_u32(mine) == gen)
+                __nanosleep(32);
         }
+        __syncwarp();
+        __threadfence(); /* the other blocks' writes, seen after the wait */
     }
     __syncthreads();
 }
@@ -517,6 +534,11 @@ extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_
                           : layer_launch<16, 4>(stream, p, sm_count, max_per_sm, smem_budget);
     return group <= 8 ? layer_launch<8, 8>(stream, p, sm_count, max_per_sm, smem_budget)
                       : layer_launch<16, 8>(stream, p, sm_count, max_per_sm, smem_budget);
+}
+
+extern "C" size_t cuda_layer_decode_barrier_words(void)
+{
+    return LD_BAR_WORDS;
 }
 
 extern "C" size_t cuda_layer_decode_trace_entries(void)
