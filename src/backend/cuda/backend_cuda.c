@@ -1264,10 +1264,18 @@ static void configure_from_plan(struct cuda_backend *c)
     const char *pfb = getenv("MOESERVE_L2_PF_BLOCKS");
     c->l2_pf_blocks = pfb && atoi(pfb) > 0 ? atoi(pfb) : c->sm_count;
     /* One kernel per one-token layer (cuda_layer_decode.cu: every SM in every phase, grid
-     * barriers between them) where the device has mma.sync (its tiles): MOESERVE_LAYER_KERNEL=0
-     * off; MOESERVE_LAYER_BLOCKS=N at most N blocks per SM (default 3, the kernel's bound). */
+     * barriers between them), where the device has mma.sync (its tiles). Correct (golden
+     * qwen3_hd128_nvfp4) but measured SLOWER on the H200 (session 5, Qwen3-30B-A3B NVFP4 batch 1):
+     * 189 tok/s against 327 for the per-op kernels. Its phase trace (MOESERVE_LAYER_TRACE=1, us:
+     * q/k/v 18.8, attn_prep 3.9, attention 19.3, o 15.5, router 10.5, gate/up 21.2, down 14.6;
+     * each barrier ~1.7) and ncu (19.1 M warp instructions a layer, 0.17 issued per scheduler per
+     * cycle at 3 warps per scheduler; stalls per issue: CTA barrier 5.5, memory 4.2, instruction
+     * fetch 2.0) say it is bound by instruction issue: the NVFP4 decode costs ~0.12 warp
+     * instructions a weight, and 168 registers leave too few warps to hide the mma and load
+     * latencies. So it is off: MOESERVE_LAYER_KERNEL=1 on; MOESERVE_LAYER_BLOCKS=N at most N
+     * blocks per SM (default 3, the kernel's bound). */
     const char *lk = getenv("MOESERVE_LAYER_KERNEL");
-    c->layer_kernel = c->plan.caps.bf16_mma && !(lk && strcmp(lk, "0") == 0);
+    c->layer_kernel = c->plan.caps.bf16_mma && lk && strcmp(lk, "1") == 0;
     const char *lb = getenv("MOESERVE_LAYER_BLOCKS");
     c->layer_blocks = lb && atoi(lb) > 0 ? atoi(lb) : 3;
     const char *lt = getenv("MOESERVE_LAYER_TRACE"); /* phase times, logged when the backend closes */
