@@ -878,6 +878,34 @@ static void test_argmax(void **state)
     assert_int_equal(ids[3], 0);
     free(l);
     p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, dids);
+    /* rows split over blocks (cuda_fused.cu argmax_split_kernel: 8192 entries a block) with a
+     * ragged last slice, a tie across a slice boundary, and a width not a multiple of 4 (one
+     * block a row); random rows against the host's first maximum */
+    const int widths[2] = {3 * 8192 + 100, 1001};
+    for (int wi = 0; wi < 2; wi++) {
+        const int W = widths[wi];
+        l = rand_floats((size_t)3 * W, 10.0f, &rng);
+        l[(size_t)W - 1] = 70.0f;                      /* row 0: the winner in the ragged tail */
+        l[(size_t)2 * W + 8191 % W] = 80.0f;           /* row 2: a tie across a slice boundary */
+        l[(size_t)2 * W + 8192 % W] = 80.0f;
+        int want[3];
+        for (int r = 0; r < 3; r++) {
+            want[r] = 0;
+            for (int i = 1; i < W; i++)
+                if (l[(size_t)r * W + i] > l[(size_t)r * W + want[r]])
+                    want[r] = i;
+        }
+        dl = dev_copy(&p->gpu, l, (size_t)3 * W * 4);
+        dids = dev_copy(&p->gpu, (int32_t[3]){-7, -7, -7}, 12);
+        p->gpu.ops->argmax(&p->gpu, dl, 3, W, dids);
+        gpu_ok(&p->gpu);
+        p->gpu.ops->download(&p->gpu, ids, dids, 12);
+        for (int r = 0; r < 3; r++)
+            if (ids[r] != want[r])
+                fail_msg("argmax width %d row %d: gpu %d, host %d", W, r, ids[r], want[r]);
+        free(l);
+        p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, dids);
+    }
 }
 
 /* The device sampler: the draw follows u in id order over the kept set; top-k / top-p keep

@@ -466,7 +466,11 @@ static void cu_attn_prep(struct backend *be, float *q, float *k, const float *v,
 static void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids)
 {
     struct cuda_backend *c = ctx(be);
-    CHECK(c, cuda_argmax(c->stream, logits, rows, vocab, ids));
+    /* rows split over blocks (scratch for the partials, a counter a row); NULL (no memory, or a
+     * capture that would have to grow them and is spoilt instead): one block a row */
+    void *work = scratch_get(c, cuda_argmax_workspace_bytes(rows, vocab));
+    int *sem = work ? sem_get(c, (size_t)rows) : NULL;
+    CHECK(c, cuda_argmax(c->stream, logits, rows, vocab, ids, work, sem));
 }
 
 static void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,

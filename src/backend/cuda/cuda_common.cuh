@@ -157,6 +157,21 @@ __device__ __forceinline__ double block_sum_double(double v)
     return s;
 }
 
+/* order[0 .. k) = the slots 0 .. k-1 by ascending expert id ids[slot], ties in slot order (an
+ * insertion sort: k is small): the order in which the CPU adds a token's expert outputs, which
+ * the decode MoE kernels keep. One thread. */
+__device__ __forceinline__ void slots_by_expert(const int32_t *ids, int k, int *order)
+{
+    for (int j = 0; j < k; j++) {
+        int i = j;
+        while (i > 0 && ids[order[i - 1]] > ids[j]) {
+            order[i] = order[i - 1];
+            i--;
+        }
+        order[i] = j;
+    }
+}
+
 /* Programmatic dependent launch (device_caps.pdl, set from plan/caps_table.c). A kernel launched
  * with launch_pdl(true, ...) may start while the kernel before it in the stream still runs, so
  * before pdl_wait() it may only read what no kernel of the pass writes (weights, the metadata

@@ -95,14 +95,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     const int t = blockIdx.y;
     const int32_t *it = ids + (size_t)t * n_used;
     if (threadIdx.x == 0)
-        for (int j = 0; j < n_used; j++) { /* insertion sort by expert id, k is small */
-            int i = j;
-            while (i > 0 && it[order[i - 1]] > it[j]) {
-                order[i] = order[i - 1];
-                i--;
-            }
-            order[i] = j;
-        }
+        slots_by_expert(it, n_used, order);
     const int64_t n0 = (int64_t)blockIdx.x * 8;
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;

@@ -285,15 +285,8 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
                 v = make_float4(v.x * X_PRESCALE, v.y * X_PRESCALE, v.z * X_PRESCALE, v.w * X_PRESCALE);
             xs[j * per + c * Q + ((fi % Q) ^ x_swz<Q>(c))] = v;
         }
-        if (threadIdx.x == 0) /* insertion sort of the slots by expert id: the CPU's summation order */
-            for (int j = 0; j < p.n_used; j++) {
-                int i = j;
-                while (i > 0 && s_e[s_order[i - 1]] > s_e[j]) {
-                    s_order[i] = s_order[i - 1];
-                    i--;
-                }
-                s_order[i] = j;
-            }
+        if (threadIdx.x == 0) /* the CPU's summation order */
+            slots_by_expert(s_e, p.n_used, s_order);
     } else if (p.norm_w) {
         stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out);
     } else {

@@ -19,7 +19,8 @@
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
  *          (cuda_decode_mma.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
  *          cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
- *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax() (cuda_fused.cu);
+ *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax_workspace_bytes(),
+ *          cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
  *          cuda_mla_attention_workspace_floats(), cuda_mla_attention() (cuda_mla.cu);
  *          cuda_layernorm(), cuda_dsa_fit(), cuda_dsa_scores(), cuda_dsa_topk() (cuda_dsa.cu)
@@ -362,8 +363,12 @@ cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float 
                            int n_kv, int head_dim, const float *q_norm, const float *k_norm, float eps,
                            const struct rope_args *a, const int32_t *pos, const struct paged_kv *kv,
                            const int32_t *slots, int pdl);
-/* ids[r] = argmax of logits[r, :vocab], lowest id on ties, -1 when the row has a NaN. */
-cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids);
+/* ids[r] = argmax of logits[r, :vocab], lowest id on ties, -1 when the row has a NaN. work
+ * (cuda_argmax_workspace_bytes) and sem (rows zeroed counters, left zeroed) let a row be split
+ * over blocks; NULL: one block a row. */
+size_t cuda_argmax_workspace_bytes(int rows, int vocab);
+cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids, void *work,
+                        int *sem);
 /* backend_ops.sample; params (rows) device memory. */
 cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
                         const struct sample_row *params, int32_t *ids);

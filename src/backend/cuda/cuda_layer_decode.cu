@@ -337,14 +337,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             s_ids[lane] = id0, s_w[lane] = w0;
         __syncwarp();
         if (lane == 0)
-            for (int j = 0; j < p.k; j++) { /* insertion sort by expert id, k is small */
-                int i = j;
-                while (i > 0 && s_ids[s_order[i - 1]] > s_ids[j]) {
-                    s_order[i] = s_order[i - 1];
-                    i--;
-                }
-                s_order[i] = j;
-            }
+            slots_by_expert(s_ids, p.k, s_order);
     }
     xfrag_stage(xf, xs, p.D, threadIdx.x, LD_THREADS);
     __syncthreads();
