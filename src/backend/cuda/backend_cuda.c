@@ -87,7 +87,8 @@ struct cuda_backend {
                            shared memory before the wait) */
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
-    bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (not yet run on a GPU: opt-in) */
+    bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (measured slower: opt-in) */
+    int moe_mma_unroll;    /* weight groups a warp of those MoE kernels loads per round (4 | 8) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
     int l2_pf_blocks;    /* ... spread over this many extra blocks */
     bool l2_pf_attn;     /* the decode attention takes the prefetch op's hints (caps "tma") */
@@ -798,7 +799,8 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
-                                     weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf)));
+                                     weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
+                                     c->moe_mma_unroll));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -1248,6 +1250,10 @@ static void configure_from_plan(struct cuda_backend *c)
     /* MOESERVE_DECODE_MMA=0: the few-token NVFP4 MoE on CUDA cores (cuda_decode.cu) */
     const char *dm = getenv("MOESERVE_DECODE_MMA");
     c->decode_mma = c->plan.caps.bf16_mma && !(dm && strcmp(dm, "0") == 0);
+    /* MOESERVE_MOE_MMA_UNROLL=4|8: weight groups in flight per warp in those kernels (8: two
+     * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4) */
+    const char *mu = getenv("MOESERVE_MOE_MMA_UNROLL");
+    c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : 8;
     const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
     c->decode_mma_dense = c->plan.caps.bf16_mma && dmd && strcmp(dmd, "1") == 0;
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen

@@ -38,6 +38,7 @@ namespace
 
 /* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / 32, pairs); warp: rows n0 .. n0 + 3 of
  * gate (lanes' g 0..3) and of up (g 4..7). */
+template <int U>
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, float *act)
@@ -55,9 +56,12 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     }
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
+    /* the first U weight groups in flight while x is staged: one round trip less */
+    chunk16 pre[U];
+    rows8_prefetch<U>(w, row, row < I, D, 0, (int)(D / 128), pre);
     xfrag_stage(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MD_THREADS);
     __syncthreads();
-    float2 r = rows8_dot(w, row, row < I, D, xf);
+    float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, 0, (int)(D / 128), pre);
     pdl_trigger(); /* late: see pdl_trigger() */
     /* lanes 0, 1: gate rows n0 + 2t, n0 + 2t + 1; lanes 2, 3: the same up rows */
     const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
@@ -81,6 +85,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid
  * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. residual: out +=. */
+template <int U>
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
                         const int32_t *ids, const float *weights, int n_used, float *out, int residual,
@@ -104,10 +109,12 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         float2 r = make_float2(0.f, 0.f);
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
+            chunk16 pre[U]; /* in flight while the slot's act is staged */
+            rows8_prefetch<U>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre);
             __syncwarp();
             xfrag_stage(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32);
             __syncwarp();
-            r = rows8_dot(w, n0 + g, n0 + g < D, I, mine);
+            r = rows8_dot_range<U>(w, n0 + g, n0 + g < D, I, mine, 0, (int)(I / 128), pre);
             const float s = 0x1p62f * w.scale2;
             r.x *= s, r.y *= s;
             if (w.bias && lane < 4) {
@@ -247,31 +254,50 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
            n_used <= MD_MAX_USED && smem + 1024 <= smem_budget;
 }
 
-extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                           int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                                           const int32_t *ids, const float *weights, int n_used, float *act,
-                                           float *out, int residual, int pdl, const struct cuda_l2_ranges *pf)
+namespace
 {
-    const cuda_l2_ranges none = {};
-    if (n_tokens <= 0)
-        return cudaSuccess;
-    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535)
-        return cudaErrorInvalidValue;
+
+template <int U>
+cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
+                           int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
+                           int n_used, float *act, float *out, int residual, int pdl, const cuda_l2_ranges &pf)
+{
     /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
+        e = cudaFuncSetAttribute(moe_down_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     if (e != cudaSuccess)
         return e;
     dim3 g1((unsigned)((d_expert + 4 * MD_WARPS - 1) / (4 * MD_WARPS)), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel, g1, dim3(MD_THREADS), smem1, stream, table, n_experts, d_expert,
-                   d_model, x, ids, n_used, act);
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U>, g1, dim3(MD_THREADS), smem1, stream, table, n_experts,
+                   d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
-    return launch_pdl(pdl != 0, moe_down_mma_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
-                      d_expert, act, ids, weights, n_used, out, residual, pf ? *pf : none);
+    return launch_pdl(pdl != 0, moe_down_mma_kernel<U>, g2, dim3(MD_THREADS), smem2, stream, table, n_experts,
+                      d_model, d_expert, act, ids, weights, n_used, out, residual, pf);
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
+                                           int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
+                                           const int32_t *ids, const float *weights, int n_used, float *act,
+                                           float *out, int residual, int pdl, const struct cuda_l2_ranges *pf,
+                                           int unroll)
+{
+    const cuda_l2_ranges none = {};
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
+        (unroll != 4 && unroll != 8))
+        return cudaErrorInvalidValue;
+    if (unroll == 8)
+        return moe_mma_launch<8>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act,
+                                 out, residual, pdl, pf ? *pf : none);
+    return moe_mma_launch<4>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act, out,
+                             residual, pdl, pf ? *pf : none);
 }

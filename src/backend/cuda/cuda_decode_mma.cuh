@@ -122,37 +122,39 @@ __device__ __forceinline__ chunk16 load_chunk(const cuda_wdev &w, int64_t row, i
     return q;
 }
 
-/* The first MD_U chunk groups of [g0, g1) of row `row` (ok: it exists): what a kernel may load
- * before it waits for its predecessor (weights never change). */
+/* The first U chunk groups of [g0, g1) of row `row` (ok: it exists): what a kernel may load
+ * before it waits for its predecessor or stages x (weights never change). */
+template <int U = MD_U>
 __device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, bool ok, int64_t K, int g0, int g1,
-                                               chunk16 (&q)[MD_U])
+                                               chunk16 (&q)[U])
 {
     const int t = threadIdx.x % 4;
 #pragma unroll
-    for (int u = 0; u < MD_U; u++)
+    for (int u = 0; u < U; u++)
         q[u] = load_chunk(w, row, 4 * (g0 + u) + t, K, ok && g0 + u < g1);
 }
 
 /* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x over the
  * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K), the first
- * MD_U groups already in pre: returns in lanes 0..3 the raw sums of rows 2t and 2t + 1 (times
- * 2^-62). */
+ * U groups already in pre, U more per round after: returns in lanes 0..3 the raw sums of rows
+ * 2t and 2t + 1 (times 2^-62). The sums are added group by group in order, as rows8_dot does. */
+template <int U = MD_U>
 __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t row, bool ok, int64_t K,
-                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[MD_U])
+                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U])
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int u = 0; u < MD_U; u++)
+    for (int u = 0; u < U; u++)
         if (g0 + u < g1)
             chunk_mma(pre[u], xf + (size_t)(g0 + u) * 64, lane, d0, d1);
-    for (int i0 = g0 + MD_U; i0 < g1; i0 += MD_U) {
-        chunk16 q[MD_U];
+    for (int i0 = g0 + U; i0 < g1; i0 += U) {
+        chunk16 q[U];
 #pragma unroll
-        for (int u = 0; u < MD_U; u++)
+        for (int u = 0; u < U; u++)
             q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < g1);
 #pragma unroll
-        for (int u = 0; u < MD_U; u++)
+        for (int u = 0; u < U; u++)
             if (i0 + u < g1)
                 chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
     }
@@ -163,19 +165,22 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
 }
 
 /* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
- * only after the wait). Kept as run on the H200 in session 4. */
+ * only after the wait), U chunk groups in flight per round (session 4 ran U = 4; each round is
+ * one dependent DRAM round trip, so U = 8 halves them for the 2048-wide gate/up and makes the
+ * 768-wide down one round). */
+template <int U = MD_U>
 __device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, bool ok, int64_t K, const uint2 *xf)
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
     const int NC = (int)(K / 32);
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int i0 = 0; i0 < NC / 4; i0 += MD_U) {
-        chunk16 q[MD_U];
+    for (int i0 = 0; i0 < NC / 4; i0 += U) {
+        chunk16 q[U];
 #pragma unroll
-        for (int u = 0; u < MD_U; u++)
+        for (int u = 0; u < U; u++)
             q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < NC / 4);
 #pragma unroll
-        for (int u = 0; u < MD_U; u++)
+        for (int u = 0; u < U; u++)
             if (i0 + u < NC / 4)
                 chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
     }

@@ -282,11 +282,12 @@ cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const s
 int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                   size_t smem_budget);
 /* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. pf (or
- * NULL): weights of the ops after this one, asked of L2 by the down kernel's blocks. */
+ * NULL): weights of the ops after this one, asked of L2 by the down kernel's blocks. unroll: 4 or
+ * 8 weight groups (128 k each) a warp loads per round. */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
-                                const struct cuda_l2_ranges *pf);
+                                const struct cuda_l2_ranges *pf, int unroll);
 
 /* ---- cuda_layer_decode.cu (one decoder layer of one token in one kernel) ---- */
 /* Everything one GQA + routed-MoE layer reads and writes; device pointers. */
