@@ -521,10 +521,9 @@ extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_
     p.qb = a->q, p.kb = a->k, p.vb = a->v, p.logits = a->logits, p.act = a->act;
     p.bar = a->bar;
     p.trace = a->trace;
+    /* one routing width (NPL 8: up to 256 experts) keeps the fatbin to two instances of this
+     * large kernel (each ~25 s of nvcc per architecture) */
     const int group = a->n_heads / a->n_kv;
-    if (a->E <= 128)
-        return group <= 8 ? layer_launch<8, 4>(stream, p, sm_count, max_per_sm, smem_budget)
-                          : layer_launch<16, 4>(stream, p, sm_count, max_per_sm, smem_budget);
     return group <= 8 ? layer_launch<8, 8>(stream, p, sm_count, max_per_sm, smem_budget)
                       : layer_launch<16, 8>(stream, p, sm_count, max_per_sm, smem_budget);
 }
