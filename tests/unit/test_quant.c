@@ -10,6 +10,7 @@
  *   in-features not a multiple of 16, NaN/Inf/negative scales, a config that
  *   contradicts the tensors: a clear error naming the tensor.
  * - The quantizer refuses what it cannot do (already quantized, K % 16).
+ * - Byte accounting: weight_data_bytes / weight_scale_bytes / weight_bytes per format.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -446,6 +447,32 @@ static void test_config_contradiction(void **state)
     expect_msg(err.msg, "unquantized");
 }
 
+/* The byte accounting the CUDA backend's prefetch ranges rely on: data and scales of every
+ * format, as the formats define them, and together with the bias (and NVFP4's f32 global scale)
+ * what weight_bytes() says a kernel reads. */
+static void test_weight_byte_accounting(void **state)
+{
+    (void)state;
+    const int64_t rows = 300, cols = 272; /* not multiples of 128: FP8's partial scale blocks */
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            struct weight w = {.format = (enum weight_format)f, .rows = rows, .cols = cols,
+                               .bias = with_bias ? (const float *)&w : NULL};
+            size_t n = (size_t)rows * (size_t)cols, data = 0, scale = 0, extra = 0;
+            switch (w.format) {
+            case WEIGHT_F32: data = 4 * n; break;
+            case WEIGHT_BF16:
+            case WEIGHT_F16: data = 2 * n; break;
+            case WEIGHT_FP8_BLOCK: data = n, scale = (size_t)3 * 3 * 4; break; /* ceil(300/128) x ceil(272/128) f32 */
+            case WEIGHT_NVFP4: data = n / 2, scale = n / 16, extra = 4; break; /* + the f32 scale2 */
+            case WEIGHT_FORMAT_COUNT: break;
+            }
+            assert_int_equal(weight_data_bytes(&w), data);
+            assert_int_equal(weight_scale_bytes(&w), scale);
+            assert_int_equal(weight_bytes(&w), data + scale + extra + (with_bias ? (size_t)rows * 4 : 0));
+        }
+}
+
 static void test_quantizer_refusals(void **state)
 {
     (void)state;
@@ -476,7 +503,7 @@ int main(void)
         cmocka_unit_test(test_codecs_round_to_nearest_even), cmocka_unit_test(test_nvfp4_row_roundtrip_error),
         cmocka_unit_test(test_roundtrip_matches_pytorch),    cmocka_unit_test(test_bad_quantized_tensors),
         cmocka_unit_test(test_nvfp4_needs_k_multiple_of_16), cmocka_unit_test(test_config_contradiction),
-        cmocka_unit_test(test_quantizer_refusals),
+        cmocka_unit_test(test_quantizer_refusals),           cmocka_unit_test(test_weight_byte_accounting),
     };
     return cmocka_run_group_tests(tests, root_setup, root_teardown);
 }
