@@ -27,7 +27,7 @@ static const char *PROFILES[] = {"a100", "rtx-a6000",    "l40s",     "h100",    
 static const char *REQUIRED_OPS[] = {
     "embedding",        "rmsnorm",   "rope_qk_norm", "kv_cache_write",   "attention_prefill",
     "attention_decode", "moe_route", "moe_align",    "moe_experts_gemm", "moe_silu_mul",
-    "linear",           "lm_head",   "sample"};
+    "linear",           "lm_head",   "sample",       "argmax"};
 
 static void caps_for(const char *name, struct device_caps *caps)
 {
