@@ -1113,9 +1113,9 @@ static void cuda_backend_free(struct cuda_backend *c)
         if (launches > 0)
             LOG_INFO("cuda: one-kernel layer, mean us per phase over %d launches (of which after the last "
                      "block arrived): q/k/v %.2f (%.2f), attn_prep %.2f (%.2f), attention %.2f (%.2f), o %.2f "
-                     "(%.2f), router %.2f (%.2f), gate/up %.2f (%.2f), down %.2f (%.2f); sum %.2f",
+                     "(%.2f), router %.2f (%.2f), gate/up %.2f (%.2f), down %.2f (to the last block's end); sum %.2f",
                      launches, us[0], us[7], us[1], us[8], us[2], us[9], us[3], us[10], us[4], us[11], us[5],
-                     us[12], us[6], us[13], us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
+                     us[12], us[6], us[0] + us[1] + us[2] + us[3] + us[4] + us[5] + us[6]);
         free(t);
         CHECK(c, cudaFree(c->layer_trace));
     }

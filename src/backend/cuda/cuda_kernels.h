@@ -317,8 +317,9 @@ size_t cuda_layer_decode_barrier_words(void);
 size_t cuda_layer_decode_trace_entries(void);
 /* Mean microseconds of each phase over the launches traced in host copy t (of ..._entries()):
  * out[0 .. 7) = q/k/v, attn_prep, attention, o, router, gate/up, down (barrier included), out[7 ..
- * 14) the part of each from the last block's arrival to block 0's leaving (the barrier's own
- * cost); returns the launches. */
+ * 13) the part of each but down from the last block's arrival to block 0's leaving (the
+ * barrier's own cost; down ends the launch and counts to its last block's end); returns the
+ * launches. */
 int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[14]);
 /* Whether cuda_layer_decode takes the shape (head_dim 128, widths multiples of 128, <= 256
  * experts, k <= 16, <= 16 query heads per KV head; the caller checks formats: NVFP4 projections

@@ -22,6 +22,11 @@
  * cooperatively so that the driver refuses rather than deadlocks.
  * Numbers: every step rounds as its per-op kernel does, except the router dot products and the
  * tile sums, whose fp32 summation order differs (the same order on every run).
+ * Measured (session 5, Qwen3-30B-A3B NVFP4 batch 1): correct (golden qwen3_hd128_nvfp4) but
+ * SLOWER than the per-op kernels, 191 against 336 tok/s, so the backend takes it only with
+ * MOESERVE_LAYER_KERNEL=1. Per phase (MOESERVE_LAYER_TRACE=1) the work, not the ~1.7 us
+ * barriers, is slow: ncu counts 19 M warp instructions a layer issued at 0.17 per scheduler
+ * and cycle (3 warps a scheduler at 168 registers). backend_cuda.c has the figures.
  */
 #include "backend/cuda/cuda_attn_decode.cuh"
 #include "backend/cuda/cuda_attn_prep.cuh"
@@ -51,7 +56,7 @@ struct layer_params {
     const int32_t *pos, *slots;
     adec_params attn; /* q, kc, vc, tables, out = attn, partials, sem */
     float *qb, *kb, *vb, *logits, *act; /* q, k, v before attn_prep; logits; act */
-    unsigned *bar; /* {count, generation}, zero-count between barriers */
+    unsigned *bar; /* LD_BAR_WORDS: the count (zero between barriers), copies of the generation */
     unsigned long long *trace; /* or NULL: [0] a launch counter, then LD_TRACE times per launch */
 };
 
@@ -80,9 +85,9 @@ __device__ __forceinline__ unsigned ld_relaxed_u32(const unsigned *p)
 }
 
 /* The barrier's words: the arrival count, then LD_GEN_COPIES copies of the generation, each in
- * its own 128-byte line; block b polls copy b % LD_GEN_COPIES. With one shared generation word,
- * ~400 polling blocks kept one L2 slice busy, and every load that hashed to that slice waited
- * behind them (the first version: every phase took 2-4x its expected time). */
+ * its own 128-byte line; block b polls copy b % LD_GEN_COPIES, so that ~400 polling blocks do not
+ * all load one L2 slice. Measured on the H200 against a single generation word: no difference
+ * (the phases, not the barrier, are slow; see the top), kept as it costs nothing. */
 enum { LD_GEN_COPIES = 32, LD_BAR_WORDS = 32 + 32 * LD_GEN_COPIES };
 
 /* Every block of the grid arrives before any leaves; the writes before it are visible after it.
@@ -547,10 +552,13 @@ extern "C" int cuda_layer_decode_trace_summary(const unsigned long long *t, doub
         return 0;
     for (int l = 0; l < n; l++) {
         const unsigned long long *m = t + 1 + (size_t)l * LD_TRACE;
-        for (int i = 0; i < 7; i++) {
-            out[i] += (double)(m[i + 1] - m[i]) / 1000.0;          /* phase, barrier included */
-            out[7 + i] += (double)(m[i + 1] - m[8 + i]) / 1000.0;  /* last arrival -> block 0 leaves */
+        for (int i = 0; i < 6; i++) {
+            out[i] += (double)((long long)(m[i + 1] - m[i])) / 1000.0;         /* phase, barrier included */
+            out[7 + i] += (double)((long long)(m[i + 1] - m[8 + i])) / 1000.0; /* last arrival -> block 0 leaves */
         }
+        /* down ends the launch, no barrier: until the last block is done */
+        const unsigned long long end = m[14] > m[7] ? m[14] : m[7];
+        out[6] += (double)((long long)(end - m[6])) / 1000.0;
     }
     for (int i = 0; i < 14; i++)
         out[i] /= n;
