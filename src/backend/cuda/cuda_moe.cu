@@ -67,17 +67,8 @@ __global__ void moe_combine_kernel(const int32_t *ids, const float *weights, int
     __shared__ int order[COMBINE_MAX_K];
     const size_t t = blockIdx.x;
     const int32_t *it = ids + t * n_used;
-    if (threadIdx.x == 0) {
-        /* the token's slots by ascending expert id (insertion sort, k is small) */
-        for (int j = 0; j < n_used; j++) {
-            int i = j;
-            while (i > 0 && it[order[i - 1]] > it[j]) {
-                order[i] = order[i - 1];
-                i--;
-            }
-            order[i] = j;
-        }
-    }
+    if (threadIdx.x == 0) /* the token's slots by ascending expert id */
+        slots_by_expert(it, n_used, order);
     __syncthreads();
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
         float o = 0.0f;
