@@ -89,6 +89,7 @@ struct cuda_backend {
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (measured slower: opt-in) */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels loads per round (4 | 8) */
+    bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
     int l2_pf_blocks;    /* ... spread over this many extra blocks */
     bool l2_pf_attn;     /* the decode attention takes the prefetch op's hints (caps "tma") */
@@ -794,6 +795,13 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                  c->stream_smem_down, c->pdl));
         return;
     }
+    if (n_tokens <= c->moe_decode_max_tokens && c->decode_fp8 && a->gate[0].format == WEIGHT_NVFP4 &&
+        a->up[0].format == WEIGHT_NVFP4 && a->down[0].format == WEIGHT_NVFP4 &&
+        cuda_moe_decode_fp8_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
+        CHECK(c, cuda_moe_decode_fp8(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
+                                     weights, a->n_used, work, out, 0, c->pdl));
+        return;
+    }
     if (n_tokens <= c->moe_decode_max_tokens && c->decode_mma && a->gate[0].format == WEIGHT_NVFP4 &&
         a->up[0].format == WEIGHT_NVFP4 && a->down[0].format == WEIGHT_NVFP4 &&
         cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
@@ -1254,6 +1262,11 @@ static void configure_from_plan(struct cuda_backend *c)
      * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4) */
     const char *mu = getenv("MOESERVE_MOE_MMA_UNROLL");
     c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : 8;
+    /* MOESERVE_DECODE_FP8=1: the few-token NVFP4 MoE on e4m3 tensor cores (caps fp8_mma), about
+     * half the instructions of the bf16 kernels; written after session 5's device time, never
+     * run yet (op test test_moe_experts_fp8) */
+    const char *df8 = getenv("MOESERVE_DECODE_FP8");
+    c->decode_fp8 = c->plan.caps.fp8_mma && df8 && strcmp(df8, "1") == 0;
     const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
     c->decode_mma_dense = c->plan.caps.bf16_mma && dmd && strcmp(dmd, "1") == 0;
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
@@ -1483,6 +1496,12 @@ void backend_cuda_set_decode_mma_dense(struct backend *be, bool on)
 {
     struct cuda_backend *c = ctx(be);
     c->decode_mma_dense = on && c->plan.caps.bf16_mma;
+}
+
+void backend_cuda_set_decode_fp8(struct backend *be, bool on)
+{
+    struct cuda_backend *c = ctx(be);
+    c->decode_fp8 = on && c->plan.caps.fp8_mma;
 }
 
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)

@@ -17,7 +17,8 @@
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
- *          (cuda_decode_mma.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
+ *          (cuda_decode_mma.cu); cuda_moe_decode_fp8_supported(), cuda_moe_decode_fp8()
+ *          (cuda_decode_fp8.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
  *          cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax_workspace_bytes(),
  *          cuda_argmax() (cuda_fused.cu);
@@ -288,6 +289,15 @@ cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *tab
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
                                 const struct cuda_l2_ranges *pf, int unroll);
+
+/* ---- cuda_decode_fp8.cu (few-token NVFP4 MoE on e4m3 tensor cores, sm_89+) ---- */
+/* Whether cuda_moe_decode_fp8 takes this shape (NVFP4, both widths multiples of 128). */
+int cuda_moe_decode_fp8_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
+                                  size_t smem_budget);
+/* As cuda_moe_decode_mma, x and act in three e4m3 levels (see the file). */
+cudaError_t cuda_moe_decode_fp8(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
+                                int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
+                                const float *weights, int n_used, float *act, float *out, int residual, int pdl);
 
 /* ---- cuda_layer_decode.cu (one decoder layer of one token in one kernel) ---- */
 /* Everything one GQA + routed-MoE layer reads and writes; device pointers. */
