@@ -7,7 +7,7 @@
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
 #    and the golden fixtures with each switch that is off by default: MOESERVE_FUSE=attn,moe +
 #    MOESERVE_PDL=1, MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=1, MOESERVE_L2_PREFETCH,
-#    MOESERVE_LAYER_KERNEL=1
+#    MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
@@ -61,6 +61,9 @@ step "golden, MOESERVE_DECODE_MMA_DENSE=1" golden_mma_dense.log \
 # L2 prefetch on (off by default: measured slower): the results must not depend on it
 step "golden, MOESERVE_L2_PREFETCH=all" golden_prefetch.log \
     env MOESERVE_L2_PREFETCH=experts,attn,down ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu, off by default)
+step "golden, MOESERVE_DECODE_FP8=1" golden_decode_fp8.log \
+    env MOESERVE_DECODE_FP8=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 # the one-kernel decode layer (cuda_layer_decode.cu, off by default: measured slower); the fixture
 # qwen3_hd128_nvfp4 has the shapes it takes
 step "golden, MOESERVE_LAYER_KERNEL=1" golden_layer_kernel.log \
