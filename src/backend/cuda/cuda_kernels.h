@@ -17,8 +17,8 @@
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
- *          (cuda_decode_mma.cu); cuda_moe_decode_fp8_supported(), cuda_moe_decode_fp8()
- *          (cuda_decode_fp8.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
+ *          (cuda_decode_mma.cu); cuda_moe_decode_fp8_supported(), cuda_moe_fp8_emulate(),
+ *          cuda_moe_decode_fp8() (cuda_decode_fp8.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
  *          cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax_workspace_bytes(),
  *          cuda_argmax() (cuda_fused.cu);
@@ -294,6 +294,10 @@ cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *tab
 /* Whether cuda_moe_decode_fp8 takes this shape (NVFP4, both widths multiples of 128). */
 int cuda_moe_decode_fp8_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                   size_t smem_budget);
+/* Tests, on the host: one warp's 8 rows (codes: 8 x K/2 bytes, scales: 8 x K/16 E4M3, no global
+ * scale) dotted with x[0 .. K) by the kernels' own lane code through a model of the mma: out[n] =
+ * row n . x. 0, or -1 for a K that is not a multiple of 128. */
+int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales, const float *x, int K, float *out);
 /* As cuda_moe_decode_mma, x and act in three e4m3 levels (see the file). */
 cudaError_t cuda_moe_decode_fp8(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
