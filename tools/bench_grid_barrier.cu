@@ -5,8 +5,8 @@
  *
  *   nvcc -O3 -arch=sm_90a -o bench_grid_barrier tools/bench_grid_barrier.cu && ./bench_grid_barrier
  */
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cuda_runtime.h>
 
 struct gbar {
@@ -86,9 +86,11 @@ int main()
             for (int ph = 0; ph < 3; ph++) {
                 const size_t phase_bytes = ph == 0 ? 0 : ph == 1 ? (size_t)6 << 20 : (size_t)16 << 20;
                 const int it = ph == 0 ? iters : 200;
-                barrier_kernel<<<grid, threads>>>(b, 10, phase_bytes ? buf : nullptr, phase_bytes / 16, bytes / 16, sink);
+                barrier_kernel<<<grid, threads>>>(b, 10, phase_bytes ? buf : nullptr, phase_bytes / 16,
+                                                  bytes / 16, sink);
                 cudaEventRecord(e0);
-                barrier_kernel<<<grid, threads>>>(b, it, phase_bytes ? buf : nullptr, phase_bytes / 16, bytes / 16, sink);
+                barrier_kernel<<<grid, threads>>>(b, it, phase_bytes ? buf : nullptr, phase_bytes / 16,
+                                                  bytes / 16, sink);
                 cudaEventRecord(e1);
                 cudaError_t err = cudaEventSynchronize(e1);
                 float ms = 0;

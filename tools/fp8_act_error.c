@@ -103,7 +103,8 @@ int main(int argc, char **argv)
         const float scale2 = nvfp4_global_scale(amax);
         nvfp4_quantize_row(w, (size_t)K, scale2, codes, scales);
         for (int k = 0; k < K; k++) /* the weight as the checkpoint holds it, exactly */
-            wq[k] = e2m1_to_f32((uint8_t)((codes[k / 2] >> (4 * (k % 2))) & 15)) * e4m3_to_f32(scales[k / 16]) * scale2;
+            wq[k] = e2m1_to_f32((uint8_t)((codes[k / 2] >> (4 * (k % 2))) & 15)) *
+                    e4m3_to_f32(scales[k / 16]) * scale2;
         double exact = 0.0, mag = 0.0;
         for (int k = 0; k < K; k++) {
             exact += (double)wq[k] * x[k];
@@ -135,7 +136,8 @@ int main(int argc, char **argv)
     printf("K = %d, %d rows; error = |dot - exact| / sum |w x|\n", K, rows);
     printf("%-42s %12s %12s\n", "scheme", "worst", "rms");
     for (int m = 0; m < 4; m++)
-        printf("%-42s %12.3e %12.3e\n", names[m], st[m].worst, sqrt(st[m].sum_sq / (double)(st[m].n ? st[m].n : 1)));
+        printf("%-42s %12.3e %12.3e\n", names[m], st[m].worst,
+               sqrt(st[m].sum_sq / (double)(st[m].n ? st[m].n : 1)));
     free(w), free(wq), free(x), free(parts), free(codes), free(scales);
     return 0;
 }

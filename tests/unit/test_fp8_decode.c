@@ -53,7 +53,8 @@ static void run_rows(int K, uint64_t *rng, double *worst)
         }
         const double e = mag > 0.0 ? fabs((double)out[r] - exact) / mag : fabs((double)out[r]);
         if (e > 2e-5)
-            fail_msg("K %d row %d: emulated %.9g, exact %.9g (error %.3g of sum |w x|)", K, r, (double)out[r], exact, e);
+            fail_msg("K %d row %d: emulated %.9g, exact %.9g (error %.3g of sum |w x|)", K, r, (double)out[r],
+                     exact, e);
         *worst = e > *worst ? e : *worst;
     }
     free(w), free(x), free(codes), free(scales);

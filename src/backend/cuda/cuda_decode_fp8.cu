@@ -100,10 +100,10 @@ F8_HD void xq_slot(uint32_t *xq, const float *x, int s, float S)
     const int i = s / 16, j = (s / 4) % 4, b = s % 4;
     const int k0 = 128 * i + 32 * b + 8 * j;
     uint32_t w[3][2] = {{0u, 0u}, {0u, 0u}, {0u, 0u}};
-F8_UNROLL
+    F8_UNROLL
     for (int m = 0; m < 8; m++) {
         float rest = x[k0 + m] / S;
-F8_UNROLL
+        F8_UNROLL
         for (int l = 0; l < 3; l++) {
             const float up = l == 0 ? 1.0f : l == 1 ? 16.0f : 256.0f;
             const uint32_t q = e4m3_byte(rest * up);
@@ -111,7 +111,7 @@ F8_UNROLL
             w[l][m & 1] |= q << (8 * (m / 2));
         }
     }
-F8_UNROLL
+    F8_UNROLL
     for (int l = 0; l < 3; l++) {
         xq[xq_index(i, j, b, l, 0)] = w[l][0];
         xq[xq_index(i, j, b, l, 1)] = w[l][1];
@@ -158,13 +158,15 @@ F8_HD void c_scale(const float (&c)[2][4], uint32_t s01, uint32_t s23, float (&l
 F8_HD float2 lane_share(const float (&lo)[2], const float (&hi)[2], int g)
 {
     const float f = g < 4 ? 1.0f : 0x1p-4f;
-    return make_float2(lo[0] * f + (g < 4 ? hi[0] * 0x1p-8f : 0.0f), lo[1] * f + (g < 4 ? hi[1] * 0x1p-8f : 0.0f));
+    return make_float2(lo[0] * f + (g < 4 ? hi[0] * 0x1p-8f : 0.0f),
+                       lo[1] * f + (g < 4 ? hi[1] * 0x1p-8f : 0.0f));
 }
 
 /* x[0 .. K) / S into xq (levels as at the top), S = max|x| / 448 (1 for x == 0); threads tid0,
  * tid0 + stride, ... of one warp (stride 32) or of the block (then red: LD_WARPS floats of
  * shared memory and the caller's barrier after). Returns S in every participating thread. */
-__device__ __forceinline__ float xq_stage(uint32_t *xq, const float *x, int K, int tid0, int stride, float *red)
+__device__ __forceinline__ float xq_stage(uint32_t *xq, const float *x, int K, int tid0, int stride,
+                                          float *red)
 {
     float amax = 0.0f;
     for (int k = tid0; k < K; k += stride)
@@ -184,8 +186,8 @@ __device__ __forceinline__ float xq_stage(uint32_t *xq, const float *x, int K, i
     return S;
 }
 
-__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -207,12 +209,14 @@ struct chunk8 {
 
 /* Lane (g, t)'s weight chunk 4i + t of row `row` of w (ok: it exists) and the scales its C
  * columns need: rows r0, r1 (the warp's columns 2t, 2t + 1, in w0 / w1) at chunk 4i + g % 4. */
-__device__ __forceinline__ chunk8 f8_load(const cuda_wdev &w, int64_t row, bool ok, const cuda_wdev &w0, int64_t r0,
-                                          bool ok0, const cuda_wdev &w1, int64_t r1, bool ok1, int64_t K, int i)
+__device__ __forceinline__ chunk8 f8_load(const cuda_wdev &w, int64_t row, bool ok, const cuda_wdev &w0,
+                                          int64_t r0, bool ok0, const cuda_wdev &w1, int64_t r1, bool ok1,
+                                          int64_t K, int i)
 {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     chunk8 q;
-    q.w = ok ? __ldg((const uint4 *)((const uint8_t *)w.data + row * (K / 2)) + 4 * i + t) : make_uint4(0u, 0u, 0u, 0u);
+    q.w = ok ? __ldg((const uint4 *)((const uint8_t *)w.data + row * (K / 2)) + 4 * i + t)
+             : make_uint4(0u, 0u, 0u, 0u);
     const int64_t c = 4 * i + g % 4;
     q.s01 = ok0 ? __ldg((const uint16_t *)((const uint8_t *)w0.scale + r0 * (K / 16)) + c) : 0u;
     q.s23 = ok1 ? __ldg((const uint16_t *)((const uint8_t *)w1.scale + r1 * (K / 16)) + c) : 0u;
@@ -221,7 +225,8 @@ __device__ __forceinline__ chunk8 f8_load(const cuda_wdev &w, int64_t row, bool 
 
 /* One chunk group (4 mma steps) into the lane's accumulators: lo[c] = rows g, hi[c] = rows g + 8
  * (level 2 for g < 4), columns 2t + c, each already times its block scale. */
-__device__ __forceinline__ void f8_group(const chunk8 &q, const uint32_t *xq, int i, float (&lo)[2], float (&hi)[2])
+__device__ __forceinline__ void f8_group(const chunk8 &q, const uint32_t *xq, int i, float (&lo)[2],
+                                         float (&hi)[2])
 {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -239,9 +244,9 @@ __device__ __forceinline__ void f8_group(const chunk8 &q, const uint32_t *xq, in
 /* The warp's 8 columns over all of K (groups of 128 k, F8_U loaded a round): lanes 0..3 return
  * columns 2t, 2t + 1 as sums times 2^-6 / S (the caller multiplies by S * 2^6 * scale2). w is
  * row g's weight (row `row`), w0 / w1 and r0 / r1 the weights and rows of columns 2t, 2t + 1. */
-__device__ __forceinline__ float2 f8_dot(const cuda_wdev &w, int64_t row, bool ok, const cuda_wdev &w0, int64_t r0,
-                                         bool ok0, const cuda_wdev &w1, int64_t r1, bool ok1, int64_t K,
-                                         const uint32_t *xq)
+__device__ __forceinline__ float2 f8_dot(const cuda_wdev &w, int64_t row, bool ok, const cuda_wdev &w0,
+                                         int64_t r0, bool ok0, const cuda_wdev &w1, int64_t r1, bool ok1,
+                                         int64_t K, const uint32_t *xq)
 {
     const int lane = threadIdx.x % 32, g = lane / 4;
     const int groups = (int)(K / 128);
@@ -287,8 +292,10 @@ __global__ void __launch_bounds__(F8_THREADS, 2)
     }
     const cuda_wdev wg = table[e], wu = table[n_experts + e];
     const int64_t row = n0 + g % 4, r0 = n0 + (2 * t) % 4, r1 = r0 + 1;
-    const cuda_wdev w = g < 4 ? wg : wu, wc = t < 2 ? wg : wu; /* copies: a selected reference lives in memory */
-    const float S = xq_stage(xq, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, F8_THREADS, red);
+    const cuda_wdev w = g < 4 ? wg : wu,
+                    wc = t < 2 ? wg : wu; /* copies: a selected reference lives in memory */
+    const float S =
+        xq_stage(xq, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, F8_THREADS, red);
     __syncthreads();
     const float2 r = f8_dot(w, row, row < I, wc, r0, r0 < I, wc, r1, r1 < I, D, xq);
     pdl_trigger(); /* late: see pdl_trigger() */
@@ -334,10 +341,11 @@ __global__ void __launch_bounds__(F8_THREADS, 2)
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
             __syncwarp();
-            const float S = xq_stage(mine, act + ((size_t)tok * n_used + j) * (size_t)I, (int)I, lane, 32, nullptr);
+            const float S =
+                xq_stage(mine, act + ((size_t)tok * n_used + j) * (size_t)I, (int)I, lane, 32, nullptr);
             __syncwarp();
-            r = f8_dot(w, n0 + g, n0 + g < D, w, n0 + 2 * t, n0 + 2 * t < D, w, n0 + 2 * t + 1, n0 + 2 * t + 1 < D, I,
-                       mine);
+            r = f8_dot(w, n0 + g, n0 + g < D, w, n0 + 2 * t, n0 + 2 * t < D, w, n0 + 2 * t + 1,
+                       n0 + 2 * t + 1 < D, I, mine);
             const float s = S * 0x1p6f * w.scale2;
             r.x *= s, r.y *= s;
             if (w.bias && lane < 4) {
@@ -399,7 +407,8 @@ static void mma_model(const uint32_t (*a)[4], const uint32_t (*b)[2], float (*c)
     }
 }
 
-extern "C" int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales, const float *x, int K, float *out)
+extern "C" int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales, const float *x, int K,
+                                    float *out)
 {
     if (K <= 0 || K % 128)
         return -1;
@@ -420,7 +429,8 @@ extern "C" int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales,
             for (int L = 0; L < 32; L++) {
                 const int g = L / 4, t = L % 4;
                 const uint8_t *wp = codes + (size_t)g * (size_t)(K / 2) + (size_t)(4 * i + t) * 16 + 4 * j;
-                const uint32_t u = (uint32_t)wp[0] | (uint32_t)wp[1] << 8 | (uint32_t)wp[2] << 16 | (uint32_t)wp[3] << 24;
+                const uint32_t u =
+                    (uint32_t)wp[0] | (uint32_t)wp[1] << 8 | (uint32_t)wp[2] << 16 | (uint32_t)wp[3] << 24;
                 b_regs(u, b[L][0], b[L][1]);
                 a_regs(xq, i, j, g, t, a[L]);
             }
@@ -433,7 +443,8 @@ extern "C" int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales,
             const uint8_t *s1 = scales + (size_t)(2 * t + 1) * (size_t)(K / 16) + ch;
             const float cl[2][4] = {{c[0][L][0], c[0][L][1], c[0][L][2], c[0][L][3]},
                                     {c[1][L][0], c[1][L][1], c[1][L][2], c[1][L][3]}};
-            c_scale(cl, (uint32_t)s0[0] | (uint32_t)s0[1] << 8, (uint32_t)s1[0] | (uint32_t)s1[1] << 8, lo[L], hi[L]);
+            c_scale(cl, (uint32_t)s0[0] | (uint32_t)s0[1] << 8, (uint32_t)s1[0] | (uint32_t)s1[1] << 8, lo[L],
+                    hi[L]);
         }
     }
     for (int t = 0; t < 4; t++) {
@@ -449,8 +460,8 @@ extern "C" int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales,
     return 0;
 }
 
-extern "C" int cuda_moe_decode_fp8_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
-                                             size_t smem_budget)
+extern "C" int cuda_moe_decode_fp8_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert,
+                                             int n_used, size_t smem_budget)
 {
     /* xq: 96 words a 128-k group = 3 bytes a k (gate/up: D; down: a warp's I each) */
     const size_t smem1 = (size_t)d_model * 3, smem2 = (size_t)F8_WARPS * (size_t)d_expert * 3;
@@ -466,22 +477,25 @@ extern "C" cudaError_t cuda_moe_decode_fp8(cudaStream_t stream, const struct cud
 {
     if (n_tokens <= 0)
         return cudaSuccess;
-    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > F8_MAX_USED || (int64_t)n_tokens * n_used > 65535)
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > F8_MAX_USED ||
+        (int64_t)n_tokens * n_used > 65535)
         return cudaErrorInvalidValue;
     const size_t smem1 = (size_t)d_model * 3, smem2 = (size_t)F8_WARPS * (size_t)d_expert * 3;
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+        e = cudaFuncSetAttribute(moe_gate_up_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_down_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
+        e = cudaFuncSetAttribute(moe_down_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem2);
     if (e != cudaSuccess)
         return e;
     dim3 g1((unsigned)((d_expert + 4 * F8_WARPS - 1) / (4 * F8_WARPS)), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_fp8_kernel, g1, dim3(F8_THREADS), smem1, stream, table, n_experts, d_expert,
-                   d_model, x, ids, n_used, act);
+    e = launch_pdl(pdl != 0, moe_gate_up_fp8_kernel, g1, dim3(F8_THREADS), smem1, stream, table, n_experts,
+                   d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
-    return launch_pdl(pdl != 0, moe_down_fp8_kernel, g2, dim3(F8_THREADS), smem2, stream, table, n_experts, d_model,
-                      d_expert, act, ids, weights, n_used, out, residual);
+    return launch_pdl(pdl != 0, moe_down_fp8_kernel, g2, dim3(F8_THREADS), smem2, stream, table, n_experts,
+                      d_model, d_expert, act, ids, weights, n_used, out, residual);
 }

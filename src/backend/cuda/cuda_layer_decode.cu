@@ -37,7 +37,8 @@ namespace
 {
 
 enum { LD_THREADS = 128, LD_WARPS = LD_THREADS / 32, LD_MAX_K = 16 };
-static_assert((int)LD_THREADS == (int)AD_THREADS, "the attention block runs on the layer's blocks as they are");
+static_assert((int)LD_THREADS == (int)AD_THREADS,
+              "the attention block runs on the layer's blocks as they are");
 
 struct layer_params {
     int D, n_heads, n_kv, hd, E, k, I, n_splits;
@@ -54,14 +55,16 @@ struct layer_params {
     float attention_factor;
     const float *inv_freq;
     const int32_t *pos, *slots;
-    adec_params attn; /* q, kc, vc, tables, out = attn, partials, sem */
+    adec_params attn;                   /* q, kc, vc, tables, out = attn, partials, sem */
     float *qb, *kb, *vb, *logits, *act; /* q, k, v before attn_prep; logits; act */
-    unsigned *bar; /* LD_BAR_WORDS: the count (zero between barriers), copies of the generation */
+    unsigned *bar;             /* LD_BAR_WORDS: the count (zero between barriers), copies of the generation */
     unsigned long long *trace; /* or NULL: [0] a launch counter, then LD_TRACE times per launch */
 };
 
-enum { LD_TRACE = 16 }; /* per launch: 8 marks of block 0 after each barrier, then per phase the
-                           last block's arrival at its barrier (atomicMax) */
+enum {
+    LD_TRACE = 16
+}; /* per launch: 8 marks of block 0 after each barrier, then per phase the
+      last block's arrival at its barrier (atomicMax) */
 
 /* Block 0 notes the time at the start and after every barrier (MOESERVE_LAYER_TRACE=1): where a
  * layer's time goes, phase by phase, as the backend reports it at the end. */
@@ -117,7 +120,8 @@ __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned long long *
         if (last) {
             __threadfence();
             /* lane i moves copy i (LD_GEN_COPIES == 32) */
-            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(bar + 32 + 32 * threadIdx.x), "r"(gen + 1)
+            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(bar + 32 + 32 * threadIdx.x),
+                         "r"(gen + 1)
                          : "memory");
         } else if (threadIdx.x == 0) {
             while (ld_relaxed_u32(mine) == gen)
@@ -174,7 +178,8 @@ struct gemv_jobs {
     int n;
 };
 
-__device__ __forceinline__ void block_gemv(const gemv_jobs &jb, int64_t K, const uint2 *xf, int ks, bool residual)
+__device__ __forceinline__ void block_gemv(const gemv_jobs &jb, int64_t K, const uint2 *xf, int ks,
+                                           bool residual)
 {
     __shared__ float part[LD_WARPS][8];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int s_ids[LD_MAX_K], s_order[LD_MAX_K];
     __shared__ float s_w[LD_MAX_K], s_part[LD_MAX_K][8];
-    float *xs = (float *)smem;                                /* (D) a normalised x */
+    float *xs = (float *)smem;                                 /* (D) a normalised x */
     uint2 *xf = (uint2 *)(smem + (size_t)p.D * sizeof(float)); /* x's mma fragments, or down's act */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int QD = p.n_heads * p.hd, KD = p.n_kv * p.hd;
@@ -267,8 +272,8 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     /* 2. per-head norm + RoPE + cache write */
     for (int hh = blockIdx.x; hh < p.n_heads + 2 * p.n_kv; hh += gridDim.x) {
         attn_prep_head(p.qb, p.kb, p.vb, p.n_heads, p.n_kv, p.hd, p.q_norm, p.k_norm, p.eps, p.rope_dim,
-                       p.rope_offset, p.interleaved, p.attention_factor, p.inv_freq, p.pos, (float *)p.attn.kc,
-                       (float *)p.attn.vc, p.slots, 0, hh, xs);
+                       p.rope_offset, p.interleaved, p.attention_factor, p.inv_freq, p.pos,
+                       (float *)p.attn.kc, (float *)p.attn.vc, p.slots, 0, hh, xs);
         __syncthreads();
     }
     grid_barrier(p.bar, arr ? arr + 1 : nullptr);
@@ -358,7 +363,8 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             const cuda_wdev w = g < 4 ? p.experts[e] : p.experts[p.E + e];
             const int row = n0 + (g % 4);
             const float2 r = rows8_dot(w, row, row < p.I, p.D, xf);
-            const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
+            const float ux = __shfl_down_sync(0xffffffffu, r.x, 2),
+                        uy = __shfl_down_sync(0xffffffffu, r.y, 2);
             const cuda_wdev wu = p.experts[p.E + e];
             if (lane < 2) {
                 const float sg = 0x1p62f * w.scale2, su = 0x1p62f * wu.scale2;
@@ -483,16 +489,18 @@ extern "C" int cuda_layer_decode_supported(const struct cuda_layer_decode_args *
     return a->n_kv > 0 && a->n_heads % a->n_kv == 0 && group <= 16 && a->hd == 128 && a->D % 128 == 0 &&
            (a->n_heads * a->hd) % 128 == 0 && a->I % 128 == 0 && a->E >= 1 && a->E <= 256 && a->n_used >= 1 &&
            a->n_used <= LD_MAX_K && a->n_used <= a->E && a->n_splits >= 1 && a->n_splits <= AD_MAX_SPLITS &&
-           layer_smem(a->D, a->n_heads * a->hd, a->I) + 40 * 1024 <= smem_budget; /* + the attention block's static arrays */
+           layer_smem(a->D, a->n_heads * a->hd, a->I) + 40 * 1024 <=
+               smem_budget; /* + the attention block's static arrays */
 }
 
-extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_layer_decode_args *a, int sm_count,
-                                         int max_per_sm, size_t smem_budget)
+extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_layer_decode_args *a,
+                                         int sm_count, int max_per_sm, size_t smem_budget)
 {
     if (!cuda_layer_decode_supported(a, smem_budget))
         return cudaErrorInvalidValue;
     layer_params p = {};
-    p.D = a->D, p.n_heads = a->n_heads, p.n_kv = a->n_kv, p.hd = a->hd, p.E = a->E, p.k = a->n_used, p.I = a->I;
+    p.D = a->D, p.n_heads = a->n_heads, p.n_kv = a->n_kv, p.hd = a->hd, p.E = a->E, p.k = a->n_used,
+    p.I = a->I;
     p.n_splits = a->n_splits;
     p.eps = a->eps;
     p.h = a->h;
@@ -553,8 +561,9 @@ extern "C" int cuda_layer_decode_trace_summary(const unsigned long long *t, doub
     for (int l = 0; l < n; l++) {
         const unsigned long long *m = t + 1 + (size_t)l * LD_TRACE;
         for (int i = 0; i < 6; i++) {
-            out[i] += (double)((long long)(m[i + 1] - m[i])) / 1000.0;         /* phase, barrier included */
-            out[7 + i] += (double)((long long)(m[i + 1] - m[8 + i])) / 1000.0; /* last arrival -> block 0 leaves */
+            out[i] += (double)((long long)(m[i + 1] - m[i])) / 1000.0; /* phase, barrier included */
+            out[7 + i] +=
+                (double)((long long)(m[i + 1] - m[8 + i])) / 1000.0; /* last arrival -> block 0 leaves */
         }
         /* down ends the launch, no barrier: until the last block is done */
         const unsigned long long end = m[14] > m[7] ? m[14] : m[7];
