@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_kernels.h"
 
@@ -23,18 +24,35 @@ static inline unsigned cuda_blocks(size_t n, unsigned threads)
     return (unsigned)(b > 1048576 ? 1048576 : (b ? b : 1)); /* grid-stride loops cover the rest */
 }
 
-/* OCP E4M3 "fn" (bias 7, S.1111.111 = NaN), exactly as e4m3_to_f32(). */
-__device__ __forceinline__ float dev_e4m3(uint32_t b)
+/* f32 from its bits, on the host (tests' models of a kernel) and the device. */
+__host__ __device__ __forceinline__ float f32_of_bits(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+/* OCP E4M3 "fn" (bias 7, S.1111.111 = NaN), exactly as e4m3_to_f32(); host and device. */
+__host__ __device__ __forceinline__ float e4m3_value(uint32_t b)
 {
     uint32_t e = (b >> 3) & 15u, m = b & 7u;
     float f;
     if (e == 15u && m == 7u)
-        f = __uint_as_float(0x7fc00000u);
+        f = f32_of_bits(0x7fc00000u);
     else if (e == 0u)
         f = (float)m * 0x1p-9f;
     else
-        f = __uint_as_float(((e + 120u) << 23) | (m << 20));
+        f = f32_of_bits(((e + 120u) << 23) | (m << 20));
     return (b & 0x80u) ? -f : f;
+}
+
+__device__ __forceinline__ float dev_e4m3(uint32_t b)
+{
+    return e4m3_value(b);
 }
 
 /* E2M1: magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign. */
@@ -170,6 +188,23 @@ __device__ __forceinline__ void slots_by_expert(const int32_t *ids, int k, int *
         }
         order[i] = j;
     }
+}
+
+/* Row r of a token's MoE output: the slots' partials part[j][r] times their weights w[j], added
+ * in `order` (slots_by_expert: the CPU's order), slots without a valid expert skipped. One thread
+ * a row; the down kernels of cuda_decode.cu, cuda_decode_mma.cu, cuda_decode_fp8.cu and
+ * cuda_layer_decode.cu share it, so they sum alike. */
+template <int R>
+__device__ __forceinline__ float slots_combine(const int32_t *ids, const float *w, const int *order,
+                                               const float (*part)[R], int n_used, int n_experts, int r)
+{
+    float o = 0.0f;
+    for (int jj = 0; jj < n_used; jj++) {
+        const int j = order[jj], e = ids[j];
+        if (e >= 0 && e < n_experts)
+            o = __fadd_rn(o, __fmul_rn(w[j], part[j][r]));
+    }
+    return o;
 }
 
 /* Programmatic dependent launch (device_caps.pdl, set from plan/caps_table.c). A kernel launched

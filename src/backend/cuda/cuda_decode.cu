@@ -324,12 +324,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     __syncthreads();
     if (threadIdx.x < DOWN_R && n0 + threadIdx.x < D) {
         const int r = threadIdx.x;
-        float o = 0.0f;
-        for (int jj = 0; jj < n_used; jj++) {
-            const int j = order[jj], e = it[j];
-            if (e >= 0 && e < n_experts)
-                o = __fadd_rn(o, __fmul_rn(weights[(size_t)t * n_used + j], part[j][r]));
-        }
+        const float o = slots_combine<DOWN_R>(it, weights + (size_t)t * n_used, order, part, n_used, n_experts, r);
         float *dst = out + (size_t)t * (size_t)D + n0 + r;
         *dst = residual ? __fadd_rn(*dst, o) : o;
     }

@@ -61,31 +61,6 @@ F8_HD uint32_t e4m3_byte(float v)
     return (uint32_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
-F8_HD float f32_of_bits(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-#endif
-}
-
-/* OCP E4M3 "fn" as dev_e4m3(), on both sides. */
-F8_HD float e4m3_value(uint32_t b)
-{
-    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    float f;
-    if (e == 15u && m == 7u)
-        f = f32_of_bits(0x7fc00000u);
-    else if (e == 0u)
-        f = (float)m * 0x1p-9f;
-    else
-        f = f32_of_bits(((e + 120u) << 23) | (m << 20));
-    return (b & 0x80u) ? -f : f;
-}
-
 /* xq layout: for group i (128 k), step j (word of a chunk), lane-block b (the chunk 4i + b) and
  * level l, two words: the 4 bytes of the even k (8j + 0, 2, 4, 6 of the chunk) and of the odd k.
  * Index ((((i * 4 + j) * 4 + b) * 3 + l) * 2 + odd). 96 words a group. */
@@ -364,12 +339,7 @@ __global__ void __launch_bounds__(F8_THREADS, 2)
     __syncthreads();
     if (threadIdx.x < 8 && n0 + threadIdx.x < D) {
         const int rr = threadIdx.x;
-        float o = 0.0f;
-        for (int jj = 0; jj < n_used; jj++) {
-            const int j = order[jj], e = it[j];
-            if (e >= 0 && e < n_experts)
-                o = __fadd_rn(o, __fmul_rn(weights[(size_t)tok * n_used + j], part[j][rr]));
-        }
+        const float o = slots_combine<8>(it, weights + (size_t)tok * n_used, order, part, n_used, n_experts, rr);
         float *dst = out + (size_t)tok * (size_t)D + n0 + rr;
         *dst = residual ? __fadd_rn(*dst, o) : o;
     }

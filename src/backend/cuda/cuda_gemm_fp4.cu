@@ -101,17 +101,6 @@ FP4_HD float fp4_add(float a, float b)
 #endif
 }
 
-FP4_HD float fp4_as_float(uint32_t u)
-{
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#endif
-}
-
 FP4_HD uint32_t fp4_as_uint(float f)
 {
 #ifdef __CUDA_ARCH__
@@ -145,11 +134,10 @@ FP4_HD uint32_t fp4_e4m3_code(float a)
     return code > 0x7eu ? 0x7eu : code;
 }
 
-/* e4m3_to_f32() for a code 0 .. 0x7e */
+/* e4m3_to_f32() for a code 0 .. 0x7e (cuda_common.cuh's decoder, host and device) */
 FP4_HD float fp4_e4m3_value(uint32_t b)
 {
-    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    return e ? fp4_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+    return e4m3_value(b);
 }
 
 /* f32_to_e2m1() for a finite v: the thresholds between neighbours, a tie to the even code */

@@ -420,12 +420,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             __syncthreads();
             if (threadIdx.x < 8 && n0 + threadIdx.x < p.D) {
                 const int r = threadIdx.x;
-                float o = 0.0f;
-                for (int jj = 0; jj < p.k; jj++) {
-                    const int j = s_order[jj], e = s_ids[j];
-                    if (e >= 0 && e < p.E)
-                        o = __fadd_rn(o, __fmul_rn(s_w[j], s_part[j][r]));
-                }
+                const float o = slots_combine<8>(s_ids, s_w, s_order, s_part, p.k, p.E, r);
                 float *dst = p.h + n0 + r;
                 *dst = __fadd_rn(__ldcg(dst), o);
             }
