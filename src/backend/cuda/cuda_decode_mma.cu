@@ -36,10 +36,14 @@
 namespace
 {
 
-/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / 32, pairs); warp: rows n0 .. n0 + 3 of
- * gate (lanes' g 0..3) and of up (g 4..7). */
+/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / 16, pairs); warp: rows n0 .. n0 + 3 of
+ * gate (lanes' g 0..3) and of up (g 4..7). Blocks of 4 warps, not 8: Qwen3-30B-A3B's 1536 warps
+ * at one token are 384 blocks that spread 2-3 to an SM, where 192 blocks of 8 left 60 SMs with
+ * twice the work of the other 72. */
+enum { MG_THREADS = 128, MG_WARPS = MG_THREADS / 32 };
+
 template <int U>
-__global__ void __launch_bounds__(MD_THREADS, 2)
+__global__ void __launch_bounds__(MG_THREADS, 4)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, float *act)
 {
@@ -47,7 +51,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     pdl_wait();
     const int pair = blockIdx.y, e = ids[pair];
     const int lane = threadIdx.x % 32, g = lane / 4;
-    const int64_t n0 = ((int64_t)blockIdx.x * MD_WARPS + threadIdx.x / 32) * 4;
+    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + threadIdx.x / 32) * 4;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
         if (lane < 4 && n0 + lane < I)
@@ -59,7 +63,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     /* the first U weight groups in flight while x is staged: one round trip less */
     chunk16 pre[U];
     rows8_prefetch<U>(w, row, row < I, D, 0, (int)(D / 128), pre);
-    xfrag_stage(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MD_THREADS);
+    xfrag_stage(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS);
     __syncthreads();
     float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, 0, (int)(D / 128), pre);
     pdl_trigger(); /* late: see pdl_trigger() */
@@ -266,8 +270,8 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
         e = cudaFuncSetAttribute(moe_down_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     if (e != cudaSuccess)
         return e;
-    dim3 g1((unsigned)((d_expert + 4 * MD_WARPS - 1) / (4 * MD_WARPS)), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U>, g1, dim3(MD_THREADS), smem1, stream, table, n_experts,
+    dim3 g1((unsigned)((d_expert + 4 * MG_WARPS - 1) / (4 * MG_WARPS)), (unsigned)(n_tokens * n_used));
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
                    d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;

@@ -31,17 +31,36 @@ __device__ __forceinline__ float bf16_round(float v)
 
 /* x[0 .. K) into A fragments: entry ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2 + m is
  * {a0, a2} of lane (m, c % 4) for chunk c, word w, half h; m = 0 the bf16 of x, m = 1 the rest.
- * Threads tid0, tid0 + stride, ... of the caller. */
+ * Threads tid0, tid0 + stride, ... of the caller. x is read XB entries at a time, all loads
+ * issued before the first store: x was just written by the previous kernel, so each batch is an
+ * L2 round trip (~0.6 us), and one entry at a time made the down kernel's per-warp staging (6
+ * entries a lane) six of them in a row. */
 __device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, int tid0, int stride)
 {
-    for (int it = tid0; it < K / 4; it += stride) {
-        const int c = it / 8, w = (it / 2) % 4, h = it % 2;
-        const int k0 = 32 * c + 8 * w + 2 * h;
-        const float v0 = x[k0], v4 = x[k0 + 4], v1 = x[k0 + 1], v5 = x[k0 + 5];
-        const float h0 = bf16_round(v0), h4 = bf16_round(v4), h1 = bf16_round(v1), h5 = bf16_round(v5);
-        uint2 *dst = xf + ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2;
-        dst[0] = make_uint2(bf16x2_of(h0, h4), bf16x2_of(h1, h5));
-        dst[1] = make_uint2(bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(v1 - h1, v5 - h5));
+    constexpr int XB = 4;
+    for (int it0 = tid0; it0 < K / 4; it0 += XB * stride) {
+        float2 a[XB], b[XB]; /* x[k0], x[k0 + 1] and x[k0 + 4], x[k0 + 5] */
+#pragma unroll
+        for (int i = 0; i < XB; i++) {
+            const int it = it0 + i * stride;
+            if (it < K / 4) {
+                const int c = it / 8, w = (it / 2) % 4, h = it % 2, k0 = 32 * c + 8 * w + 2 * h;
+                a[i] = *(const float2 *)(x + k0); /* x: global or shared */
+                b[i] = *(const float2 *)(x + k0 + 4);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < XB; i++) {
+            const int it = it0 + i * stride;
+            if (it >= K / 4)
+                break;
+            const int c = it / 8, w = (it / 2) % 4, h = it % 2;
+            const float v0 = a[i].x, v1 = a[i].y, v4 = b[i].x, v5 = b[i].y;
+            const float h0 = bf16_round(v0), h4 = bf16_round(v4), h1 = bf16_round(v1), h5 = bf16_round(v5);
+            uint2 *dst = xf + ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2;
+            dst[0] = make_uint2(bf16x2_of(h0, h4), bf16x2_of(h1, h5));
+            dst[1] = make_uint2(bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(v1 - h1, v5 - h5));
+        }
     }
 }
 
@@ -70,11 +89,20 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
                  : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
-/* The E4M3 block scale times 2^64 as a bf16 pair (exact: 4 significant bits). */
-__device__ __forceinline__ uint32_t scale_x2(uint32_t byte)
+/* A chunk's two E4M3 block scales (bytes 0 and 1 of s), each times 2^64 as a bf16 pair: lo for
+ * words 0-1, hi for words 2-3. An E4M3 byte's exponent and mantissa bits moved to bf16's low
+ * exponent bits and top mantissa bits are the same value times 2^-120, normal or subnormal
+ * alike (checked for all 256 bytes); two exact multiplications by 2^92 make it times 2^64. Both
+ * scales go through in one bf16x2 pair: ~9 instructions for the two instead of ~40 through f32
+ * and a rounding. */
+__device__ __forceinline__ void scales_x2(uint32_t s, uint32_t &lo, uint32_t &hi)
 {
-    const float f = dev_e4m3(byte) * 0x1p64f;
-    return bf16x2_of(f, f);
+    const uint32_t p = __byte_perm(s, 0u, 0x4140); /* byte 0 -> half 0, byte 1 -> half 1 */
+    uint32_t v = ((p & 0x007f007fu) << 4) | ((p & 0x00800080u) << 8);
+    v = bf16x2_fma(v, 0x6D806D80u, 0x80008000u); /* x 2^92 */
+    v = bf16x2_fma(v, 0x6D806D80u, 0x80008000u);
+    lo = __byte_perm(v, 0u, 0x1010);
+    hi = __byte_perm(v, 0u, 0x3232);
 }
 
 struct chunk16 {
@@ -88,7 +116,8 @@ __device__ __forceinline__ void chunk_mma(const chunk16 &q, const uint2 *xf, int
                                           float (&d1)[4])
 {
     const int g = lane / 4, t = lane % 4;
-    const uint32_t s_lo = scale_x2(q.s & 255u), s_hi = scale_x2((q.s >> 8) & 255u);
+    uint32_t s_lo, s_hi;
+    scales_x2(q.s, s_lo, s_hi);
     const uint32_t words[4] = {q.w.x, q.w.y, q.w.z, q.w.w};
 #pragma unroll
     for (int w = 0; w < 4; w++) {
@@ -144,19 +173,22 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+    /* rolling: as soon as group i is multiplied, its registers ask for group i + U, so U groups
+     * stay in flight the whole way instead of the warp draining them and waiting a full round
+     * trip for the next U */
+    chunk16 q[U];
 #pragma unroll
     for (int u = 0; u < U; u++)
-        if (g0 + u < g1)
-            chunk_mma(pre[u], xf + (size_t)(g0 + u) * 64, lane, d0, d1);
-    for (int i0 = g0 + U; i0 < g1; i0 += U) {
-        chunk16 q[U];
+        q[u] = pre[u];
+    for (int i0 = g0; i0 < g1; i0 += U) {
 #pragma unroll
-        for (int u = 0; u < U; u++)
-            q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < g1);
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (i0 + u < g1)
+        for (int u = 0; u < U; u++) {
+            if (i0 + u < g1) {
                 chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+                if (i0 + u + U < g1)
+                    q[u] = load_chunk(w, row, 4 * (i0 + u + U) + t, K, ok);
+            }
+        }
     }
     float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
     r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
