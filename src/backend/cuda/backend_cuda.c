@@ -88,7 +88,8 @@ struct cuda_backend {
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (measured slower: opt-in) */
-    int moe_mma_unroll;    /* weight groups a warp of those MoE kernels loads per round (4 | 8) */
+    int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
+    int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
     int l2_pf_blocks;    /* ... spread over this many extra blocks */
@@ -808,7 +809,7 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
                                      weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
-                                     c->moe_mma_unroll));
+                                     c->moe_mma_unroll, c->moe_mma_ks));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -1262,6 +1263,10 @@ static void configure_from_plan(struct cuda_backend *c)
      * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4) */
     const char *mu = getenv("MOESERVE_MOE_MMA_UNROLL");
     c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : 8;
+    /* MOESERVE_MOE_MMA_KS=1|2: warps that split K of one gate/up row tile (2 measured slower on
+     * the H200, session 6: 341.1 / 352.6 tok/s at unroll 8 / 4 against 358.4) */
+    const char *mks = getenv("MOESERVE_MOE_MMA_KS");
+    c->moe_mma_ks = mks && atoi(mks) == 2 ? 2 : 1;
     /* MOESERVE_DECODE_FP8=1: the few-token NVFP4 MoE on e4m3 tensor cores (caps fp8_mma), about
      * half the instructions of the bf16 kernels; written after session 5's device time, never
      * run yet (op test test_moe_experts_fp8) */

@@ -4,8 +4,8 @@
  * Why: the register kernels of cuda_decode.cu decode each E2M1 weight with 3 integer ops and
  * multiply it with one FMA; on the H200 that arithmetic, not DRAM, bounds them (ncu: ~0.6 issued
  * warps per scheduler with the weights already in L2). Here a warp takes 8 weight rows as the
- * B operand (n = 8), x as the A operand (row 0: x rounded to bf16, row 1: the remainder
- * x - hi rounded again, rows 2..15 zero), so the tensor core does the multiply-adds and the
+ * B operand (n = 8), x as the A operand (row 0: x rounded to bf16, row 8: the remainder
+ * x - hi rounded again, the other rows zero), so the tensor core does the multiply-adds and the
  * lanes only build bf16 pairs:
  *  - two E2M1 nibbles four apart in a 32-bit word (i and i + 4) land in the two halves of a
  *    bf16x2 with one shift for the magnitudes, one for the signs and one LOP3: (e1 e0 m) at bits
@@ -19,9 +19,9 @@
  * Layout of a step: lane (g, t) = (lane / 4, lane % 4) holds row g's 16-byte chunk c = t + 4i
  * (32 nibbles: 8 k-steps of 4). Step (word w, half h) feeds the logical k slots 2t, 2t+1 from
  * nibbles 2h, 2h+4 of word w and slots 2t+8, 2t+9 from nibbles 2h+1, 2h+5; x is staged in
- * shared memory already in A-fragment order for the same mapping (xfrag_stage). Row g's sum
- * ends up in lanes 0..3 (rows 2t, 2t+1; hi half in lane t, lo half in lane t + 4).
- *
+ * shared memory already in A-fragment order for the same mapping (xfrag_stage), one 16-byte load
+ * per mma for lanes 0..3 and a shared zero block for the rest. Row g's sum ends up in lanes 0..3
+ * (rows 2t, 2t+1; C rows 0 and 8 are the hi and lo halves, added in the lane).
  * Kernels: gate/up (a warp: 4 gate + 4 up rows of one pair, silu(g) * u written by lanes 0-1)
  * and down (a warp per slot, 8 output rows, the slots added in ascending expert id as the CPU
  * does). One wave for Qwen3-30B-A3B at one token: 192 and 256 blocks of 256 threads. Measured
@@ -36,37 +36,55 @@
 namespace
 {
 
-/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / 16, pairs); warp: rows n0 .. n0 + 3 of
- * gate (lanes' g 0..3) and of up (g 4..7). Blocks of 4 warps, not 8: Qwen3-30B-A3B's 1536 warps
- * at one token are 384 blocks that spread 2-3 to an SM, where 192 blocks of 8 left 60 SMs with
- * twice the work of the other 72. */
+/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / (16 / KS), pairs); a row tile: rows n0
+ * .. n0 + 3 of gate (lanes' g 0..3) and of up (g 4..7), taken by KS warps that split K (their
+ * sums added in order through shared memory). Blocks of 4 warps: Qwen3-30B-A3B's gate/up at one
+ * token is 384 row tiles, that spread 2-3 to an SM where 192 blocks of 8 warps left 60 SMs with
+ * twice the work of the other 72. KS = 2 (half the chunks each on twice the warps, to shorten
+ * each warp's chain of ~160 instructions a 32-k chunk) measured slower (session 6: 352.6 against
+ * 358.4 tok/s): the backend uses KS = 1 unless MOESERVE_MOE_MMA_KS=2. */
 enum { MG_THREADS = 128, MG_WARPS = MG_THREADS / 32 };
 
-template <int U>
-__global__ void __launch_bounds__(MG_THREADS, 4)
+template <int U, int KS>
+__global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, float *act)
 {
     extern __shared__ uint2 xf[];
+    __shared__ float2 part[MG_WARPS][4];
     pdl_wait();
     const int pair = blockIdx.y, e = ids[pair];
-    const int lane = threadIdx.x % 32, g = lane / 4;
-    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + threadIdx.x / 32) * 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32, half = wib % KS;
+    const int64_t n0 = ((int64_t)blockIdx.x * (MG_WARPS / KS) + wib / KS) * 4;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
-        if (lane < 4 && n0 + lane < I)
+        if (half == 0 && lane < 4 && n0 + lane < I)
             out[n0 + lane] = 0.0f;
         return;
     }
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
+    const int G = (int)(D / 128), g0 = G * half / KS, g1 = G * (half + 1) / KS;
     /* the first U weight groups in flight while x is staged: one round trip less */
     chunk16 pre[U];
-    rows8_prefetch<U>(w, row, row < I, D, 0, (int)(D / 128), pre);
+    rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre);
+    xfrag_zeros_init();
     xfrag_stage(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS);
     __syncthreads();
-    float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, 0, (int)(D / 128), pre);
+    float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
     pdl_trigger(); /* late: see pdl_trigger() */
+    if constexpr (KS > 1) {
+        if (half != 0 && lane < 4)
+            part[wib][lane] = r;
+        __syncthreads();
+        if (half != 0)
+            return;
+        if (lane < 4)
+            for (int k = 1; k < KS; k++) {
+                const float2 o = part[wib + k][lane];
+                r.x += o.x, r.y += o.y;
+            }
+    }
     /* lanes 0, 1: gate rows n0 + 2t, n0 + 2t + 1; lanes 2, 3: the same up rows */
     const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
     const cuda_wdev wu = table[n_experts + e];
@@ -100,6 +118,8 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     __shared__ float part[MD_MAX_USED][8];
     /* the next layer's first weights (the backend's hint), while this one's experts stream in */
     l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
+    xfrag_zeros_init();
+    __syncthreads();
     pdl_wait();
     const int t = blockIdx.y;
     const int32_t *it = ids + (size_t)t * n_used;
@@ -175,6 +195,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     const cuda_wdev w = p.w[j];
     chunk16 pre[MD_U];
     rows8_prefetch(w, row, live && row < p.N[j], p.K, g0, g1, pre);
+    xfrag_zeros_init();
     pdl_wait();
     xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
     __syncthreads();
@@ -256,7 +277,7 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
 namespace
 {
 
-template <int U>
+template <int U, int KS>
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
                            int n_used, float *act, float *out, int residual, int pdl, const cuda_l2_ranges &pf)
@@ -265,13 +286,15 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_down_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     if (e != cudaSuccess)
         return e;
-    dim3 g1((unsigned)((d_expert + 4 * MG_WARPS - 1) / (4 * MG_WARPS)), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
+    const int rows_per_block = 4 * MG_WARPS / KS;
+    dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U, KS>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
                    d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;
@@ -286,17 +309,22 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
                                            float *out, int residual, int pdl, const struct cuda_l2_ranges *pf,
-                                           int unroll)
+                                           int unroll, int ks)
 {
     const cuda_l2_ranges none = {};
     if (n_tokens <= 0)
         return cudaSuccess;
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
-        (unroll != 4 && unroll != 8))
+        (unroll != 4 && unroll != 8) || (ks != 1 && ks != 2))
         return cudaErrorInvalidValue;
+    const cuda_l2_ranges &p = pf ? *pf : none;
     if (unroll == 8)
-        return moe_mma_launch<8>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act,
-                                 out, residual, pdl, pf ? *pf : none);
-    return moe_mma_launch<4>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act, out,
-                             residual, pdl, pf ? *pf : none);
+        return ks == 2 ? moe_mma_launch<8, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
+                                              n_used, act, out, residual, pdl, p)
+                       : moe_mma_launch<8, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
+                                              n_used, act, out, residual, pdl, p);
+    return ks == 2 ? moe_mma_launch<4, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
+                                          n_used, act, out, residual, pdl, p)
+                   : moe_mma_launch<4, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
+                                          n_used, act, out, residual, pdl, p);
 }

@@ -29,15 +29,18 @@ __device__ __forceinline__ float bf16_round(float v)
     return __uint_as_float(a);
 }
 
-/* x[0 .. K) into A fragments: entry ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2 + m is
- * {a0, a2} of lane (m, c % 4) for chunk c, word w, half h; m = 0 the bf16 of x, m = 1 the rest.
- * Threads tid0, tid0 + stride, ... of the caller. x is read XB entries at a time, all loads
- * issued before the first store: x was just written by the previous kernel, so each batch is an
- * L2 round trip (~0.6 us), and one entry at a time made the down kernel's per-warp staging (6
- * entries a lane) six of them in a row. */
-__device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, int tid0, int stride)
+/* x[0 .. K) into A fragments: uint4 entry ((c / 4) * 8 + w * 2 + h) * 4 + (c % 4) is {a0, a1,
+ * a2, a3} of lane (0, c % 4) for chunk c, word w, half h: a0 and a2 the bf16 of x (A row 0),
+ * a1 and a3 the rest x - hi rounded again (A row 8), so that one 16-byte shared load fills the
+ * mma's A registers and the hi and lo sums come back in the same lane (C rows 0 and 8). The other
+ * lanes' A is zero (xfrag_zeros). Threads tid0, tid0 + stride, ... of the caller. x is read XB
+ * entries at a time, all loads issued before the first store: x was just written by the previous
+ * kernel, so each batch is an L2 round trip (~0.6 us), and one entry at a time made the down
+ * kernel's per-warp staging (6 entries a lane) six of them in a row. */
+__device__ __forceinline__ void xfrag_stage(uint2 *xf2, const float *x, int K, int tid0, int stride)
 {
     constexpr int XB = 4;
+    uint4 *xf = (uint4 *)xf2;
     for (int it0 = tid0; it0 < K / 4; it0 += XB * stride) {
         float2 a[XB], b[XB]; /* x[k0], x[k0 + 1] and x[k0 + 4], x[k0 + 5] */
 #pragma unroll
@@ -57,11 +60,32 @@ __device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, in
             const int c = it / 8, w = (it / 2) % 4, h = it % 2;
             const float v0 = a[i].x, v1 = a[i].y, v4 = b[i].x, v5 = b[i].y;
             const float h0 = bf16_round(v0), h4 = bf16_round(v4), h1 = bf16_round(v1), h5 = bf16_round(v5);
-            uint2 *dst = xf + ((c / 4) * 8 + w * 2 + h) * 8 + (c % 4) * 2;
-            dst[0] = make_uint2(bf16x2_of(h0, h4), bf16x2_of(h1, h5));
-            dst[1] = make_uint2(bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(v1 - h1, v5 - h5));
+            xf[((c / 4) * 8 + w * 2 + h) * 4 + (c % 4)] =
+                make_uint4(bf16x2_of(h0, h4), bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(h1, h5), bf16x2_of(v1 - h1, v5 - h5));
         }
     }
+}
+
+/* One chunk group's worth of zero A fragments for lanes 1..31's rows, in the kernel's static
+ * shared memory. Every kernel using chunk_mma calls xfrag_zeros_init() once and synchronises
+ * before its first dot product. */
+__device__ __forceinline__ uint4 *xfrag_zeros()
+{
+    __shared__ uint4 z[32];
+    return z;
+}
+
+__device__ __forceinline__ void xfrag_zeros_init()
+{
+    if (threadIdx.x < 32)
+        xfrag_zeros()[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+/* The fragments lane `lane` multiplies for chunk group i: its own for lanes 0..3 (g = 0), zeros
+ * for the rest. */
+__device__ __forceinline__ const uint4 *xfrag_group(const uint2 *xf, int i, int lane)
+{
+    return lane < 4 ? (const uint4 *)xf + (size_t)i * 32 : xfrag_zeros();
 }
 
 /* Nibbles I and I + 4 of u as a bf16x2 (I low): each E2M1 value times 2^-126. */
@@ -81,12 +105,12 @@ __device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t 
     return d;
 }
 
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 /* A chunk's two E4M3 block scales (bytes 0 and 1 of s), each times 2^64 as a bf16 pair: lo for
@@ -110,12 +134,11 @@ struct chunk16 {
     uint32_t s; /* the chunk's two scale bytes */
 };
 
-/* One chunk (32 k of row g) against x's fragments xf (for this chunk's group of four): 8 mma
- * steps into d (two sets, alternating, so that consecutive mmas do not wait on each other). */
-__device__ __forceinline__ void chunk_mma(const chunk16 &q, const uint2 *xf, int lane, float (&d0)[4],
-                                          float (&d1)[4])
+/* One chunk (32 k of row g) against x's fragments xg (xfrag_group of this chunk's group of four):
+ * 8 mma steps into d (two sets, alternating, so that consecutive mmas do not wait on each other). */
+__device__ __forceinline__ void chunk_mma(const chunk16 &q, const uint4 *xg, int lane, float (&d0)[4], float (&d1)[4])
 {
-    const int g = lane / 4, t = lane % 4;
+    const int t = lane % 4;
     uint32_t s_lo, s_hi;
     scales_x2(q.s, s_lo, s_hi);
     const uint32_t words[4] = {q.w.x, q.w.y, q.w.z, q.w.w};
@@ -128,13 +151,11 @@ __device__ __forceinline__ void chunk_mma(const chunk16 &q, const uint2 *xf, int
             uint32_t b1 = h == 0 ? e2m1x2_raw<1>(u) : e2m1x2_raw<3>(u);
             b0 = bf16x2_fma(b0, sc, 0x80008000u);
             b1 = bf16x2_fma(b1, sc, 0x80008000u);
-            uint2 a = make_uint2(0u, 0u);
-            if (g < 2)
-                a = xf[(w * 2 + h) * 8 + t * 2 + g];
+            const uint4 a = xg[(w * 2 + h) * 4 + t];
             if (h == 0)
-                mma_bf16_16816(d0, a.x, a.y, b0, b1);
+                mma_bf16_16816(d0, a, b0, b1);
             else
-                mma_bf16_16816(d1, a.x, a.y, b0, b1);
+                mma_bf16_16816(d1, a, b0, b1);
         }
     }
 }
@@ -184,16 +205,14 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (i0 + u < g1) {
-                chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+                chunk_mma(q[u], xfrag_group(xf, i0 + u, lane), lane, d0, d1);
                 if (i0 + u + U < g1)
                     q[u] = load_chunk(w, row, 4 * (i0 + u + U) + t, K, ok);
             }
         }
     }
-    float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
-    r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
-    r1 += __shfl_down_sync(0xffffffffu, r1, 4);
-    return make_float2(r0, r1);
+    /* C rows 0 (x's hi) and 8 (its lo) of columns 2t, 2t + 1, in lanes 0..3 */
+    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
 /* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
@@ -214,12 +233,10 @@ __device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, boo
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (i0 + u < NC / 4)
-                chunk_mma(q[u], xf + (size_t)(i0 + u) * 64, lane, d0, d1);
+                chunk_mma(q[u], xfrag_group(xf, i0 + u, lane), lane, d0, d1);
     }
-    float r0 = d0[0] + d1[0], r1 = d0[1] + d1[1];
-    r0 += __shfl_down_sync(0xffffffffu, r0, 4); /* + the lo row's share, held by lane t + 4 */
-    r1 += __shfl_down_sync(0xffffffffu, r1, 4);
-    return make_float2(r0, r1);
+    /* C rows 0 (x's hi) and 8 (its lo) of columns 2t, 2t + 1, in lanes 0..3 */
+    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
 } // namespace

@@ -284,11 +284,12 @@ int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64
                                   size_t smem_budget);
 /* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. pf (or
  * NULL): weights of the ops after this one, asked of L2 by the down kernel's blocks. unroll: 4 or
- * 8 weight groups (128 k each) a warp loads per round. */
+ * 8 weight groups (128 k each) a warp keeps in flight; ks: 1 or 2 warps share a gate/up row tile
+ * (K split). */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
-                                const struct cuda_l2_ranges *pf, int unroll);
+                                const struct cuda_l2_ranges *pf, int unroll, int ks);
 
 /* ---- cuda_decode_fp8.cu (few-token NVFP4 MoE on e4m3 tensor cores, sm_89+) ---- */
 /* Whether cuda_moe_decode_fp8 takes this shape (NVFP4, both widths multiples of 128). */

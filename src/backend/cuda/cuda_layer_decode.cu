@@ -255,6 +255,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             arr = p.trace + 1 + (size_t)s_launch * LD_TRACE + 8;
     }
     /* 1. q/k/v */
+    xfrag_zeros_init(); /* the zero A fragments of chunk_mma, read after the next barrier */
     block_rmsnorm(xs, p.h, p.attn_norm, p.eps, p.D);
     xfrag_stage(xf, xs, p.D, threadIdx.x, LD_THREADS);
     __syncthreads();
