@@ -65,11 +65,11 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
     const int G = (int)(D / 128), g0 = G * half / KS, g1 = G * (half + 1) / KS;
-    /* the first U weight groups in flight while x is staged: one round trip less */
+    /* the first U weight groups in flight while x is staged, asked for after x */
     chunk16 pre[U];
-    rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre);
     xfrag_zeros_init();
-    xfrag_stage(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS);
+    xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
+                          [&] { rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre); });
     __syncthreads();
     float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
     pdl_trigger(); /* late: see pdl_trigger() */
@@ -133,12 +133,15 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         float2 r = make_float2(0.f, 0.f);
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
-            chunk16 pre[U]; /* in flight while the slot's act is staged */
-            rows8_prefetch<U>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre);
+            /* at most 6 groups in flight (a 768-wide row: all of it): with act's 6 entries a lane
+             * held across the weight loads, 8 spill */
+            constexpr int UD = U > 6 ? 6 : U;
+            chunk16 pre[UD]; /* in flight while the slot's act is staged, asked for after act */
             __syncwarp();
-            xfrag_stage(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32);
+            xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
+                                  [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre); });
             __syncwarp();
-            r = rows8_dot_range<U>(w, n0 + g, n0 + g < D, I, mine, 0, (int)(I / 128), pre);
+            r = rows8_dot_range<UD>(w, n0 + g, n0 + g < D, I, mine, 0, (int)(I / 128), pre);
             const float s = 0x1p62f * w.scale2;
             r.x *= s, r.y *= s;
             if (w.bias && lane < 4) {
