@@ -181,6 +181,10 @@ struct backend_ops {
     /* logits[t, n_experts] -> ids[t, n_used], weights[t, n_used] */
     void (*moe_route)(struct backend *be, const float *logits, int n_tokens,
                       const struct route_args *args, int32_t *ids, float *weights);
+    /* Optional: linear(router, x) into logits and moe_route on them in one step. Returns false,
+     * having done nothing, when it does not take these arguments (the caller then does both). */
+    bool (*router_route)(struct backend *be, const struct weight *router, const float *x, int n_tokens,
+                         const struct route_args *args, float *logits, int32_t *ids, float *weights);
     /* out[t, :] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t, :]) (overwrites out).
      * work: backend_moe_workspace_floats() floats. */
     void (*moe_experts)(struct backend *be, const float *x, int n_tokens, const int32_t *ids,

@@ -290,11 +290,14 @@ static void forward_ffn(struct forward *f, int l, int n)
         forward_mlp(f, lw, n, f->delta);
         return;
     }
-    be->ops->linear(be, &lw->router, f->x, n, f->router);
     struct route_args ra;
     struct moe_args ma;
     forward_moe_args(f, l, &ra, &ma);
-    be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
+    if (!be->ops->router_route ||
+        !be->ops->router_route(be, &lw->router, f->x, n, &ra, f->router, f->route_ids, f->route_w)) {
+        be->ops->linear(be, &lw->router, f->x, n, f->router);
+        be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
+    }
     forward_prefetch_next_layer(f, l);
     be->ops->moe_experts(be, f->x, n, f->route_ids, f->route_w, &ma, f->moe_work, f->delta);
     if (lw->has_ffn) {

@@ -1232,11 +1232,11 @@ static enum status plan_decode(struct plan_ctx *x, struct err *err)
          * lanes only build bf16 pairs (~2.4 instead of ~4.6 instructions a weight). Measured on
          * the H200 (session 4): batch 1 330.7 vs 324.4 tok/s, batch 8 695.2 vs 628.4. Tile:
          * 8 rows a warp (tile_n), gate/up 4 + 4 (tile_m), k 32 a lane step; 8 groups of 128 k
-         * in flight per warp (session 5: 335.8 vs 325.7 tok/s with 4), hence up to 110
-         * registers (down). */
+         * in flight per warp (session 5: 335.8 vs 325.7 tok/s with 4), x asked for before the
+         * weights (session 6: 368.4 tok/s), hence up to 127 registers (down). */
         c = cand_add(x, "moe_pair_decode_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
         c->portable = false;
-        c->tm = 4, c->tn = 8, c->tk = 32, c->threads = 256, c->regs = 110, c->stages = 0;
+        c->tm = 4, c->tn = 8, c->tk = 32, c->threads = 256, c->regs = 127, c->stages = 0;
         c->smem = (size_t)(s->d_model > 8 * s->d_expert ? s->d_model : 8 * s->d_expert) * 4;
         c->streaming = true;
         /* 16 flops a weight on the tensor core (n = 8 columns, 2 of them used); the lanes' work

@@ -527,6 +527,103 @@ static void test_attention(void **state)
 
 /* ---------------------------------------------------------------- routing */
 
+/* router_route (decode: the router GEMV and the routing in one kernel; off unless asked for)
+ * against the CPU's linear then moe_route: the same expert ids, weights and logits within
+ * TOL_F32; and the declines. */
+static void test_router_route(void **state)
+{
+    struct pair *p = *state;
+    if (!p->gpu.ops->router_route)
+        fail_msg("the CUDA backend has no router_route");
+    struct test_weight t0;
+    uint64_t rng0 = 3;
+    weight_make(&t0, p, WEIGHT_BF16, 64, 64, false, &rng0);
+    struct route_args a0 = {.n_experts = 64, .n_used = 4, .score = ROUTE_SOFTMAX, .n_group = 1, .topk_group = 1,
+                            .scaling = 1.0f};
+    float *b0 = dev_nan(&p->gpu, 64 * 4);
+    assert_false(p->gpu.ops->router_route(&p->gpu, &t0.dev, b0, 1, &a0, b0, (int32_t *)b0, b0)); /* off */
+    p->gpu.ops->free(&p->gpu, b0);
+    weight_free(&t0, p);
+    backend_cuda_set_router_route(&p->gpu, true);
+    uint64_t rng = 29;
+    struct {
+        int E, k, K, T;
+        enum route_score score;
+        bool corr, lin_bias, normalize;
+        float scaling;
+    } cs[] = {
+        {128, 8, 2048, 1, ROUTE_SOFTMAX, false, false, true, 1.0f}, /* Qwen3-30B-A3B at batch 1 */
+        {128, 8, 2048, 8, ROUTE_SOFTMAX, false, false, false, 1.0f},
+        {64, 4, 136, 3, ROUTE_SIGMOID, true, true, true, 2.5f},     /* K not a multiple of 256 */
+        {256, 8, 4096, 2, ROUTE_SIGMOID, true, false, true, 2.5f},  /* more than one round of loads */
+        {512, 6, 64, 1, ROUTE_SOFTMAX, false, true, true, 1.0f},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int E = cs[c].E, k = cs[c].k, K = cs[c].K, T = cs[c].T;
+        struct test_weight tw;
+        weight_make(&tw, p, WEIGHT_BF16, E, K, cs[c].lin_bias, &rng);
+        float *x = rand_floats((size_t)T * K, 1.0f, &rng);
+        float *corr = cs[c].corr ? rand_floats((size_t)E, 0.5f, &rng) : NULL;
+        struct route_args a = {.n_experts = E, .n_used = k, .score = cs[c].score, .correction_bias = corr,
+                               .n_group = 1, .topk_group = 1, .normalize = cs[c].normalize,
+                               .normalize_eps = 1e-20f, .scaling = cs[c].scaling};
+        float *lg = malloc((size_t)T * E * 4);
+        int32_t *ids = malloc((size_t)T * k * 4);
+        float *w = malloc((size_t)T * k * 4);
+        p->cpu.ops->linear(&p->cpu, &tw.host, x, T, lg);
+        p->cpu.ops->moe_route(&p->cpu, lg, T, &a, ids, w);
+        float *dx = dev_copy(&p->gpu, x, (size_t)T * K * 4);
+        float *dcorr = corr ? dev_copy(&p->gpu, corr, (size_t)E * 4) : NULL;
+        float *dlg = dev_nan(&p->gpu, (size_t)T * E);
+        int32_t *dids = (int32_t *)dev_nan(&p->gpu, (size_t)T * k);
+        float *dw = dev_nan(&p->gpu, (size_t)T * k);
+        a.correction_bias = dcorr;
+        if (!p->gpu.ops->router_route(&p->gpu, &tw.dev, dx, T, &a, dlg, dids, dw))
+            fail_msg("router_route case %zu (E %d, K %d, T %d): declined", c, E, K, T);
+        /* twice: the block counter must be back at zero for the next launch */
+        assert_true(p->gpu.ops->router_route(&p->gpu, &tw.dev, dx, T, &a, dlg, dids, dw));
+        gpu_ok(&p->gpu);
+        int32_t *gids = malloc((size_t)T * k * 4);
+        p->gpu.ops->download(&p->gpu, gids, dids, (size_t)T * k * 4);
+        float *gw = fetch(&p->gpu, dw, (size_t)T * k), *glg = fetch(&p->gpu, dlg, (size_t)T * E);
+        char what[96];
+        snprintf(what, sizeof what, "router_route case %zu logits", c);
+        double el = check_close(what, glg, lg, (size_t)T * E, TOL_F32);
+        for (int i = 0; i < T * k; i++)
+            if (gids[i] != ids[i])
+                fail_msg("router_route case %zu: token %d slot %d: gpu expert %d, cpu %d", c, i / k, i % k, gids[i],
+                         ids[i]);
+        snprintf(what, sizeof what, "router_route case %zu weights", c);
+        double ew = check_close(what, gw, w, (size_t)T * k, TOL_F32);
+        print_message("    router_route E=%d k=%d K=%d T=%d: logits rel err %.2e, weights %.2e, ids identical\n", E,
+                      k, K, T, el, ew);
+        free(gids), free(gw), free(glg), free(lg), free(ids), free(w), free(x), free(corr);
+        p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dlg), p->gpu.ops->free(&p->gpu, dids);
+        p->gpu.ops->free(&p->gpu, dw);
+        if (dcorr)
+            p->gpu.ops->free(&p->gpu, dcorr);
+        weight_free(&tw, p);
+    }
+    /* what it must leave to linear + moe_route: a non-BF16 router, expert groups, many tokens */
+    struct test_weight tf;
+    weight_make(&tf, p, WEIGHT_F32, 64, 64, false, &rng);
+    struct route_args a = {.n_experts = 64, .n_used = 4, .score = ROUTE_SOFTMAX, .n_group = 1, .topk_group = 1,
+                           .scaling = 1.0f};
+    float *buf = dev_nan(&p->gpu, 64 * 64 * 4);
+    assert_false(p->gpu.ops->router_route(&p->gpu, &tf.dev, buf, 1, &a, buf, (int32_t *)buf, buf));
+    weight_free(&tf, p);
+    struct test_weight tb;
+    weight_make(&tb, p, WEIGHT_BF16, 64, 64, false, &rng);
+    struct route_args g = a;
+    g.n_group = 8, g.topk_group = 2;
+    assert_false(p->gpu.ops->router_route(&p->gpu, &tb.dev, buf, 1, &g, buf, (int32_t *)buf, buf));
+    assert_false(p->gpu.ops->router_route(&p->gpu, &tb.dev, buf, 64, &a, buf, (int32_t *)buf, buf));
+    weight_free(&tb, p);
+    p->gpu.ops->free(&p->gpu, buf);
+    gpu_ok(&p->gpu);
+    backend_cuda_set_router_route(&p->gpu, false);
+}
+
 static void test_moe_route(void **state)
 {
     struct pair *p = *state;
@@ -1030,7 +1127,7 @@ int main(void)
         cmocka_unit_test(test_embed),        cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_add_rmsnorm),  cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul_add), cmocka_unit_test(test_kv_store),
-        cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route), cmocka_unit_test(test_router_route),
         cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
         cmocka_unit_test(test_linear_multi), cmocka_unit_test(test_attn_prep),
         cmocka_unit_test(test_argmax),       cmocka_unit_test(test_sample),

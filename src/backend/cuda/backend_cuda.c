@@ -90,6 +90,7 @@ struct cuda_backend {
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (measured slower: opt-in) */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
+    bool router_route;     /* few tokens: router GEMV + routing in one kernel */
     bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
     int l2_pf_blocks;    /* ... spread over this many extra blocks */
@@ -690,6 +691,23 @@ static bool expert_prefetch_from(struct cuda_backend *c, const struct moe_args *
     return true;
 }
 
+/* A few tokens: the router GEMV and the routing in one kernel (cuda_router_route.cu), unless the
+ * routing is asked to prefetch experts (that lives in the routing kernel). */
+static bool cu_router_route(struct backend *be, const struct weight *router, const float *x, int n_tokens,
+                            const struct route_args *args, float *logits, int32_t *ids, float *weights)
+{
+    struct cuda_backend *c = ctx(be);
+    struct cuda_expert_prefetch pf;
+    if (!c->router_route || n_tokens > c->moe_decode_max_tokens || expert_prefetch_from(c, args->experts, &pf) ||
+        !cuda_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(x))
+        return false;
+    int *sem = sem_get(c, 1);
+    if (!sem)
+        return false;
+    CHECK(c, cuda_router_route(c->stream, router, x, n_tokens, args, logits, ids, weights, (unsigned *)sem, c->pdl));
+    return true;
+}
+
 static void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args,
                          int32_t *ids, float *weights)
 {
@@ -1163,6 +1181,7 @@ static const struct backend_ops CUDA_OPS = {
     .attention = cu_attention,
     .silu_mul = cu_silu_mul,
     .moe_route = cu_moe_route,
+    .router_route = cu_router_route,
     .moe_experts = cu_moe_experts,
     .add = cu_add,
     .linear_multi = cu_linear_multi,
@@ -1263,6 +1282,12 @@ static void configure_from_plan(struct cuda_backend *c)
      * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4) */
     const char *mu = getenv("MOESERVE_MOE_MMA_UNROLL");
     c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : 8;
+    /* MOESERVE_ROUTER_ROUTE=1: the router GEMV and the routing in one kernel at few tokens.
+     * Off: on the H200 (session 6) it was slower at batch 1 (346.8 vs 367.9 tok/s) and within
+     * noise at batch 8 (747.1 vs 735.1): its fence, atomic and logits read-back by the last
+     * block cost about what the kernel boundary it removes did. */
+    const char *rr = getenv("MOESERVE_ROUTER_ROUTE");
+    c->router_route = rr && strcmp(rr, "1") == 0;
     /* MOESERVE_MOE_MMA_KS=1|2: warps that split K of one gate/up row tile (2 measured slower on
      * the H200, session 6: 341.1 / 352.6 tok/s at unroll 8 / 4 against 358.4) */
     const char *mks = getenv("MOESERVE_MOE_MMA_KS");
@@ -1507,6 +1532,11 @@ void backend_cuda_set_decode_fp8(struct backend *be, bool on)
 {
     struct cuda_backend *c = ctx(be);
     c->decode_fp8 = on && c->plan.caps.fp8_mma;
+}
+
+void backend_cuda_set_router_route(struct backend *be, bool on)
+{
+    ctx(be)->router_route = on;
 }
 
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)

@@ -12,7 +12,8 @@
  * defines: backend_cuda_create(), backend_cuda_device_count(), backend_cuda_status(),
  *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
  *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream(),
- *          backend_cuda_set_decode_mma_dense(), backend_cuda_set_decode_fp8()
+ *          backend_cuda_set_decode_mma_dense(), backend_cuda_set_decode_fp8(),
+ *          backend_cuda_set_router_route()
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
 #define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -55,5 +56,8 @@ void backend_cuda_set_decode_mma_dense(struct backend *be, bool on);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say
  * fp8_mma (MOESERVE_DECODE_FP8=1 does the same). */
 void backend_cuda_set_decode_fp8(struct backend *be, bool on);
+/* Tests: the router GEMV + routing in one kernel at few tokens (cuda_router_route.cu; off by
+ * default, MOESERVE_ROUTER_ROUTE=1 does the same). */
+void backend_cuda_set_router_route(struct backend *be, bool on);
 
 #endif

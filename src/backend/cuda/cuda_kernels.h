@@ -11,7 +11,8 @@
  * (cuda_norm.cu); cuda_rope() (cuda_rope.cu); cuda_attention_fit(), cuda_attention_workspace_floats(),
  *          cuda_attention() (cuda_attention.cu); struct cuda_attn_mma_cfg, cuda_attention_mma_smem(),
  *          cuda_attention_mma_fit(), cuda_attention_mma_supported(), cuda_attention_mma()
- *          (cuda_attention_mma.cu); cuda_moe_route() (cuda_moe_route.cu);
+ *          (cuda_attention_mma.cu); cuda_moe_route() (cuda_moe_route.cu); cuda_router_route()
+ *          (cuda_router_route.cu);
  *          cuda_gemm(), cuda_gemm_grouped(), cuda_gemm_tile_rows() (cuda_gemm.cu);
  *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
@@ -159,6 +160,17 @@ int cuda_attention_mma_supported(const float *q, const struct paged_kv *kv, cons
 cudaError_t cuda_attention_mma(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                                const struct attn_batch *b, int n_heads, float scale, float *out,
                                const struct cuda_attn_mma_cfg *cfg);
+
+/* ---- cuda_router_route.cu (decode: router GEMV + routing in one kernel) ---- */
+/* Whether cuda_router_route takes this router and routing (BF16 rows, K % 8 == 0, no groups,
+ * tokens x experts <= 4096, their floats within smem_budget). */
+int cuda_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
+                                size_t smem_budget);
+/* logits = x router^T (+ bias), then ids / weights as cuda_moe_route; count: one device counter,
+ * zero before and after the launch. */
+cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x, int n_tokens,
+                              const struct route_args *a, float *logits, int32_t *ids, float *weights,
+                              unsigned *count, int pdl);
 
 /* ---- cuda_moe_route.cu ---- */
 /* args is a host struct; args->correction_bias is a device pointer (or NULL). */

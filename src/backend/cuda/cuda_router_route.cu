@@ -1,0 +1,155 @@
+/* cuda_router_route.cu — a decode step's MoE router GEMV and its routing in one kernel.
+ *
+ * Why: at a few tokens the router (Qwen3-30B-A3B: 128 x 2048 BF16, 0.5 MB) and the top-k are
+ * two tiny kernels in a chain that every MoE layer waits on: the experts' kernel cannot start its
+ * loads before the ids exist (a block trace on the H200 showed gate/up blocks sitting ~3 us in
+ * their PDL wait behind them). Here
+ *  - a warp computes one (token, expert) logit; its router row is loaded before the PDL wait
+ *    (weights never change), so only x is fetched after it;
+ *  - each block counts itself in on a device counter once its logits are written; the block
+ *    that arrives last reads all logits back through L2 and routes every token with one warp
+ *    per token (route_warp, the standalone routing kernel's code), then resets the counter for
+ *    the next launch (graph replays reuse it).
+ * Numbers: a logit is the fp32 sum over the lane's 8-element chunks in order, then a butterfly
+ * over the warp, plus the bias; the routing is route_warp's (the CPU reference's order).
+ * Shapes: BF16 router rows with K % 8 == 0, no expert groups, at most RR_MAX_LOGITS logits
+ * (tokens x experts), their floats within the shared-memory budget; the backend falls back to
+ * linear + moe_route otherwise.
+ */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_route_warp.cuh"
+
+namespace
+{
+
+enum { RR_THREADS = 256, RR_WARPS = RR_THREADS / 32, RR_U = 8, RR_MAX_LOGITS = 4096 };
+
+struct rr_params {
+    const uint4 *w;     /* (E, K) bf16 rows as 8-element chunks */
+    const float *bias;  /* (E) or NULL: the linear's bias */
+    const float *x;     /* (n_tokens, K) */
+    int64_t K;
+    int n_tokens;
+    route_warp_args ra;
+    float *logits;      /* (n_tokens, E) */
+    int32_t *ids;       /* (n_tokens, k) */
+    float *weights;     /* (n_tokens, k) */
+    unsigned *count;    /* zero between launches */
+};
+
+/* 8 bf16 of w times 8 floats of x (two float4), added in order to acc */
+__device__ __forceinline__ float chunk_dot(uint4 w, const float *x, float acc)
+{
+    const float4 a = *(const float4 *)x, b = *(const float4 *)(x + 4);
+    acc = fmaf(__uint_as_float(w.x << 16), a.x, acc);
+    acc = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, acc);
+    acc = fmaf(__uint_as_float(w.y << 16), a.z, acc);
+    acc = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, acc);
+    acc = fmaf(__uint_as_float(w.z << 16), b.x, acc);
+    acc = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, acc);
+    acc = fmaf(__uint_as_float(w.w << 16), b.z, acc);
+    return fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
+}
+
+template <int NPL>
+__global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_constant__ rr_params p)
+{
+    extern __shared__ float lg[]; /* (n_tokens, E), used by the last block */
+    __shared__ int s_last;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, E = p.ra.E;
+    const int row = (int)blockIdx.x * RR_WARPS + warp; /* token * E + expert */
+    const bool live = row < p.n_tokens * E;
+    const int t = live ? row / E : 0, e = live ? row % E : 0;
+    const int64_t NC = p.K / 8;
+    const uint4 *wr = p.w + (size_t)e * (size_t)NC;
+    uint4 pre[RR_U];
+#pragma unroll
+    for (int u = 0; u < RR_U; u++) {
+        const int64_t c = lane + 32 * u;
+        pre[u] = live && c < NC ? __ldg(wr + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    pdl_trigger(); /* the experts' kernel may take its slots now; it waits for the ids anyway */
+    pdl_wait();
+    const float *xr = p.x + (size_t)t * (size_t)p.K;
+    float acc = 0.0f;
+    if (live) {
+#pragma unroll
+        for (int u = 0; u < RR_U; u++) {
+            const int64_t c = lane + 32 * u;
+            if (c < NC)
+                acc = chunk_dot(pre[u], xr + 8 * c, acc);
+        }
+        for (int64_t c0 = 32 * RR_U; c0 < NC; c0 += 32 * RR_U) {
+            uint4 q[RR_U];
+#pragma unroll
+            for (int u = 0; u < RR_U; u++) {
+                const int64_t c = c0 + lane + 32 * u;
+                q[u] = c < NC ? __ldg(wr + c) : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < RR_U; u++) {
+                const int64_t c = c0 + lane + 32 * u;
+                if (c < NC)
+                    acc = chunk_dot(q[u], xr + 8 * c, acc);
+            }
+        }
+    }
+    acc = warp_sum(acc);
+    if (live && lane == 0)
+        p.logits[row] = p.bias ? __fadd_rn(acc, p.bias[e]) : acc;
+
+    /* count in; the last block routes (logits written before the count, read after it) */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(p.count, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    for (int i = threadIdx.x; i < p.n_tokens * E; i += RR_THREADS)
+        lg[i] = __ldcg(p.logits + i);
+    __syncthreads();
+    for (int tt = warp; tt < p.n_tokens; tt += RR_WARPS)
+        route_warp<NPL>(lg + (size_t)tt * E, p.ra, p.ids + (size_t)tt * p.ra.k, p.weights + (size_t)tt * p.ra.k);
+    if (threadIdx.x == 0)
+        *p.count = 0u;
+}
+
+} // namespace
+
+extern "C" int cuda_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
+                                           size_t smem_budget)
+{
+    return (size_t)n_tokens * (size_t)a->n_experts * sizeof(float) <= smem_budget && router->format == WEIGHT_BF16 && router->cols > 0 && router->cols % 8 == 0 &&
+           router->rows == a->n_experts && cuda_route_warp_supported(a) && n_tokens >= 1 &&
+           (int64_t)n_tokens * a->n_experts <= RR_MAX_LOGITS && (uintptr_t)router->data % 16 == 0;
+}
+
+extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x,
+                                         int n_tokens, const struct route_args *a, float *logits, int32_t *ids,
+                                         float *weights, unsigned *count, int pdl)
+{
+    if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || !count || (uintptr_t)x % 16)
+        return cudaErrorInvalidValue;
+    rr_params p;
+    p.w = (const uint4 *)router->data;
+    p.bias = router->bias;
+    p.x = x;
+    p.K = router->cols;
+    p.n_tokens = n_tokens;
+    p.ra = route_warp_args_from(a);
+    p.logits = logits;
+    p.ids = ids;
+    p.weights = weights;
+    p.count = count;
+    const unsigned blocks = (unsigned)(((int64_t)n_tokens * a->n_experts + RR_WARPS - 1) / RR_WARPS);
+    const size_t smem = (size_t)n_tokens * (size_t)a->n_experts * sizeof(float);
+    if (a->n_experts <= 64)
+        return launch_pdl(pdl != 0, router_route_kernel<2>, dim3(blocks), dim3(RR_THREADS), smem, stream, p);
+    if (a->n_experts <= 128)
+        return launch_pdl(pdl != 0, router_route_kernel<4>, dim3(blocks), dim3(RR_THREADS), smem, stream, p);
+    if (a->n_experts <= 256)
+        return launch_pdl(pdl != 0, router_route_kernel<8>, dim3(blocks), dim3(RR_THREADS), smem, stream, p);
+    return launch_pdl(pdl != 0, router_route_kernel<16>, dim3(blocks), dim3(RR_THREADS), smem, stream, p);
+}
