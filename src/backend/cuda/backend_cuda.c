@@ -1158,6 +1158,10 @@ static void cuda_backend_free(struct cuda_backend *c)
 
 static void cu_destroy(struct backend *be)
 {
+    /* MOESERVE_TRACE_OUT=FILE: the kernels' phase records (a -DMOESERVE_KERNEL_TRACE=ON build) */
+    const char *kt = getenv("MOESERVE_TRACE_OUT");
+    if (kt && be->impl)
+        cuda_ktrace_dump(kt);
     if (be->impl)
         cuda_backend_free(ctx(be));
     be->impl = NULL;

@@ -26,6 +26,9 @@
  * head; cuda_attention() keeps the older kernel for anything else.
  */
 #include "backend/cuda/cuda_attn_decode.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
+
+KT_MODULE(attn_decode, "attn_decode_split0")
 
 namespace
 {
@@ -33,13 +36,17 @@ namespace
 template <int NH>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __grid_constant__ adec_params p)
 {
+    KT_BEGIN();
     pdl_trigger();
     /* this kernel reads a few KB of cache and spends its time in round trips: the DRAM is free to
      * bring in the output projection (and whatever else the backend was told comes next) */
     l2_prefetch_ranges(p.pf, (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x),
                        (int)(gridDim.x * gridDim.y * gridDim.z));
     pdl_wait();
+    KT_MARK(1);
     attn_split_block<NH>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+    if (blockIdx.z == 0) /* split 0 always has keys; the others may return at once */
+        KT_END(attn_decode, 0);
 }
 
 } // namespace

@@ -31,7 +31,10 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_decode_common.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
+
+KT_MODULE(decode, "gemv1")
 
 namespace
 {
@@ -132,17 +135,21 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
         j++;
     const gemv1_job &jb = p.job[j];
     const cuda_wdev w = jb.w; /* in registers: a dynamically indexed parameter lives in local memory */
+    KT_BEGIN();
     const int64_t n0 = (grp - jb.first_warp) * R;
     const bool live = grp < p.job[p.n_jobs - 1].first_warp + (p.job[p.n_jobs - 1].N + R - 1) / R && n0 < jb.N;
     wraw pre[R][U];
     if (live)
         rows_prefetch<FMT, R, U>(w, n0, jb.N, p.K, slice, KS, pre);
+    KT_MARK(1);
     pdl_wait();
+    KT_MARK(2);
     if (p.norm_w)
         stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out);
     else
         stage_x<FMT>(xs, p.x, p.K);
     __syncthreads();
+    KT_MARK(3);
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -153,6 +160,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
         for (int r = 0; r < R; r++)
             acc[r] = warp_sum(acc[r]);
     }
+    KT_MARK(4);
     pdl_trigger(); /* late: see pdl_trigger() */
     if constexpr (KS > 1) {
         if (lane == 0 && live)
@@ -181,6 +189,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
         v = finish<FMT>(w, v) + (w.bias ? w.bias[n0 + lane] : 0.0f);
         jb.y[n0 + lane] = p.residual ? __fadd_rn(jb.y[n0 + lane], v) : v;
     }
+    KT_END(decode, 0);
 }
 
 /* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). The expert id comes

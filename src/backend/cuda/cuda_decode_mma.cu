@@ -32,6 +32,9 @@
  * a GPU yet: the backend takes it only with MOESERVE_DECODE_MMA_DENSE=1 (test_decode_mma_dense).
  */
 #include "backend/cuda/cuda_decode_mma.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
+
+KT_MODULE(decode_mma, "moe_gate_up_mma", "moe_down_mma", "gemv_mma")
 
 namespace
 {
@@ -52,7 +55,9 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
 {
     extern __shared__ uint2 xf[];
     __shared__ float2 part[MG_WARPS][4];
+    KT_BEGIN();
     pdl_wait();
+    KT_MARK(1);
     const int pair = blockIdx.y, e = ids[pair];
     const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32, half = wib % KS;
     const int64_t n0 = ((int64_t)blockIdx.x * (MG_WARPS / KS) + wib / KS) * 4;
@@ -71,7 +76,9 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
                           [&] { rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre); });
     __syncthreads();
+    KT_MARK(2);
     float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
+    KT_MARK(3);
     pdl_trigger(); /* late: see pdl_trigger() */
     if constexpr (KS > 1) {
         if (half != 0 && lane < 4)
@@ -103,6 +110,7 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
             out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
         }
     }
+    KT_END(decode_mma, 0);
 }
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid
@@ -116,11 +124,13 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     extern __shared__ uint2 xf[];
     __shared__ int order[MD_MAX_USED];
     __shared__ float part[MD_MAX_USED][8];
+    KT_BEGIN();
     /* the next layer's first weights (the backend's hint), while this one's experts stream in */
     l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
     xfrag_zeros_init();
     __syncthreads();
     pdl_wait();
+    KT_MARK(1);
     const int t = blockIdx.y;
     const int32_t *it = ids + (size_t)t * n_used;
     if (threadIdx.x == 0)
@@ -141,7 +151,11 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
             xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
                                   [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre); });
             __syncwarp();
+            if (j == 0)
+                KT_MARK(2);
             r = rows8_dot_range<UD>(w, n0 + g, n0 + g < D, I, mine, 0, (int)(I / 128), pre);
+            if (j == 0)
+                KT_MARK(3);
             const float s = 0x1p62f * w.scale2;
             r.x *= s, r.y *= s;
             if (w.bias && lane < 4) {
@@ -158,12 +172,14 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     }
     pdl_trigger(); /* late: see pdl_trigger() */
     __syncthreads();
+    KT_MARK(4);
     if (threadIdx.x < 8 && n0 + threadIdx.x < D) {
         const int r = threadIdx.x;
         const float o = slots_combine<8>(it, weights + (size_t)t * n_used, order, part, n_used, n_experts, r);
         float *dst = out + (size_t)t * (size_t)D + n0 + r;
         *dst = residual ? __fadd_rn(*dst, o) : o;
     }
+    KT_END(decode_mma, 1);
 }
 
 /* y_j = x W_j^T for up to 3 NVFP4 weights sharing x (one token); a row tile is 8 rows of one

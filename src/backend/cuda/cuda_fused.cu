@@ -15,6 +15,9 @@
  * so a seed gives a different but equally distributed text.
  */
 #include "backend/cuda/cuda_attn_prep.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
+
+KT_MODULE(fused, "attn_prep")
 
 namespace
 {
@@ -27,10 +30,13 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads
                                  const int32_t *pos, float *kc, float *vc, const int32_t *slots)
 {
     extern __shared__ float sv[]; /* (hd) the head after the norm */
+    KT_BEGIN();
     pdl_trigger();
     pdl_wait();
+    KT_MARK(1);
     attn_prep_head(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, dim, offset, interleaved, attention_factor,
                    inv_freq, pos, kc, vc, slots, blockIdx.x, blockIdx.y, sv);
+    KT_END(fused, 0);
 }
 
 /* (v, i) beats (best, bid): larger, or as large with a lower id. */

@@ -161,6 +161,11 @@ cudaError_t cuda_attention_mma(cudaStream_t stream, const float *q, const struct
                                const struct attn_batch *b, int n_heads, float scale, float *out,
                                const struct cuda_attn_mma_cfg *cfg);
 
+/* ---- cuda_ktrace.cu (diagnostics, see cuda_ktrace.cuh) ---- */
+/* Writes the kernels' per-block phase records to path (a warning when built without
+ * -DMOESERVE_KERNEL_TRACE=ON). */
+void cuda_ktrace_dump(const char *path);
+
 /* ---- cuda_router_route.cu (decode: router GEMV + routing in one kernel) ---- */
 /* Whether cuda_router_route takes this router and routing (BF16 rows, K % 8 == 0, no groups,
  * tokens x experts <= 4096, their floats within smem_budget). */

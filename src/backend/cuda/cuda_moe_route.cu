@@ -16,7 +16,10 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
+
+KT_MODULE(route, "moe_route_warp")
 
 namespace
 {
@@ -211,8 +214,10 @@ __global__ void __launch_bounds__(128)
     moe_route_warp_kernel(const float *logits, int n_tokens, route_warp_args a, int32_t *ids, float *wout,
                           const __grid_constant__ cuda_expert_prefetch pf)
 {
+    KT_BEGIN();
     pdl_trigger();
     pdl_wait();
+    KT_MARK(1);
     const int route_blocks = (n_tokens + 3) / 4;
     if ((int)blockIdx.x >= route_blocks) {
         route_prefetch<NPL>(logits, n_tokens, a, pf, (int)blockIdx.x - route_blocks);
@@ -222,6 +227,7 @@ __global__ void __launch_bounds__(128)
     if (t >= n_tokens)
         return;
     route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k);
+    KT_END(route, 0);
 }
 
 template <int NPL>

@@ -6,6 +6,9 @@
  * double sums round differently (they practically never do).
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
+
+KT_MODULE(norm, "add_rmsnorm_vec")
 
 namespace
 {
@@ -46,6 +49,7 @@ template <int NV>
 __global__ void __launch_bounds__(256)
     add_rmsnorm_vec_kernel(float *h, const float *delta, const float *w, int dim, float eps, float *y)
 {
+    KT_BEGIN();
     pdl_trigger();
     const int n4 = dim / 4;
     float4 wv[NV], hv[NV];
@@ -56,6 +60,7 @@ __global__ void __launch_bounds__(256)
             wv[i] = __ldg((const float4 *)w + j);
     }
     pdl_wait();
+    KT_MARK(1);
     float4 *hr = (float4 *)(h + (size_t)blockIdx.x * (size_t)dim);
     const float4 *dr = (const float4 *)(delta + (size_t)blockIdx.x * (size_t)dim);
     float4 *yr = (float4 *)(y + (size_t)blockIdx.x * (size_t)dim);
@@ -85,6 +90,7 @@ __global__ void __launch_bounds__(256)
             yr[j] = make_float4(__fmul_rn(wv[i].x, __fmul_rn(hv[i].x, inv)), __fmul_rn(wv[i].y, __fmul_rn(hv[i].y, inv)),
                                 __fmul_rn(wv[i].z, __fmul_rn(hv[i].z, inv)), __fmul_rn(wv[i].w, __fmul_rn(hv[i].w, inv)));
     }
+    KT_END(norm, 0);
 }
 
 unsigned norm_threads(int dim)

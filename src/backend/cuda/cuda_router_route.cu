@@ -25,16 +25,16 @@ namespace
 enum { RR_THREADS = 256, RR_WARPS = RR_THREADS / 32, RR_U = 8, RR_MAX_LOGITS = 4096 };
 
 struct rr_params {
-    const uint4 *w;     /* (E, K) bf16 rows as 8-element chunks */
-    const float *bias;  /* (E) or NULL: the linear's bias */
-    const float *x;     /* (n_tokens, K) */
+    const uint4 *w;    /* (E, K) bf16 rows as 8-element chunks */
+    const float *bias; /* (E) or NULL: the linear's bias */
+    const float *x;    /* (n_tokens, K) */
     int64_t K;
     int n_tokens;
     route_warp_args ra;
-    float *logits;      /* (n_tokens, E) */
-    int32_t *ids;       /* (n_tokens, k) */
-    float *weights;     /* (n_tokens, k) */
-    unsigned *count;    /* zero between launches */
+    float *logits;   /* (n_tokens, E) */
+    int32_t *ids;    /* (n_tokens, k) */
+    float *weights;  /* (n_tokens, k) */
+    unsigned *count; /* zero between launches */
 };
 
 /* 8 bf16 of w times 8 floats of x (two float4), added in order to acc */
@@ -111,24 +111,26 @@ __global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_c
         lg[i] = __ldcg(p.logits + i);
     __syncthreads();
     for (int tt = warp; tt < p.n_tokens; tt += RR_WARPS)
-        route_warp<NPL>(lg + (size_t)tt * E, p.ra, p.ids + (size_t)tt * p.ra.k, p.weights + (size_t)tt * p.ra.k);
+        route_warp<NPL>(lg + (size_t)tt * E, p.ra, p.ids + (size_t)tt * p.ra.k,
+                        p.weights + (size_t)tt * p.ra.k);
     if (threadIdx.x == 0)
         *p.count = 0u;
 }
 
 } // namespace
 
-extern "C" int cuda_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
-                                           size_t smem_budget)
+extern "C" int cuda_router_route_supported(const struct weight *router, int n_tokens,
+                                           const struct route_args *a, size_t smem_budget)
 {
-    return (size_t)n_tokens * (size_t)a->n_experts * sizeof(float) <= smem_budget && router->format == WEIGHT_BF16 && router->cols > 0 && router->cols % 8 == 0 &&
+    return (size_t)n_tokens * (size_t)a->n_experts * sizeof(float) <= smem_budget &&
+           router->format == WEIGHT_BF16 && router->cols > 0 && router->cols % 8 == 0 &&
            router->rows == a->n_experts && cuda_route_warp_supported(a) && n_tokens >= 1 &&
            (int64_t)n_tokens * a->n_experts <= RR_MAX_LOGITS && (uintptr_t)router->data % 16 == 0;
 }
 
 extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x,
-                                         int n_tokens, const struct route_args *a, float *logits, int32_t *ids,
-                                         float *weights, unsigned *count, int pdl)
+                                         int n_tokens, const struct route_args *a, float *logits,
+                                         int32_t *ids, float *weights, unsigned *count, int pdl)
 {
     if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || !count || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
