@@ -1138,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_attention_mma),
         cmocka_unit_test(test_stream_decode),
         cmocka_unit_test(test_decode_mma_dense),
+        cmocka_unit_test(test_moe_block_mma_routed),
         cmocka_unit_test(test_moe_experts_fp8),
     };
     int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);

@@ -986,6 +986,23 @@ static bool cu_moe_block_residual(struct backend *be, float *h, const float *nor
                                  c->stream_smem_down, c->pdl));
         return true;
     }
+    /* the tensor-core MoE kernels with the routing inside gate/up (cuda_moe_decode_mma_routed):
+     * norm + router GEMV, gate/up (routing), down adding into h; three kernels instead of five */
+    if (m == 1 && c->fuse_moe && !c->use_stream_moe && c->decode_mma && fmt == WEIGHT_NVFP4 &&
+        a->up[0].format == fmt && a->down[0].format == fmt && norm_w && router->cols == a->d_model &&
+        cuda_moe_decode_mma_supported(fmt, a->d_model, a->d_expert, a->n_used, c->smem_budget) &&
+        cuda_moe_decode_mma_can_route(ra, a->n_experts, a->n_used)) {
+        const struct cuda_wdev *table = moe_table_get(c, a);
+        if (!table)
+            return true; /* the error is recorded; the pass reports it */
+        struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x};
+        if (!gemv_fused(c, 1, &router, h, 1, &logits, &fz))
+            return false;
+        CHECK(c, cuda_moe_decode_mma_routed(c->stream, table, a->n_experts, (int64_t)a->d_model,
+                                            (int64_t)a->d_expert, x, 1, logits, ra, ids, weights, a->n_used, work, h,
+                                            1, c->pdl));
+        return true;
+    }
     /* the session-3 fusion (routing inside gate/up): measured no faster, so only when asked for */
     if (m != 1 || !c->fuse_moe || c->use_stream_moe || !cuda_moe_decode_can_route(ra) || ra->n_experts != a->n_experts || ra->n_used != a->n_used ||
         !cuda_moe_decode_supported(fmt, a->d_model, a->d_expert, a->n_used, c->smem_budget) ||
@@ -1541,6 +1558,11 @@ void backend_cuda_set_decode_fp8(struct backend *be, bool on)
 void backend_cuda_set_router_route(struct backend *be, bool on)
 {
     ctx(be)->router_route = on;
+}
+
+void backend_cuda_set_fuse_moe(struct backend *be, bool on)
+{
+    ctx(be)->fuse_moe = on;
 }
 
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)

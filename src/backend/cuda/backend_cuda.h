@@ -13,7 +13,7 @@
  *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
  *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream(),
  *          backend_cuda_set_decode_mma_dense(), backend_cuda_set_decode_fp8(),
- *          backend_cuda_set_router_route()
+ *          backend_cuda_set_router_route(), backend_cuda_set_fuse_moe()
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
 #define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -59,5 +59,8 @@ void backend_cuda_set_decode_fp8(struct backend *be, bool on);
 /* Tests: the router GEMV + routing in one kernel at few tokens (cuda_router_route.cu; off by
  * default, MOESERVE_ROUTER_ROUTE=1 does the same). */
 void backend_cuda_set_router_route(struct backend *be, bool on);
+/* Tests: the MoE block fusion alone (norm + router GEMV, routing in the MoE kernel, residual in
+ * down; MOESERVE_FUSE=moe does the same), without the stream kernels. */
+void backend_cuda_set_fuse_moe(struct backend *be, bool on);
 
 #endif

@@ -33,6 +33,7 @@
  */
 #include "backend/cuda/cuda_decode_mma.cuh"
 #include "backend/cuda/cuda_ktrace.cuh"
+#include "backend/cuda/cuda_route_warp.cuh"
 
 KT_MODULE(decode_mma, "moe_gate_up_mma", "moe_down_mma", "gemv_mma")
 
@@ -48,18 +49,48 @@ namespace
  * 358.4 tok/s): the backend uses KS = 1 unless MOESERVE_MOE_MMA_KS=2. */
 enum { MG_THREADS = 128, MG_WARPS = MG_THREADS / 32 };
 
-template <int U, int KS>
+/* NPL > 0: the kernel routes for itself from the router logits (MOESERVE_FUSE=moe): in every
+ * block warp 0 runs its token's top-k (route_warp, as the routing kernel does) and keeps the
+ * pick of the block's slot; the first block of slot 0 of each token also writes the token's ids
+ * and weights for the down kernel. That removes the routing kernel and its boundary, which the
+ * gate/up blocks otherwise sit out in their PDL wait (~3 us in a block trace on the H200). */
+struct gu_route {
+    const float *logits; /* (tokens, E) */
+    route_warp_args ra;
+    int32_t *ids;        /* (tokens, k) written */
+    float *weights;
+};
+
+template <int U, int KS, int NPL = 0>
 __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
-                           const int32_t *ids, int n_used, float *act)
+                           const int32_t *ids, int n_used, float *act, const __grid_constant__ gu_route rt)
 {
     extern __shared__ uint2 xf[];
     __shared__ float2 part[MG_WARPS][4];
     KT_BEGIN();
     pdl_wait();
     KT_MARK(1);
-    const int pair = blockIdx.y, e = ids[pair];
+    const int pair = blockIdx.y;
     const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32, half = wib % KS;
+    int e;
+    if constexpr (NPL > 0) {
+        __shared__ int s_e;
+        const int tok = pair / n_used, slot = pair % n_used;
+        if (wib == 0) {
+            const bool writer = blockIdx.x == 0 && slot == 0;
+            int id0 = -1, id1 = -1;
+            float w0 = 0.0f, w1 = 0.0f;
+            route_warp<NPL>(rt.logits + (size_t)tok * rt.ra.E, rt.ra, writer ? rt.ids + (size_t)tok * n_used : nullptr,
+                            writer ? rt.weights + (size_t)tok * n_used : nullptr, &id0, &w0, &id1, &w1);
+            if (lane == slot % 32)
+                s_e = slot < 32 ? id0 : id1;
+        }
+        __syncthreads();
+        e = s_e;
+    } else {
+        e = ids[pair];
+    }
     const int64_t n0 = ((int64_t)blockIdx.x * (MG_WARPS / KS) + wib / KS) * 4;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
@@ -92,11 +123,13 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
                 r.x += o.x, r.y += o.y;
             }
     }
-    /* lanes 0, 1: gate rows n0 + 2t, n0 + 2t + 1; lanes 2, 3: the same up rows */
+    /* lanes 0, 1: gate rows n0 + 2t, n0 + 2t + 1; lanes 2, 3: the same up rows. The up weight's
+     * scale and bias come from lane 16 (g = 4 holds the up entry): no table read at the tail */
     const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
-    const cuda_wdev wu = table[n_experts + e];
+    const float u_scale2 = __shfl_sync(0xffffffffu, w.scale2, 16);
+    const float *u_bias = (const float *)__shfl_sync(0xffffffffu, (unsigned long long)w.bias, 16);
     if (lane < 2) {
-        const float sg = 0x1p62f * w.scale2, su = 0x1p62f * wu.scale2;
+        const float sg = 0x1p62f * w.scale2, su = 0x1p62f * u_scale2;
 #pragma unroll
         for (int k = 0; k < 2; k++) {
             const int64_t n = n0 + 2 * lane + k;
@@ -105,8 +138,8 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
             float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
             if (w.bias)
                 gv += w.bias[n];
-            if (wu.bias)
-                uv += wu.bias[n];
+            if (u_bias)
+                uv += u_bias[n];
             out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
         }
     }
@@ -122,8 +155,8 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
                         const __grid_constant__ cuda_l2_ranges pf)
 {
     extern __shared__ uint2 xf[];
-    __shared__ int order[MD_MAX_USED];
-    __shared__ float part[MD_MAX_USED][8];
+    __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
+    __shared__ float part[MD_MAX_USED][8], s_w[MD_MAX_USED];
     KT_BEGIN();
     /* the next layer's first weights (the backend's hint), while this one's experts stream in */
     l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
@@ -132,14 +165,20 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     pdl_wait();
     KT_MARK(1);
     const int t = blockIdx.y;
-    const int32_t *it = ids + (size_t)t * n_used;
+    /* the token's routing into shared memory once: the slot loop, the sort and the combine at the
+     * tail then read it there instead of making L2 round trips of their own */
+    if ((int)threadIdx.x < n_used) {
+        s_ids[threadIdx.x] = ids[(size_t)t * n_used + threadIdx.x];
+        s_w[threadIdx.x] = weights[(size_t)t * n_used + threadIdx.x];
+    }
+    __syncthreads();
     if (threadIdx.x == 0)
-        slots_by_expert(it, n_used, order);
+        slots_by_expert(s_ids, n_used, order);
     const int64_t n0 = (int64_t)blockIdx.x * 8;
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;
     for (int j = wib; j < n_used; j += MD_WARPS) {
-        const int e = it[j];
+        const int e = s_ids[j];
         float2 r = make_float2(0.f, 0.f);
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
@@ -175,7 +214,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     KT_MARK(4);
     if (threadIdx.x < 8 && n0 + threadIdx.x < D) {
         const int r = threadIdx.x;
-        const float o = slots_combine<8>(it, weights + (size_t)t * n_used, order, part, n_used, n_experts, r);
+        const float o = slots_combine<8>(s_ids, s_w, order, part, n_used, n_experts, r);
         float *dst = out + (size_t)t * (size_t)D + n0 + r;
         *dst = residual ? __fadd_rn(*dst, o) : o;
     }
@@ -296,16 +335,17 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
 namespace
 {
 
-template <int U, int KS>
+template <int U, int KS, int NPL = 0>
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
-                           int n_used, float *act, float *out, int residual, int pdl, const cuda_l2_ranges &pf)
+                           int n_used, float *act, float *out, int residual, int pdl, const cuda_l2_ranges &pf,
+                           const gu_route &rt = gu_route{})
 {
     /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U, KS, NPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_down_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
@@ -313,8 +353,8 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
         return e;
     const int rows_per_block = 4 * MG_WARPS / KS;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U, KS>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
-                   d_expert, d_model, x, ids, n_used, act);
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U, KS, NPL>, g1, dim3(MG_THREADS), smem1, stream, table,
+                   n_experts, d_expert, d_model, x, ids, n_used, act, rt);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
@@ -346,4 +386,39 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                           n_used, act, out, residual, pdl, p)
                    : moe_mma_launch<4, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
                                           n_used, act, out, residual, pdl, p);
+}
+
+extern "C" int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used)
+{
+    return cuda_route_warp_supported(ra) && ra->n_experts == n_experts && ra->n_used == n_used && n_experts <= 512;
+}
+
+extern "C" cudaError_t cuda_moe_decode_mma_routed(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
+                                                  int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
+                                                  const float *logits, const struct route_args *ra, int32_t *ids,
+                                                  float *weights, int n_used, float *act, float *out, int residual,
+                                                  int pdl)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
+        !cuda_moe_decode_mma_can_route(ra, n_experts, n_used))
+        return cudaErrorInvalidValue;
+    const cuda_l2_ranges none = {};
+    gu_route rt;
+    rt.logits = logits;
+    rt.ra = route_warp_args_from(ra);
+    rt.ids = ids;
+    rt.weights = weights;
+    if (n_experts <= 64)
+        return moe_mma_launch<8, 1, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                                       act, out, residual, pdl, none, rt);
+    if (n_experts <= 128)
+        return moe_mma_launch<8, 1, 4>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                                       act, out, residual, pdl, none, rt);
+    if (n_experts <= 256)
+        return moe_mma_launch<8, 1, 8>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                                       act, out, residual, pdl, none, rt);
+    return moe_mma_launch<8, 1, 16>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                                    act, out, residual, pdl, none, rt);
 }

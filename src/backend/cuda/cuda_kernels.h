@@ -308,6 +308,16 @@ cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *tab
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
                                 const struct cuda_l2_ranges *pf, int unroll, int ks);
 
+/* Whether cuda_moe_decode_mma_routed can route these (route_warp's shapes, the table's E and k). */
+int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used);
+/* As cuda_moe_decode_mma (unroll 8, no K split, no L2 hint), but routing inside the gate/up kernel
+ * from the router logits (ra: host struct, its correction bias a device pointer): ids and weights
+ * are written for the down kernel (and the caller). */
+cudaError_t cuda_moe_decode_mma_routed(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
+                                       int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
+                                       const float *logits, const struct route_args *ra, int32_t *ids, float *weights,
+                                       int n_used, float *act, float *out, int residual, int pdl);
+
 /* ---- cuda_decode_fp8.cu (few-token NVFP4 MoE on e4m3 tensor cores, sm_89+) ---- */
 /* Whether cuda_moe_decode_fp8 takes this shape (NVFP4, both widths multiples of 128). */
 int cuda_moe_decode_fp8_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
