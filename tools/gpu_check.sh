@@ -7,7 +7,7 @@
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
 #    and the golden fixtures with each switch that is off by default: MOESERVE_FUSE=attn,moe +
 #    MOESERVE_PDL=1, MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=1, MOESERVE_L2_PREFETCH,
-#    MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1
+#    MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1, MOESERVE_ROUTER_ROUTE=1, MOESERVE_PREP_ATTN=1
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
@@ -68,6 +68,12 @@ step "golden, MOESERVE_DECODE_FP8=1" golden_decode_fp8.log \
 # qwen3_hd128_nvfp4 has the shapes it takes
 step "golden, MOESERVE_LAYER_KERNEL=1" golden_layer_kernel.log \
     env MOESERVE_LAYER_KERNEL=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# the router GEMV + routing in one kernel (cuda_router_route.cu, off: measured slower)
+step "golden, MOESERVE_ROUTER_ROUTE=1" golden_router_route.log \
+    env MOESERVE_ROUTER_ROUTE=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# attn_prep folded into the decode attention (cuda_attn_decode.cu, off until measured)
+step "golden, MOESERVE_PREP_ATTN=1" golden_prep_attn.log \
+    env MOESERVE_PREP_ATTN=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"

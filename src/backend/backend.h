@@ -232,6 +232,13 @@ struct backend_ops {
     void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,
                       const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope,
                       const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
+    /* Optional: attn_prep then attention in one step (q, k, v the raw projections, left as they
+     * are; the cache gets the new keys and values as attn_prep writes them). False, having run
+     * nothing, when it does not take the shape (the caller then runs the two ops). */
+    bool (*prep_attention)(struct backend *be, const float *q, const float *k, const float *v, int n_tokens,
+                           int n_heads, const float *q_norm, const float *k_norm, float eps,
+                           const struct rope_args *rope, const int32_t *pos, const struct paged_kv *kv,
+                           const int32_t *slots, const struct attn_batch *b, float scale, float *out);
     /* Decode fusions: each returns false, having run nothing, when it does not take the shape
      * (the forward then composes the ops above), true when done.
      * x_out[m, K] = rmsnorm(h) * norm_w, then ys[j] = x_out ws[j]^T for j < n_w <= 3. */

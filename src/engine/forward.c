@@ -209,6 +209,24 @@ static void forward_prefetch_next_layer(struct forward *f, int l)
     f->be->ops->prefetch(f->be, ws, 3);
 }
 
+/* attn_prep then attention into f->attn: in one backend step where it has one, else the two ops
+ * with the L2 hint for the output projection in between. */
+static void forward_prep_attention(struct forward *f, int l, int n, const struct rope_args *ra,
+                                   const struct paged_kv *kv, const struct attn_batch *ab)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (be->ops->prep_attention &&
+        be->ops->prep_attention(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, ra,
+                                f->d_pos, kv, f->d_slots, ab, d->attn_scale, f->attn))
+        return;
+    be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, ra, f->d_pos, kv,
+                       f->d_slots);
+    forward_prefetch_after_attention(f, l);
+    be->ops->attention(be, f->q, kv, ab, d->n_heads, d->attn_scale, f->attn);
+}
+
 static void forward_attention_gqa(struct forward *f, int l, int n)
 {
     const struct model_desc *d = f->d;
@@ -230,10 +248,7 @@ static void forward_attention_gqa(struct forward *f, int l, int n)
         be->ops->linear(be, &lw->wv, f->x, n, f->v);
     }
     if (be->ops->attn_prep) {
-        be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra,
-                           f->d_pos, kv, f->d_slots);
-        forward_prefetch_after_attention(f, l);
-        be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
+        forward_prep_attention(f, l, n, &ra, kv, &ab);
         be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
         return;
     }
@@ -398,10 +413,7 @@ static bool forward_attention_fused(struct forward *f, int l, int n)
     const struct paged_kv *kv = &f->kv->layers[l];
     struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
                             .max_blocks = f->max_blocks};
-    be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra, f->d_pos, kv,
-                       f->d_slots);
-    forward_prefetch_after_attention(f, l);
-    be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
+    forward_prep_attention(f, l, n, &ra, kv, &ab);
     if (!be->ops->linear_residual(be, &lw->wo, f->attn, n, f->h)) {
         be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
         be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);

@@ -953,6 +953,106 @@ static void test_attn_prep(void **state)
     }
 }
 
+/* prep_attention (attn_prep folded into the decode attention, one token; off unless asked for)
+ * against the CPU's rmsnorm, rope, kv_store and attention: the output, and the cache with the
+ * new key and value in it; split counts that put the newest key in a middle split, the last
+ * one, or the only active one. */
+static void test_prep_attention(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 43;
+    struct {
+        int nh, nkv, hd, dim, offset;
+        bool interleaved, norm;
+        float factor;
+        int len, splits;
+    } cs[] = {
+        {32, 4, 128, 128, 0, false, true, 1.0f, 192, 0}, /* Qwen3-30B-A3B's attention */
+        {32, 4, 128, 128, 0, false, true, 1.0f, 192, 2},
+        {32, 4, 128, 128, 0, false, true, 1.0f, 192, 64},
+        {8, 1, 64, 32, 16, true, false, 0.8f, 700, 0},
+        {16, 1, 128, 64, 0, false, true, 1.0f, 1, 0}, /* the first token */
+        {4, 4, 96, 48, 16, false, true, 1.0f, 33, 7},
+    };
+    const float eps = 1e-6f;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int nh = cs[c].nh, nkv = cs[c].nkv, hd = cs[c].hd, len = cs[c].len, bs = 16;
+        const int n_blocks = (len + bs - 1) / bs + 2, pos = len - 1;
+        int32_t *table = malloc((size_t)n_blocks * 4);
+        for (int b = 0; b < n_blocks; b++)
+            table[b] = (b * 7 + 3) % n_blocks; /* scattered: a permutation unless 7 divides n_blocks */
+        if (n_blocks % 7 == 0)
+            for (int b = 0; b < n_blocks; b++)
+                table[b] = n_blocks - 1 - b;
+        const int32_t slot = table[pos / bs] * bs + pos % bs, seq = 0;
+        size_t qn = (size_t)nh * hd, kn = (size_t)nkv * hd, row = kn, cache = (size_t)n_blocks * bs * row;
+        float *q = rand_floats(qn, 2.0f, &rng), *k = rand_floats(kn, 2.0f, &rng), *v = rand_floats(kn, 1.0f, &rng);
+        float *qw = rand_floats((size_t)hd, 1.0f, &rng), *kw = rand_floats((size_t)hd, 1.0f, &rng);
+        float *kc = rand_floats(cache, 1.0f, &rng), *vc = rand_floats(cache, 1.0f, &rng);
+        float inv_freq[64];
+        for (int i = 0; i < cs[c].dim / 2; i++)
+            inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)cs[c].dim);
+        struct rope_args ra = {.dim = cs[c].dim, .offset = cs[c].offset, .interleaved = cs[c].interleaved,
+                               .attention_factor = cs[c].factor, .inv_freq = inv_freq};
+        float scale = 1.0f / sqrtf((float)hd);
+        /* the device copies first: the CPU reference below works in place */
+        float *dq = dev_copy(&p->gpu, q, qn * 4), *dk = dev_copy(&p->gpu, k, kn * 4), *dv = dev_copy(&p->gpu, v, kn * 4);
+        float *dqw = dev_copy(&p->gpu, qw, (size_t)hd * 4), *dkw = dev_copy(&p->gpu, kw, (size_t)hd * 4);
+        float *dinv = dev_copy(&p->gpu, inv_freq, sizeof inv_freq);
+        int32_t *dpos = dev_copy(&p->gpu, &pos, 4), *dseq = dev_copy(&p->gpu, &seq, 4);
+        int32_t *dslot = dev_copy(&p->gpu, &slot, 4), *dtable = dev_copy(&p->gpu, table, (size_t)n_blocks * 4);
+        struct paged_kv hkv = {.k = kc, .v = vc, .block_size = bs, .n_kv_heads = nkv, .head_dim = hd};
+        struct paged_kv dkv = hkv;
+        dkv.k = dev_copy(&p->gpu, kc, cache * 4);
+        dkv.v = dev_copy(&p->gpu, vc, cache * 4);
+        if (cs[c].norm) {
+            p->cpu.ops->rmsnorm(&p->cpu, q, qw, nh, hd, eps, q);
+            p->cpu.ops->rmsnorm(&p->cpu, k, kw, nkv, hd, eps, k);
+        }
+        p->cpu.ops->rope(&p->cpu, q, 1, nh, hd, &ra, &pos);
+        p->cpu.ops->rope(&p->cpu, k, 1, nkv, hd, &ra, &pos);
+        p->cpu.ops->kv_store(&p->cpu, &hkv, k, v, 1, &slot);
+        struct attn_batch hb = {.n_tokens = 1, .pos = &pos, .seq = &seq, .block_table = table, .max_blocks = n_blocks};
+        float *want = malloc(qn * 4);
+        p->cpu.ops->attention(&p->cpu, q, &hkv, &hb, nh, scale, want);
+        struct rope_args da = ra;
+        da.inv_freq = dinv;
+        struct attn_batch db = {.n_tokens = 1, .pos = dpos, .seq = dseq, .block_table = dtable, .max_blocks = n_blocks};
+        float *dout = dev_nan(&p->gpu, qn);
+        const float *nq = cs[c].norm ? dqw : NULL, *nk = cs[c].norm ? dkw : NULL;
+        assert_false(p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 1, nh, nq, nk, eps, &da, dpos, &dkv, dslot, &db,
+                                                scale, dout)); /* off by default */
+        backend_cuda_set_prep_attention(&p->gpu, true);
+        backend_cuda_set_attention_splits(&p->gpu, cs[c].splits);
+        if (!p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 1, nh, nq, nk, eps, &da, dpos, &dkv, dslot, &db, scale,
+                                        dout))
+            fail_msg("prep_attention case %zu: declined", c);
+        gpu_ok(&p->gpu);
+        float *got = fetch(&p->gpu, dout, qn), *gk = fetch(&p->gpu, dkv.k, cache), *gv = fetch(&p->gpu, dkv.v, cache);
+        char what[96];
+        snprintf(what, sizeof what, "prep_attention case %zu out", c);
+        double e = check_close(what, got, want, qn, TOL_F32);
+        snprintf(what, sizeof what, "prep_attention case %zu k cache", c);
+        double ek = check_close(what, gk, kc, cache, TOL_F32);
+        snprintf(what, sizeof what, "prep_attention case %zu v cache", c);
+        check_close(what, gv, vc, cache, 0.0);
+        print_message("    prep_attention nh %d kv %d hd %d keys %d splits %d: out rel err %.2e, k cache %.2e\n", nh,
+                      nkv, hd, len, cs[c].splits, e, ek);
+        /* two tokens: left to attn_prep + attention */
+        struct attn_batch two = db;
+        two.n_tokens = 2;
+        assert_false(p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 2, nh, nq, nk, eps, &da, dpos, &dkv, dslot, &two,
+                                                scale, dout));
+        backend_cuda_set_prep_attention(&p->gpu, false);
+        backend_cuda_set_attention_splits(&p->gpu, 0);
+        free(got), free(gk), free(gv), free(want), free(q), free(k), free(v), free(qw), free(kw), free(kc), free(vc);
+        free(table);
+        void *ptrs[] = {dq, dk, dv, dqw, dkw, dinv, dpos, dseq, dslot, dtable, dkv.k, dkv.v, dout};
+        for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+            p->gpu.ops->free(&p->gpu, ptrs[i]);
+    }
+}
+
 static void test_argmax(void **state)
 {
     struct pair *p = *state;
@@ -1130,6 +1230,7 @@ int main(void)
         cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route), cmocka_unit_test(test_router_route),
         cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
         cmocka_unit_test(test_linear_multi), cmocka_unit_test(test_attn_prep),
+        cmocka_unit_test(test_prep_attention),
         cmocka_unit_test(test_argmax),       cmocka_unit_test(test_sample),
         cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_mla_store),
         cmocka_unit_test(test_mla_absorb_expand), cmocka_unit_test(test_mla_attention),

@@ -91,6 +91,7 @@ struct cuda_backend {
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
+    bool prep_attention;   /* one decode token: attn_prep folded into the decode attention */
     bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
     int l2_pf_blocks;    /* ... spread over this many extra blocks */
@@ -614,6 +615,32 @@ static const struct cuda_l2_ranges *prefetch_take(struct cuda_backend *c, bool t
     *out = c->pf_pending;
     c->pf_pending.n = 0;
     return out;
+}
+
+/* One decode token: attn_prep folded into the split decode attention (cuda_attn_decode_prep),
+ * where cu_attention would take the split kernel; not with an L2 hint pending for attention. */
+static bool cu_prep_attention(struct backend *be, const float *q, const float *k, const float *v, int n_tokens,
+                              int n_heads, const float *q_norm, const float *k_norm, float eps,
+                              const struct rope_args *rope, const int32_t *pos, const struct paged_kv *kv,
+                              const int32_t *slots, const struct attn_batch *b, float scale, float *out)
+{
+    struct cuda_backend *c = ctx(be);
+    (void)pos; /* b->pos: the same positions */
+    if (!c->prep_attention || n_tokens != 1 || b->n_tokens != 1 || c->legacy_decode || c->l2_pf_attn ||
+        c->force_splits < 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads)
+        return false;
+    const int hd = kv->head_dim, group = n_heads / kv->n_kv_heads;
+    int splits = c->force_splits > 0 ? c->force_splits : ceil_div(2 * (int64_t)c->sm_count, kv->n_kv_heads);
+    splits = splits > 64 ? 64 : splits < 2 ? 2 : splits;
+    if (!cuda_attn_decode_prep_supported(group, hd, splits, rope, c->smem_budget))
+        return false;
+    float *work = scratch_get(c, cuda_attention_workspace_floats(1, n_heads, hd, splits) * sizeof(float));
+    int *sem = sem_get(c, (size_t)kv->n_kv_heads);
+    if (!work || !sem)
+        return false;
+    CHECK(c, cuda_attn_decode_prep(c->stream, q, k, v, kv, b, n_heads, scale, out, splits, work, sem, q_norm, k_norm,
+                                   eps, rope, slots, c->pdl));
+    return true;
 }
 
 static void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv,
@@ -1203,6 +1230,7 @@ static const struct backend_ops CUDA_OPS = {
     .silu_mul = cu_silu_mul,
     .moe_route = cu_moe_route,
     .router_route = cu_router_route,
+    .prep_attention = cu_prep_attention,
     .moe_experts = cu_moe_experts,
     .add = cu_add,
     .linear_multi = cu_linear_multi,
@@ -1307,6 +1335,10 @@ static void configure_from_plan(struct cuda_backend *c)
      * Off: on the H200 (session 6) it was slower at batch 1 (346.8 vs 367.9 tok/s) and within
      * noise at batch 8 (747.1 vs 735.1): its fence, atomic and logits read-back by the last
      * block cost about what the kernel boundary it removes did. */
+    /* MOESERVE_PREP_ATTN=1: attn_prep folded into the decode attention at one token (written
+     * after session 6's device time: off until measured) */
+    const char *pa = getenv("MOESERVE_PREP_ATTN");
+    c->prep_attention = pa && strcmp(pa, "1") == 0;
     const char *rr = getenv("MOESERVE_ROUTER_ROUTE");
     c->router_route = rr && strcmp(rr, "1") == 0;
     /* MOESERVE_MOE_MMA_KS=1|2: warps that split K of one gate/up row tile (2 measured slower on
@@ -1563,6 +1595,11 @@ void backend_cuda_set_router_route(struct backend *be, bool on)
 void backend_cuda_set_fuse_moe(struct backend *be, bool on)
 {
     ctx(be)->fuse_moe = on;
+}
+
+void backend_cuda_set_prep_attention(struct backend *be, bool on)
+{
+    ctx(be)->prep_attention = on;
 }
 
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)

@@ -13,7 +13,8 @@
  *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
  *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream(),
  *          backend_cuda_set_decode_mma_dense(), backend_cuda_set_decode_fp8(),
- *          backend_cuda_set_router_route(), backend_cuda_set_fuse_moe()
+ *          backend_cuda_set_router_route(), backend_cuda_set_fuse_moe(),
+ *          backend_cuda_set_prep_attention()
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
 #define MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -62,5 +63,7 @@ void backend_cuda_set_router_route(struct backend *be, bool on);
 /* Tests: the MoE block fusion alone (norm + router GEMV, routing in the MoE kernel, residual in
  * down; MOESERVE_FUSE=moe does the same), without the stream kernels. */
 void backend_cuda_set_fuse_moe(struct backend *be, bool on);
+/* Tests: attn_prep folded into the decode attention at one token (MOESERVE_PREP_ATTN=1). */
+void backend_cuda_set_prep_attention(struct backend *be, bool on);
 
 #endif

@@ -26,6 +26,7 @@
  * head; cuda_attention() keeps the older kernel for anything else.
  */
 #include "backend/cuda/cuda_attn_decode.cuh"
+#include "backend/cuda/cuda_attn_prep.cuh"
 #include "backend/cuda/cuda_ktrace.cuh"
 
 KT_MODULE(attn_decode, "attn_decode_split0")
@@ -49,6 +50,99 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __g
         KT_END(attn_decode, 0);
 }
 
+/* attn_prep's work for one decode token, done by the attention blocks themselves. */
+struct aprep_params {
+    const float *k, *v;           /* (n_kv, hd): the new token's raw key and value projections */
+    const float *q_norm, *k_norm; /* (hd) or NULL */
+    float eps;
+    int dim, offset, interleaved; /* RoPE: the rotated slice, its layout */
+    float attention_factor;
+    const float *inv_freq;
+    const int32_t *slots; /* [0]: the new key's cache slot */
+};
+
+/* One token's attention with attn_prep folded in (n_tokens == 1, so no other block of the
+ * kernel reads the key it writes): every (KV head, split) block norms and ropes its group's query
+ * heads and the new key itself (a warp per head, the sum of squares in double as attn_prep), the
+ * split that owns the newest position writes the key and value into the cache for later steps,
+ * and all of them attend with the new key taken from shared memory. This saves attn_prep's
+ * kernel and its boundary; p.q is the raw query projection. */
+template <int NH>
+__global__ void __launch_bounds__(AD_THREADS)
+    attn_decode_prep_kernel(const __grid_constant__ adec_params p, const __grid_constant__ aprep_params a)
+{
+    __shared__ __align__(16) float s_q[NH * 128];
+    __shared__ __align__(16) float s_k[128], s_v[128];
+    __shared__ __align__(16) float s_n[AD_WARPS][128]; /* a head after its norm, before RoPE */
+    pdl_trigger();
+    pdl_wait();
+    const int g = blockIdx.y, split = blockIdx.z, G = p.group, hd = p.hd;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float pos = (float)p.pos[0];
+    /* the raw heads (the group's queries, the key, the value) into shared memory, all loads at once */
+    constexpr int MAXV = (NH + 2) * 32 / AD_THREADS + 1; /* float4s a thread (head_dim <= 128) */
+    const int n4 = hd / 4, total = (G + 2) * n4;
+    float4 rv[MAXV];
+#pragma unroll
+    for (int u = 0; u < MAXV; u++) {
+        const int i = threadIdx.x + u * AD_THREADS, hh = i / n4, c = i % n4;
+        if (i < total) {
+            const float *src =
+                hh < G ? p.q + ((size_t)g * G + hh) * hd : (hh == G ? a.k : a.v) + (size_t)g * hd;
+            rv[u] = ((const float4 *)src)[c];
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < MAXV; u++) {
+        const int i = threadIdx.x + u * AD_THREADS, hh = i / n4, c = i % n4;
+        if (i < total)
+            ((float4 *)(hh < G ? s_q + (size_t)hh * hd : hh == G ? s_k : s_v))[c] = rv[u];
+    }
+    __syncthreads();
+    /* per-head RMSNorm and RoPE in place, a warp a head (the value needs neither) */
+    for (int hh = warp; hh < G + 1; hh += AD_WARPS) {
+        float *dst = hh < G ? s_q + (size_t)hh * hd : s_k;
+        const bool mine = 4 * lane < hd;
+        float4 x = mine ? ((const float4 *)dst)[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float *w = hh < G ? a.q_norm : a.k_norm;
+        if (w) {
+            double ss = (double)x.x * (double)x.x + (double)x.y * (double)x.y + (double)x.z * (double)x.z +
+                        (double)x.w * (double)x.w;
+            for (int o = 16; o > 0; o >>= 1)
+                ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / hd), a.eps)));
+            if (mine) {
+                const float4 wv = ((const float4 *)w)[lane];
+                x = make_float4(__fmul_rn(wv.x, __fmul_rn(x.x, inv)), __fmul_rn(wv.y, __fmul_rn(x.y, inv)),
+                                __fmul_rn(wv.z, __fmul_rn(x.z, inv)), __fmul_rn(wv.w, __fmul_rn(x.w, inv)));
+            }
+        }
+        if (mine)
+            ((float4 *)s_n[warp])[lane] = x;
+        __syncwarp();
+        for (int i = lane; i < hd; i += 32)
+            dst[i] =
+                rope_elem(s_n[warp], i, a.offset, a.dim, a.interleaved, a.attention_factor, a.inv_freq, pos);
+        __syncwarp(); /* s_n[warp] is the next head's */
+    }
+    __syncthreads();
+    const int klen = p.pos[0] + 1;
+    const int owner = (klen - 1) / adec_chunk(klen, p.n_splits, adec_shape<NH>::round);
+    if (split == owner) { /* the cache gets the new key and value, for the steps after this one */
+        const size_t at = (size_t)a.slots[0] * (size_t)p.n_kv * hd + (size_t)g * hd;
+        for (int i = threadIdx.x; i < hd; i += AD_THREADS) {
+            ((float *)p.kc)[at + i] = s_k[i];
+            ((float *)p.vc)[at + i] = s_v[i];
+        }
+    }
+    adec_cur cur;
+    cur.q = s_q;
+    cur.k = s_k;
+    cur.v = s_v;
+    cur.key = klen - 1;
+    attn_split_block<NH, true>(p, 0, g, split, cur);
+}
+
 } // namespace
 
 /* The kernel's static shared memory for a group of G query heads (plan_attention_decode states
@@ -62,8 +156,8 @@ static size_t adec_smem(int group)
 
 extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget)
 {
-    return group >= 1 && group <= 16 && head_dim % 4 == 0 && head_dim >= 4 && head_dim <= 128 && n_splits >= 1 &&
-           n_splits <= AD_MAX_SPLITS && adec_smem(group) <= smem_budget;
+    return group >= 1 && group <= 16 && head_dim % 4 == 0 && head_dim >= 4 && head_dim <= 128 &&
+           n_splits >= 1 && n_splits <= AD_MAX_SPLITS && adec_smem(group) <= smem_budget;
 }
 
 extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
@@ -74,8 +168,8 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
     if (b->n_tokens <= 0)
         return cudaSuccess;
     int group = n_heads / kv->n_kv_heads;
-    if (n_heads % kv->n_kv_heads || !cuda_attn_decode_supported(group, kv->head_dim, n_splits, (size_t)-1) || !sem ||
-        (n_splits > 1 && !work) || kv->n_kv_heads > 65535 ||
+    if (n_heads % kv->n_kv_heads || !cuda_attn_decode_supported(group, kv->head_dim, n_splits, (size_t)-1) ||
+        !sem || (n_splits > 1 && !work) || kv->n_kv_heads > 65535 ||
         ((uintptr_t)q | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out | (uintptr_t)work) % 16)
         return cudaErrorInvalidValue;
     adec_params p;
@@ -105,4 +199,74 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
     if (group <= 8)
         return launch_pdl(pdl != 0, attn_decode_split_kernel<8>, grid, dim3(AD_THREADS), 0, stream, p);
     return launch_pdl(pdl != 0, attn_decode_split_kernel<16>, grid, dim3(AD_THREADS), 0, stream, p);
+}
+
+/* attn_decode_prep_kernel's own static shared memory on top of the split block's. */
+static size_t aprep_smem(int group)
+{
+    int nh = group <= 4 ? 4 : group <= 8 ? 8 : 16;
+    return ((size_t)nh * 128 + 2 * 128 + (size_t)AD_WARPS * 128) * sizeof(float);
+}
+
+extern "C" int cuda_attn_decode_prep_supported(int group, int head_dim, int n_splits,
+                                               const struct rope_args *rope, size_t smem_budget)
+{
+    return cuda_attn_decode_supported(group, head_dim, n_splits, (size_t)-1) &&
+           adec_smem(group) + aprep_smem(group) <= smem_budget && rope->dim % 2 == 0 && rope->dim >= 0 &&
+           rope->offset >= 0 && rope->offset + rope->dim <= head_dim;
+}
+
+extern "C" cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const float *k,
+                                             const float *v, const struct paged_kv *kv,
+                                             const struct attn_batch *b, int n_heads, float scale, float *out,
+                                             int n_splits, float *work, int *sem, const float *q_norm,
+                                             const float *k_norm, float eps, const struct rope_args *rope,
+                                             const int32_t *slots, int pdl)
+{
+    const int group = kv->n_kv_heads > 0 ? n_heads / kv->n_kv_heads : 0;
+    if (b->n_tokens != 1 || n_heads % kv->n_kv_heads ||
+        !cuda_attn_decode_prep_supported(group, kv->head_dim, n_splits, rope, (size_t)-1) || !sem ||
+        (n_splits > 1 && !work) || kv->n_kv_heads > 65535 ||
+        ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out |
+         (uintptr_t)work | (uintptr_t)q_norm | (uintptr_t)k_norm) %
+            16)
+        return cudaErrorInvalidValue;
+    adec_params p = {};
+    p.q = q;
+    p.kc = kv->k;
+    p.vc = kv->v;
+    p.pos = b->pos;
+    p.seq = b->seq;
+    p.table = b->block_table;
+    p.max_blocks = b->max_blocks;
+    p.block_size = kv->block_size;
+    p.n_kv = kv->n_kv_heads;
+    p.hd = kv->head_dim;
+    p.n_heads = n_heads;
+    p.group = group;
+    p.n_splits = n_splits;
+    p.scale = scale;
+    p.out = out;
+    size_t parts = (size_t)n_heads * n_splits;
+    p.part_o = work;
+    p.part_ml = work ? work + parts * (size_t)kv->head_dim : NULL;
+    p.sem = sem;
+    aprep_params a;
+    a.k = k;
+    a.v = v;
+    a.q_norm = q_norm;
+    a.k_norm = k_norm;
+    a.eps = eps;
+    a.dim = rope->dim;
+    a.offset = rope->offset;
+    a.interleaved = rope->interleaved ? 1 : 0;
+    a.attention_factor = rope->attention_factor;
+    a.inv_freq = rope->inv_freq;
+    a.slots = slots;
+    dim3 grid(1u, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
+    if (group <= 4)
+        return launch_pdl(pdl != 0, attn_decode_prep_kernel<4>, grid, dim3(AD_THREADS), 0, stream, p, a);
+    if (group <= 8)
+        return launch_pdl(pdl != 0, attn_decode_prep_kernel<8>, grid, dim3(AD_THREADS), 0, stream, p, a);
+    return launch_pdl(pdl != 0, attn_decode_prep_kernel<16>, grid, dim3(AD_THREADS), 0, stream, p, a);
 }

@@ -19,17 +19,16 @@ struct adec_params {
     const int32_t *pos, *seq, *table;
     int max_blocks, block_size, n_kv, hd, n_heads, group, n_splits;
     float scale;
-    float *out;     /* (n_tokens, n_heads, hd) */
-    float *part_o;  /* (n_tokens * n_kv, n_splits, group, hd) */
-    float *part_ml; /* (n_tokens * n_kv, n_splits, group, 2) */
-    int *sem;       /* (n_tokens * n_kv), zero between launches */
+    float *out;        /* (n_tokens, n_heads, hd) */
+    float *part_o;     /* (n_tokens * n_kv, n_splits, group, hd) */
+    float *part_ml;    /* (n_tokens * n_kv, n_splits, group, 2) */
+    int *sem;          /* (n_tokens * n_kv), zero between launches */
     cuda_l2_ranges pf; /* weights of the next ops, asked of L2 by every block before it waits */
 };
 
 /* Sum over the warp of NV values per lane; afterwards v[m] (m < NV / 32) holds the total of the
  * value index m + (NV / 32) * lane. Each step sends the half this lane does not keep. */
-template <int NV>
-__device__ __forceinline__ void warp_reduce_scatter(float (&v)[NV])
+template <int NV> __device__ __forceinline__ void warp_reduce_scatter(float (&v)[NV])
 {
     const int lane = threadIdx.x % 32;
     int n = NV;
@@ -52,17 +51,34 @@ __device__ __forceinline__ void warp_reduce_scatter(float (&v)[NV])
 }
 
 /* Keys per round: 64 (key, head) pairs per warp keep the reduce-scatter at 2 values per lane. */
-template <int NH>
-struct adec_shape {
+template <int NH> struct adec_shape {
     static constexpr int kpw = NH >= 16 ? 4 : 8; /* keys per warp per round */
     static constexpr int round = AD_WARPS * kpw;
     static constexpr int nv = kpw * NH;
 };
 
+/* The keys a split takes: klen keys over n_splits, in whole rounds of `round` keys. */
+__device__ __forceinline__ int adec_chunk(int klen, int n_splits, int round)
+{
+    int chunk = (klen + n_splits - 1) / n_splits;
+    return (chunk < round ? round : chunk + round - 1) / round * round;
+}
+
+/* What the decode attention that preps its own token (attn_decode_prep_kernel) hands the split
+ * block: the group's query heads (normed and roped, not yet scaled) and the new key and value, in
+ * shared memory; key `key` is read from these, not from the cache the same kernel writes. */
+struct adec_cur {
+    const float *q;     /* (G, hd) */
+    const float *k, *v; /* (hd) */
+    int key;
+};
+
 /* One (token t, KV head g, key split) of the split decode attention, by a block of AD_THREADS
- * threads (the kernel's block, or one of the one-kernel layer's); p.pf is not looked at. */
-template <int NH>
-__device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g, const int split)
+ * threads (the kernel's block, or one of the one-kernel layer's); p.pf is not looked at. CUR: the
+ * queries and the newest key come from `cur` (one token, see adec_cur). */
+template <int NH, bool CUR = false>
+__device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g,
+                                                 const int split, const adec_cur &cur = adec_cur{})
 {
     using S = adec_shape<NH>;
     constexpr int KPW = S::kpw, ROUND = S::round, NV = S::nv;
@@ -74,8 +90,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     const int G = p.group, hd = p.hd, hd4 = hd / 4;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int klen = p.pos[t] + 1;
-    int chunk = (klen + p.n_splits - 1) / p.n_splits;
-    chunk = (chunk < ROUND ? ROUND : chunk + ROUND - 1) / ROUND * ROUND;
+    const int chunk = adec_chunk(klen, p.n_splits, ROUND);
     const int active = (klen + chunk - 1) / chunk;
     if (split >= active)
         return;
@@ -88,7 +103,9 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     for (int h = 0; h < NH; h++) {
         q[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (h < G && dim_ok) {
-            float4 v = __ldcg((const float4 *)(p.q + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + lane);
+            float4 v =
+                CUR ? ((const float4 *)(cur.q + (size_t)h * hd))[lane]
+                    : __ldcg((const float4 *)(p.q + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + lane);
             q[h] = make_float4(v.x * p.scale, v.y * p.scale, v.z * p.scale, v.w * p.scale);
         }
     }
@@ -114,8 +131,13 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
             size_t sj = (size_t)__shfl_sync(0xffffffffu, (unsigned long long)my_slot, j);
             kr[j] = vr[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (kw + j < hi && dim_ok) {
-                kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
-                vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
+                if (CUR && kw + j == cur.key) {
+                    kr[j] = ((const float4 *)cur.k)[lane];
+                    vr[j] = ((const float4 *)cur.v)[lane];
+                } else {
+                    kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
+                    vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
+                }
             }
         }
         float v[NV];
@@ -123,7 +145,8 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
         for (int j = 0; j < KPW; j++)
 #pragma unroll
             for (int h = 0; h < NH; h++)
-                v[j * NH + h] = fmaf(q[h].x, kr[j].x, fmaf(q[h].y, kr[j].y, fmaf(q[h].z, kr[j].z, q[h].w * kr[j].w)));
+                v[j * NH + h] =
+                    fmaf(q[h].x, kr[j].x, fmaf(q[h].y, kr[j].y, fmaf(q[h].z, kr[j].z, q[h].w * kr[j].w)));
         warp_reduce_scatter<NV>(v);
 #pragma unroll
         for (int m = 0; m < NV / 32; m++) {

@@ -9,6 +9,24 @@
 namespace
 {
 
+/* Element i of a head after RoPE at position p: sv is the head after its norm (shared memory), the
+ * rotated slice is [offset, offset + dim); rounded as the CPU's rope. Shared by attn_prep and the
+ * decode attention that preps its own heads (cuda_attn_decode.cu). */
+__device__ __forceinline__ float rope_elem(const float *sv, int i, int offset, int dim, int interleaved,
+                                           float attention_factor, const float *inv_freq, float p)
+{
+    const int j = i - offset, half = dim / 2;
+    if (j < 0 || j >= dim)
+        return sv[i];
+    const int f = j < half ? j : j - half;
+    const float phi = __fmul_rn(p, inv_freq[f]);
+    const float c = __fmul_rn(cosf(phi), attention_factor);
+    const float s = __fmul_rn(sinf(phi), attention_factor);
+    const float x0 = interleaved ? sv[offset + 2 * f] : sv[offset + f];
+    const float x1 = interleaved ? sv[offset + 2 * f + 1] : sv[offset + f + half];
+    return j < half ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)) : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 /* Head h of token t (q heads, then k heads, then v heads) through the per-head RMSNorm, RoPE and
  * the cache write, by the calling block (any size); sv: hd floats of shared memory. */
 __device__ __forceinline__ void attn_prep_head(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
@@ -45,23 +63,9 @@ __device__ __forceinline__ void attn_prep_head(float *q, float *k, const float *
     /* out = sv, with the rotated slice [offset, offset + dim) replaced */
     float *out = x;
     float *cache = is_q ? nullptr : kc + slot * row + (size_t)kh * hd;
-    const int half = dim / 2;
     const float p = (float)pos[t];
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float r;
-        int j = i - offset;
-        if (j < 0 || j >= dim) {
-            r = sv[i];
-        } else {
-            int f = j < half ? j : j - half;
-            float phi = __fmul_rn(p, inv_freq[f]);
-            float c = __fmul_rn(cosf(phi), attention_factor);
-            float s = __fmul_rn(sinf(phi), attention_factor);
-            float x0 = interleaved ? sv[offset + 2 * f] : sv[offset + f];
-            float x1 = interleaved ? sv[offset + 2 * f + 1] : sv[offset + f + half];
-            r = j < half ? __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s))
-                         : __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-        }
+        const float r = rope_elem(sv, i, offset, dim, interleaved, attention_factor, inv_freq, p);
         out[i] = r;
         if (cache)
             cache[i] = r;

@@ -129,6 +129,18 @@ cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct pag
 /* Whether cuda_attn_decode() takes this shape: group <= 16 query heads per KV head, head_dim a
  * multiple of 4 up to 128, 1..64 splits, its static shared memory within smem_budget. */
 int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget);
+/* Whether cuda_attn_decode_prep takes this shape (as cuda_attn_decode, the RoPE slice inside the
+ * head, its own shared memory within smem_budget). */
+int cuda_attn_decode_prep_supported(int group, int head_dim, int n_splits, const struct rope_args *rope,
+                                    size_t smem_budget);
+/* One token: attn_prep (per-head RMSNorm, RoPE, the cache write of the new key and value) and the
+ * split decode attention in one kernel. q, k, v: the raw projections (read, not written); work
+ * and sem as cuda_attn_decode; rope a host struct (inv_freq a device pointer). */
+cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const float *k, const float *v,
+                                  const struct paged_kv *kv, const struct attn_batch *b, int n_heads, float scale,
+                                  float *out, int n_splits, float *work, int *sem, const float *q_norm,
+                                  const float *k_norm, float eps, const struct rope_args *rope, const int32_t *slots,
+                                  int pdl);
 /* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
  * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. pf (or
  * NULL): weights of the next ops to ask L2 for. */
