@@ -971,7 +971,7 @@ static void test_prep_attention(void **state)
         {32, 4, 128, 128, 0, false, true, 1.0f, 192, 2},
         {32, 4, 128, 128, 0, false, true, 1.0f, 192, 64},
         {8, 1, 64, 32, 16, true, false, 0.8f, 700, 0},
-        {16, 1, 128, 64, 0, false, true, 1.0f, 1, 0}, /* the first token */
+        {8, 1, 128, 64, 0, false, true, 1.0f, 1, 0}, /* the first token */
         {4, 4, 96, 48, 16, false, true, 1.0f, 33, 7},
     };
     const float eps = 1e-6f;
@@ -1051,6 +1051,14 @@ static void test_prep_attention(void **state)
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             p->gpu.ops->free(&p->gpu, ptrs[i]);
     }
+    /* 16 query heads a KV head: declined (its shared memory would pass 48 KB), nothing touched */
+    backend_cuda_set_prep_attention(&p->gpu, true);
+    struct paged_kv kv16 = {.block_size = 16, .n_kv_heads = 1, .head_dim = 128};
+    struct attn_batch b16 = {.n_tokens = 1};
+    struct rope_args r16 = {.dim = 128, .attention_factor = 1.0f};
+    assert_false(p->gpu.ops->prep_attention(&p->gpu, NULL, NULL, NULL, 1, 16, NULL, NULL, 1e-6f, &r16, NULL, &kv16,
+                                            NULL, &b16, 1.0f, NULL));
+    backend_cuda_set_prep_attention(&p->gpu, false);
 }
 
 static void test_argmax(void **state)

@@ -204,14 +204,15 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
 /* attn_decode_prep_kernel's own static shared memory on top of the split block's. */
 static size_t aprep_smem(int group)
 {
-    int nh = group <= 4 ? 4 : group <= 8 ? 8 : 16;
+    int nh = group <= 4 ? 4 : 8;
     return ((size_t)nh * 128 + 2 * 128 + (size_t)AD_WARPS * 128) * sizeof(float);
 }
 
 extern "C" int cuda_attn_decode_prep_supported(int group, int head_dim, int n_splits,
                                                const struct rope_args *rope, size_t smem_budget)
 {
-    return cuda_attn_decode_supported(group, head_dim, n_splits, (size_t)-1) &&
+    /* at most 8 query heads a KV head: with 16 the static shared memory passes 48 KB */
+    return group <= 8 && cuda_attn_decode_supported(group, head_dim, n_splits, (size_t)-1) &&
            adec_smem(group) + aprep_smem(group) <= smem_budget && rope->dim % 2 == 0 && rope->dim >= 0 &&
            rope->offset >= 0 && rope->offset + rope->dim <= head_dim;
 }
@@ -266,7 +267,5 @@ extern "C" cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q
     dim3 grid(1u, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)
         return launch_pdl(pdl != 0, attn_decode_prep_kernel<4>, grid, dim3(AD_THREADS), 0, stream, p, a);
-    if (group <= 8)
-        return launch_pdl(pdl != 0, attn_decode_prep_kernel<8>, grid, dim3(AD_THREADS), 0, stream, p, a);
-    return launch_pdl(pdl != 0, attn_decode_prep_kernel<16>, grid, dim3(AD_THREADS), 0, stream, p, a);
+    return launch_pdl(pdl != 0, attn_decode_prep_kernel<8>, grid, dim3(AD_THREADS), 0, stream, p, a);
 }
