@@ -154,6 +154,34 @@ static size_t adec_smem(int group)
            (size_t)AD_MAX_SPLITS * nh * 4 + 4;
 }
 
+/* The split kernels' parameters (no L2 hint); work: the splits' partials, as sized by
+ * cuda_attention_workspace_floats. */
+static adec_params adec_params_of(const float *q, const struct paged_kv *kv, const struct attn_batch *b,
+                                  int n_heads, float scale, float *out, int n_splits, float *work, int *sem)
+{
+    adec_params p = {};
+    p.q = q;
+    p.kc = kv->k;
+    p.vc = kv->v;
+    p.pos = b->pos;
+    p.seq = b->seq;
+    p.table = b->block_table;
+    p.max_blocks = b->max_blocks;
+    p.block_size = kv->block_size;
+    p.n_kv = kv->n_kv_heads;
+    p.hd = kv->head_dim;
+    p.n_heads = n_heads;
+    p.group = n_heads / kv->n_kv_heads;
+    p.n_splits = n_splits;
+    p.scale = scale;
+    p.out = out;
+    size_t parts = (size_t)b->n_tokens * n_heads * n_splits; /* (token, kv head, split, head of group) */
+    p.part_o = work;
+    p.part_ml = work ? work + parts * (size_t)kv->head_dim : NULL;
+    p.sem = sem;
+    return p;
+}
+
 extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget)
 {
     return group >= 1 && group <= 16 && head_dim % 4 == 0 && head_dim >= 4 && head_dim <= 128 &&
@@ -172,26 +200,7 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
         !sem || (n_splits > 1 && !work) || kv->n_kv_heads > 65535 ||
         ((uintptr_t)q | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out | (uintptr_t)work) % 16)
         return cudaErrorInvalidValue;
-    adec_params p;
-    p.q = q;
-    p.kc = kv->k;
-    p.vc = kv->v;
-    p.pos = b->pos;
-    p.seq = b->seq;
-    p.table = b->block_table;
-    p.max_blocks = b->max_blocks;
-    p.block_size = kv->block_size;
-    p.n_kv = kv->n_kv_heads;
-    p.hd = kv->head_dim;
-    p.n_heads = n_heads;
-    p.group = group;
-    p.n_splits = n_splits;
-    p.scale = scale;
-    p.out = out;
-    size_t parts = (size_t)b->n_tokens * n_heads * n_splits; /* (token, kv head, split, head of group) */
-    p.part_o = work;
-    p.part_ml = work ? work + parts * (size_t)kv->head_dim : NULL;
-    p.sem = sem;
+    adec_params p = adec_params_of(q, kv, b, n_heads, scale, out, n_splits, work, sem);
     p.pf = pf ? *pf : cuda_l2_ranges{};
     dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)
@@ -232,26 +241,7 @@ extern "C" cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q
          (uintptr_t)work | (uintptr_t)q_norm | (uintptr_t)k_norm) %
             16)
         return cudaErrorInvalidValue;
-    adec_params p = {};
-    p.q = q;
-    p.kc = kv->k;
-    p.vc = kv->v;
-    p.pos = b->pos;
-    p.seq = b->seq;
-    p.table = b->block_table;
-    p.max_blocks = b->max_blocks;
-    p.block_size = kv->block_size;
-    p.n_kv = kv->n_kv_heads;
-    p.hd = kv->head_dim;
-    p.n_heads = n_heads;
-    p.group = group;
-    p.n_splits = n_splits;
-    p.scale = scale;
-    p.out = out;
-    size_t parts = (size_t)n_heads * n_splits;
-    p.part_o = work;
-    p.part_ml = work ? work + parts * (size_t)kv->head_dim : NULL;
-    p.sem = sem;
+    adec_params p = adec_params_of(q, kv, b, n_heads, scale, out, n_splits, work, sem);
     aprep_params a;
     a.k = k;
     a.v = v;
