@@ -190,6 +190,27 @@ __device__ __forceinline__ void slots_by_expert(const int32_t *ids, int k, int *
     }
 }
 
+/* Slot j's partial of a down kernel's 8-row tile (rows n0 .. n0 + 7 of D): lanes 0..3 hold the raw
+ * sums of rows 2 * lane and 2 * lane + 1; times s plus the expert's bias into part[j], or zeros
+ * when the slot has no valid expert. The down kernels of cuda_decode_mma.cu, cuda_decode_fp8.cu
+ * and cuda_layer_decode.cu share it. */
+__device__ __forceinline__ void slot_part_put(float (*part)[8], int j, float2 r, bool valid, float s,
+                                              const float *bias, int64_t n0, int64_t D, int lane)
+{
+    if (lane >= 4)
+        return;
+    float a = 0.0f, b = 0.0f;
+    if (valid) {
+        a = r.x * s, b = r.y * s;
+        if (bias && n0 + 2 * lane < D)
+            a += bias[n0 + 2 * lane];
+        if (bias && n0 + 2 * lane + 1 < D)
+            b += bias[n0 + 2 * lane + 1];
+    }
+    part[j][2 * lane] = a;
+    part[j][2 * lane + 1] = b;
+}
+
 /* Row r of a token's MoE output: the slots' partials part[j][r] times their weights w[j], added
  * in `order` (slots_by_expert: the CPU's order), slots without a valid expert skipped. One thread
  * a row; the down kernels of cuda_decode.cu, cuda_decode_mma.cu, cuda_decode_fp8.cu and

@@ -313,6 +313,8 @@ __global__ void __launch_bounds__(F8_THREADS, 2)
     for (int j = wib; j < n_used; j += F8_WARPS) {
         const int e = it[j];
         float2 r = make_float2(0.f, 0.f);
+        float s = 0.0f;
+        const float *bias = nullptr;
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
             __syncwarp();
@@ -321,19 +323,9 @@ __global__ void __launch_bounds__(F8_THREADS, 2)
             __syncwarp();
             r = f8_dot(w, n0 + g, n0 + g < D, w, n0 + 2 * t, n0 + 2 * t < D, w, n0 + 2 * t + 1,
                        n0 + 2 * t + 1 < D, I, mine);
-            const float s = S * 0x1p6f * w.scale2;
-            r.x *= s, r.y *= s;
-            if (w.bias && lane < 4) {
-                if (n0 + 2 * lane < D)
-                    r.x += w.bias[n0 + 2 * lane];
-                if (n0 + 2 * lane + 1 < D)
-                    r.y += w.bias[n0 + 2 * lane + 1];
-            }
+            s = S * 0x1p6f * w.scale2, bias = w.bias;
         }
-        if (lane < 4) {
-            part[j][2 * lane] = e >= 0 && e < n_experts ? r.x : 0.0f;
-            part[j][2 * lane + 1] = e >= 0 && e < n_experts ? r.y : 0.0f;
-        }
+        slot_part_put(part, j, r, e >= 0 && e < n_experts, s, bias, n0, D, lane);
     }
     pdl_trigger(); /* late: see pdl_trigger() */
     __syncthreads();

@@ -180,6 +180,8 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     for (int j = wib; j < n_used; j += MD_WARPS) {
         const int e = s_ids[j];
         float2 r = make_float2(0.f, 0.f);
+        float s = 0.0f;
+        const float *bias = nullptr;
         if (e >= 0 && e < n_experts) {
             const cuda_wdev w = table[2 * n_experts + e];
             /* at most 6 groups in flight (a 768-wide row: all of it): with act's 6 entries a lane
@@ -195,19 +197,9 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
             r = rows8_dot_range<UD>(w, n0 + g, n0 + g < D, I, mine, 0, (int)(I / 128), pre);
             if (j == 0)
                 KT_MARK(3);
-            const float s = 0x1p62f * w.scale2;
-            r.x *= s, r.y *= s;
-            if (w.bias && lane < 4) {
-                if (n0 + 2 * lane < D)
-                    r.x += w.bias[n0 + 2 * lane];
-                if (n0 + 2 * lane + 1 < D)
-                    r.y += w.bias[n0 + 2 * lane + 1];
-            }
+            s = 0x1p62f * w.scale2, bias = w.bias;
         }
-        if (lane < 4) {
-            part[j][2 * lane] = e >= 0 && e < n_experts ? r.x : 0.0f;
-            part[j][2 * lane + 1] = e >= 0 && e < n_experts ? r.y : 0.0f;
-        }
+        slot_part_put(part, j, r, e >= 0 && e < n_experts, s, bias, n0, D, lane);
     }
     pdl_trigger(); /* late: see pdl_trigger() */
     __syncthreads();

@@ -396,6 +396,8 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
             for (int j = warp; j < p.k; j += LD_WARPS) {
                 const int e = s_ids[j];
                 float2 r = make_float2(0.f, 0.f);
+                float sc = 0.0f;
+                const float *bias = nullptr;
                 if (e >= 0 && e < p.E) {
                     const cuda_wdev w = p.experts[2 * p.E + e];
                     stage_cg(stage, p.act + (size_t)j * p.I, p.I, lane, 32); /* other blocks wrote act */
@@ -403,19 +405,9 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
                     xfrag_stage(mine, stage, p.I, lane, 32);
                     __syncwarp();
                     r = rows8_dot(w, n0 + g, n0 + g < p.D, p.I, mine);
-                    const float sc = 0x1p62f * w.scale2;
-                    r.x *= sc, r.y *= sc;
-                    if (w.bias && lane < 4) {
-                        if (n0 + 2 * lane < p.D)
-                            r.x += w.bias[n0 + 2 * lane];
-                        if (n0 + 2 * lane + 1 < p.D)
-                            r.y += w.bias[n0 + 2 * lane + 1];
-                    }
+                    sc = 0x1p62f * w.scale2, bias = w.bias;
                 }
-                if (lane < 4) {
-                    s_part[j][2 * lane] = e >= 0 && e < p.E ? r.x : 0.0f;
-                    s_part[j][2 * lane + 1] = e >= 0 && e < p.E ? r.y : 0.0f;
-                }
+                slot_part_put(s_part, j, r, e >= 0 && e < p.E, sc, bias, n0, p.D, lane);
                 __syncwarp();
             }
             __syncthreads();
