@@ -6,8 +6,9 @@
 # 1. ctest -L gpu                                   (device's own shared-memory budget)
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
 #    and the golden fixtures with each switch that is off by default: MOESERVE_FUSE=attn,moe +
-#    MOESERVE_PDL=1, MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=1, MOESERVE_L2_PREFETCH,
-#    MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1, MOESERVE_ROUTER_ROUTE=1, MOESERVE_PREP_ATTN=1
+#    MOESERVE_PDL=1, MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the
+#    session-6 defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1,
+#    MOESERVE_ROUTER_ROUTE=1, MOESERVE_PREP_ATTN=1
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
@@ -55,9 +56,9 @@ step "golden, MOESERVE_FUSE + PDL" golden_fuse_pdl.log \
 # the one-token stream kernels (cuda_decode_stream.cu, off by default) with their fusions
 step "golden, MOESERVE_STREAM=1" golden_stream.log \
     env MOESERVE_STREAM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
-# the one-token NVFP4 GEMVs on tensor cores (cuda_gemv_mma, opt-in)
-step "golden, MOESERVE_DECODE_MMA_DENSE=1" golden_mma_dense.log \
-    env MOESERVE_DECODE_MMA_DENSE=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# the one-token NVFP4 GEMVs on CUDA cores (gemv1) and the attention without its pre-wait loads
+step "golden, MOESERVE_DECODE_MMA_DENSE=0 ATTN_PREWAIT=0" golden_mma_dense_off.log \
+    env MOESERVE_DECODE_MMA_DENSE=0 MOESERVE_ATTN_PREWAIT=0 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 # L2 prefetch on (off by default: measured slower): the results must not depend on it
 step "golden, MOESERVE_L2_PREFETCH=all" golden_prefetch.log \
     env MOESERVE_L2_PREFETCH=experts,attn,down ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V

@@ -23,6 +23,16 @@ def median(v):
     return statistics.median(v) if v else 0
 
 
+def phase_medians(rs):
+    """'i:cycles' for each phase of these records: the median over blocks of mark i-1 -> mark i."""
+    nph = max(len(r[5]) for r in rs)
+    out = []
+    for i in range(nph):
+        v = [(r[5][i] - (r[5][i - 1] if i else 0)) for r in rs if len(r[5]) > i]
+        out.append("%d:%.0f" % (i, median(v)))
+    return " ".join(out)
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -59,22 +69,17 @@ def main():
     for name in sorted(by_kernel):
         rs = by_kernel[name]
         spans = [(max(r[2] for r in ls) - min(r[1] for r in ls)) / 1000.0 for n, ls in launches if n == name]
-        nph = max(len(r[5]) for r in rs)
-        phases = []
-        for i in range(nph):
-            v = [(r[5][i] - (r[5][i - 1] if i else 0)) for r in rs if len(r[5]) > i]
-            phases.append("%d:%.0f" % (i, median(v)))
-        print("%-28s %7d %8d %10.2f  %s" % (name, len(rs), len(spans), median(spans), " ".join(phases)))
-    spans = sorted(((min(r[1] for r in ls), max(r[2] for r in ls), n, len(ls)) for n, ls in launches))
+        print("%-28s %7d %8d %10.2f  %s" % (name, len(rs), len(spans), median(spans), phase_medians(rs)))
+    spans = sorted(((min(r[1] for r in ls), max(r[2] for r in ls), n, len(ls), phase_medians(ls)) for n, ls in launches))
     spans = spans[-last:]
     print("\ntimeline of the last %d launches (us; overlap < 0: the launch began before the previous ended)" %
           len(spans))
-    print("%-28s %6s %9s %8s %9s" % ("kernel", "blocks", "start", "span", "gap"))
+    print("%-28s %6s %9s %8s %9s  %s" % ("kernel", "blocks", "start", "span", "gap", "phase cycles (median)"))
     base = spans[0][0]
     prev_end = None
-    for s, e, n, nb in spans:
+    for s, e, n, nb, ph in spans:
         gap = "" if prev_end is None else "%9.2f" % ((s - prev_end) / 1000.0)
-        print("%-28s %6d %9.2f %8.2f %s" % (n, nb, (s - base) / 1000.0, (e - s) / 1000.0, gap))
+        print("%-28s %6d %9.2f %8.2f %9s  %s" % (n, nb, (s - base) / 1000.0, (e - s) / 1000.0, gap, ph))
         prev_end = e if prev_end is None else max(prev_end, e)
     return 0
 

@@ -643,9 +643,15 @@ static void test_moe_route(void **state)
         {256, 8, ROUTE_SIGMOID, true, 8, 4, true, 1e-20f, 2.5f, false},
         {160, 6, ROUTE_SIGMOID, true, 1, 1, false, 0.0f, 16.0f, true},
         {128, 8, ROUTE_SOFTMAX, false, 1, 1, true, 1e-6f, 1.0f, false},
+        {128, 8, ROUTE_SOFTMAX, false, 1, 1, true, 1e-6f, 1.0f, true},
+        {512, 8, ROUTE_SOFTMAX, false, 1, 1, true, 0.0f, 1.0f, false},
+        {256, 40, ROUTE_SOFTMAX, true, 1, 1, true, 0.0f, 1.0f, true},
     };
-    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
-        int T = 45, E = cs[c].E, k = cs[c].k;
+    /* every case at 1 and 45 tokens (the rank-counting kernel where it takes them: no groups, <= 256
+     * experts, <= 256 tokens) and at 300 (the one-warp-a-token kernel) */
+    for (size_t ct = 0; ct < 3 * (sizeof cs / sizeof cs[0]); ct++) {
+        const size_t c = ct / 3;
+        int T = ct % 3 == 0 ? 1 : ct % 3 == 1 ? 45 : 300, E = cs[c].E, k = cs[c].k;
         float *lg = rand_floats((size_t)T * E, 4.0f, &rng);
         if (cs[c].ties) /* many exact ties: the lower expert id must win on both */
             for (int i = 0; i < T * E; i++)

@@ -87,7 +87,8 @@ struct cuda_backend {
                            shared memory before the wait) */
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
-    bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (measured slower: opt-in) */
+    bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (cuda_gemv_mma) */
+    bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
@@ -687,6 +688,7 @@ static void cu_attention(struct backend *be, const float *q, const struct paged_
         struct cuda_l2_ranges pf;
         if (sem)
             CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl,
+                                      c->attn_prewait,
                                       prefetch_take(c, c->l2_pf_attn, &pf)));
         return;
     }
@@ -1350,8 +1352,19 @@ static void configure_from_plan(struct cuda_backend *c)
      * run yet (op test test_moe_experts_fp8) */
     const char *df8 = getenv("MOESERVE_DECODE_FP8");
     c->decode_fp8 = c->plan.caps.fp8_mma && df8 && strcmp(df8, "1") == 0;
+    /* The one-token NVFP4 GEMVs (q/k/v, o, the lm_head) on bf16 tensor cores (cuda_gemv_mma)
+     * where the device has mma.sync; MOESERVE_DECODE_MMA_DENSE=0: on CUDA cores (cuda_decode.cu
+     * gemv1). Slower in session 5 (287 vs 327 tok/s); after session 6's changes to the shared
+     * mma pieces (scales by bit moves, one shared load per A fragment) faster: 380.9 vs 348.3
+     * tok/s at batch 1 in one call (session 7, H200). The kernel trace says why: gemv1's dot
+     * after the wait is issue-bound (~5 instructions a weight; o's dot 5910 cycles, q/k/v's
+     * 4489 with a second wave of 56 blocks), the mma kernel's ~2.5. */
     const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
-    c->decode_mma_dense = c->plan.caps.bf16_mma && dmd && strcmp(dmd, "1") == 0;
+    c->decode_mma_dense = c->plan.caps.bf16_mma && !(dmd && strcmp(dmd, "0") == 0);
+    /* MOESERVE_ATTN_PREWAIT=0: the split decode attention issues its old keys after the PDL
+     * wait instead of before it (see cuda_attn_decode's prewait) */
+    const char *apw = getenv("MOESERVE_ATTN_PREWAIT");
+    c->attn_prewait = !(apw && strcmp(apw, "0") == 0);
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
      * experts' weights, and the forward's hints (the output projection and router during the
      * decode attention, the next layer's q/k/v during the MoE down kernel) are taken by those

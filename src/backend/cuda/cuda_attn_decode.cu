@@ -43,9 +43,11 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __g
      * bring in the output projection (and whatever else the backend was told comes next) */
     l2_prefetch_ranges(p.pf, (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x),
                        (int)(gridDim.x * gridDim.y * gridDim.z));
-    pdl_wait();
-    KT_MARK(1);
-    attn_split_block<NH>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+    /* the block waits inside, after issuing its first round of old keys (see attn_split_block) */
+    attn_split_block<NH, false, true>(p, blockIdx.x, blockIdx.y, blockIdx.z, adec_cur{}, [&]() {
+        pdl_wait();
+        KT_MARK(1);
+    });
     if (blockIdx.z == 0) /* split 0 always has keys; the others may return at once */
         KT_END(attn_decode, 0);
 }
@@ -173,6 +175,7 @@ static adec_params adec_params_of(const float *q, const struct paged_kv *kv, con
     p.n_heads = n_heads;
     p.group = n_heads / kv->n_kv_heads;
     p.n_splits = n_splits;
+    p.n_tokens = b->n_tokens;
     p.scale = scale;
     p.out = out;
     size_t parts = (size_t)b->n_tokens * n_heads * n_splits; /* (token, kv head, split, head of group) */
@@ -190,7 +193,7 @@ extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits,
 
 extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                                         const struct attn_batch *b, int n_heads, float scale, float *out,
-                                        int n_splits, float *work, int *sem, int pdl,
+                                        int n_splits, float *work, int *sem, int pdl, int prewait,
                                         const struct cuda_l2_ranges *pf)
 {
     if (b->n_tokens <= 0)
@@ -202,6 +205,7 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
         return cudaErrorInvalidValue;
     adec_params p = adec_params_of(q, kv, b, n_heads, scale, out, n_splits, work, sem);
     p.pf = pf ? *pf : cuda_l2_ranges{};
+    p.prewait = prewait != 0;
     dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)
         return launch_pdl(pdl != 0, attn_decode_split_kernel<4>, grid, dim3(AD_THREADS), 0, stream, p);

@@ -18,6 +18,8 @@ struct adec_params {
     const float *kc, *vc;
     const int32_t *pos, *seq, *table;
     int max_blocks, block_size, n_kv, hd, n_heads, group, n_splits;
+    int n_tokens;      /* of the batch: a token's last n_tokens keys may be written by this pass */
+    int prewait;       /* PREWAIT blocks: issue the old keys before the wait (0: after it) */
     float scale;
     float *out;        /* (n_tokens, n_heads, hd) */
     float *part_o;     /* (n_tokens * n_kv, n_splits, group, hd) */
@@ -73,12 +75,25 @@ struct adec_cur {
     int key;
 };
 
+/* What attn_split_block calls where it waits for the kernel before it: nothing (the caller has
+ * waited already). */
+struct adec_no_wait {
+    __device__ void operator()() const {}
+};
+
 /* One (token t, KV head g, key split) of the split decode attention, by a block of AD_THREADS
  * threads (the kernel's block, or one of the one-kernel layer's); p.pf is not looked at. CUR: the
- * queries and the newest key come from `cur` (one token, see adec_cur). */
-template <int NH, bool CUR = false>
+ * queries and the newest key come from `cur` (one token, see adec_cur). PREWAIT: the caller has
+ * not waited for its predecessor; the block reads the batch metadata and issues its first round
+ * of old keys and values first, then calls wait(). Nothing the pass writes is read before that:
+ * the metadata is uploaded before the pass's first kernel, and the keys a pass writes for a token's
+ * sequence are its last n_tokens positions at most (the batch's tokens of that sequence), so
+ * keys below klen - n_tokens were written by earlier passes. This takes the slot-table and cache
+ * round trips off the path after the wait (they overlap attn_prep). */
+template <int NH, bool CUR = false, bool PREWAIT = false, typename Wait = adec_no_wait>
 __device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g,
-                                                 const int split, const adec_cur &cur = adec_cur{})
+                                                 const int split, const adec_cur &cur = adec_cur{},
+                                                 Wait wait = Wait{})
 {
     using S = adec_shape<NH>;
     constexpr int KPW = S::kpw, ROUND = S::round, NV = S::nv;
@@ -92,11 +107,58 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     const int klen = p.pos[t] + 1;
     const int chunk = adec_chunk(klen, p.n_splits, ROUND);
     const int active = (klen + chunk - 1) / chunk;
-    if (split >= active)
+    if (split >= active) {
+        if constexpr (PREWAIT)
+            wait(); /* as every block of the kernel, so that its end implies its predecessor's */
         return;
+    }
     const int lo = split * chunk, hi = lo + chunk < klen ? lo + chunk : klen;
     const size_t tg = (size_t)t * p.n_kv + g;
     const bool dim_ok = lane < hd4;
+    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
+    const size_t kv_stride = (size_t)p.n_kv * hd;
+    const size_t head_off = (size_t)g * hd + 4 * (size_t)lane;
+
+    /* a round's keys [from, to) of this warp into kr / vr (the others are left as they are); the
+     * slot of key kw + j is in lane j's my_slot */
+    float4 kr[KPW], vr[KPW];
+    auto load_keys = [&](int kw, size_t my_slot, int from, int to) {
+#pragma unroll
+        for (int j = 0; j < KPW; j++) {
+            size_t sj = (size_t)__shfl_sync(0xffffffffu, (unsigned long long)my_slot, j);
+            if (kw + j >= from && kw + j < to && dim_ok) {
+                if (CUR && kw + j == cur.key) {
+                    kr[j] = ((const float4 *)cur.k)[lane];
+                    vr[j] = ((const float4 *)cur.v)[lane];
+                } else {
+                    kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
+                    vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
+                }
+            }
+        }
+    };
+    auto slot_of = [&](int kw) {
+        const int my_key = kw + lane % KPW;
+        size_t my_slot = 0;
+        if (my_key < hi)
+            my_slot = (size_t)__ldg(blocks + my_key / p.block_size) * p.block_size + my_key % p.block_size;
+        return my_slot;
+    };
+#pragma unroll
+    for (int j = 0; j < KPW; j++)
+        kr[j] = vr[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    /* the first round: with PREWAIT its old keys before the wait, the rest after it */
+    const int kw0 = lo + warp * KPW;
+    const size_t slot0 = slot_of(kw0);
+    int old_end = lo;
+    if constexpr (PREWAIT) {
+        if (p.prewait) {
+            old_end = klen - p.n_tokens < hi ? klen - p.n_tokens : hi;
+            load_keys(kw0, slot0, lo, old_end);
+        }
+        wait();
+    }
+    load_keys(kw0, slot0, old_end > lo ? old_end : lo, hi);
 
     float4 q[NH];
 #pragma unroll
@@ -115,30 +177,13 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
 #pragma unroll
     for (int h = 0; h < NH; h++)
         acc[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
-    const size_t kv_stride = (size_t)p.n_kv * hd;
-    const size_t head_off = (size_t)g * hd + 4 * (size_t)lane;
-
     for (int k0 = lo; k0 < hi; k0 += ROUND) {
         const int kw = k0 + warp * KPW; /* this warp's first key */
-        int my_key = kw + lane % KPW;
-        size_t my_slot = 0;
-        if (my_key < hi)
-            my_slot = (size_t)__ldg(blocks + my_key / p.block_size) * p.block_size + my_key % p.block_size;
-        float4 kr[KPW], vr[KPW];
+        if (k0 != lo) { /* the first round's are in already */
 #pragma unroll
-        for (int j = 0; j < KPW; j++) {
-            size_t sj = (size_t)__shfl_sync(0xffffffffu, (unsigned long long)my_slot, j);
-            kr[j] = vr[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (kw + j < hi && dim_ok) {
-                if (CUR && kw + j == cur.key) {
-                    kr[j] = ((const float4 *)cur.k)[lane];
-                    vr[j] = ((const float4 *)cur.v)[lane];
-                } else {
-                    kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
-                    vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
-                }
-            }
+            for (int j = 0; j < KPW; j++)
+                kr[j] = vr[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            load_keys(kw, slot_of(kw), kw, hi);
         }
         float v[NV];
 #pragma unroll
@@ -228,10 +273,14 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     if (!s_last)
         return;
     __threadfence();
+    /* every split's (max, sum) in one round trip: the maxima into wts, the sums into red (free
+     * now: AD_WARPS * NH * 128 floats >= AD_MAX_SPLITS * NH) */
     const float2 *ml = (const float2 *)p.part_ml + tg * p.n_splits * G;
+    float *sums = (float *)red;
     for (int i = threadIdx.x; i < active * G; i += AD_THREADS) {
         float2 v = __ldcg(ml + i);
         wts[i / G][i % G] = v.x; /* the split's max for now */
+        sums[i] = v.y;
     }
     __syncthreads();
     if (threadIdx.x < G) {
@@ -241,7 +290,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
             M = fmaxf(M, wts[s][h]);
         float L = 0.0f;
         for (int s = 0; s < active; s++) {
-            float ls = __ldcg(ml + (size_t)s * G + h).y;
+            float ls = sums[s * G + h];
             float w = ls > 0.0f ? expf(wts[s][h] - M) : 0.0f;
             wts[s][h] = w;
             L += ls * w;

@@ -216,7 +216,11 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
 /* y_j = x W_j^T for up to 3 NVFP4 weights sharing x (one token); a row tile is 8 rows of one
  * weight, a block 8 warps = MD_WARPS / ks row tiles x ks slices of K (summed in a fixed order
  * through shared memory). residual: y += instead of y =. */
-enum { MD_MAX_JOBS = 3 };
+/* GM_U: weight groups a warp loads before the wait (and keeps in flight after it). 8 covers a
+ * whole q/k/v row slice of Qwen3-30B-A3B (K 2048 in 2 slices: 8 groups of 128), so its dot
+ * waits on no load after the wait; with 4 (session 7's first run) that dot took 4598 cycles in
+ * the kernel trace against o's 2140, whose 4 groups were all in. */
+enum { MD_MAX_JOBS = 3, GM_U = 8 };
 
 struct gemv_mma_params {
     cuda_wdev w[MD_MAX_JOBS];
@@ -243,15 +247,20 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     const int64_t n0 = (tile - p.first_tile[j]) * 8, row = n0 + g;
     const int groups = (int)(p.K / 128), g0 = groups * s / p.ks, g1 = groups * (s + 1) / p.ks;
     const cuda_wdev w = p.w[j];
-    chunk16 pre[MD_U];
-    rows8_prefetch(w, row, live && row < p.N[j], p.K, g0, g1, pre);
+    KT_BEGIN();
+    chunk16 pre[GM_U];
+    rows8_prefetch<GM_U>(w, row, live && row < p.N[j], p.K, g0, g1, pre);
     xfrag_zeros_init();
+    KT_MARK(1); /* phases: 0 weight issue, 1 PDL wait, 2 x staging, 3 the dot, 4 K slices + store */
     pdl_wait();
+    KT_MARK(2);
     xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
     __syncthreads();
+    KT_MARK(3);
     float2 r = make_float2(0.f, 0.f);
     if (live)
-        r = rows8_dot_range(w, row, row < p.N[j], p.K, xf, g0, g1, pre);
+        r = rows8_dot_range<GM_U>(w, row, row < p.N[j], p.K, xf, g0, g1, pre);
+    KT_MARK(4);
     pdl_trigger(); /* late: see pdl_trigger() */
     if (lane < 4)
         part[warp][2 * lane] = r.x, part[warp][2 * lane + 1] = r.y;
@@ -264,6 +273,8 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + lane] : 0.0f);
     float *dst = p.y[j] + n0 + lane;
     *dst = p.residual ? __fadd_rn(*dst, v) : v;
+    if (warp == 0)
+        KT_END(decode_mma, 2);
 }
 
 } // namespace

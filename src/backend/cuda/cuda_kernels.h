@@ -142,11 +142,13 @@ cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const flo
                                   const float *k_norm, float eps, const struct rope_args *rope, const int32_t *slots,
                                   int pdl);
 /* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
- * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. pf (or
- * NULL): weights of the next ops to ask L2 for. */
+ * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. prewait:
+ * with pdl, each block reads the batch metadata and its first round of old keys and values
+ * before it waits for the kernel before it (keys below pos + 1 - n_tokens: no kernel of the pass
+ * writes them). pf (or NULL): weights of the next ops to ask L2 for. */
 cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                              const struct attn_batch *b, int n_heads, float scale, float *out, int n_splits,
-                             float *work, int *sem, int pdl, const struct cuda_l2_ranges *pf);
+                             float *work, int *sem, int pdl, int prewait, const struct cuda_l2_ranges *pf);
 
 /* ---- cuda_attention_mma.cu (prefill on bf16 tensor cores: "attn_prefill_mma_bf16") ---- */
 /* rows: query rows per block (16 per warp, 16..128); keys: keys staged per step (multiple of

@@ -514,6 +514,7 @@ extern "C" cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_
     ap.n_heads = a->n_heads;
     ap.group = a->n_heads / a->n_kv;
     ap.n_splits = a->n_splits;
+    ap.n_tokens = 1;
     ap.scale = a->attn_scale;
     ap.out = a->attn;
     ap.part_o = a->attn_work;

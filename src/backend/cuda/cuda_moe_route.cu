@@ -1,5 +1,6 @@
-/* cuda_moe_route.cu — router scores -> top-k expert ids and weights: one warp per token without
- * expert groups (up to 512 experts), else one block per token.
+/* cuda_moe_route.cu — router scores -> top-k expert ids and weights: without expert groups one
+ * block per token counting ranks (decode-sized batches, up to 256 experts) or one warp per token
+ * (up to 512 experts), else one block per token.
  *
  * Mirrors route_one() of backend_cpu.c step by step: softmax (max, expf,
  * double sum, double division) or sigmoid; selection scores = prob +
@@ -19,7 +20,7 @@
 #include "backend/cuda/cuda_ktrace.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
 
-KT_MODULE(route, "moe_route_warp")
+KT_MODULE(route, "moe_route_warp", "moe_route_rank")
 
 namespace
 {
@@ -226,7 +227,9 @@ __global__ void __launch_bounds__(128)
     const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= n_tokens)
         return;
-    route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k);
+    /* marks 2..4 (trace builds): logits in, probabilities, picks; the end: ids and weights stored */
+    route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k, nullptr, nullptr,
+                    nullptr, nullptr, [&](int i) { KT_MARK(i + 1); });
     KT_END(route, 0);
 }
 
@@ -237,6 +240,131 @@ cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_to
     unsigned blocks = (unsigned)((n_tokens + 3) / 4) + (pf.table ? (unsigned)pf.blocks : 0u);
     return launch_pdl(pdl != 0, moe_route_warp_kernel<NPL>, dim3(blocks), dim3(128), 0, stream, logits, n_tokens,
                       route_warp_args_from(a), ids, weights, pf);
+}
+
+/* One token per block of RR_THREADS threads, expert e in thread e % RR_THREADS (NPT a thread),
+ * for decode-sized batches. The warp kernel's top-k is k rounds of arg-max, each a chain of
+ * dependent compares, two warp reductions and a shuffle: measured in the kernel trace (H200,
+ * session 7, 128 experts, k 8) ~490 cycles a round, 3900 of the kernel's ~5800. Here every
+ * expert's rank is counted at once instead (how many selection keys beat its own; a key is the
+ * order-preserving bits of the score above the complement of the id, so ties go to the lower
+ * id as in better()), which is E independent compares a thread and no chain; the experts
+ * ranked below k put themselves at their rank, and the weights are renormalised in that order,
+ * as route_warp does. */
+enum { RR_THREADS = 128, RR_WARPS = RR_THREADS / 32, RR_MAX_E = 256 };
+
+template <int NPT>
+__global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float *logits, route_warp_args a,
+                                                                    int32_t *ids, float *wout)
+{
+    __shared__ unsigned long long s_key[RR_MAX_E];
+    __shared__ float s_max[RR_WARPS];
+    __shared__ double s_sum[RR_WARPS];
+    __shared__ float s_p[ROUTE_MAX_K];
+    __shared__ int s_id[ROUTE_MAX_K];
+    KT_BEGIN();
+    pdl_trigger();
+    pdl_wait();
+    KT_MARK(1);
+    const int t = blockIdx.x, E = a.E, k = a.k, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float *lg = logits + (size_t)t * E;
+    float lv[NPT], prob[NPT];
+#pragma unroll
+    for (int i = 0; i < NPT; i++) {
+        const int e = threadIdx.x + RR_THREADS * i;
+        lv[i] = e < E ? lg[e] : -INFINITY;
+    }
+    if (!a.sigmoid) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < NPT; i++)
+            m = fmaxf(m, lv[i]);
+        m = warp_max(m);
+        if (lane == 0)
+            s_max[warp] = m;
+        __syncthreads();
+        m = s_max[0];
+#pragma unroll
+        for (int w = 1; w < RR_WARPS; w++)
+            m = fmaxf(m, s_max[w]);
+        KT_MARK(2);
+        double sum = 0;
+#pragma unroll
+        for (int i = 0; i < NPT; i++) {
+            prob[i] = threadIdx.x + RR_THREADS * i < E ? expf(__fsub_rn(lv[i], m)) : 0.0f;
+            sum += prob[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0)
+            s_sum[warp] = sum;
+        __syncthreads();
+        sum = s_sum[0];
+#pragma unroll
+        for (int w = 1; w < RR_WARPS; w++)
+            sum += s_sum[w];
+#pragma unroll
+        for (int i = 0; i < NPT; i++)
+            prob[i] = (float)((double)prob[i] / sum);
+    } else {
+#pragma unroll
+        for (int i = 0; i < NPT; i++)
+            prob[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv[i])));
+        KT_MARK(2);
+    }
+    unsigned long long key[NPT];
+#pragma unroll
+    for (int i = 0; i < NPT; i++) {
+        const int e = threadIdx.x + RR_THREADS * i;
+        const float c = e < E ? __fadd_rn(prob[i], a.bias ? a.bias[e] : 0.0f) : 0.0f;
+        /* a NaN score ranks below every number, as better() never prefers it */
+        key[i] = ((unsigned long long)(c == c ? sortable_bits(c) : 0u) << 32) | (0xffffffffu - (unsigned)e);
+        if (e < E)
+            s_key[e] = key[i];
+    }
+    __syncthreads();
+    KT_MARK(3);
+    int rank[NPT];
+#pragma unroll
+    for (int i = 0; i < NPT; i++)
+        rank[i] = 0;
+#pragma unroll 8
+    for (int j = 0; j < E; j++) {
+        const unsigned long long o = s_key[j];
+#pragma unroll
+        for (int i = 0; i < NPT; i++)
+            rank[i] += o > key[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NPT; i++) {
+        const int e = threadIdx.x + RR_THREADS * i;
+        if (e < E && rank[i] < k)
+            s_id[rank[i]] = e, s_p[rank[i]] = prob[i];
+    }
+    __syncthreads();
+    KT_MARK(4);
+    if (warp != 0)
+        return;
+    double wsum = 0; /* in pick order, as route_warp */
+    for (int j = 0; j < k; j++)
+        wsum += s_p[j];
+    for (int j = lane; j < k; j += 32) {
+        float w = s_p[j];
+        if (a.normalize)
+            w = (float)((double)w / (wsum + (double)a.eps));
+        ids[(size_t)t * k + j] = s_id[j];
+        wout[(size_t)t * k + j] = __fmul_rn(w, a.scaling);
+    }
+    KT_END(route, 1);
+}
+
+/* Whether moe_route_rank_kernel takes these arguments and this batch: no groups, at most 256
+ * experts, and decode-sized batches (the rank counts cost E compares an expert: at prefill
+ * sizes the warp kernel's rounds are cheaper work). */
+static bool route_rank_supported(const struct route_args *a, int n_tokens)
+{
+    return cuda_route_warp_supported(a) && a->n_experts <= RR_MAX_E && n_tokens <= 256;
 }
 
 } // namespace
@@ -257,6 +385,14 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
         a->n_used > a->n_experts || n_group > ROUTE_MAX_G || a->n_experts % n_group ||
         (n_group > 1 && (a->topk_group < 1 || a->topk_group > n_group)))
         return cudaErrorInvalidValue;
+    if (!p.table && route_rank_supported(a, n_tokens)) { /* one block per token, ranks counted */
+        route_warp_args ra = route_warp_args_from(a);
+        if (a->n_experts <= RR_THREADS)
+            return launch_pdl(pdl != 0, moe_route_rank_kernel<1>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0,
+                              stream, logits, ra, ids, weights);
+        return launch_pdl(pdl != 0, moe_route_rank_kernel<2>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0, stream,
+                          logits, ra, ids, weights);
+    }
     if (cuda_route_warp_supported(a)) { /* one warp per token */
         if (a->n_experts <= 64)
             return route_warp_launch<2>(stream, logits, n_tokens, a, ids, weights, pdl, p);

@@ -57,13 +57,19 @@ __device__ __forceinline__ uint32_t sortable_bits(float f)
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+/* What route_warp calls at its phase boundaries (1: logits in, 2: probabilities, 3: picks):
+ * nothing, unless a kernel-trace build hands it a functor that records them. */
+struct route_no_mark {
+    __device__ void operator()(int) const {}
+};
+
 /* Routes one token (lg: its E router logits) with the calling warp (all 32 lanes). Lane j < k
  * writes pick j to ids[j] / wout[j] when they are not NULL; pick j of lane j is also returned
  * through *id_j / *w_j (lane j + 32 through *id_j2 / *w_j2) for callers that keep it. */
-template <int NPL>
+template <int NPL, typename Mark = route_no_mark>
 __device__ __forceinline__ void route_warp(const float *lg, const route_warp_args a, int32_t *ids, float *wout,
                                            int *id_j = nullptr, float *w_j = nullptr, int *id_j2 = nullptr,
-                                           float *w_j2 = nullptr)
+                                           float *w_j2 = nullptr, Mark mark = Mark{})
 {
     const int lane = threadIdx.x % 32, E = a.E, k = a.k;
     float prob[NPL], choice[NPL], lv[NPL];
@@ -78,6 +84,7 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
         for (int i = 0; i < NPL; i++)
             m = fmaxf(m, lv[i]);
         m = warp_max(m);
+        mark(1);
         double sum = 0;
 #pragma unroll
         for (int i = 0; i < NPL; i++) {
@@ -100,6 +107,7 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
         int e = lane + 32 * i;
         choice[i] = e < E ? __fadd_rn(prob[i], a.bias ? a.bias[e] : 0.0f) : -INFINITY;
     }
+    mark(2);
     uint32_t taken = 0;
     int id0 = -1, id1 = -1; /* the picks of rounds lane and lane + 32 */
     float p0 = 0.0f, p1 = 0.0f;
@@ -128,6 +136,7 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
         else if (j == lane + 32)
             id1 = bi, p1 = bp;
     }
+    mark(3);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int j = lane + 32 * r;
