@@ -30,7 +30,7 @@
 struct caps_row {
     int major, minor;
     const char *arch;
-    bool bf16_mma, fp8_mma, wgmma, tcgen05, fp4_mma_block_scaled, tma, pdl;
+    bool bf16_mma, fp8_mma, wgmma, tcgen05, fp4_mma_block_scaled, tma, pdl, clusters;
     size_t smem_per_block_optin, smem_per_sm;
     /* fp32_fma, bf16_mma, bf16_wgmma, bf16_tcgen05, fp8_mma, fp8_wgmma, fp4_bs_mma, fp4_tcgen05 */
     double rate[PLAN_MATH_COUNT];
@@ -38,15 +38,15 @@ struct caps_row {
 
 /* clang-format off */
 static const struct caps_row CAPS_TABLE[] = {
-    /* cc     arch       bf16  fp8    wgmma  tcgen05 fp4bs  tma    pdl    optin   per SM   rates (see struct caps_row) */
-    {8, 0,  "sm_80",   true, false, false, false, false, false, false, 166912, 167936, {128, 2048, 0,    0,    0,    0,    0,    0}},
-    {8, 6,  "sm_86",   true, false, false, false, false, false, false, 101376, 102400, {256, 1024, 0,    0,    0,    0,    0,    0}},
-    {8, 9,  "sm_89",   true, true,  false, false, false, false, false, 101376, 102400, {256, 1024, 0,    0,    2048, 0,    0,    0}},
-    {9, 0,  "sm_90a",  true, true,  true,  false, false, true,  true,  232448, 233472, {256, 2048, 4096, 0,    4096, 8192, 0,    0}},
-    {10, 0, "sm_100a", true, true,  false, true,  false, true,  true,  232448, 233472, {256, 2048, 0,    8192, 4096, 0,    0,    32768}},
-    {10, 3, "sm_100a", true, true,  false, true,  false, true,  true,  232448, 233472, {256, 2048, 0,    8192, 4096, 0,    0,    32768}},
-    {12, 0, "sm_120a", true, true,  false, false, true,  true,  true,  101376, 102400, {256, 1024, 0,    0,    2048, 0,    4096, 0}},
-    {12, 1, "sm_120a", true, true,  false, false, true,  true,  true,  101376, 102400, {256, 1024, 0,    0,    2048, 0,    4096, 0}},
+    /* cc     arch       bf16  fp8    wgmma  tcgen05 fp4bs  tma    pdl    clust  optin   per SM   rates (see struct caps_row) */
+    {8, 0,  "sm_80",   true, false, false, false, false, false, false, false, 166912, 167936, {128, 2048, 0,    0,    0,    0,    0,    0}},
+    {8, 6,  "sm_86",   true, false, false, false, false, false, false, false, 101376, 102400, {256, 1024, 0,    0,    0,    0,    0,    0}},
+    {8, 9,  "sm_89",   true, true,  false, false, false, false, false, false, 101376, 102400, {256, 1024, 0,    0,    2048, 0,    0,    0}},
+    {9, 0,  "sm_90a",  true, true,  true,  false, false, true,  true,  true,  232448, 233472, {256, 2048, 4096, 0,    4096, 8192, 0,    0}},
+    {10, 0, "sm_100a", true, true,  false, true,  false, true,  true,  true,  232448, 233472, {256, 2048, 0,    8192, 4096, 0,    0,    32768}},
+    {10, 3, "sm_100a", true, true,  false, true,  false, true,  true,  true,  232448, 233472, {256, 2048, 0,    8192, 4096, 0,    0,    32768}},
+    {12, 0, "sm_120a", true, true,  false, false, true,  true,  true,  true,  101376, 102400, {256, 1024, 0,    0,    2048, 0,    4096, 0}},
+    {12, 1, "sm_120a", true, true,  false, false, true,  true,  true,  true,  101376, 102400, {256, 1024, 0,    0,    2048, 0,    4096, 0}},
 };
 /* clang-format on */
 #define CAPS_TABLE_N (sizeof CAPS_TABLE / sizeof CAPS_TABLE[0])
@@ -69,7 +69,7 @@ bool plan_caps_apply_table(struct device_caps *caps)
     memset(caps->flops_per_clk_sm, 0, sizeof caps->flops_per_clk_sm);
     if (!r) {
         caps->bf16_mma = caps->fp8_mma = caps->wgmma = caps->tcgen05 = false;
-        caps->fp4_mma_block_scaled = caps->tma = caps->pdl = false;
+        caps->fp4_mma_block_scaled = caps->tma = caps->pdl = caps->clusters = false;
         caps->arch[0] = 0;
         caps->flops_per_clk_sm[PLAN_MATH_FP32_FMA] = PORTABLE_FP32_RATE;
         /* smem stays whatever the probe found; a profile of an unknown cc has none. */
@@ -83,6 +83,7 @@ bool plan_caps_apply_table(struct device_caps *caps)
     caps->fp4_mma_block_scaled = r->fp4_mma_block_scaled;
     caps->tma = r->tma;
     caps->pdl = r->pdl;
+    caps->clusters = r->clusters;
     memcpy(caps->flops_per_clk_sm, r->rate, sizeof caps->flops_per_clk_sm);
     if (!caps->smem_per_block_optin)
         caps->smem_per_block_optin = r->smem_per_block_optin;

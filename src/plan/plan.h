@@ -100,6 +100,8 @@ struct device_caps {
     bool tma;
     bool pdl;      /* programmatic dependent launch (griddepcontrol): a kernel starts while its
                     * predecessor finishes, sm_90 on */
+    bool clusters; /* thread block clusters with distributed shared memory (barrier.cluster,
+                    * mapa / ld.shared::cluster), sm_90 on */
     bool known_cc; /* false: newer than the table, portable path + warning */
     /* extensions */
     char arch[16];       /* fatbin target that serves it: "sm_90a"; "" when unknown */

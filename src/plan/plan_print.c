@@ -15,9 +15,10 @@
 
 static void features_str(const struct device_caps *c, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s%s%s%s%s%s%s", c->bf16_mma ? " bf16_mma" : "", c->fp8_mma ? " fp8_mma" : "",
+    snprintf(buf, n, "%s%s%s%s%s%s%s%s", c->bf16_mma ? " bf16_mma" : "", c->fp8_mma ? " fp8_mma" : "",
              c->wgmma ? " wgmma" : "", c->tcgen05 ? " tcgen05" : "",
-             c->fp4_mma_block_scaled ? " fp4_mma_block_scaled" : "", c->tma ? " tma" : "", c->pdl ? " pdl" : "");
+             c->fp4_mma_block_scaled ? " fp4_mma_block_scaled" : "", c->tma ? " tma" : "", c->pdl ? " pdl" : "",
+             c->clusters ? " clusters" : "");
     if (!buf[0])
         snprintf(buf, n, " none (portable fp32 only)");
 }
@@ -55,6 +56,7 @@ struct json *plan_caps_to_json(const struct device_caps *c, size_t smem_budget)
     json_add(o, "fp4_mma_block_scaled", json_new_bool(c->fp4_mma_block_scaled));
     json_add(o, "tma", json_new_bool(c->tma));
     json_add(o, "pdl", json_new_bool(c->pdl));
+    json_add(o, "clusters", json_new_bool(c->clusters));
     struct json *r = json_add(o, "flops_per_clk_sm", json_new_object());
     for (int m = 0; m < PLAN_MATH_COUNT && r; m++)
         if (c->flops_per_clk_sm[m] > 0)

@@ -858,7 +858,7 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
         c->threads = 128;
         c->regs = 246;
         c->tm = nh, c->tn = round, c->tk = Dk, c->stages = 1;
-        c->smem = (size_t)nh * round * 4 + (size_t)nh * 3 * 4 + (size_t)4 * nh * 32 * 16 + (size_t)64 * nh * 4 + 4;
+        c->smem = (size_t)nh * round * 4 + (size_t)nh * 5 * 4 + (size_t)4 * nh * 32 * 16 + (size_t)64 * nh * 4 + 4;
         c->streaming = true; /* every lane's K/V loads of a round are issued at once */
         double base = (double)B * kvh;
         c->split_k = decode_splits(x->caps->sm_count, base, ctx, round);
@@ -910,9 +910,10 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
                 }
         }
     }
-    char note[160];
-    snprintf(note, sizeof note, "%d query heads per kv head, k dim %d, v dim %d; split-K over %d keys", g, Dk,
-             Dv, ctx);
+    char note[200];
+    snprintf(note, sizeof note, "%d query heads per kv head, k dim %d, v dim %d; split-K over %d keys%s", g, Dk,
+             Dv, ctx,
+             split_kernel && x->caps->clusters ? "; splits merged 8 at a time in a cluster's shared memory" : "");
     return plan_choose(x, "attention_decode", WEIGHT_BF16, note, err);
 }
 

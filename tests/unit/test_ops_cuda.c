@@ -474,12 +474,16 @@ static void run_attention_case(struct pair *p, const struct attn_case *ac, uint6
     db.seq = dev_copy(&p->gpu, seq, (size_t)T * 4);
     db.block_table = dev_copy(&p->gpu, table, (size_t)ac->n_seqs * (size_t)max_blocks * 4);
     float *dq = dev_copy(&p->gpu, q, qn * 4);
-    /* the last mode: 7 splits through the older split kernel + merge kernel pair */
-    int modes[] = {0, -1, 2, 7, 64, 7};
-    const char *mode_names[] = {"auto", "unsplit", "2 splits", "7 splits", "64 splits", "7 splits, older kernels"};
-    for (int m = 0; m < 6; m++) {
+    /* mode 5: 7 splits through the older split kernel + merge kernel pair; 6: 64 splits merged
+     * through global memory where the default (auto, 64) merges in clusters of 8 (caps
+     * "clusters"; 700 keys in 22 splits: three clusters, then their leaders) */
+    int modes[] = {0, -1, 2, 7, 64, 7, 64};
+    const char *mode_names[] = {"auto", "unsplit", "2 splits", "7 splits", "64 splits", "7 splits, older kernels",
+                                "64 splits, no clusters"};
+    for (int m = 0; m < 7; m++) {
         backend_cuda_set_attention_splits(&p->gpu, modes[m]);
         backend_cuda_set_legacy_decode(&p->gpu, m == 5);
+        backend_cuda_set_attn_cluster(&p->gpu, m != 6);
         float *dout = dev_nan(&p->gpu, qn);
         if (m == 3) { /* a prefetch hint pending: the split kernel asks L2 for it (the cache here) */
             const struct weight hk = {.format = WEIGHT_F32, .rows = (int64_t)(cache / row), .cols = (int64_t)row,
@@ -499,6 +503,7 @@ static void run_attention_case(struct pair *p, const struct attn_case *ac, uint6
     }
     backend_cuda_set_attention_splits(&p->gpu, 0);
     backend_cuda_set_legacy_decode(&p->gpu, false);
+    backend_cuda_set_attn_cluster(&p->gpu, true);
     p->gpu.ops->free(&p->gpu, dkv.k), p->gpu.ops->free(&p->gpu, dkv.v);
     p->gpu.ops->free(&p->gpu, (void *)db.pos), p->gpu.ops->free(&p->gpu, (void *)db.seq);
     p->gpu.ops->free(&p->gpu, (void *)db.block_table), p->gpu.ops->free(&p->gpu, dq);

@@ -51,9 +51,12 @@ void backend_cuda_set_legacy_decode(struct backend *be, bool on);
  * shared memory (0: the budgets derived from the device, > 0: that many bytes for each kernel,
  * so that small budgets take the two-buffer tile ring). */
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem);
-/* Tests: the one-token NVFP4 GEMVs on tensor cores (cuda_gemv_mma; off by default) on or off
+/* Tests: the one-token NVFP4 GEMVs on tensor cores (cuda_gemv_mma; the default) on or off
  * (stays off where the device has no bf16 mma). */
 void backend_cuda_set_decode_mma_dense(struct backend *be, bool on);
+/* Tests: the split decode attention merging in clusters (the default where caps has them) or
+ * through global memory. */
+void backend_cuda_set_attn_cluster(struct backend *be, bool on);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say
  * fp8_mma (MOESERVE_DECODE_FP8=1 does the same). */
 void backend_cuda_set_decode_fp8(struct backend *be, bool on);

@@ -29,12 +29,14 @@
 #include "backend/cuda/cuda_attn_prep.cuh"
 #include "backend/cuda/cuda_ktrace.cuh"
 
-KT_MODULE(attn_decode, "attn_decode_split0")
+KT_MODULE(attn_decode, "attn_decode_split0", "attn_decode_merger")
+
+static_assert((int)AD_CLUSTER == (int)CUDA_ATTN_CLUSTER, "cuda_kernels.h states the cluster size");
 
 namespace
 {
 
-template <int NH>
+template <int NH, int CL>
 __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __grid_constant__ adec_params p)
 {
     KT_BEGIN();
@@ -44,11 +46,23 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __g
     l2_prefetch_ranges(p.pf, (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x),
                        (int)(gridDim.x * gridDim.y * gridDim.z));
     /* the block waits inside, after issuing its first round of old keys (see attn_split_block) */
-    attn_split_block<NH, false, true>(p, blockIdx.x, blockIdx.y, blockIdx.z, adec_cur{}, [&]() {
-        pdl_wait();
-        KT_MARK(1);
-    });
-    if (blockIdx.z == 0) /* split 0 always has keys; the others may return at once */
+    /* trace builds: the blocks of split 0 (it always has keys) and of the split that merges
+     * record their phases (kernel 0 and 1) */
+    bool merged = false;
+    attn_split_block<NH, false, true, CL>(
+        p, blockIdx.x, blockIdx.y, blockIdx.z, adec_cur{},
+        [&]() {
+            pdl_wait();
+            KT_MARK(1);
+        },
+        [&](int i) {
+            KT_MARK(i);
+            merged |= i == 6 && CL == 1;
+        });
+    (void)merged;
+    if (merged)
+        KT_END(attn_decode, 1);
+    else if (blockIdx.z == 0)
         KT_END(attn_decode, 0);
 }
 
@@ -152,7 +166,7 @@ __global__ void __launch_bounds__(AD_THREADS)
 static size_t adec_smem(int group)
 {
     int nh = group <= 4 ? 4 : group <= 8 ? 8 : 16, round = nh >= 16 ? 16 : 32;
-    return (size_t)nh * round * 4 + (size_t)nh * 3 * 4 + (size_t)AD_WARPS * nh * 32 * 16 +
+    return (size_t)nh * round * 4 + (size_t)nh * 5 * 4 + (size_t)AD_WARPS * nh * 32 * 16 +
            (size_t)AD_MAX_SPLITS * nh * 4 + 4;
 }
 
@@ -191,15 +205,25 @@ extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits,
            n_splits >= 1 && n_splits <= AD_MAX_SPLITS && adec_smem(group) <= smem_budget;
 }
 
+template <int NH>
+static cudaError_t adec_launch(cudaStream_t stream, const adec_params &p, dim3 grid, int cluster, int pdl)
+{
+    if (cluster == AD_CLUSTER)
+        return launch_pdl_cluster(pdl != 0, dim3(1, 1, AD_CLUSTER), attn_decode_split_kernel<NH, AD_CLUSTER>, grid,
+                                  dim3(AD_THREADS), 0, stream, p);
+    return launch_pdl(pdl != 0, attn_decode_split_kernel<NH, 1>, grid, dim3(AD_THREADS), 0, stream, p);
+}
+
 extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                                         const struct attn_batch *b, int n_heads, float scale, float *out,
-                                        int n_splits, float *work, int *sem, int pdl, int prewait,
+                                        int n_splits, float *work, int *sem, int pdl, int prewait, int cluster,
                                         const struct cuda_l2_ranges *pf)
 {
     if (b->n_tokens <= 0)
         return cudaSuccess;
     int group = n_heads / kv->n_kv_heads;
     if (n_heads % kv->n_kv_heads || !cuda_attn_decode_supported(group, kv->head_dim, n_splits, (size_t)-1) ||
+        (cluster != 1 && (cluster != AD_CLUSTER || n_splits % AD_CLUSTER)) ||
         !sem || (n_splits > 1 && !work) || kv->n_kv_heads > 65535 ||
         ((uintptr_t)q | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out | (uintptr_t)work) % 16)
         return cudaErrorInvalidValue;
@@ -208,10 +232,10 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
     p.prewait = prewait != 0;
     dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)
-        return launch_pdl(pdl != 0, attn_decode_split_kernel<4>, grid, dim3(AD_THREADS), 0, stream, p);
+        return adec_launch<4>(stream, p, grid, cluster, pdl);
     if (group <= 8)
-        return launch_pdl(pdl != 0, attn_decode_split_kernel<8>, grid, dim3(AD_THREADS), 0, stream, p);
-    return launch_pdl(pdl != 0, attn_decode_split_kernel<16>, grid, dim3(AD_THREADS), 0, stream, p);
+        return adec_launch<8>(stream, p, grid, cluster, pdl);
+    return adec_launch<16>(stream, p, grid, cluster, pdl);
 }
 
 /* attn_decode_prep_kernel's own static shared memory on top of the split block's. */

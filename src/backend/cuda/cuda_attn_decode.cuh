@@ -11,7 +11,8 @@
 namespace
 {
 
-enum { AD_THREADS = 128, AD_WARPS = AD_THREADS / 32, AD_MAX_SPLITS = 64 };
+/* AD_CLUSTER: the splits a cluster merges in shared memory (8: the portable cluster size) */
+enum { AD_THREADS = 128, AD_WARPS = AD_THREADS / 32, AD_MAX_SPLITS = 64, AD_CLUSTER = 8 };
 
 struct adec_params {
     const float *q; /* (n_tokens, n_heads, hd) */
@@ -81,6 +82,14 @@ struct adec_no_wait {
     __device__ void operator()() const {}
 };
 
+/* What it calls at its phase boundaries (2: the first round's dot products, 3: its scores in
+ * shared memory, 4: all rounds, 5: the partials out (counted in, or the cluster's first barrier
+ * passed), 6: merged, 7: the cluster's second barrier passed): nothing, unless a kernel-trace
+ * build records them. */
+struct adec_no_mark {
+    __device__ void operator()(int) const {}
+};
+
 /* One (token t, KV head g, key split) of the split decode attention, by a block of AD_THREADS
  * threads (the kernel's block, or one of the one-kernel layer's); p.pf is not looked at. CUR: the
  * queries and the newest key come from `cur` (one token, see adec_cur). PREWAIT: the caller has
@@ -89,11 +98,19 @@ struct adec_no_wait {
  * the metadata is uploaded before the pass's first kernel, and the keys a pass writes for a token's
  * sequence are its last n_tokens positions at most (the batch's tokens of that sequence), so
  * keys below klen - n_tokens were written by earlier passes. This takes the slot-table and cache
- * round trips off the path after the wait (they overlap attn_prep). */
-template <int NH, bool CUR = false, bool PREWAIT = false, typename Wait = adec_no_wait>
+ * round trips off the path after the wait (they overlap attn_prep).
+ * CL > 1: the block is one of a thread block cluster of CL consecutive splits (caps "clusters").
+ * The cluster's first split merges the cluster's partials from the others' shared memory
+ * (distributed shared memory, two cluster barriers) instead of through global memory, a fence
+ * and an atomic: in the kernel trace (H200, session 7, 192 keys in 6 splits) the global merge
+ * took 2.5k cycles to count in and 7.5k more in the last block. When one cluster holds every
+ * split with keys (klen <= CL * chunk: 256 keys for 8 splits of 32) that block writes the
+ * output; with more, the clusters' leaders merge as the splits do without clusters. */
+template <int NH, bool CUR = false, bool PREWAIT = false, int CL = 1, typename Wait = adec_no_wait,
+          typename Mark = adec_no_mark>
 __device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g,
                                                  const int split, const adec_cur &cur = adec_cur{},
-                                                 Wait wait = Wait{})
+                                                 Wait wait = Wait{}, Mark mark = Mark{})
 {
     using S = adec_shape<NH>;
     constexpr int KPW = S::kpw, ROUND = S::round, NV = S::nv;
@@ -101,6 +118,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     __shared__ float s_m[NH], s_l[NH], s_alpha[NH];
     __shared__ __align__(16) float4 red[AD_WARPS][NH][32];
     __shared__ float wts[AD_MAX_SPLITS][NH];
+    __shared__ float s_cm[NH], s_cl[NH]; /* a cluster's merged max and sum */
     __shared__ int s_last;
     const int G = p.group, hd = p.hd, hd4 = hd / 4;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -110,6 +128,12 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     if (split >= active) {
         if constexpr (PREWAIT)
             wait(); /* as every block of the kernel, so that its end implies its predecessor's */
+        if constexpr (CL > 1) {
+            if (split - split % CL < active) { /* the cluster has keys: its two barriers */
+                cluster_sync();
+                cluster_sync();
+            }
+        }
         return;
     }
     const int lo = split * chunk, hi = lo + chunk < klen ? lo + chunk : klen;
@@ -192,6 +216,8 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
             for (int h = 0; h < NH; h++)
                 v[j * NH + h] =
                     fmaf(q[h].x, kr[j].x, fmaf(q[h].y, kr[j].y, fmaf(q[h].z, kr[j].z, q[h].w * kr[j].w)));
+        if (k0 == lo)
+            mark(2);
         warp_reduce_scatter<NV>(v);
 #pragma unroll
         for (int m = 0; m < NV / 32; m++) {
@@ -199,6 +225,8 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
             sc[h][warp * KPW + j] = kw + j < hi ? v[m] : -INFINITY;
         }
         __syncthreads();
+        if (k0 == lo)
+            mark(3);
         /* online softmax over the round: warp w takes heads w, w + 4, ...; lane = key */
         for (int h = warp; h < G; h += AD_WARPS) {
             float s = lane < ROUND ? sc[h][lane] : -INFINITY;
@@ -235,7 +263,9 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
         __syncthreads(); /* sc and s_alpha are rewritten by the next round */
     }
 
-    /* the warps' accumulators -> this split's output */
+    mark(4);
+    /* the warps' accumulators -> this split's output (with clusters: red[0], for the leader) */
+    const bool direct = CL == 1 && active == 1;
 #pragma unroll
     for (int h = 0; h < NH; h++)
         if (h < G)
@@ -249,27 +279,96 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
             float4 b = red[w][h][d4];
             o.x += b.x, o.y += b.y, o.z += b.z, o.w += b.w;
         }
-        if (active == 1) {
+        if (direct) {
             float l = s_l[h];
             float4 *dst = (float4 *)(p.out + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + d4;
             *dst = make_float4(o.x / l, o.y / l, o.z / l, o.w / l);
+        } else if (CL > 1) {
+            red[0][h][d4] = o; /* only this thread reads or writes entry (h, d4) */
         } else {
             float4 *dst = (float4 *)(p.part_o + ((tg * p.n_splits + split) * G + h) * hd) + d4;
             *dst = o;
         }
     }
-    if (active == 1)
+    if (direct)
         return;
+    /* the partial this block counts in with: its own, or its cluster's (pidx of pcount) */
+    int pidx = split, pcount = active;
+    if constexpr (CL > 1) {
+        const int base = split - split % CL, n_in = active - base < CL ? active - base : CL;
+        pidx = base / CL, pcount = (active + CL - 1) / CL;
+        cluster_sync(); /* every split's s_m, s_l and red[0] are written */
+        mark(5);
+        if (split == base) {
+            if (threadIdx.x < G) { /* the merge weights, in split order as the global merge */
+                const int h = threadIdx.x;
+                float mr[CL], M = -INFINITY;
+#pragma unroll
+                for (int r = 0; r < CL; r++)
+                    if (r < n_in)
+                        mr[r] = *cluster_peer(&s_m[h], (unsigned)r), M = fmaxf(M, mr[r]);
+                float L = 0.0f;
+#pragma unroll
+                for (int r = 0; r < CL; r++) {
+                    if (r < n_in) {
+                        const float ls = *cluster_peer(&s_l[h], (unsigned)r);
+                        const float w = ls > 0.0f ? expf(mr[r] - M) : 0.0f;
+                        wts[r][h] = w;
+                        L += ls * w;
+                    }
+                }
+                s_cm[h] = M, s_cl[h] = L;
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < G * hd4; i += AD_THREADS) {
+                const int h = i / hd4, d4 = i % hd4;
+                float4 b[CL];
+#pragma unroll
+                for (int r = 0; r < CL; r++)
+                    if (r < n_in)
+                        b[r] = *cluster_peer(&red[0][h][d4], (unsigned)r);
+                float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+                for (int r = 0; r < CL; r++) {
+                    if (r < n_in) {
+                        const float w = wts[r][h];
+                        o.x = fmaf(w, b[r].x, o.x);
+                        o.y = fmaf(w, b[r].y, o.y);
+                        o.z = fmaf(w, b[r].z, o.z);
+                        o.w = fmaf(w, b[r].w, o.w);
+                    }
+                }
+                if (pcount == 1) {
+                    const float L = s_cl[h];
+                    float4 *dst = (float4 *)(p.out + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + d4;
+                    *dst = make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
+                } else {
+                    float4 *dst = (float4 *)(p.part_o + ((tg * p.n_splits + pidx) * G + h) * hd) + d4;
+                    *dst = o;
+                }
+            }
+        }
+        if (split == base)
+            mark(6);
+        cluster_sync(); /* the leader is done with the others' shared memory */
+        mark(7);
+        if (pcount == 1 || split != base)
+            return;
+        if (threadIdx.x < G) /* the cluster's max and sum, for the merge of the clusters */
+            s_m[threadIdx.x] = s_cm[threadIdx.x], s_l[threadIdx.x] = s_cl[threadIdx.x];
+        __syncthreads();
+    }
     if (threadIdx.x < G)
-        ((float2 *)p.part_ml)[(tg * p.n_splits + split) * G + threadIdx.x] =
+        ((float2 *)p.part_ml)[(tg * p.n_splits + pidx) * G + threadIdx.x] =
             make_float2(s_m[threadIdx.x], s_l[threadIdx.x]);
 
     /* count in; the last split's block merges (writes before the count, reads after it) */
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
-        s_last = atomicAdd(p.sem + tg, 1) == active - 1;
+        s_last = atomicAdd(p.sem + tg, 1) == pcount - 1;
     __syncthreads();
+    mark(5);
     if (!s_last)
         return;
     __threadfence();
@@ -277,7 +376,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
      * now: AD_WARPS * NH * 128 floats >= AD_MAX_SPLITS * NH) */
     const float2 *ml = (const float2 *)p.part_ml + tg * p.n_splits * G;
     float *sums = (float *)red;
-    for (int i = threadIdx.x; i < active * G; i += AD_THREADS) {
+    for (int i = threadIdx.x; i < pcount * G; i += AD_THREADS) {
         float2 v = __ldcg(ml + i);
         wts[i / G][i % G] = v.x; /* the split's max for now */
         sums[i] = v.y;
@@ -286,10 +385,10 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     if (threadIdx.x < G) {
         const int h = threadIdx.x;
         float M = -INFINITY;
-        for (int s = 0; s < active; s++)
+        for (int s = 0; s < pcount; s++)
             M = fmaxf(M, wts[s][h]);
         float L = 0.0f;
-        for (int s = 0; s < active; s++) {
+        for (int s = 0; s < pcount; s++) {
             float ls = sums[s * G + h];
             float w = ls > 0.0f ? expf(wts[s][h] - M) : 0.0f;
             wts[s][h] = w;
@@ -304,7 +403,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
         int h = i / hd4;
         float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-        for (int s = 0; s < active; s++) {
+        for (int s = 0; s < pcount; s++) {
             float w = wts[s][h];
             float4 b = __ldcg(po + s * split_stride4 + i);
             o.x = fmaf(w, b.x, o.x);
@@ -318,6 +417,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     }
     if (threadIdx.x == 0)
         p.sem[tg] = 0; /* ready for the next launch (graph replays reuse it) */
+    mark(6);
 }
 
 } // namespace

@@ -286,6 +286,41 @@ __device__ __forceinline__ void l2_prefetch_ranges(const cuda_l2_ranges &r, int 
         l2_prefetch_part(r.p[i], r.bytes[i], part, parts, threadIdx.x, 32);
 }
 
+/* Thread block clusters (caps "clusters", sm_90 on): the block's rank in its cluster, a barrier
+ * over the cluster's threads (release / acquire: shared-memory writes before it are seen by
+ * the other blocks after it), and the generic address of a shared variable of block `rank`
+ * of the cluster (read with ordinary loads: distributed shared memory). Every thread of every
+ * block of the cluster calls cluster_sync() the same number of times. Empty below sm_90: the
+ * backend launches no cluster kernel where the device lacks them. */
+__device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ const T *cluster_peer(const T *p, unsigned rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned long long out;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"((unsigned long long)p), "r"(rank));
+    return (const T *)out;
+#else
+    (void)rank;
+    return p;
+#endif
+}
+
 /* kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute
  * when pdl (the kernel must call pdl_wait() before touching its predecessors' data). */
 template <typename... KArgs, typename... Args>
@@ -302,6 +337,28 @@ static inline cudaError_t launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 gr
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
+/* As launch_pdl, in clusters of `cluster` (x, y, z) blocks (the grid a multiple of it). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_pdl_cluster(bool pdl, dim3 cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                             size_t smem, cudaStream_t stream, Args... args)
+{
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster.x;
+    attr[0].val.clusterDim.y = cluster.y;
+    attr[0].val.clusterDim.z = cluster.z;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 

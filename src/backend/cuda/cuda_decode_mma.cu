@@ -230,6 +230,9 @@ struct gemv_mma_params {
     int n_jobs, ks;
     int64_t K;
     const float *x;
+    const float *norm_w; /* not NULL: x is the residual row, the GEMV reads rmsnorm(x) * norm_w */
+    float eps;
+    float *x_out; /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
     int residual;
 };
 
@@ -254,7 +257,10 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     KT_MARK(1); /* phases: 0 weight issue, 1 PDL wait, 2 x staging, 3 the dot, 4 K slices + store */
     pdl_wait();
     KT_MARK(2);
-    xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
+    if (p.norm_w) /* the RMSNorm before q/k/v fused: every block normalises the row itself */
+        xfrag_stage_norm(xf, p.x, p.norm_w, p.eps, (int)p.K, p.x_out);
+    else
+        xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
     __syncthreads();
     KT_MARK(3);
     float2 r = make_float2(0.f, 0.f);
@@ -279,9 +285,11 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
 
 } // namespace
 
-extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, size_t smem_budget)
+extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm,
+                                       size_t smem_budget)
 {
-    if (n_w < 1 || n_w > MD_MAX_JOBS || K <= 0 || K % 128 || (size_t)K * 4 + 1024 > smem_budget)
+    if (n_w < 1 || n_w > MD_MAX_JOBS || K <= 0 || K % 128 || (size_t)K * 4 + 1024 > smem_budget ||
+        (norm && K / 4 > XN_MAX_IT * MD_THREADS))
         return 0;
     for (int j = 0; j < n_w; j++)
         if ((uintptr_t)w[j].data % 16 || (uintptr_t)w[j].scale % 2)
@@ -290,15 +298,23 @@ extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64
 }
 
 extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                                     int64_t K, const float *x, float *const *y, int residual, int sm_count, int pdl)
+                                     int64_t K, const float *x, float *const *y, const struct cuda_gemv_fuse *fz,
+                                     int sm_count, int pdl)
 {
-    if (!cuda_gemv_mma_supported(n_w, w, K, (size_t)-1))
+    const bool norm = fz && fz->norm_w;
+    if (!cuda_gemv_mma_supported(n_w, w, K, norm, (size_t)-1) ||
+        (norm && ((uintptr_t)x | (uintptr_t)fz->norm_w | (uintptr_t)fz->x_out) % 8))
         return cudaErrorInvalidValue;
     gemv_mma_params p = {};
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
-    p.residual = residual;
+    if (fz) {
+        p.norm_w = fz->norm_w;
+        p.eps = fz->eps;
+        p.x_out = fz->x_out;
+        p.residual = fz->residual;
+    }
     int64_t tiles = 0;
     for (int j = 0; j < n_w; j++) {
         p.w[j] = w[j];

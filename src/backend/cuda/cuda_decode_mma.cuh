@@ -69,6 +69,46 @@ __device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, in
     }
 }
 
+/* xfrag_stage of x' = rmsnorm(h) * nw (h: K floats, the residual row), rounded as the CPU's
+ * RMSNorm (a double sum of squares, then w * (h * inv)); block-wide (every thread of the block,
+ * MD_THREADS of them, K / 4 <= 4 * MD_THREADS: each thread holds its share of h in registers
+ * across the block sum). Block (0, 0) also writes x' to x_out when it is not NULL. The caller
+ * synchronises before the fragments are read. */
+enum { XN_MAX_IT = 4 };
+__device__ __forceinline__ void xfrag_stage_norm(uint2 *xf, const float *h, const float *nw, float eps, int K,
+                                                 float *x_out)
+{
+    float2 a[XN_MAX_IT], b[XN_MAX_IT];
+    double ss = 0;
+#pragma unroll
+    for (int i = 0; i < XN_MAX_IT; i++) {
+        const int it = threadIdx.x + i * MD_THREADS;
+        if (it < K / 4) {
+            xfrag_load(h, it, a[i], b[i]);
+            ss += (double)a[i].x * a[i].x + (double)a[i].y * a[i].y + (double)b[i].x * b[i].x +
+                  (double)b[i].y * b[i].y;
+        }
+    }
+    const float inv = dev_rms_inv(block_sum_double(ss), K, eps);
+    const bool writer = x_out && blockIdx.x == 0 && blockIdx.y == 0;
+#pragma unroll
+    for (int i = 0; i < XN_MAX_IT; i++) {
+        const int it = threadIdx.x + i * MD_THREADS;
+        if (it >= K / 4)
+            continue;
+        float2 wa, wb;
+        xfrag_load(nw, it, wa, wb);
+        a[i] = make_float2(__fmul_rn(wa.x, __fmul_rn(a[i].x, inv)), __fmul_rn(wa.y, __fmul_rn(a[i].y, inv)));
+        b[i] = make_float2(__fmul_rn(wb.x, __fmul_rn(b[i].x, inv)), __fmul_rn(wb.y, __fmul_rn(b[i].y, inv)));
+        if (writer) {
+            const int c = it / 8, w = (it / 2) % 4, hh = it % 2, k0 = 32 * c + 8 * w + 2 * hh;
+            *(float2 *)(x_out + k0) = a[i];
+            *(float2 *)(x_out + k0 + 4) = b[i];
+        }
+        xfrag_put(xf, it, a[i], b[i]);
+    }
+}
+
 /* As xfrag_stage, with between() run after this thread's loads of x are issued and before their
  * values are used, when the thread's share fits NIT entries (else between() first). The MoE
  * kernels issue their weight loads there: issued before x's, they made x's (an L2 hit) come back

@@ -145,10 +145,14 @@ cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const flo
  * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. prewait:
  * with pdl, each block reads the batch metadata and its first round of old keys and values
  * before it waits for the kernel before it (keys below pos + 1 - n_tokens: no kernel of the pass
- * writes them). pf (or NULL): weights of the next ops to ask L2 for. */
+ * writes them). cluster: 1, or CUDA_ATTN_CLUSTER (caps "clusters", n_splits a multiple of it):
+ * that many consecutive splits form a thread block cluster and merge in shared memory. pf (or
+ * NULL): weights of the next ops to ask L2 for. */
+enum { CUDA_ATTN_CLUSTER = 8 };
 cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                              const struct attn_batch *b, int n_heads, float scale, float *out, int n_splits,
-                             float *work, int *sem, int pdl, int prewait, const struct cuda_l2_ranges *pf);
+                             float *work, int *sem, int pdl, int prewait, int cluster,
+                             const struct cuda_l2_ranges *pf);
 
 /* ---- cuda_attention_mma.cu (prefill on bf16 tensor cores: "attn_prefill_mma_bf16") ---- */
 /* rows: query rows per block (16 per warp, 16..128); keys: keys staged per step (multiple of
@@ -385,13 +389,14 @@ int cuda_layer_decode_supported(const struct cuda_layer_decode_args *a, size_t s
 cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_layer_decode_args *a, int sm_count,
                               int max_per_sm, size_t smem_budget);
 
-/* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget). */
-int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, size_t smem_budget);
-/* y[j][:N[j]] (+)= x[:K] W_j^T for j < n_w <= 3 NVFP4 weights, one token, on bf16 tensor cores
- * (residual: +=). NOT YET RUN ON A GPU (session 4 wrote it after the device time was spent):
- * off unless MOESERVE_DECODE_MMA_DENSE=1. */
+/* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget;
+ * norm: with the RMSNorm fused, K <= 4096). */
+int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm, size_t smem_budget);
+/* y[j][:N[j]] (+)= x[:K] W_j^T for j < n_w <= 3 NVFP4 weights, one token, on bf16 tensor cores.
+ * fz (or NULL): residual (y +=) and norm_w / eps / x_out as for cuda_gemv1 (rows_per_warp is not
+ * looked at). The backend's default for one-token NVFP4 linears where the device has mma.sync. */
 cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K,
-                          const float *x, float *const *y, int residual, int sm_count, int pdl);
+                          const float *x, float *const *y, const struct cuda_gemv_fuse *fz, int sm_count, int pdl);
 
 /* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
 /* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block

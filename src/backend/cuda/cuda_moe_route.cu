@@ -242,44 +242,38 @@ cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_to
                       route_warp_args_from(a), ids, weights, pf);
 }
 
-/* One token per block of RR_THREADS threads, expert e in thread e % RR_THREADS (NPT a thread),
- * for decode-sized batches. The warp kernel's top-k is k rounds of arg-max, each a chain of
- * dependent compares, two warp reductions and a shuffle: measured in the kernel trace (H200,
- * session 7, 128 experts, k 8) ~490 cycles a round, 3900 of the kernel's ~5800. Here every
- * expert's rank is counted at once instead (how many selection keys beat its own; a key is the
- * order-preserving bits of the score above the complement of the id, so ties go to the lower
- * id as in better()), which is E independent compares a thread and no chain; the experts
- * ranked below k put themselves at their rank, and the weights are renormalised in that order,
- * as route_warp does. */
-enum { RR_THREADS = 128, RR_WARPS = RR_THREADS / 32, RR_MAX_E = 256 };
+/* One token per block of RR_THREADS threads, expert e in thread e, for decode-sized batches.
+ * The warp kernel's top-k is k rounds of arg-max, each a chain of dependent compares, two warp
+ * reductions and a shuffle: measured in the kernel trace (H200, session 7, 128 experts, k 8)
+ * ~490 cycles a round, 3900 of the kernel's ~5800. Here every expert's rank is counted at once
+ * instead (how many selection keys beat its own; a key is the order-preserving bits of the
+ * score above the complement of the id, so ties go to the lower id as in better()): EP / P
+ * independent compares for each of the P threads that share an expert (16 warps, so that a
+ * scheduler has four to interleave; with 4 warps of 128 compares the count took 2160 cycles).
+ * The experts ranked below k put themselves at their rank, and the weights are renormalised in
+ * that order, as route_warp does. EP: E rounded up to 128 or 256. */
+enum { RR_THREADS = 512, RR_WARPS = RR_THREADS / 32, RR_MAX_E = 256 };
 
-template <int NPT>
+template <int EP>
 __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float *logits, route_warp_args a,
                                                                     int32_t *ids, float *wout)
 {
-    __shared__ unsigned long long s_key[RR_MAX_E];
+    constexpr int P = RR_THREADS / EP, SPAN = EP / P;
+    __shared__ unsigned long long s_key[EP];
     __shared__ float s_max[RR_WARPS];
     __shared__ double s_sum[RR_WARPS];
+    __shared__ int s_rank[P][EP];
     __shared__ float s_p[ROUTE_MAX_K];
     __shared__ int s_id[ROUTE_MAX_K];
     KT_BEGIN();
     pdl_trigger();
     pdl_wait();
     KT_MARK(1);
-    const int t = blockIdx.x, E = a.E, k = a.k, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float *lg = logits + (size_t)t * E;
-    float lv[NPT], prob[NPT];
-#pragma unroll
-    for (int i = 0; i < NPT; i++) {
-        const int e = threadIdx.x + RR_THREADS * i;
-        lv[i] = e < E ? lg[e] : -INFINITY;
-    }
+    const int t = blockIdx.x, E = a.E, k = a.k, e = threadIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float lv = e < E ? logits[(size_t)t * E + e] : -INFINITY;
+    float prob;
     if (!a.sigmoid) {
-        float m = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < NPT; i++)
-            m = fmaxf(m, lv[i]);
-        m = warp_max(m);
+        float m = warp_max(lv);
         if (lane == 0)
             s_max[warp] = m;
         __syncthreads();
@@ -288,12 +282,8 @@ __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float 
         for (int w = 1; w < RR_WARPS; w++)
             m = fmaxf(m, s_max[w]);
         KT_MARK(2);
-        double sum = 0;
-#pragma unroll
-        for (int i = 0; i < NPT; i++) {
-            prob[i] = threadIdx.x + RR_THREADS * i < E ? expf(__fsub_rn(lv[i], m)) : 0.0f;
-            sum += prob[i];
-        }
+        prob = e < E ? expf(__fsub_rn(lv, m)) : 0.0f;
+        double sum = prob;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -304,43 +294,38 @@ __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float 
 #pragma unroll
         for (int w = 1; w < RR_WARPS; w++)
             sum += s_sum[w];
-#pragma unroll
-        for (int i = 0; i < NPT; i++)
-            prob[i] = (float)((double)prob[i] / sum);
+        prob = (float)((double)prob / sum);
     } else {
-#pragma unroll
-        for (int i = 0; i < NPT; i++)
-            prob[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv[i])));
+        prob = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv)));
         KT_MARK(2);
     }
-    unsigned long long key[NPT];
-#pragma unroll
-    for (int i = 0; i < NPT; i++) {
-        const int e = threadIdx.x + RR_THREADS * i;
-        const float c = e < E ? __fadd_rn(prob[i], a.bias ? a.bias[e] : 0.0f) : 0.0f;
+    if (e < E) {
+        const float c = __fadd_rn(prob, a.bias ? a.bias[e] : 0.0f);
         /* a NaN score ranks below every number, as better() never prefers it */
-        key[i] = ((unsigned long long)(c == c ? sortable_bits(c) : 0u) << 32) | (0xffffffffu - (unsigned)e);
-        if (e < E)
-            s_key[e] = key[i];
+        s_key[e] = ((unsigned long long)(c == c ? sortable_bits(c) : 0u) << 32) | (0xffffffffu - (unsigned)e);
     }
     __syncthreads();
     KT_MARK(3);
-    int rank[NPT];
-#pragma unroll
-    for (int i = 0; i < NPT; i++)
-        rank[i] = 0;
+    { /* thread (part, ee) counts the keys of span `part` that beat expert ee's */
+        const int ee = threadIdx.x % EP, part = threadIdx.x / EP;
+        int cnt = 0;
+        if (ee < E) {
+            const unsigned long long mine = s_key[ee];
+            const int j0 = part * SPAN, j1 = j0 + SPAN < E ? j0 + SPAN : E;
 #pragma unroll 8
-    for (int j = 0; j < E; j++) {
-        const unsigned long long o = s_key[j];
-#pragma unroll
-        for (int i = 0; i < NPT; i++)
-            rank[i] += o > key[i];
+            for (int j = j0; j < j1; j++)
+                cnt += s_key[j] > mine;
+        }
+        s_rank[part][ee] = cnt;
     }
+    __syncthreads();
+    if (e < E) {
+        int rank = 0;
 #pragma unroll
-    for (int i = 0; i < NPT; i++) {
-        const int e = threadIdx.x + RR_THREADS * i;
-        if (e < E && rank[i] < k)
-            s_id[rank[i]] = e, s_p[rank[i]] = prob[i];
+        for (int q = 0; q < P; q++)
+            rank += s_rank[q][e];
+        if (rank < k)
+            s_id[rank] = e, s_p[rank] = prob;
     }
     __syncthreads();
     KT_MARK(4);
@@ -387,11 +372,11 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
         return cudaErrorInvalidValue;
     if (!p.table && route_rank_supported(a, n_tokens)) { /* one block per token, ranks counted */
         route_warp_args ra = route_warp_args_from(a);
-        if (a->n_experts <= RR_THREADS)
-            return launch_pdl(pdl != 0, moe_route_rank_kernel<1>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0,
+        if (a->n_experts <= 128)
+            return launch_pdl(pdl != 0, moe_route_rank_kernel<128>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0,
                               stream, logits, ra, ids, weights);
-        return launch_pdl(pdl != 0, moe_route_rank_kernel<2>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0, stream,
-                          logits, ra, ids, weights);
+        return launch_pdl(pdl != 0, moe_route_rank_kernel<256>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0,
+                          stream, logits, ra, ids, weights);
     }
     if (cuda_route_warp_supported(a)) { /* one warp per token */
         if (a->n_experts <= 64)
