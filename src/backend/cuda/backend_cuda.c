@@ -90,6 +90,7 @@ struct cuda_backend {
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (cuda_gemv_mma) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
+    bool moe_l2_down;      /* MoE mma gate/up queues the pairs' down weights into L2 */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
@@ -869,7 +870,7 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
                                      weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
-                                     c->moe_mma_unroll, c->moe_mma_ks));
+                                     c->moe_mma_unroll, c->moe_mma_ks, c->moe_l2_down));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -1345,7 +1346,7 @@ static void configure_from_plan(struct cuda_backend *c)
     /* MOESERVE_MOE_MMA_UNROLL=4|8: weight groups in flight per warp in those kernels (8: two
      * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4) */
     const char *mu = getenv("MOESERVE_MOE_MMA_UNROLL");
-    c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : 8;
+    c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : mu && atoi(mu) == 16 ? 16 : 8;
     /* MOESERVE_ROUTER_ROUTE=1: the router GEMV and the routing in one kernel at few tokens.
      * Off: on the H200 (session 6) it was slower at batch 1 (346.8 vs 367.9 tok/s) and within
      * noise at batch 8 (747.1 vs 735.1): its fence, atomic and logits read-back by the last
@@ -1381,6 +1382,10 @@ static void configure_from_plan(struct cuda_backend *c)
     /* The split decode attention merges its splits in clusters of 8 through distributed shared
      * memory where the device has clusters (caps "clusters"); MOESERVE_ATTN_CLUSTER=0: through
      * global memory, a fence and a counter (the only way before session 7). */
+    /* MOESERVE_MOE_L2_DOWN=1: the tensor-core MoE gate/up kernel queues its pairs' down weights
+     * into L2 (caps "tma"), so that the down kernel reads them from there (measuring) */
+    const char *ld = getenv("MOESERVE_MOE_L2_DOWN");
+    c->moe_l2_down = c->plan.caps.tma && ld && strcmp(ld, "1") == 0;
     const char *acl = getenv("MOESERVE_ATTN_CLUSTER");
     c->attn_cluster = c->plan.caps.clusters && !(acl && strcmp(acl, "0") == 0);
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen

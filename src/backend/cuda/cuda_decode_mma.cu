@@ -59,6 +59,7 @@ struct gu_route {
     route_warp_args ra;
     int32_t *ids;        /* (tokens, k) written */
     float *weights;
+    int l2_down;         /* also: queue the pair's down weights into L2 (see moe_gate_up_mma_kernel) */
 };
 
 template <int U, int KS, int NPL = 0>
@@ -106,6 +107,15 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     xfrag_zeros_init();
     xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
                           [&] { rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre); });
+    /* rt.l2_down (caps "tma"): the last warp queues this block's slice of the pair's down
+     * weights into L2 (cp.async.bulk.prefetch, no registers held), after its own loads are out:
+     * the down kernel's weight loads then come from L2 instead of DRAM. The DRAM is far from
+     * busy here (14 MB in ~10 us at one token); what limits both kernels is latency. */
+    if (rt.l2_down && wib == MG_WARPS - 1) {
+        const cuda_wdev wd = table[2 * n_experts + e];
+        l2_prefetch_part(wd.data, (size_t)D * (size_t)I / 2, (int)blockIdx.x, (int)gridDim.x, lane, 32);
+        l2_prefetch_part(wd.scale, (size_t)D * (size_t)I / 16, (int)blockIdx.x, (int)gridDim.x, lane, 32);
+    }
     __syncthreads();
     KT_MARK(2);
     float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
@@ -387,24 +397,29 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
                                            float *out, int residual, int pdl, const struct cuda_l2_ranges *pf,
-                                           int unroll, int ks)
+                                           int unroll, int ks, int l2_down)
 {
     const cuda_l2_ranges none = {};
+    gu_route rt = {};
+    rt.l2_down = l2_down;
     if (n_tokens <= 0)
         return cudaSuccess;
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
-        (unroll != 4 && unroll != 8) || (ks != 1 && ks != 2))
+        (unroll != 4 && unroll != 8 && unroll != 16) || (ks != 1 && ks != 2))
         return cudaErrorInvalidValue;
     const cuda_l2_ranges &p = pf ? *pf : none;
+    if (unroll == 16 && ks == 1) /* a 2048-wide gate/up row: all 16 groups in flight at once */
+        return moe_mma_launch<16, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                                     act, out, residual, pdl, p, rt);
     if (unroll == 8)
         return ks == 2 ? moe_mma_launch<8, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                              n_used, act, out, residual, pdl, p)
+                                              n_used, act, out, residual, pdl, p, rt)
                        : moe_mma_launch<8, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                              n_used, act, out, residual, pdl, p);
+                                              n_used, act, out, residual, pdl, p, rt);
     return ks == 2 ? moe_mma_launch<4, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                          n_used, act, out, residual, pdl, p)
+                                          n_used, act, out, residual, pdl, p, rt)
                    : moe_mma_launch<4, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                          n_used, act, out, residual, pdl, p);
+                                          n_used, act, out, residual, pdl, p, rt);
 }
 
 extern "C" int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used)
@@ -424,7 +439,7 @@ extern "C" cudaError_t cuda_moe_decode_mma_routed(cudaStream_t stream, const str
         !cuda_moe_decode_mma_can_route(ra, n_experts, n_used))
         return cudaErrorInvalidValue;
     const cuda_l2_ranges none = {};
-    gu_route rt;
+    gu_route rt = {};
     rt.logits = logits;
     rt.ra = route_warp_args_from(ra);
     rt.ids = ids;
