@@ -91,6 +91,7 @@ struct cuda_backend {
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
     bool moe_l2_down;      /* MoE mma gate/up queues the pairs' down weights into L2 */
+    bool moe_early;        /* MoE mma: down starts early and loads its routing and weights first */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
@@ -870,7 +871,7 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
                                      weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
-                                     c->moe_mma_unroll, c->moe_mma_ks, c->moe_l2_down));
+                                     c->moe_mma_unroll, c->moe_mma_ks, c->moe_l2_down, c->moe_early));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -1343,16 +1344,20 @@ static void configure_from_plan(struct cuda_backend *c)
     /* MOESERVE_DECODE_MMA=0: the few-token NVFP4 MoE on CUDA cores (cuda_decode.cu) */
     const char *dm = getenv("MOESERVE_DECODE_MMA");
     c->decode_mma = c->plan.caps.bf16_mma && !(dm && strcmp(dm, "0") == 0);
-    /* MOESERVE_MOE_MMA_UNROLL=4|8: weight groups in flight per warp in those kernels (8: two
-     * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4) */
+    /* MOESERVE_MOE_MMA_UNROLL=4|8|16: weight groups in flight per warp in those kernels (8: two
+     * rounds of loads for a 2048-wide gate/up row, one for a 768-wide down row; 4 as session 4;
+     * 16: a whole gate/up row at once, measured slower in session 7: 356.2 vs 414.9 tok/s, its x
+     * staging waits behind 16 loads a lane) */
     const char *mu = getenv("MOESERVE_MOE_MMA_UNROLL");
     c->moe_mma_unroll = mu && atoi(mu) == 4 ? 4 : mu && atoi(mu) == 16 ? 16 : 8;
     /* MOESERVE_ROUTER_ROUTE=1: the router GEMV and the routing in one kernel at few tokens.
      * Off: on the H200 (session 6) it was slower at batch 1 (346.8 vs 367.9 tok/s) and within
      * noise at batch 8 (747.1 vs 735.1): its fence, atomic and logits read-back by the last
      * block cost about what the kernel boundary it removes did. */
-    /* MOESERVE_PREP_ATTN=1: attn_prep folded into the decode attention at one token (written
-     * after session 6's device time: off until measured) */
+    /* MOESERVE_PREP_ATTN=1: attn_prep folded into the decode attention at one token. Correct
+     * (op test, goldens), slower on the H200 (session 7, before the attention's pre-wait loads
+     * and clusters): 329.8 vs 362.9-365.6 tok/s at batch 1: each (KV head, split) block norms
+     * and ropes its group's 9 heads itself, serially, after the wait. */
     const char *pa = getenv("MOESERVE_PREP_ATTN");
     c->prep_attention = pa && strcmp(pa, "1") == 0;
     const char *rr = getenv("MOESERVE_ROUTER_ROUTE");
@@ -1383,9 +1388,16 @@ static void configure_from_plan(struct cuda_backend *c)
      * memory where the device has clusters (caps "clusters"); MOESERVE_ATTN_CLUSTER=0: through
      * global memory, a fence and a counter (the only way before session 7). */
     /* MOESERVE_MOE_L2_DOWN=1: the tensor-core MoE gate/up kernel queues its pairs' down weights
-     * into L2 (caps "tma"), so that the down kernel reads them from there (measuring) */
+     * into L2 (caps "tma"), so that the down kernel reads them from there. Correct, slower on the
+     * H200 (session 7, one call): batch 1 404.7 vs 414.9 tok/s, batch 8 713.5 vs 726.3. */
     const char *ld = getenv("MOESERVE_MOE_L2_DOWN");
     c->moe_l2_down = c->plan.caps.tma && ld && strcmp(ld, "1") == 0;
+    /* MOESERVE_MOE_EARLY=1: the tensor-core MoE gate/up kernel triggers the down kernel right
+     * after its wait, and down reads its routing, table entries and first weights before its
+     * own. Correct (goldens), slower on the H200 (session 7, twice in one call): batch 1 399.8
+     * vs 412.6 tok/s, batch 8 708.3 vs 733.4; that down kernel spills 184 bytes. */
+    const char *me = getenv("MOESERVE_MOE_EARLY");
+    c->moe_early = me && strcmp(me, "1") == 0;
     const char *acl = getenv("MOESERVE_ATTN_CLUSTER");
     c->attn_cluster = c->plan.caps.clusters && !(acl && strcmp(acl, "0") == 0);
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
@@ -1438,6 +1450,9 @@ static void configure_from_plan(struct cuda_backend *c)
     bool pdl_on = !(pdl && (strcmp(pdl, "0") == 0 || strcmp(pdl, "gemv") == 0));
     c->pdl = c->plan.caps.pdl && pdl_on;
     c->pdl_gemv = c->plan.caps.pdl && (pdl_on || strcmp(pdl, "gemv") == 0);
+    /* MOESERVE_FUSE=attn,moe: measured equal on the H200 in session 7 with the tensor-core GEMVs
+     * (which take the fused norm since then): batch 1 408.0 (attn,moe) and 413.2 (moe) against
+     * 408.9 / 413.5 without, in one call; so off. */
     const char *fuse = getenv("MOESERVE_FUSE");
     c->fuse_attn = fuse ? strstr(fuse, "attn") != NULL : any_stream;
     c->fuse_moe = fuse ? strstr(fuse, "moe") != NULL : c->use_stream_moe;

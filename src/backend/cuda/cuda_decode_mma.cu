@@ -27,9 +27,10 @@
  * does). One wave for Qwen3-30B-A3B at one token: 192 and 256 blocks of 256 threads. Measured
  * on the H200 (session 4): batch 1 330.7 tok/s against 324.4 with cuda_decode.cu's kernels,
  * batch 8 695.2 against 628.4.
- * gemv_mma (one token, up to 3 weights, K split over warps until every SM has a block; weights
- * of the first groups loaded before the PDL wait) was written after that run and has NOT run on
- * a GPU yet: the backend takes it only with MOESERVE_DECODE_MMA_DENSE=1 (test_decode_mma_dense).
+ * gemv_mma (one token, up to 3 weights, K split over warps until every SM has a block; all of a
+ * warp's weight groups loaded before the PDL wait, the RMSNorm before it optionally fused): the
+ * backend's one-token NVFP4 linear since session 7 (H200: 380.9 vs 348.3 tok/s at batch 1
+ * against cuda_decode.cu's gemv1, whose dot after the wait is bound by instruction issue).
  */
 #include "backend/cuda/cuda_decode_mma.cuh"
 #include "backend/cuda/cuda_ktrace.cuh"
@@ -60,6 +61,7 @@ struct gu_route {
     int32_t *ids;        /* (tokens, k) written */
     float *weights;
     int l2_down;         /* also: queue the pair's down weights into L2 (see moe_gate_up_mma_kernel) */
+    int early;           /* trigger the down kernel right after the wait (see moe_down_mma_kernel) */
 };
 
 template <int U, int KS, int NPL = 0>
@@ -71,6 +73,8 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     __shared__ float2 part[MG_WARPS][4];
     KT_BEGIN();
     pdl_wait();
+    if (rt.early) /* one wave: no later block of this kernel needs the slots */
+        pdl_trigger();
     KT_MARK(1);
     const int pair = blockIdx.y;
     const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32, half = wib % KS;
@@ -158,7 +162,7 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid
  * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. residual: out +=. */
-template <int U>
+template <int U, bool PREWAIT>
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
                         const int32_t *ids, const float *weights, int n_used, float *out, int residual,
@@ -171,21 +175,41 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     /* the next layer's first weights (the backend's hint), while this one's experts stream in */
     l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
     xfrag_zeros_init();
-    __syncthreads();
-    pdl_wait();
-    KT_MARK(1);
     const int t = blockIdx.y;
-    /* the token's routing into shared memory once: the slot loop, the sort and the combine at the
-     * tail then read it there instead of making L2 round trips of their own */
-    if ((int)threadIdx.x < n_used) {
-        s_ids[threadIdx.x] = ids[(size_t)t * n_used + threadIdx.x];
-        s_w[threadIdx.x] = weights[(size_t)t * n_used + threadIdx.x];
-    }
-    __syncthreads();
-    if (threadIdx.x == 0)
-        slots_by_expert(s_ids, n_used, order);
     const int64_t n0 = (int64_t)blockIdx.x * 8;
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    /* at most 6 groups in flight (a 768-wide row: all of it): with act's 6 entries a lane held
+     * across the weight loads, 8 spill */
+    constexpr int UD = U > 6 ? 6 : U;
+    /* the token's routing into shared memory once (the slot loop, the sort and the combine at
+     * the tail read it there); PREWAIT: also the warp's first slot's table entry and weights,
+     * all of it before the PDL wait: the ids and weights come from the routing
+     * kernel two launches back, which had finished before the gate/up kernel ahead of this one
+     * could trigger it (L2 reads: no stale L1 line of an earlier layer's ids). */
+    chunk16 pre[UD]; /* in flight while a slot's act is staged (asked for after act without prewait) */
+    cuda_wdev w0 = {};
+    auto routing = [&] {
+        if ((int)threadIdx.x < n_used) {
+            s_ids[threadIdx.x] = __ldcg(ids + (size_t)t * n_used + threadIdx.x);
+            s_w[threadIdx.x] = __ldcg(weights + (size_t)t * n_used + threadIdx.x);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            slots_by_expert(s_ids, n_used, order);
+        if constexpr (PREWAIT) {
+            const int e = wib < n_used ? s_ids[wib] : -1;
+            if (e >= 0 && e < n_experts) {
+                w0 = table[2 * n_experts + e];
+                rows8_prefetch<UD>(w0, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre);
+            }
+        }
+    };
+    if constexpr (PREWAIT)
+        routing();
+    pdl_wait();
+    if constexpr (!PREWAIT)
+        routing();
+    KT_MARK(1);
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;
     for (int j = wib; j < n_used; j += MD_WARPS) {
         const int e = s_ids[j];
@@ -193,14 +217,13 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         float s = 0.0f;
         const float *bias = nullptr;
         if (e >= 0 && e < n_experts) {
-            const cuda_wdev w = table[2 * n_experts + e];
-            /* at most 6 groups in flight (a 768-wide row: all of it): with act's 6 entries a lane
-             * held across the weight loads, 8 spill */
-            constexpr int UD = U > 6 ? 6 : U;
-            chunk16 pre[UD]; /* in flight while the slot's act is staged, asked for after act */
+            const bool have = PREWAIT && j == wib;
+            const cuda_wdev w = have ? w0 : table[2 * n_experts + e];
             __syncwarp();
-            xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
-                                  [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre); });
+            xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32, [&] {
+                if (!have)
+                    rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre);
+            });
             __syncwarp();
             if (j == 0)
                 KT_MARK(2);
@@ -376,8 +399,10 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     if (smem1 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U, KS, NPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem1);
+    const bool early = NPL == 0 && rt.early;
     if (e == cudaSuccess && smem2 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_down_mma_kernel<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
+        e = cudaFuncSetAttribute(early ? moe_down_mma_kernel<U, true> : moe_down_mma_kernel<U, false>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     if (e != cudaSuccess)
         return e;
     const int rows_per_block = 4 * MG_WARPS / KS;
@@ -387,8 +412,11 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
-    return launch_pdl(pdl != 0, moe_down_mma_kernel<U>, g2, dim3(MD_THREADS), smem2, stream, table, n_experts,
-                      d_model, d_expert, act, ids, weights, n_used, out, residual, pf);
+    /* the down kernel reads the routing before its wait only when a routing kernel wrote it (not
+     * the routed gate/up, NPL > 0, which is the kernel right before it) */
+    return launch_pdl(pdl != 0, early ? moe_down_mma_kernel<U, true> : moe_down_mma_kernel<U, false>, g2,
+                      dim3(MD_THREADS), smem2, stream, table, n_experts, d_model, d_expert, act, ids, weights, n_used,
+                      out, residual, pf);
 }
 
 } // namespace
@@ -397,11 +425,12 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
                                            float *out, int residual, int pdl, const struct cuda_l2_ranges *pf,
-                                           int unroll, int ks, int l2_down)
+                                           int unroll, int ks, int l2_down, int early)
 {
     const cuda_l2_ranges none = {};
     gu_route rt = {};
     rt.l2_down = l2_down;
+    rt.early = early;
     if (n_tokens <= 0)
         return cudaSuccess;
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||

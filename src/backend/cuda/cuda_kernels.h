@@ -324,7 +324,7 @@ int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
-                                const struct cuda_l2_ranges *pf, int unroll, int ks, int l2_down);
+                                const struct cuda_l2_ranges *pf, int unroll, int ks, int l2_down, int early);
 
 /* Whether cuda_moe_decode_mma_routed can route these (route_warp's shapes, the table's E and k). */
 int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used);
