@@ -28,7 +28,7 @@ if [ -n "${VARIANTS:-}" ]; then
     tail -${VARIANT_LINES:-6} "$work/variants.log"
     pack
 fi
-OUT="$work/check" GPU_CHECK_TIMEOUT=${GPU_CHECK_TIMEOUT:-200} "$src/tools/gpu_check.sh" "$build" >"$work/check.log" 2>&1
+OUT="$work/check" GPU_CHECK_TIMEOUT=${GPU_CHECK_TIMEOUT:-320} "$src/tools/gpu_check.sh" "$build" >"$work/check.log" 2>&1
 echo "gpu_check: rc $? ($((SECONDS - t0)) s)"
 cat "$work/check/summary.txt" 2>/dev/null
 pack
