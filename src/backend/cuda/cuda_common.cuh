@@ -321,23 +321,37 @@ __device__ __forceinline__ const T *cluster_peer(const T *p, unsigned rank)
 #endif
 }
 
+/* kernel<<<grid, block, smem, stream>>>(args...) with the n launch attributes attr. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_with(const cudaLaunchAttribute *attr, int n, void (*kernel)(KArgs...), dim3 grid,
+                                      dim3 block, size_t smem, cudaStream_t stream, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = (cudaLaunchAttribute *)attr;
+    cfg.numAttrs = (unsigned)n;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
+static inline cudaLaunchAttribute pdl_attribute()
+{
+    cudaLaunchAttribute a;
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+    return a;
+}
+
 /* kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute
  * when pdl (the kernel must call pdl_wait() before touching its predecessors' data). */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                      cudaStream_t stream, Args... args)
 {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+    const cudaLaunchAttribute attr[1] = {pdl_attribute()};
+    return launch_with(attr, pdl ? 1 : 0, kernel, grid, block, smem, stream, args...);
 }
 
 /* As launch_pdl, in clusters of `cluster` (x, y, z) blocks (the grid a multiple of it). */
@@ -350,16 +364,8 @@ static inline cudaError_t launch_pdl_cluster(bool pdl, dim3 cluster, void (*kern
     attr[0].val.clusterDim.x = cluster.x;
     attr[0].val.clusterDim.y = cluster.y;
     attr[0].val.clusterDim.z = cluster.z;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+    attr[1] = pdl_attribute();
+    return launch_with(attr, pdl ? 2 : 1, kernel, grid, block, smem, stream, args...);
 }
 
 #endif

@@ -260,8 +260,6 @@ __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float 
 {
     constexpr int P = RR_THREADS / EP, SPAN = EP / P;
     __shared__ unsigned long long s_key[EP];
-    __shared__ float s_max[RR_WARPS];
-    __shared__ double s_sum[RR_WARPS];
     __shared__ int s_rank[P][EP];
     __shared__ float s_p[ROUTE_MAX_K];
     __shared__ int s_id[ROUTE_MAX_K];
@@ -269,32 +267,14 @@ __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float 
     pdl_trigger();
     pdl_wait();
     KT_MARK(1);
-    const int t = blockIdx.x, E = a.E, k = a.k, e = threadIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int t = blockIdx.x, E = a.E, k = a.k, e = threadIdx.x, lane = threadIdx.x % 32;
     const float lv = e < E ? logits[(size_t)t * E + e] : -INFINITY;
     float prob;
     if (!a.sigmoid) {
-        float m = warp_max(lv);
-        if (lane == 0)
-            s_max[warp] = m;
-        __syncthreads();
-        m = s_max[0];
-#pragma unroll
-        for (int w = 1; w < RR_WARPS; w++)
-            m = fmaxf(m, s_max[w]);
+        const float m = block_max(lv);
         KT_MARK(2);
         prob = e < E ? expf(__fsub_rn(lv, m)) : 0.0f;
-        double sum = prob;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0)
-            s_sum[warp] = sum;
-        __syncthreads();
-        sum = s_sum[0];
-#pragma unroll
-        for (int w = 1; w < RR_WARPS; w++)
-            sum += s_sum[w];
-        prob = (float)((double)prob / sum);
+        prob = (float)((double)prob / block_sum_double(prob));
     } else {
         prob = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv)));
         KT_MARK(2);
@@ -329,7 +309,7 @@ __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float 
     }
     __syncthreads();
     KT_MARK(4);
-    if (warp != 0)
+    if (threadIdx.x >= 32)
         return;
     double wsum = 0; /* in pick order, as route_warp */
     for (int j = 0; j < k; j++)
