@@ -562,8 +562,14 @@ static void test_router_route(void **state)
         {64, 4, 136, 3, ROUTE_SIGMOID, true, true, true, 2.5f},     /* K not a multiple of 256 */
         {256, 8, 4096, 2, ROUTE_SIGMOID, true, false, true, 2.5f},  /* more than one round of loads */
         {512, 6, 64, 1, ROUTE_SOFTMAX, false, true, true, 1.0f},
+        {40, 8, 2048, 2, ROUTE_SOFTMAX, false, false, true, 1.0f}, /* a part-filled cluster block */
     };
-    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    /* each case twice: the counting kernel, then the cluster form (<= 128 experts, where caps
+     * has clusters; the others stay on the counting kernel) */
+    const size_t nc = sizeof cs / sizeof cs[0];
+    for (size_t cc = 0; cc < 2 * nc; cc++) {
+        const size_t c = cc % nc;
+        backend_cuda_set_router_route_cluster(&p->gpu, cc >= nc);
         const int E = cs[c].E, k = cs[c].k, K = cs[c].K, T = cs[c].T;
         struct test_weight tw;
         weight_make(&tw, p, WEIGHT_BF16, E, K, cs[c].lin_bias, &rng);
@@ -600,8 +606,8 @@ static void test_router_route(void **state)
                          ids[i]);
         snprintf(what, sizeof what, "router_route case %zu weights", c);
         double ew = check_close(what, gw, w, (size_t)T * k, TOL_F32);
-        print_message("    router_route E=%d k=%d K=%d T=%d: logits rel err %.2e, weights %.2e, ids identical\n", E,
-                      k, K, T, el, ew);
+        print_message("    router_route%s E=%d k=%d K=%d T=%d: logits rel err %.2e, weights %.2e, ids identical\n",
+                      cc >= nc ? " (cluster)" : "", E, k, K, T, el, ew);
         free(gids), free(gw), free(glg), free(lg), free(ids), free(w), free(x), free(corr);
         p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dlg), p->gpu.ops->free(&p->gpu, dids);
         p->gpu.ops->free(&p->gpu, dw);
@@ -626,6 +632,7 @@ static void test_router_route(void **state)
     weight_free(&tb, p);
     p->gpu.ops->free(&p->gpu, buf);
     gpu_ok(&p->gpu);
+    backend_cuda_set_router_route_cluster(&p->gpu, false);
     backend_cuda_set_router_route(&p->gpu, false);
 }
 

@@ -92,9 +92,10 @@ struct cuda_backend {
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
     bool moe_l2_down;      /* MoE mma gate/up queues the pairs' down weights into L2 */
     bool moe_early;        /* MoE mma: down starts early and loads its routing and weights first */
-    int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8) */
+    int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8 | 16) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
+    bool router_cluster;   /* ... in its thread-block-cluster form (caps "clusters") */
     bool prep_attention;   /* one decode token: attn_prep folded into the decode attention */
     bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
@@ -748,7 +749,9 @@ static bool cu_router_route(struct backend *be, const struct weight *router, con
     int *sem = sem_get(c, 1);
     if (!sem)
         return false;
-    CHECK(c, cuda_router_route(c->stream, router, x, n_tokens, args, logits, ids, weights, (unsigned *)sem, c->pdl));
+    const int cluster = c->router_cluster && cuda_router_route_cluster_supported(args);
+    CHECK(c, cuda_router_route(c->stream, router, x, n_tokens, args, logits, ids, weights, (unsigned *)sem, c->pdl,
+                               cluster));
     return true;
 }
 
@@ -1361,7 +1364,10 @@ static void configure_from_plan(struct cuda_backend *c)
     const char *pa = getenv("MOESERVE_PREP_ATTN");
     c->prep_attention = pa && strcmp(pa, "1") == 0;
     const char *rr = getenv("MOESERVE_ROUTER_ROUTE");
-    c->router_route = rr && strcmp(rr, "1") == 0;
+    /* =cluster: its thread-block-cluster form (caps "clusters", <= 128 experts; written after
+     * session 7's device time: not measured yet) */
+    c->router_route = rr && (strcmp(rr, "1") == 0 || strcmp(rr, "cluster") == 0);
+    c->router_cluster = c->plan.caps.clusters && rr && strcmp(rr, "cluster") == 0;
     /* MOESERVE_MOE_MMA_KS=1|2: warps that split K of one gate/up row tile (2 measured slower on
      * the H200, session 6: 341.1 / 352.6 tok/s at unroll 8 / 4 against 358.4) */
     const char *mks = getenv("MOESERVE_MOE_MMA_KS");
@@ -1384,9 +1390,6 @@ static void configure_from_plan(struct cuda_backend *c)
      * wait instead of before it (see cuda_attn_decode's prewait) */
     const char *apw = getenv("MOESERVE_ATTN_PREWAIT");
     c->attn_prewait = !(apw && strcmp(apw, "0") == 0);
-    /* The split decode attention merges its splits in clusters of 8 through distributed shared
-     * memory where the device has clusters (caps "clusters"); MOESERVE_ATTN_CLUSTER=0: through
-     * global memory, a fence and a counter (the only way before session 7). */
     /* MOESERVE_MOE_L2_DOWN=1: the tensor-core MoE gate/up kernel queues its pairs' down weights
      * into L2 (caps "tma"), so that the down kernel reads them from there. Correct, slower on the
      * H200 (session 7, one call): batch 1 404.7 vs 414.9 tok/s, batch 8 713.5 vs 726.3. */
@@ -1398,6 +1401,9 @@ static void configure_from_plan(struct cuda_backend *c)
      * vs 412.6 tok/s, batch 8 708.3 vs 733.4; that down kernel spills 184 bytes. */
     const char *me = getenv("MOESERVE_MOE_EARLY");
     c->moe_early = me && strcmp(me, "1") == 0;
+    /* The split decode attention merges its splits in clusters of 8 through distributed shared
+     * memory where the device has clusters (caps "clusters"); MOESERVE_ATTN_CLUSTER=0: through
+     * global memory, a fence and a counter (the only way before session 7). */
     const char *acl = getenv("MOESERVE_ATTN_CLUSTER");
     c->attn_cluster = c->plan.caps.clusters && !(acl && strcmp(acl, "0") == 0);
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
@@ -1642,6 +1648,12 @@ void backend_cuda_set_decode_fp8(struct backend *be, bool on)
 {
     struct cuda_backend *c = ctx(be);
     c->decode_fp8 = on && c->plan.caps.fp8_mma;
+}
+
+void backend_cuda_set_router_route_cluster(struct backend *be, bool on)
+{
+    struct cuda_backend *c = ctx(be);
+    c->router_cluster = on && c->plan.caps.clusters;
 }
 
 void backend_cuda_set_router_route(struct backend *be, bool on)

@@ -63,6 +63,8 @@ void backend_cuda_set_decode_fp8(struct backend *be, bool on);
 /* Tests: the router GEMV + routing in one kernel at few tokens (cuda_router_route.cu; off by
  * default, MOESERVE_ROUTER_ROUTE=1 does the same). */
 void backend_cuda_set_router_route(struct backend *be, bool on);
+/* Tests: router_route in its thread-block-cluster form (where caps has clusters; else no-op). */
+void backend_cuda_set_router_route_cluster(struct backend *be, bool on);
 /* Tests: the MoE block fusion alone (norm + router GEMV, routing in the MoE kernel, residual in
  * down; MOESERVE_FUSE=moe does the same), without the stream kernels. */
 void backend_cuda_set_fuse_moe(struct backend *be, bool on);

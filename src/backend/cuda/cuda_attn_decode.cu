@@ -18,7 +18,13 @@
  *    each block then counts itself in on a per-(token, KV head) counter, and
  *    the block that arrives last merges them in split order and resets the
  *    counter, so no second kernel (and no second launch) is needed. With one
- *    active split the block writes the output directly.
+ *    active split the block writes the output directly;
+ *  - where the device has thread block clusters (caps "clusters"), 8
+ *    consecutive splits form a cluster and its first block merges them from
+ *    the others' shared memory: no fence, counter or L2 round trip (H200,
+ *    session 7: 391.7 -> 408.9 tok/s at batch 1);
+ *  - the slot table and the first round of old keys are read before the PDL
+ *    wait (no kernel of the pass writes them), so they overlap attn_prep.
  * Numbers: scores are fp32 dot products of the pre-scaled query with the
  * fp32 cache, expf as the CPU reference does; the merge order is fixed, so
  * the result does not depend on which block arrives last.

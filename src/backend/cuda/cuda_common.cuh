@@ -157,6 +157,21 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* Max over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
+__device__ __forceinline__ float block_max(float v)
+{
+    __shared__ float part[32];
+    v = warp_max(v);
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = v;
+    __syncthreads();
+    float m = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++)
+        m = fmaxf(m, part[w]);
+    return m;
+}
+
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
 __device__ __forceinline__ double block_sum_double(double v)
 {
@@ -289,9 +304,9 @@ __device__ __forceinline__ void l2_prefetch_ranges(const cuda_l2_ranges &r, int 
 /* Thread block clusters (caps "clusters", sm_90 on): the block's rank in its cluster, a barrier
  * over the cluster's threads (release / acquire: shared-memory writes before it are seen by
  * the other blocks after it), and the generic address of a shared variable of block `rank`
- * of the cluster (read with ordinary loads: distributed shared memory). Every thread of every
- * block of the cluster calls cluster_sync() the same number of times. Empty below sm_90: the
- * backend launches no cluster kernel where the device lacks them. */
+ * of the cluster (read and written with ordinary loads and stores: distributed shared memory).
+ * Every thread of every block of the cluster calls cluster_sync() the same number of times.
+ * Empty below sm_90: the backend launches no cluster kernel where the device lacks them. */
 __device__ __forceinline__ unsigned cluster_rank()
 {
     unsigned r = 0;
@@ -308,13 +323,40 @@ __device__ __forceinline__ void cluster_sync()
 #endif
 }
 
+/* The two halves of cluster_sync, for blocks that go on between them or leave after arriving:
+ * cluster_arrive_relaxed() (no ordering: "this block has started", so that a later
+ * cluster_wait() lets it write into the others' shared memory), cluster_arrive() (release: this
+ * block's writes before it, to any block's shared memory, are seen after the matching wait),
+ * cluster_wait() (acquire). A block may exit after arriving; a block's shared memory must not be
+ * written by the others after it has exited. */
+__device__ __forceinline__ void cluster_arrive_relaxed()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
 template <typename T>
-__device__ __forceinline__ const T *cluster_peer(const T *p, unsigned rank)
+__device__ __forceinline__ T *cluster_peer(T *p, unsigned rank)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     unsigned long long out;
     asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"((unsigned long long)p), "r"(rank));
-    return (const T *)out;
+    return (T *)out;
 #else
     (void)rank;
     return p;

@@ -189,11 +189,14 @@ void cuda_ktrace_dump(const char *path);
  * tokens x experts <= 4096, their floats within smem_budget). */
 int cuda_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
                                 size_t smem_budget);
+/* Whether the cluster form takes this routing as well (<= 128 experts). */
+int cuda_router_route_cluster_supported(const struct route_args *a);
 /* logits = x router^T (+ bias), then ids / weights as cuda_moe_route; count: one device counter,
- * zero before and after the launch. */
+ * zero before and after the launch (not used by the cluster form). cluster: a thread block
+ * cluster per token (caps "clusters", cuda_router_route_cluster_supported). */
 cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x, int n_tokens,
                               const struct route_args *a, float *logits, int32_t *ids, float *weights,
-                              unsigned *count, int pdl);
+                              unsigned *count, int pdl, int cluster);
 
 /* ---- cuda_moe_route.cu ---- */
 /* args is a host struct; args->correction_bias is a device pointer (or NULL). */

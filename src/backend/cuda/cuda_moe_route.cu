@@ -64,20 +64,6 @@ __device__ int block_argmax_untaken(const float *s, const unsigned char *taken, 
     return bi;
 }
 
-__device__ float block_max(float v)
-{
-    __shared__ float part[32];
-    v = warp_max(v);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0)
-        part[threadIdx.x / 32] = v;
-    __syncthreads();
-    float m = -INFINITY;
-    for (int w = 0; w < (int)(blockDim.x / 32); w++)
-        m = fmaxf(m, part[w]);
-    return m;
-}
-
 __global__ void __launch_bounds__(ROUTE_THREADS)
     moe_route_kernel(const float *logits, int E, int k, int sigmoid, const float *bias, int n_group,
                      int topk_group, int normalize, float eps, float scaling, int32_t *ids, float *wout)
@@ -242,86 +228,22 @@ cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_to
                       route_warp_args_from(a), ids, weights, pf);
 }
 
-/* One token per block of RR_THREADS threads, expert e in thread e, for decode-sized batches.
- * The warp kernel's top-k is k rounds of arg-max, each a chain of dependent compares, two warp
- * reductions and a shuffle: measured in the kernel trace (H200, session 7, 128 experts, k 8)
- * ~490 cycles a round, 3900 of the kernel's ~5800. Here every expert's rank is counted at once
- * instead (how many selection keys beat its own; a key is the order-preserving bits of the
- * score above the complement of the id, so ties go to the lower id as in better()): EP / P
- * independent compares for each of the P threads that share an expert (16 warps, so that a
- * scheduler has four to interleave; with 4 warps of 128 compares the count took 2160 cycles).
- * The experts ranked below k put themselves at their rank, and the weights are renormalised in
- * that order, as route_warp does. EP: E rounded up to 128 or 256. */
-enum { RR_THREADS = 512, RR_WARPS = RR_THREADS / 32, RR_MAX_E = 256 };
-
+/* One token per block of ROUTE_RANK_THREADS threads (route_rank_block, cuda_route_warp.cuh),
+ * for decode-sized batches. */
 template <int EP>
-__global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float *logits, route_warp_args a,
-                                                                    int32_t *ids, float *wout)
+__global__ void __launch_bounds__(ROUTE_RANK_THREADS) moe_route_rank_kernel(const float *logits, route_warp_args a,
+                                                                          int32_t *ids, float *wout)
 {
-    constexpr int P = RR_THREADS / EP, SPAN = EP / P;
-    __shared__ unsigned long long s_key[EP];
-    __shared__ int s_rank[P][EP];
-    __shared__ float s_p[ROUTE_MAX_K];
-    __shared__ int s_id[ROUTE_MAX_K];
     KT_BEGIN();
     pdl_trigger();
     pdl_wait();
     KT_MARK(1);
-    const int t = blockIdx.x, E = a.E, k = a.k, e = threadIdx.x, lane = threadIdx.x % 32;
-    const float lv = e < E ? logits[(size_t)t * E + e] : -INFINITY;
-    float prob;
-    if (!a.sigmoid) {
-        const float m = block_max(lv);
-        KT_MARK(2);
-        prob = e < E ? expf(__fsub_rn(lv, m)) : 0.0f;
-        prob = (float)((double)prob / block_sum_double(prob));
-    } else {
-        prob = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv)));
-        KT_MARK(2);
-    }
-    if (e < E) {
-        const float c = __fadd_rn(prob, a.bias ? a.bias[e] : 0.0f);
-        /* a NaN score ranks below every number, as better() never prefers it */
-        s_key[e] = ((unsigned long long)(c == c ? sortable_bits(c) : 0u) << 32) | (0xffffffffu - (unsigned)e);
-    }
-    __syncthreads();
-    KT_MARK(3);
-    { /* thread (part, ee) counts the keys of span `part` that beat expert ee's */
-        const int ee = threadIdx.x % EP, part = threadIdx.x / EP;
-        int cnt = 0;
-        if (ee < E) {
-            const unsigned long long mine = s_key[ee];
-            const int j0 = part * SPAN, j1 = j0 + SPAN < E ? j0 + SPAN : E;
-#pragma unroll 8
-            for (int j = j0; j < j1; j++)
-                cnt += s_key[j] > mine;
-        }
-        s_rank[part][ee] = cnt;
-    }
-    __syncthreads();
-    if (e < E) {
-        int rank = 0;
-#pragma unroll
-        for (int q = 0; q < P; q++)
-            rank += s_rank[q][e];
-        if (rank < k)
-            s_id[rank] = e, s_p[rank] = prob;
-    }
-    __syncthreads();
-    KT_MARK(4);
-    if (threadIdx.x >= 32)
-        return;
-    double wsum = 0; /* in pick order, as route_warp */
-    for (int j = 0; j < k; j++)
-        wsum += s_p[j];
-    for (int j = lane; j < k; j += 32) {
-        float w = s_p[j];
-        if (a.normalize)
-            w = (float)((double)w / (wsum + (double)a.eps));
-        ids[(size_t)t * k + j] = s_id[j];
-        wout[(size_t)t * k + j] = __fmul_rn(w, a.scaling);
-    }
-    KT_END(route, 1);
+    const int t = blockIdx.x;
+    /* marks 2..4 (trace builds): the max, the selection keys, the ranks; the end: ids stored */
+    route_rank_block<EP>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k,
+                         [&](int i) { KT_MARK(i + 1); });
+    if (threadIdx.x == 0)
+        KT_END(route, 1);
 }
 
 /* Whether moe_route_rank_kernel takes these arguments and this batch: no groups, at most 256
@@ -329,7 +251,7 @@ __global__ void __launch_bounds__(RR_THREADS) moe_route_rank_kernel(const float 
  * sizes the warp kernel's rounds are cheaper work). */
 static bool route_rank_supported(const struct route_args *a, int n_tokens)
 {
-    return cuda_route_warp_supported(a) && a->n_experts <= RR_MAX_E && n_tokens <= 256;
+    return cuda_route_warp_supported(a) && a->n_experts <= ROUTE_RANK_MAX_E && n_tokens <= 256;
 }
 
 } // namespace
@@ -353,10 +275,10 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
     if (!p.table && route_rank_supported(a, n_tokens)) { /* one block per token, ranks counted */
         route_warp_args ra = route_warp_args_from(a);
         if (a->n_experts <= 128)
-            return launch_pdl(pdl != 0, moe_route_rank_kernel<128>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0,
-                              stream, logits, ra, ids, weights);
-        return launch_pdl(pdl != 0, moe_route_rank_kernel<256>, dim3((unsigned)n_tokens), dim3(RR_THREADS), 0,
-                          stream, logits, ra, ids, weights);
+            return launch_pdl(pdl != 0, moe_route_rank_kernel<128>, dim3((unsigned)n_tokens),
+                              dim3(ROUTE_RANK_THREADS), 0, stream, logits, ra, ids, weights);
+        return launch_pdl(pdl != 0, moe_route_rank_kernel<256>, dim3((unsigned)n_tokens), dim3(ROUTE_RANK_THREADS),
+                          0, stream, logits, ra, ids, weights);
     }
     if (cuda_route_warp_supported(a)) { /* one warp per token */
         if (a->n_experts <= 64)

@@ -156,4 +156,83 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
     }
 }
 
+/* Routes one token (lg: its E router logits, global or shared memory) with the whole block of
+ * ROUTE_RANK_THREADS threads, expert e in thread e (E <= EP, EP 128 or 256). The warp routing's
+ * top-k is k rounds of arg-max, each a chain of dependent compares, two warp reductions and a
+ * shuffle: measured in the kernel trace (H200, session 7, 128 experts, k 8) ~490 cycles a round,
+ * 3900 of the kernel's ~5800. Here every expert's rank is counted at once instead (how many
+ * selection keys beat its own; a key is the order-preserving bits of the score above the
+ * complement of the id, so ties go to the lower id as in better()): EP / P independent compares
+ * for each of the P threads that share an expert (16 warps, so that a scheduler has four to
+ * interleave; with 4 warps of 128 compares the count took 2160 cycles, with 16 ~1600). The
+ * experts ranked below k put themselves at their rank, and the weights are renormalised in that
+ * order, as route_warp does. Threads 0..k-1 of warp 0 write ids[j] / wout[j]. mark(1..3): the
+ * max, the selection keys, the ranks (trace builds). Every thread of the block calls it. */
+enum { ROUTE_RANK_THREADS = 512, ROUTE_RANK_MAX_E = 256, ROUTE_RANK_MAX_K = 64 };
+
+template <int EP, typename Mark = route_no_mark>
+__device__ __forceinline__ void route_rank_block(const float *lg, const route_warp_args a, int32_t *ids, float *wout,
+                                                 Mark mark = Mark{})
+{
+    constexpr int P = ROUTE_RANK_THREADS / EP, SPAN = EP / P;
+    __shared__ unsigned long long s_key[EP];
+    __shared__ int s_rank[P][EP];
+    __shared__ float s_p[ROUTE_RANK_MAX_K];
+    __shared__ int s_id[ROUTE_RANK_MAX_K];
+    const int E = a.E, k = a.k, e = threadIdx.x, lane = threadIdx.x % 32;
+    const float lv = e < E ? lg[e] : -INFINITY;
+    float prob;
+    if (!a.sigmoid) {
+        const float m = block_max(lv);
+        mark(1);
+        prob = e < E ? expf(__fsub_rn(lv, m)) : 0.0f;
+        prob = (float)((double)prob / block_sum_double(prob));
+    } else {
+        prob = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-lv)));
+        mark(1);
+    }
+    if (e < E) {
+        const float c = __fadd_rn(prob, a.bias ? a.bias[e] : 0.0f);
+        /* a NaN score ranks below every number, as better() never prefers it */
+        s_key[e] = ((unsigned long long)(c == c ? sortable_bits(c) : 0u) << 32) | (0xffffffffu - (unsigned)e);
+    }
+    __syncthreads();
+    mark(2);
+    { /* thread (part, ee) counts the keys of span `part` that beat expert ee's */
+        const int ee = threadIdx.x % EP, part = threadIdx.x / EP;
+        int cnt = 0;
+        if (ee < E) {
+            const unsigned long long mine = s_key[ee];
+            const int j0 = part * SPAN, j1 = j0 + SPAN < E ? j0 + SPAN : E;
+#pragma unroll 8
+            for (int j = j0; j < j1; j++)
+                cnt += s_key[j] > mine;
+        }
+        s_rank[part][ee] = cnt;
+    }
+    __syncthreads();
+    if (e < E) {
+        int rank = 0;
+#pragma unroll
+        for (int q = 0; q < P; q++)
+            rank += s_rank[q][e];
+        if (rank < k)
+            s_id[rank] = e, s_p[rank] = prob;
+    }
+    __syncthreads();
+    mark(3);
+    if (threadIdx.x >= 32)
+        return;
+    double wsum = 0; /* in pick order, as route_warp */
+    for (int j = 0; j < k; j++)
+        wsum += s_p[j];
+    for (int j = lane; j < k; j += 32) {
+        float w = s_p[j];
+        if (a.normalize)
+            w = (float)((double)w / (wsum + (double)a.eps));
+        ids[j] = s_id[j];
+        wout[j] = __fmul_rn(w, a.scaling);
+    }
+}
+
 #endif

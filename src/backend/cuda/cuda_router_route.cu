@@ -15,6 +15,14 @@
  * Shapes: BF16 router rows with K % 8 == 0, no expert groups, at most RR_MAX_LOGITS logits
  * (tokens x experts), their floats within the shared-memory budget; the backend falls back to
  * linear + moe_route otherwise.
+ * Measured on the H200 (session 6): slower at batch 1 than the two kernels (346.8 vs 367.9
+ * tok/s): the last block's fence, atomic and read-back cost what the boundary did. So there is
+ * a second form where the device has thread block clusters (caps "clusters", at most 128
+ * experts): a cluster per token, whose blocks store their logits straight into block 0's shared
+ * memory; block 0 routes them with route_rank_block (every expert's rank at once). Two cluster
+ * barrier phases replace the counter, the fences and the L2 round trip. WRITTEN AFTER SESSION
+ * 7'S DEVICE TIME, NOT RUN ON A GPU YET (MOESERVE_ROUTER_ROUTE=cluster; op test
+ * test_router_route).
  */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
@@ -51,6 +59,46 @@ __device__ __forceinline__ float chunk_dot(uint4 w, const float *x, float acc)
     return fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, acc);
 }
 
+/* The lane's part of one logit: router row wr (NC chunks of 8) times x row xr, the first RR_U
+ * chunks of each lane already in pre (loaded before the PDL wait), the rest loaded here; fp32
+ * in chunk order, not yet summed over the warp. */
+__device__ __forceinline__ float router_dot(const uint4 (&pre)[RR_U], const uint4 *wr, const float *xr, int64_t NC,
+                                            int lane)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < RR_U; u++) {
+        const int64_t c = lane + 32 * u;
+        if (c < NC)
+            acc = chunk_dot(pre[u], xr + 8 * c, acc);
+    }
+    for (int64_t c0 = 32 * RR_U; c0 < NC; c0 += 32 * RR_U) {
+        uint4 q[RR_U];
+#pragma unroll
+        for (int u = 0; u < RR_U; u++) {
+            const int64_t c = c0 + lane + 32 * u;
+            q[u] = c < NC ? __ldg(wr + c) : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < RR_U; u++) {
+            const int64_t c = c0 + lane + 32 * u;
+            if (c < NC)
+                acc = chunk_dot(q[u], xr + 8 * c, acc);
+        }
+    }
+    return acc;
+}
+
+/* pre: the first RR_U chunks of each lane of router row wr (zero where live is false). */
+__device__ __forceinline__ void router_prefetch(uint4 (&pre)[RR_U], const uint4 *wr, int64_t NC, bool live, int lane)
+{
+#pragma unroll
+    for (int u = 0; u < RR_U; u++) {
+        const int64_t c = lane + 32 * u;
+        pre[u] = live && c < NC ? __ldg(wr + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
 template <int NPL>
 __global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_constant__ rr_params p)
 {
@@ -63,37 +111,11 @@ __global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_c
     const int64_t NC = p.K / 8;
     const uint4 *wr = p.w + (size_t)e * (size_t)NC;
     uint4 pre[RR_U];
-#pragma unroll
-    for (int u = 0; u < RR_U; u++) {
-        const int64_t c = lane + 32 * u;
-        pre[u] = live && c < NC ? __ldg(wr + c) : make_uint4(0u, 0u, 0u, 0u);
-    }
+    router_prefetch(pre, wr, NC, live, lane);
     pdl_trigger(); /* the experts' kernel may take its slots now; it waits for the ids anyway */
     pdl_wait();
     const float *xr = p.x + (size_t)t * (size_t)p.K;
-    float acc = 0.0f;
-    if (live) {
-#pragma unroll
-        for (int u = 0; u < RR_U; u++) {
-            const int64_t c = lane + 32 * u;
-            if (c < NC)
-                acc = chunk_dot(pre[u], xr + 8 * c, acc);
-        }
-        for (int64_t c0 = 32 * RR_U; c0 < NC; c0 += 32 * RR_U) {
-            uint4 q[RR_U];
-#pragma unroll
-            for (int u = 0; u < RR_U; u++) {
-                const int64_t c = c0 + lane + 32 * u;
-                q[u] = c < NC ? __ldg(wr + c) : make_uint4(0u, 0u, 0u, 0u);
-            }
-#pragma unroll
-            for (int u = 0; u < RR_U; u++) {
-                const int64_t c = c0 + lane + 32 * u;
-                if (c < NC)
-                    acc = chunk_dot(q[u], xr + 8 * c, acc);
-            }
-        }
-    }
+    float acc = live ? router_dot(pre, wr, xr, NC, lane) : 0.0f;
     acc = warp_sum(acc);
     if (live && lane == 0)
         p.logits[row] = p.bias ? __fadd_rn(acc, p.bias[e]) : acc;
@@ -117,6 +139,39 @@ __global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_c
         *p.count = 0u;
 }
 
+/* The cluster form: grid (ceil(E / RC_WARPS), n_tokens) in clusters of the first dimension (one
+ * cluster a token, at most 8 blocks); warp w of block b computes the token's logit b * RC_WARPS +
+ * w and stores it into block 0's shared memory, which routes the token from there. */
+enum { RC_THREADS = ROUTE_RANK_THREADS, RC_WARPS = RC_THREADS / 32, RC_MAX_E = 128 };
+
+__global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const __grid_constant__ rr_params p)
+{
+    __shared__ float s_lg[RC_MAX_E];
+    cluster_arrive_relaxed(); /* phase 0: this block has started (its s_lg may be written) */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, E = p.ra.E;
+    const int t = (int)blockIdx.y, e = (int)blockIdx.x * RC_WARPS + warp;
+    const bool live = e < E;
+    const int64_t NC = p.K / 8;
+    const uint4 *wr = p.w + (size_t)(live ? e : 0) * (size_t)NC;
+    uint4 pre[RR_U];
+    router_prefetch(pre, wr, NC, live, lane);
+    pdl_trigger();
+    pdl_wait();
+    float acc = live ? router_dot(pre, wr, p.x + (size_t)t * (size_t)p.K, NC, lane) : 0.0f;
+    acc = warp_sum(acc);
+    cluster_wait(); /* every block of the cluster has started: block 0's s_lg may be written */
+    if (live && lane == 0) {
+        const float v = p.bias ? __fadd_rn(acc, p.bias[e]) : acc;
+        *cluster_peer(&s_lg[e], 0u) = v;
+        p.logits[(size_t)t * E + e] = v;
+    }
+    cluster_arrive(); /* phase 1: this block's logits are in block 0 */
+    if (blockIdx.x != 0) /* the cluster's rank (clusters span the first grid dimension) */
+        return;
+    cluster_wait();
+    route_rank_block<RC_MAX_E>(s_lg, p.ra, p.ids + (size_t)t * p.ra.k, p.weights + (size_t)t * p.ra.k);
+}
+
 } // namespace
 
 extern "C" int cuda_router_route_supported(const struct weight *router, int n_tokens,
@@ -128,9 +183,14 @@ extern "C" int cuda_router_route_supported(const struct weight *router, int n_to
            (int64_t)n_tokens * a->n_experts <= RR_MAX_LOGITS && (uintptr_t)router->data % 16 == 0;
 }
 
+extern "C" int cuda_router_route_cluster_supported(const struct route_args *a)
+{
+    return a->n_experts <= RC_MAX_E && a->n_used <= ROUTE_RANK_MAX_K;
+}
+
 extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x,
                                          int n_tokens, const struct route_args *a, float *logits,
-                                         int32_t *ids, float *weights, unsigned *count, int pdl)
+                                         int32_t *ids, float *weights, unsigned *count, int pdl, int cluster)
 {
     if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || !count || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
@@ -145,6 +205,13 @@ extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weigh
     p.ids = ids;
     p.weights = weights;
     p.count = count;
+    if (cluster) {
+        if (!cuda_router_route_cluster_supported(a) || n_tokens > 65535)
+            return cudaErrorInvalidValue;
+        const unsigned per = (unsigned)((a->n_experts + RC_WARPS - 1) / RC_WARPS);
+        return launch_pdl_cluster(pdl != 0, dim3(per, 1, 1), router_route_cluster_kernel, dim3(per, (unsigned)n_tokens),
+                                  dim3(RC_THREADS), 0, stream, p);
+    }
     const unsigned blocks = (unsigned)(((int64_t)n_tokens * a->n_experts + RR_WARPS - 1) / RR_WARPS);
     const size_t smem = (size_t)n_tokens * (size_t)a->n_experts * sizeof(float);
     if (a->n_experts <= 64)
