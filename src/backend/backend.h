@@ -185,6 +185,12 @@ struct backend_ops {
      * having done nothing, when it does not take these arguments (the caller then does both). */
     bool (*router_route)(struct backend *be, const struct weight *router, const float *x, int n_tokens,
                          const struct route_args *args, float *logits, int32_t *ids, float *weights);
+    /* Optional: add_rmsnorm(h, delta, norm_w) (h += delta, x = rmsnorm(h) * norm_w; delta may
+     * be NULL: no add), then router_route(router, x) in one step. Same results as those ops;
+     * false, having done nothing, when it does not take these arguments. */
+    bool (*norm_router_route)(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
+                              const struct weight *router, int n_tokens, const struct route_args *args, float *x,
+                              float *logits, int32_t *ids, float *weights);
     /* out[t, :] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t, :]) (overwrites out).
      * work: backend_moe_workspace_floats() floats. */
     void (*moe_experts)(struct backend *be, const float *x, int n_tokens, const int32_t *ids,

@@ -296,7 +296,9 @@ static void forward_moe_args(const struct forward *f, int l, struct route_args *
     ra->experts = ma; /* the routing may start fetching the experts it picks */
 }
 
-static void forward_ffn(struct forward *f, int l, int n)
+/* The FFN half of layer l on x. routed: a MoE layer whose routing is done already (ids and
+ * weights in f->route_ids / f->route_w, see forward_ffn_norm_routed). */
+static void forward_ffn(struct forward *f, int l, int n, bool routed)
 {
     const struct model_desc *d = f->d;
     const struct layer_weights *lw = &f->w->layers[l];
@@ -308,8 +310,8 @@ static void forward_ffn(struct forward *f, int l, int n)
     struct route_args ra;
     struct moe_args ma;
     forward_moe_args(f, l, &ra, &ma);
-    if (!be->ops->router_route ||
-        !be->ops->router_route(be, &lw->router, f->x, n, &ra, f->router, f->route_ids, f->route_w)) {
+    if (!routed && (!be->ops->router_route ||
+                    !be->ops->router_route(be, &lw->router, f->x, n, &ra, f->router, f->route_ids, f->route_w))) {
         be->ops->linear(be, &lw->router, f->x, n, f->router);
         be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
     }
@@ -319,6 +321,27 @@ static void forward_ffn(struct forward *f, int l, int n)
         forward_mlp(f, lw, n, f->tmp);
         be->ops->add(be, f->delta, f->tmp, (size_t)n * (size_t)d->d_model);
     }
+}
+
+/* The norm before a MoE layer's FFN, its router and its routing in the backend's one op
+ * (norm_router_route: h += the pending delta, x = rmsnorm(h), logits, ids, weights), then the
+ * experts; false (nothing run) where the backend does not take it. */
+static bool forward_ffn_norm_routed(struct forward *f, int l, int n, bool *pending)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (d->layers[l].ffn == FFN_DENSE || !be->ops->norm_router_route)
+        return false;
+    struct route_args ra;
+    struct moe_args ma;
+    forward_moe_args(f, l, &ra, &ma);
+    if (!be->ops->norm_router_route(be, f->h, *pending ? f->delta : NULL, lw->ffn_norm, d->norm_eps, &lw->router, n,
+                                    &ra, f->x, f->router, f->route_ids, f->route_w))
+        return false;
+    *pending = false;
+    forward_ffn(f, l, n, true);
+    return true;
 }
 
 /* Final norm on the wanted rows c0 .. c0+cn of the residual stream h, then lm_head into f->logits. */
@@ -499,8 +522,10 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
             pending = true;
         }
         if (pending || !forward_ffn_fused(f, l, n)) {
-            forward_norm(f, lw->ffn_norm, n, &pending);
-            forward_ffn(f, l, n);
+            if (!forward_ffn_norm_routed(f, l, n, &pending)) {
+                forward_norm(f, lw->ffn_norm, n, &pending);
+                forward_ffn(f, l, n, false);
+            }
             pending = true;
         }
     }

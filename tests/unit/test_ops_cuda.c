@@ -636,6 +636,96 @@ static void test_router_route(void **state)
     backend_cuda_set_router_route(&p->gpu, false);
 }
 
+/* norm_router_route (add + RMSNorm + router GEMV + routing in one cluster kernel; only with
+ * the cluster form of router_route, where the device has clusters) against the CPU's
+ * add_rmsnorm (or rmsnorm), linear and moe_route: h, x, logits and weights within TOL_F32, the
+ * same ids. */
+static void test_norm_router_route(void **state)
+{
+    struct pair *p = *state;
+    if (!p->gpu.ops->norm_router_route)
+        fail_msg("the CUDA backend has no norm_router_route");
+    uint64_t rng = 31;
+    struct test_weight t0;
+    weight_make(&t0, p, WEIGHT_BF16, 128, 256, false, &rng);
+    struct route_args a0 = {.n_experts = 128, .n_used = 8, .score = ROUTE_SOFTMAX, .n_group = 1, .topk_group = 1,
+                            .scaling = 1.0f};
+    float *b0 = dev_nan(&p->gpu, 128 * 8);
+    assert_false(p->gpu.ops->norm_router_route(&p->gpu, b0, b0, b0, 1e-6f, &t0.dev, 1, &a0, b0, b0, (int32_t *)b0,
+                                               b0)); /* off unless the cluster form is asked for */
+    backend_cuda_set_router_route(&p->gpu, true);
+    backend_cuda_set_router_route_cluster(&p->gpu, true);
+    const bool clusters = backend_cuda_plan(&p->gpu)->caps.clusters;
+    p->gpu.ops->free(&p->gpu, b0);
+    weight_free(&t0, p);
+    struct {
+        int E, k, K, T;
+        bool delta, lin_bias;
+    } cs[] = {
+        {128, 8, 2048, 1, true, false}, /* Qwen3-30B-A3B at batch 1 */
+        {128, 8, 2048, 8, true, false},
+        {64, 4, 256, 3, false, true}, /* no pending add; a router bias */
+        {40, 6, 8192, 2, true, false}, /* the largest K, a part-filled cluster block */
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int E = cs[c].E, k = cs[c].k, K = cs[c].K, T = cs[c].T;
+        struct test_weight tw;
+        weight_make(&tw, p, WEIGHT_BF16, E, K, cs[c].lin_bias, &rng);
+        float *h = rand_floats((size_t)T * K, 2.0f, &rng), *delta = rand_floats((size_t)T * K, 1.0f, &rng);
+        float *nw = rand_floats((size_t)K, 1.0f, &rng);
+        struct route_args a = {.n_experts = E, .n_used = k, .score = ROUTE_SOFTMAX, .n_group = 1, .topk_group = 1,
+                               .normalize = true, .normalize_eps = 1e-20f, .scaling = 1.0f};
+        float *dh = dev_copy(&p->gpu, h, (size_t)T * K * 4), *dd = dev_copy(&p->gpu, delta, (size_t)T * K * 4);
+        float *dnw = dev_copy(&p->gpu, nw, (size_t)K * 4);
+        float *x = malloc((size_t)T * K * 4), *lg = malloc((size_t)T * E * 4), *w = malloc((size_t)T * k * 4);
+        int32_t *ids = malloc((size_t)T * k * 4);
+        if (cs[c].delta)
+            p->cpu.ops->add_rmsnorm(&p->cpu, h, delta, nw, T, K, 1e-6f, x);
+        else
+            p->cpu.ops->rmsnorm(&p->cpu, h, nw, T, K, 1e-6f, x);
+        p->cpu.ops->linear(&p->cpu, &tw.host, x, T, lg);
+        p->cpu.ops->moe_route(&p->cpu, lg, T, &a, ids, w);
+        float *dx = dev_nan(&p->gpu, (size_t)T * K), *dlg = dev_nan(&p->gpu, (size_t)T * E);
+        int32_t *dids = (int32_t *)dev_nan(&p->gpu, (size_t)T * k);
+        float *dw = dev_nan(&p->gpu, (size_t)T * k);
+        bool took = p->gpu.ops->norm_router_route(&p->gpu, dh, cs[c].delta ? dd : NULL, dnw, 1e-6f, &tw.dev, T, &a, dx,
+                                                  dlg, dids, dw);
+        if (took != clusters)
+            fail_msg("norm_router_route case %zu: %s where the device %s clusters", c, took ? "taken" : "declined",
+                     clusters ? "has" : "has no");
+        gpu_ok(&p->gpu);
+        if (took) {
+            float *gh = fetch(&p->gpu, dh, (size_t)T * K), *gx = fetch(&p->gpu, dx, (size_t)T * K);
+            float *glg = fetch(&p->gpu, dlg, (size_t)T * E), *gw = fetch(&p->gpu, dw, (size_t)T * k);
+            int32_t *gids = malloc((size_t)T * k * 4);
+            p->gpu.ops->download(&p->gpu, gids, dids, (size_t)T * k * 4);
+            char what[96];
+            snprintf(what, sizeof what, "norm_router_route case %zu h", c);
+            check_close(what, gh, h, (size_t)T * K, TOL_F32); /* the CPU's add_rmsnorm updated h too */
+            snprintf(what, sizeof what, "norm_router_route case %zu x", c);
+            double ex = check_close(what, gx, x, (size_t)T * K, TOL_F32);
+            snprintf(what, sizeof what, "norm_router_route case %zu logits", c);
+            double el = check_close(what, glg, lg, (size_t)T * E, TOL_F32);
+            for (int i = 0; i < T * k; i++)
+                if (gids[i] != ids[i])
+                    fail_msg("norm_router_route case %zu: token %d slot %d: gpu expert %d, cpu %d", c, i / k, i % k,
+                             gids[i], ids[i]);
+            snprintf(what, sizeof what, "norm_router_route case %zu weights", c);
+            double ew = check_close(what, gw, w, (size_t)T * k, TOL_F32);
+            print_message("    norm_router_route E=%d k=%d K=%d T=%d%s: x rel err %.2e, logits %.2e, weights %.2e\n",
+                          E, k, K, T, cs[c].delta ? " +delta" : "", ex, el, ew);
+            free(gh), free(gx), free(glg), free(gw), free(gids);
+        }
+        free(h), free(delta), free(nw), free(x), free(lg), free(w), free(ids);
+        p->gpu.ops->free(&p->gpu, dh), p->gpu.ops->free(&p->gpu, dd), p->gpu.ops->free(&p->gpu, dnw);
+        p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dlg), p->gpu.ops->free(&p->gpu, dids);
+        p->gpu.ops->free(&p->gpu, dw);
+        weight_free(&tw, p);
+    }
+    backend_cuda_set_router_route_cluster(&p->gpu, false);
+    backend_cuda_set_router_route(&p->gpu, false);
+}
+
 static void test_moe_route(void **state)
 {
     struct pair *p = *state;
@@ -1254,6 +1344,7 @@ int main(void)
         cmocka_unit_test(test_add_rmsnorm),  cmocka_unit_test(test_rope),
         cmocka_unit_test(test_silu_mul_add), cmocka_unit_test(test_kv_store),
         cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route), cmocka_unit_test(test_router_route),
+        cmocka_unit_test(test_norm_router_route),
         cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
         cmocka_unit_test(test_linear_multi), cmocka_unit_test(test_attn_prep),
         cmocka_unit_test(test_prep_attention),

@@ -755,6 +755,24 @@ static bool cu_router_route(struct backend *be, const struct weight *router, con
     return true;
 }
 
+/* A few tokens: add + RMSNorm, the router GEMV and the routing in one cluster kernel (the
+ * router_route cluster form with the norm in its prologue), where that form is asked for. */
+static bool cu_norm_router_route(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
+                                 const struct weight *router, int n_tokens, const struct route_args *args, float *x,
+                                 float *logits, int32_t *ids, float *weights)
+{
+    struct cuda_backend *c = ctx(be);
+    struct cuda_expert_prefetch pf;
+    if (!c->router_route || !c->router_cluster || n_tokens > c->moe_decode_max_tokens ||
+        expert_prefetch_from(c, args->experts, &pf) ||
+        !cuda_norm_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(h) ||
+        !aligned16(delta) || !aligned16(norm_w) || !aligned16(x))
+        return false;
+    CHECK(c, cuda_norm_router_route(c->stream, h, delta, norm_w, eps, router, n_tokens, args, x, logits, ids, weights,
+                                    c->pdl));
+    return true;
+}
+
 static void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args,
                          int32_t *ids, float *weights)
 {
@@ -1250,6 +1268,7 @@ static const struct backend_ops CUDA_OPS = {
     .silu_mul = cu_silu_mul,
     .moe_route = cu_moe_route,
     .router_route = cu_router_route,
+    .norm_router_route = cu_norm_router_route,
     .prep_attention = cu_prep_attention,
     .moe_experts = cu_moe_experts,
     .add = cu_add,

@@ -191,6 +191,15 @@ int cuda_router_route_supported(const struct weight *router, int n_tokens, const
                                 size_t smem_budget);
 /* Whether the cluster form takes this routing as well (<= 128 experts). */
 int cuda_router_route_cluster_supported(const struct route_args *a);
+/* Whether cuda_norm_router_route takes these (the cluster form's, K % 4 == 0, K <= 8192, x of K
+ * floats in shared memory within smem_budget). */
+int cuda_norm_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
+                                     size_t smem_budget);
+/* h += delta (delta may be NULL), x = rmsnorm(h) * norm_w, then cuda_router_route on x in its
+ * cluster form: one kernel, no counter. */
+cudaError_t cuda_norm_router_route(cudaStream_t stream, float *h, const float *delta, const float *norm_w, float eps,
+                                   const struct weight *router, int n_tokens, const struct route_args *a, float *x,
+                                   float *logits, int32_t *ids, float *weights, int pdl);
 /* logits = x router^T (+ bias), then ids / weights as cuda_moe_route; count: one device counter,
  * zero before and after the launch (not used by the cluster form). cluster: a thread block
  * cluster per token (caps "clusters", cuda_router_route_cluster_supported). */

@@ -43,6 +43,12 @@ struct rr_params {
     int32_t *ids;    /* (n_tokens, k) */
     float *weights;  /* (n_tokens, k) */
     unsigned *count; /* zero between launches */
+    /* the cluster form only: norm_w not NULL: x is the residual rows h (+= delta where not NULL),
+     * the router reads rmsnorm(h) * norm_w; block 0 of each token's cluster writes h and it to
+     * h_out and x_out */
+    const float *norm_w, *delta;
+    float eps;
+    float *h_out, *x_out;
 };
 
 /* 8 bf16 of w times 8 floats of x (two float4), added in order to acc */
@@ -141,12 +147,16 @@ __global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_c
 
 /* The cluster form: grid (ceil(E / RC_WARPS), n_tokens) in clusters of the first dimension (one
  * cluster a token, at most 8 blocks); warp w of block b computes the token's logit b * RC_WARPS +
- * w and stores it into block 0's shared memory, which routes the token from there. */
-enum { RC_THREADS = ROUTE_RANK_THREADS, RC_WARPS = RC_THREADS / 32, RC_MAX_E = 128 };
+ * w and stores it into block 0's shared memory, which routes the token from there. With
+ * p.norm_w every block first makes x = rmsnorm(h + delta) * norm_w itself in its shared memory
+ * (K floats, dynamic), rounded as the CPU's add and RMSNorm; block 0 writes h + delta and x out
+ * only after the cluster's second barrier, when no block of the token reads h any more. */
+enum { RC_THREADS = ROUTE_RANK_THREADS, RC_WARPS = RC_THREADS / 32, RC_MAX_E = 128, RC_NORM_IT = 4 };
 
 __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const __grid_constant__ rr_params p)
 {
     __shared__ float s_lg[RC_MAX_E];
+    extern __shared__ float4 s_x[]; /* with norm_w: x of the token (K / 4 float4) */
     cluster_arrive_relaxed(); /* phase 0: this block has started (its s_lg may be written) */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, E = p.ra.E;
     const int t = (int)blockIdx.y, e = (int)blockIdx.x * RC_WARPS + warp;
@@ -157,7 +167,39 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
     router_prefetch(pre, wr, NC, live, lane);
     pdl_trigger();
     pdl_wait();
-    float acc = live ? router_dot(pre, wr, p.x + (size_t)t * (size_t)p.K, NC, lane) : 0.0f;
+    const float *xr = p.x + (size_t)t * (size_t)p.K;
+    float4 hv[RC_NORM_IT]; /* with norm_w: this thread's h + delta, for block 0 to write out */
+    const int K4 = (int)(p.K / 4);
+    if (p.norm_w) {
+        const float4 *h4 = (const float4 *)xr, *d4 = p.delta ? (const float4 *)(p.delta + (size_t)t * p.K) : nullptr;
+        double ss = 0;
+#pragma unroll
+        for (int i = 0; i < RC_NORM_IT; i++) {
+            const int f = (int)threadIdx.x + i * RC_THREADS;
+            if (f < K4) {
+                float4 v = h4[f];
+                if (d4) {
+                    const float4 d = d4[f];
+                    v = make_float4(__fadd_rn(v.x, d.x), __fadd_rn(v.y, d.y), __fadd_rn(v.z, d.z), __fadd_rn(v.w, d.w));
+                }
+                hv[i] = v;
+                ss += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+            }
+        }
+        const float inv = dev_rms_inv(block_sum_double(ss), (int)p.K, p.eps);
+#pragma unroll
+        for (int i = 0; i < RC_NORM_IT; i++) {
+            const int f = (int)threadIdx.x + i * RC_THREADS;
+            if (f < K4) {
+                const float4 w = __ldg((const float4 *)p.norm_w + f), v = hv[i];
+                s_x[f] = make_float4(__fmul_rn(w.x, __fmul_rn(v.x, inv)), __fmul_rn(w.y, __fmul_rn(v.y, inv)),
+                                     __fmul_rn(w.z, __fmul_rn(v.z, inv)), __fmul_rn(w.w, __fmul_rn(v.w, inv)));
+            }
+        }
+        __syncthreads();
+        xr = (const float *)s_x;
+    }
+    float acc = live ? router_dot(pre, wr, xr, NC, lane) : 0.0f;
     acc = warp_sum(acc);
     cluster_wait(); /* every block of the cluster has started: block 0's s_lg may be written */
     if (live && lane == 0) {
@@ -169,6 +211,17 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
     if (blockIdx.x != 0) /* the cluster's rank (clusters span the first grid dimension) */
         return;
     cluster_wait();
+    if (p.norm_w) { /* every block of the token has read h: the new h and x go out */
+        float4 *ho = (float4 *)(p.h_out + (size_t)t * p.K), *xo = (float4 *)(p.x_out + (size_t)t * p.K);
+#pragma unroll
+        for (int i = 0; i < RC_NORM_IT; i++) {
+            const int f = (int)threadIdx.x + i * RC_THREADS;
+            if (f < K4) {
+                ho[f] = hv[i];
+                xo[f] = s_x[f];
+            }
+        }
+    }
     route_rank_block<RC_MAX_E>(s_lg, p.ra, p.ids + (size_t)t * p.ra.k, p.weights + (size_t)t * p.ra.k);
 }
 
@@ -188,13 +241,57 @@ extern "C" int cuda_router_route_cluster_supported(const struct route_args *a)
     return a->n_experts <= RC_MAX_E && a->n_used <= ROUTE_RANK_MAX_K;
 }
 
+extern "C" int cuda_norm_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
+                                                size_t smem_budget)
+{
+    const int64_t K = router->cols;
+    return cuda_router_route_supported(router, n_tokens, a, smem_budget) && cuda_router_route_cluster_supported(a) &&
+           K % 4 == 0 && K / 4 <= (int64_t)RC_NORM_IT * RC_THREADS && (size_t)K * 4 + 8192 <= smem_budget &&
+           n_tokens <= 65535;
+}
+
+extern "C" cudaError_t cuda_norm_router_route(cudaStream_t stream, float *h, const float *delta, const float *norm_w,
+                                              float eps, const struct weight *router, int n_tokens,
+                                              const struct route_args *a, float *x, float *logits, int32_t *ids,
+                                              float *weights, int pdl)
+{
+    if (!cuda_norm_router_route_supported(router, n_tokens, a, (size_t)-1) ||
+        ((uintptr_t)h | (uintptr_t)delta | (uintptr_t)norm_w | (uintptr_t)x) % 16)
+        return cudaErrorInvalidValue;
+    rr_params p = {};
+    p.w = (const uint4 *)router->data;
+    p.bias = router->bias;
+    p.x = h;
+    p.K = router->cols;
+    p.n_tokens = n_tokens;
+    p.ra = route_warp_args_from(a);
+    p.logits = logits;
+    p.ids = ids;
+    p.weights = weights;
+    p.norm_w = norm_w;
+    p.delta = delta;
+    p.eps = eps;
+    p.h_out = h;
+    p.x_out = x;
+    const unsigned per = (unsigned)((a->n_experts + RC_WARPS - 1) / RC_WARPS);
+    const size_t smem = (size_t)router->cols * 4;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(router_route_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return launch_pdl_cluster(pdl != 0, dim3(per, 1, 1), router_route_cluster_kernel, dim3(per, (unsigned)n_tokens),
+                              dim3(RC_THREADS), smem, stream, p);
+}
+
 extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x,
                                          int n_tokens, const struct route_args *a, float *logits,
                                          int32_t *ids, float *weights, unsigned *count, int pdl, int cluster)
 {
     if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || !count || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
-    rr_params p;
+    rr_params p = {};
     p.w = (const uint4 *)router->data;
     p.bias = router->bias;
     p.x = x;
