@@ -236,6 +236,38 @@ extern "C" int cuda_router_route_supported(const struct weight *router, int n_to
            (int64_t)n_tokens * a->n_experts <= RR_MAX_LOGITS && (uintptr_t)router->data % 16 == 0;
 }
 
+/* The parameters both forms share (the rest zero). */
+static rr_params rr_params_of(const struct weight *router, const float *x, int n_tokens, const struct route_args *a,
+                              float *logits, int32_t *ids, float *weights)
+{
+    rr_params p = {};
+    p.w = (const uint4 *)router->data;
+    p.bias = router->bias;
+    p.x = x;
+    p.K = router->cols;
+    p.n_tokens = n_tokens;
+    p.ra = route_warp_args_from(a);
+    p.logits = logits;
+    p.ids = ids;
+    p.weights = weights;
+    return p;
+}
+
+/* The cluster form over p.n_tokens tokens (x of K floats in shared memory with p.norm_w). */
+static cudaError_t rr_cluster_launch(cudaStream_t stream, const rr_params &p, int pdl)
+{
+    const unsigned per = (unsigned)((p.ra.E + RC_WARPS - 1) / RC_WARPS);
+    const size_t smem = p.norm_w ? (size_t)p.K * 4 : 0;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(router_route_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return launch_pdl_cluster(pdl != 0, dim3(per, 1, 1), router_route_cluster_kernel,
+                              dim3(per, (unsigned)p.n_tokens), dim3(RC_THREADS), smem, stream, p);
+}
+
 extern "C" int cuda_router_route_cluster_supported(const struct route_args *a)
 {
     return a->n_experts <= RC_MAX_E && a->n_used <= ROUTE_RANK_MAX_K;
@@ -258,31 +290,13 @@ extern "C" cudaError_t cuda_norm_router_route(cudaStream_t stream, float *h, con
     if (!cuda_norm_router_route_supported(router, n_tokens, a, (size_t)-1) ||
         ((uintptr_t)h | (uintptr_t)delta | (uintptr_t)norm_w | (uintptr_t)x) % 16)
         return cudaErrorInvalidValue;
-    rr_params p = {};
-    p.w = (const uint4 *)router->data;
-    p.bias = router->bias;
-    p.x = h;
-    p.K = router->cols;
-    p.n_tokens = n_tokens;
-    p.ra = route_warp_args_from(a);
-    p.logits = logits;
-    p.ids = ids;
-    p.weights = weights;
+    rr_params p = rr_params_of(router, h, n_tokens, a, logits, ids, weights);
     p.norm_w = norm_w;
     p.delta = delta;
     p.eps = eps;
     p.h_out = h;
     p.x_out = x;
-    const unsigned per = (unsigned)((a->n_experts + RC_WARPS - 1) / RC_WARPS);
-    const size_t smem = (size_t)router->cols * 4;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(router_route_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return launch_pdl_cluster(pdl != 0, dim3(per, 1, 1), router_route_cluster_kernel, dim3(per, (unsigned)n_tokens),
-                              dim3(RC_THREADS), smem, stream, p);
+    return rr_cluster_launch(stream, p, pdl);
 }
 
 extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x,
@@ -291,23 +305,12 @@ extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weigh
 {
     if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || !count || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
-    rr_params p = {};
-    p.w = (const uint4 *)router->data;
-    p.bias = router->bias;
-    p.x = x;
-    p.K = router->cols;
-    p.n_tokens = n_tokens;
-    p.ra = route_warp_args_from(a);
-    p.logits = logits;
-    p.ids = ids;
-    p.weights = weights;
+    rr_params p = rr_params_of(router, x, n_tokens, a, logits, ids, weights);
     p.count = count;
     if (cluster) {
         if (!cuda_router_route_cluster_supported(a) || n_tokens > 65535)
             return cudaErrorInvalidValue;
-        const unsigned per = (unsigned)((a->n_experts + RC_WARPS - 1) / RC_WARPS);
-        return launch_pdl_cluster(pdl != 0, dim3(per, 1, 1), router_route_cluster_kernel, dim3(per, (unsigned)n_tokens),
-                                  dim3(RC_THREADS), 0, stream, p);
+        return rr_cluster_launch(stream, p, pdl);
     }
     const unsigned blocks = (unsigned)(((int64_t)n_tokens * a->n_experts + RR_WARPS - 1) / RR_WARPS);
     const size_t smem = (size_t)n_tokens * (size_t)a->n_experts * sizeof(float);
