@@ -476,14 +476,23 @@ static void run_attention_case(struct pair *p, const struct attn_case *ac, uint6
     float *dq = dev_copy(&p->gpu, q, qn * 4);
     /* mode 5: 7 splits through the older split kernel + merge kernel pair; 6: 64 splits merged
      * through global memory where the default (auto, 64) merges in clusters of 8 (caps
-     * "clusters"; 700 keys in 22 splits: three clusters, then their leaders) */
-    int modes[] = {0, -1, 2, 7, 64, 7, 64};
-    const char *mode_names[] = {"auto", "unsplit", "2 splits", "7 splits", "64 splits", "7 splits, older kernels",
-                                "64 splits, no clusters"};
-    for (int m = 0; m < 7; m++) {
+     * "clusters"; 700 keys in 22 splits: three clusters, then their leaders), pushing their
+     * partials into the leader; 7 and 8: the leader pulls them */
+    int modes[] = {0, -1, 2, 7, 64, 7, 64, 0, 64};
+    const char *mode_names[] = {"auto",
+                                "unsplit",
+                                "2 splits",
+                                "7 splits",
+                                "64 splits",
+                                "7 splits, older kernels",
+                                "64 splits, no clusters",
+                                "auto, clusters pulled",
+                                "64 splits, clusters pulled"};
+    for (int m = 0; m < 9; m++) {
         backend_cuda_set_attention_splits(&p->gpu, modes[m]);
         backend_cuda_set_legacy_decode(&p->gpu, m == 5);
         backend_cuda_set_attn_cluster(&p->gpu, m != 6);
+        backend_cuda_set_attn_push(&p->gpu, m < 7);
         float *dout = dev_nan(&p->gpu, qn);
         if (m == 3) { /* a prefetch hint pending: the split kernel asks L2 for it (the cache here) */
             const struct weight hk = {.format = WEIGHT_F32, .rows = (int64_t)(cache / row), .cols = (int64_t)row,
@@ -504,6 +513,7 @@ static void run_attention_case(struct pair *p, const struct attn_case *ac, uint6
     backend_cuda_set_attention_splits(&p->gpu, 0);
     backend_cuda_set_legacy_decode(&p->gpu, false);
     backend_cuda_set_attn_cluster(&p->gpu, true);
+    backend_cuda_set_attn_push(&p->gpu, true);
     p->gpu.ops->free(&p->gpu, dkv.k), p->gpu.ops->free(&p->gpu, dkv.v);
     p->gpu.ops->free(&p->gpu, (void *)db.pos), p->gpu.ops->free(&p->gpu, (void *)db.seq);
     p->gpu.ops->free(&p->gpu, (void *)db.block_table), p->gpu.ops->free(&p->gpu, dq);

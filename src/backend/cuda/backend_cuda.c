@@ -90,6 +90,7 @@ struct cuda_backend {
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (cuda_gemv_mma) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
+    bool attn_push;        /* ... the splits pushing their partials to the leader (else pulled) */
     bool moe_l2_down;      /* MoE mma gate/up queues the pairs' down weights into L2 */
     bool moe_early;        /* MoE mma: down starts early and loads its routing and weights first */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8 | 16) */
@@ -703,9 +704,12 @@ static void cu_attention(struct backend *be, const float *q, const struct paged_
             if (sc <= 64 && cuda_attn_decode_supported(group, hd, sc, c->smem_budget))
                 splits = sc, cluster = CUDA_ATTN_CLUSTER;
         }
+        /* push: the splits store their partials into the leader's shared memory (one barrier
+         * phase), where the budget holds them; pull: the leader loads them (two) */
+        bool push = cluster > 1 && c->attn_push && cuda_attn_decode_push_smem(group, hd) <= c->smem_budget;
         if (sem)
             CHECK(c, cuda_attn_decode(c->stream, q, kv, b, n_heads, scale, out, splits, work, sem, c->pdl,
-                                      c->attn_prewait, cluster, prefetch_take(c, c->l2_pf_attn, &pf)));
+                                      c->attn_prewait, cluster, push, prefetch_take(c, c->l2_pf_attn, &pf)));
         return;
     }
     CHECK(c, cuda_attention(c->stream, q, kv, b, n_heads, scale, out, &cfg, splits, work));
@@ -1425,6 +1429,9 @@ static void configure_from_plan(struct cuda_backend *c)
      * global memory, a fence and a counter (the only way before session 7). */
     const char *acl = getenv("MOESERVE_ATTN_CLUSTER");
     c->attn_cluster = c->plan.caps.clusters && !(acl && strcmp(acl, "0") == 0);
+    /* MOESERVE_ATTN_PUSH=0: the cluster's leader pulls the partials (session 7's form) */
+    const char *apu = getenv("MOESERVE_ATTN_PUSH");
+    c->attn_push = !(apu && strcmp(apu, "0") == 0);
     /* L2 prefetch (caps "tma": cp.async.bulk.prefetch): the routing kernel asks for the chosen
      * experts' weights, and the forward's hints (the output projection and router during the
      * decode attention, the next layer's q/k/v during the MoE down kernel) are taken by those
@@ -1655,6 +1662,11 @@ void backend_cuda_set_attn_cluster(struct backend *be, bool on)
 {
     struct cuda_backend *c = ctx(be);
     c->attn_cluster = on && c->plan.caps.clusters;
+}
+
+void backend_cuda_set_attn_push(struct backend *be, bool on)
+{
+    ctx(be)->attn_push = on;
 }
 
 void backend_cuda_set_decode_mma_dense(struct backend *be, bool on)

@@ -57,6 +57,9 @@ void backend_cuda_set_decode_mma_dense(struct backend *be, bool on);
 /* Tests: the split decode attention merging in clusters (the default where caps has them) or
  * through global memory. */
 void backend_cuda_set_attn_cluster(struct backend *be, bool on);
+/* Whether a cluster's splits push their partials into the leader's shared memory (default; where
+ * the budget holds them) or the leader pulls them. */
+void backend_cuda_set_attn_push(struct backend *be, bool on);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say
  * fp8_mma (MOESERVE_DECODE_FP8=1 does the same). */
 void backend_cuda_set_decode_fp8(struct backend *be, bool on);

@@ -211,19 +211,32 @@ extern "C" int cuda_attn_decode_supported(int group, int head_dim, int n_splits,
            n_splits >= 1 && n_splits <= AD_MAX_SPLITS && adec_smem(group) <= smem_budget;
 }
 
+extern "C" size_t cuda_attn_decode_push_smem(int group, int head_dim)
+{
+    return adec_smem(group) + adec_push_smem(AD_CLUSTER, group, head_dim);
+}
+
 template <int NH>
 static cudaError_t adec_launch(cudaStream_t stream, const adec_params &p, dim3 grid, int cluster, int pdl)
 {
-    if (cluster == AD_CLUSTER)
-        return launch_pdl_cluster(pdl != 0, dim3(1, 1, AD_CLUSTER), attn_decode_split_kernel<NH, AD_CLUSTER>, grid,
-                                  dim3(AD_THREADS), 0, stream, p);
+    if (cluster == AD_CLUSTER) {
+        const size_t dyn = p.push ? adec_push_smem(AD_CLUSTER, p.group, p.hd) : 0;
+        if (adec_smem(p.group) + dyn > 48 * 1024) {
+            cudaError_t e = cudaFuncSetAttribute(attn_decode_split_kernel<NH, AD_CLUSTER>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
+            if (e != cudaSuccess)
+                return e;
+        }
+        return launch_pdl_cluster(pdl != 0, dim3(1, 1, AD_CLUSTER), attn_decode_split_kernel<NH, AD_CLUSTER>,
+                                  grid, dim3(AD_THREADS), dyn, stream, p);
+    }
     return launch_pdl(pdl != 0, attn_decode_split_kernel<NH, 1>, grid, dim3(AD_THREADS), 0, stream, p);
 }
 
 extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                                         const struct attn_batch *b, int n_heads, float scale, float *out,
-                                        int n_splits, float *work, int *sem, int pdl, int prewait, int cluster,
-                                        const struct cuda_l2_ranges *pf)
+                                        int n_splits, float *work, int *sem, int pdl, int prewait,
+                                        int cluster, int push, const struct cuda_l2_ranges *pf)
 {
     if (b->n_tokens <= 0)
         return cudaSuccess;
@@ -236,6 +249,7 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
     adec_params p = adec_params_of(q, kv, b, n_heads, scale, out, n_splits, work, sem);
     p.pf = pf ? *pf : cuda_l2_ranges{};
     p.prewait = prewait != 0;
+    p.push = cluster == AD_CLUSTER && push != 0;
     dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)
         return adec_launch<4>(stream, p, grid, cluster, pdl);

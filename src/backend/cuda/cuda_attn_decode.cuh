@@ -21,6 +21,8 @@ struct adec_params {
     int max_blocks, block_size, n_kv, hd, n_heads, group, n_splits;
     int n_tokens;      /* of the batch: a token's last n_tokens keys may be written by this pass */
     int prewait;       /* PREWAIT blocks: issue the old keys before the wait (0: after it) */
+    int push;          /* CL > 1: the splits push their partials into the leader's dynamic shared
+                          memory (adec_push_smem bytes), 0: the leader pulls them */
     float scale;
     float *out;        /* (n_tokens, n_heads, hd) */
     float *part_o;     /* (n_tokens * n_kv, n_splits, group, hd) */
@@ -51,6 +53,13 @@ template <int NV> __device__ __forceinline__ void warp_reduce_scatter(float (&v)
         }
         n = half;
     }
+}
+
+/* The dynamic shared memory of a cluster's push merge: the partial outputs and (max, sum) of
+ * the cluster's splits but the leader's, (CL - 1) x group x hd floats and (CL - 1) x group float2. */
+__host__ __device__ constexpr size_t adec_push_smem(int cl, int group, int hd)
+{
+    return (size_t)(cl - 1) * (size_t)group * ((size_t)hd * 4 + 8);
 }
 
 /* Keys per round: 64 (key, head) pairs per warp keep the reduce-scatter at 2 values per lane. */
@@ -105,7 +114,13 @@ struct adec_no_mark {
  * and an atomic: in the kernel trace (H200, session 7, 192 keys in 6 splits) the global merge
  * took 2.5k cycles to count in and 7.5k more in the last block. When one cluster holds every
  * split with keys (klen <= CL * chunk: 256 keys for 8 splits of 32) that block writes the
- * output; with more, the clusters' leaders merge as the splits do without clusters. */
+ * output; with more, the clusters' leaders merge as the splits do without clusters.
+ * With p.push the other splits store their partials into the leader's dynamic shared memory
+ * (adec_push_smem) and leave; one barrier phase, and the leader merges from its own memory. The
+ * pull form's merge took ~4k cycles in session 7's trace: three rounds of remote loads between
+ * two cluster barriers. Every block arrives once at its start ("started": the leader's memory
+ * may be written after the matching wait); blocks without keys leave then (exited threads do
+ * not hold a cluster barrier up). */
 template <int NH, bool CUR = false, bool PREWAIT = false, int CL = 1, typename Wait = adec_no_wait,
           typename Mark = adec_no_mark>
 __device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g,
@@ -120,8 +135,13 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     __shared__ float wts[AD_MAX_SPLITS][NH];
     __shared__ float s_cm[NH], s_cl[NH]; /* a cluster's merged max and sum */
     __shared__ int s_last;
+    extern __shared__ float4 adec_dyn[]; /* CL > 1 with p.push: the pushed partials */
     const int G = p.group, hd = p.hd, hd4 = hd / 4;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if constexpr (CL > 1) {
+        if (p.push)
+            cluster_arrive_relaxed(); /* phase 0: this block has started */
+    }
     const int klen = p.pos[t] + 1;
     const int chunk = adec_chunk(klen, p.n_splits, ROUND);
     const int active = (klen + chunk - 1) / chunk;
@@ -129,7 +149,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
         if constexpr (PREWAIT)
             wait(); /* as every block of the kernel, so that its end implies its predecessor's */
         if constexpr (CL > 1) {
-            if (split - split % CL < active) { /* the cluster has keys: its two barriers */
+            if (!p.push && split - split % CL < active) { /* the cluster has keys: its two barriers */
                 cluster_sync();
                 cluster_sync();
             }
@@ -264,12 +284,20 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     }
 
     mark(4);
-    /* the warps' accumulators -> this split's output (with clusters: red[0], for the leader) */
+    /* the warps' accumulators -> this split's output (with clusters: red[0], for the leader;
+     * pushed: the leader's adec_dyn, slot rank - 1) */
     const bool direct = CL == 1 && active == 1;
+    const int rank = split % CL;
+    float4 *const pushed = adec_dyn;                                             /* (CL - 1, G, hd4) */
+    float2 *const pushed_ml = (float2 *)(adec_dyn + (size_t)(CL - 1) * G * hd4); /* (CL - 1, G) */
 #pragma unroll
     for (int h = 0; h < NH; h++)
         if (h < G)
             red[warp][h][lane] = acc[h];
+    if constexpr (CL > 1) {
+        if (p.push)
+            cluster_wait(); /* phase 0 passed: every block of the cluster has started */
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < G * hd4; i += AD_THREADS) {
         int h = i / hd4, d4 = i % hd4;
@@ -284,7 +312,10 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
             float4 *dst = (float4 *)(p.out + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + d4;
             *dst = make_float4(o.x / l, o.y / l, o.z / l, o.w / l);
         } else if (CL > 1) {
-            red[0][h][d4] = o; /* only this thread reads or writes entry (h, d4) */
+            if (p.push && rank != 0)
+                *cluster_peer(pushed + (size_t)(rank - 1) * G * hd4 + i, 0u) = o;
+            else
+                red[0][h][d4] = o; /* only this thread reads or writes entry (h, d4) */
         } else {
             float4 *dst = (float4 *)(p.part_o + ((tg * p.n_splits + split) * G + h) * hd) + d4;
             *dst = o;
@@ -295,8 +326,75 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     /* the partial this block counts in with: its own, or its cluster's (pidx of pcount) */
     int pidx = split, pcount = active;
     if constexpr (CL > 1) {
+        pidx = split / CL, pcount = (active + CL - 1) / CL;
+        if (p.push) {
+            const int n_in = active - (split - rank) < CL ? active - (split - rank) : CL;
+            if (rank != 0) { /* the (max, sum) too, then arrive with release and leave */
+                if (threadIdx.x < G)
+                    *cluster_peer(pushed_ml + (size_t)(rank - 1) * G + threadIdx.x, 0u) =
+                        make_float2(s_m[threadIdx.x], s_l[threadIdx.x]);
+                cluster_arrive();
+                return;
+            }
+            cluster_arrive_relaxed();
+            cluster_wait(); /* phase 1: the splits' partials are in adec_dyn */
+            mark(5);
+            if (threadIdx.x < G) { /* the merge weights, in split order as the global merge */
+                const int h = threadIdx.x;
+                float mr[CL], lr[CL], M = -INFINITY;
+#pragma unroll
+                for (int r = 0; r < CL; r++) {
+                    if (r < n_in) {
+                        const float2 ml =
+                            r == 0 ? make_float2(s_m[h], s_l[h]) : pushed_ml[(size_t)(r - 1) * G + h];
+                        mr[r] = ml.x, lr[r] = ml.y, M = fmaxf(M, ml.x);
+                    }
+                }
+                float L = 0.0f;
+#pragma unroll
+                for (int r = 0; r < CL; r++) {
+                    if (r < n_in) {
+                        const float w = lr[r] > 0.0f ? expf(mr[r] - M) : 0.0f;
+                        wts[r][h] = w;
+                        L += lr[r] * w;
+                    }
+                }
+                s_cm[h] = M, s_cl[h] = L;
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < G * hd4; i += AD_THREADS) {
+                const int h = i / hd4, d4 = i % hd4;
+                float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+                for (int r = 0; r < CL; r++) {
+                    if (r < n_in) {
+                        const float w = wts[r][h];
+                        const float4 b = r == 0 ? red[0][h][d4] : pushed[(size_t)(r - 1) * G * hd4 + i];
+                        o.x = fmaf(w, b.x, o.x);
+                        o.y = fmaf(w, b.y, o.y);
+                        o.z = fmaf(w, b.z, o.z);
+                        o.w = fmaf(w, b.w, o.w);
+                    }
+                }
+                if (pcount == 1) {
+                    const float L = s_cl[h];
+                    float4 *dst = (float4 *)(p.out + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + d4;
+                    *dst = make_float4(o.x / L, o.y / L, o.z / L, o.w / L);
+                } else {
+                    float4 *dst = (float4 *)(p.part_o + ((tg * p.n_splits + pidx) * G + h) * hd) + d4;
+                    *dst = o;
+                }
+            }
+            mark(6);
+            if (pcount == 1)
+                return;
+            if (threadIdx.x < G) /* the cluster's max and sum, for the merge of the clusters */
+                s_m[threadIdx.x] = s_cm[threadIdx.x], s_l[threadIdx.x] = s_cl[threadIdx.x];
+            __syncthreads();
+        }
+    }
+    if (CL > 1 && !p.push) {
         const int base = split - split % CL, n_in = active - base < CL ? active - base : CL;
-        pidx = base / CL, pcount = (active + CL - 1) / CL;
         cluster_sync(); /* every split's s_m, s_l and red[0] are written */
         mark(5);
         if (split == base) {

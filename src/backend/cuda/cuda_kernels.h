@@ -146,13 +146,17 @@ cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const flo
  * with pdl, each block reads the batch metadata and its first round of old keys and values
  * before it waits for the kernel before it (keys below pos + 1 - n_tokens: no kernel of the pass
  * writes them). cluster: 1, or CUDA_ATTN_CLUSTER (caps "clusters", n_splits a multiple of it):
- * that many consecutive splits form a thread block cluster and merge in shared memory. pf (or
- * NULL): weights of the next ops to ask L2 for. */
+ * that many consecutive splits form a thread block cluster and merge in shared memory: push
+ * (the splits store their partials into the cluster leader's shared memory,
+ * cuda_attn_decode_push_smem bytes a block in all) or pull (the leader loads them from the
+ * others'). pf (or NULL): weights of the next ops to ask L2 for. */
 enum { CUDA_ATTN_CLUSTER = 8 };
 cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                              const struct attn_batch *b, int n_heads, float scale, float *out, int n_splits,
-                             float *work, int *sem, int pdl, int prewait, int cluster,
+                             float *work, int *sem, int pdl, int prewait, int cluster, int push,
                              const struct cuda_l2_ranges *pf);
+/* The shared memory (static and dynamic) of a cuda_attn_decode block with clusters and push. */
+size_t cuda_attn_decode_push_smem(int group, int head_dim);
 
 /* ---- cuda_attention_mma.cu (prefill on bf16 tensor cores: "attn_prefill_mma_bf16") ---- */
 /* rows: query rows per block (16 per warp, 16..128); keys: keys staged per step (multiple of

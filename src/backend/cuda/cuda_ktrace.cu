@@ -16,6 +16,7 @@ extern "C" void ktrace_dump_attn_decode(FILE *f);
 extern "C" void ktrace_dump_fused(FILE *f);
 extern "C" void ktrace_dump_norm(FILE *f);
 extern "C" void ktrace_dump_route(FILE *f);
+extern "C" void ktrace_dump_router_route(FILE *f);
 #endif
 
 extern "C" void cuda_ktrace_dump(const char *path)
@@ -33,6 +34,7 @@ extern "C" void cuda_ktrace_dump(const char *path)
     ktrace_dump_fused(f);
     ktrace_dump_norm(f);
     ktrace_dump_route(f);
+    ktrace_dump_router_route(f);
     fclose(f);
     LOG_INFO("kernel trace written to %s", path);
 #else

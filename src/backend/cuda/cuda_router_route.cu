@@ -25,7 +25,11 @@
  * test_router_route).
  */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ktrace.cuh"
 #include "backend/cuda/cuda_route_warp.cuh"
+
+/* trace builds: the cluster form's block 0 (kernel 0) and the others (kernel 1) */
+KT_MODULE(router_route, "rr_cluster_leader", "rr_cluster_peer")
 
 namespace
 {
@@ -157,6 +161,7 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
 {
     __shared__ float s_lg[RC_MAX_E];
     extern __shared__ float4 s_x[]; /* with norm_w: x of the token (K / 4 float4) */
+    KT_BEGIN();
     cluster_arrive_relaxed(); /* phase 0: this block has started (its s_lg may be written) */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, E = p.ra.E;
     const int t = (int)blockIdx.y, e = (int)blockIdx.x * RC_WARPS + warp;
@@ -167,6 +172,7 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
     router_prefetch(pre, wr, NC, live, lane);
     pdl_trigger();
     pdl_wait();
+    KT_MARK(1);
     const float *xr = p.x + (size_t)t * (size_t)p.K;
     float4 hv[RC_NORM_IT]; /* with norm_w: this thread's h + delta, for block 0 to write out */
     const int K4 = (int)(p.K / 4);
@@ -199,18 +205,24 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
         __syncthreads();
         xr = (const float *)s_x;
     }
+    KT_MARK(2);
     float acc = live ? router_dot(pre, wr, xr, NC, lane) : 0.0f;
     acc = warp_sum(acc);
+    KT_MARK(3);
     cluster_wait(); /* every block of the cluster has started: block 0's s_lg may be written */
+    KT_MARK(4);
     if (live && lane == 0) {
         const float v = p.bias ? __fadd_rn(acc, p.bias[e]) : acc;
         *cluster_peer(&s_lg[e], 0u) = v;
         p.logits[(size_t)t * E + e] = v;
     }
     cluster_arrive(); /* phase 1: this block's logits are in block 0 */
-    if (blockIdx.x != 0) /* the cluster's rank (clusters span the first grid dimension) */
+    if (blockIdx.x != 0) { /* the cluster's rank (clusters span the first grid dimension) */
+        KT_END(router_route, 1);
         return;
+    }
     cluster_wait();
+    KT_MARK(5);
     if (p.norm_w) { /* every block of the token has read h: the new h and x go out */
         float4 *ho = (float4 *)(p.h_out + (size_t)t * p.K), *xo = (float4 *)(p.x_out + (size_t)t * p.K);
 #pragma unroll
@@ -222,7 +234,9 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
             }
         }
     }
+    KT_MARK(6);
     route_rank_block<RC_MAX_E>(s_lg, p.ra, p.ids + (size_t)t * p.ra.k, p.weights + (size_t)t * p.ra.k);
+    KT_END(router_route, 0);
 }
 
 } // namespace
