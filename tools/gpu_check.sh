@@ -6,8 +6,9 @@
 # 1. ctest -L gpu                                   (device's own shared-memory budget)
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
 #    and the golden fixtures with each switch that is off by default: MOESERVE_FUSE=attn,moe +
-#    MOESERVE_PDL=1, MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the
-#    session-6 defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1,
+#    MOESERVE_PDL=1, MOESERVE_FUSE=attn (the pending delta through the fused GEMVs),
+#    MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the session-6
+#    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1,
 #    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
@@ -54,6 +55,9 @@ step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
 step "golden, MOESERVE_FUSE + PDL" golden_fuse_pdl.log \
     env MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 # the one-token stream kernels (cuda_decode_stream.cu, off by default) with their fusions
+step "golden, MOESERVE_FUSE=attn" golden_fuse_attn.log \
+    env MOESERVE_FUSE=attn ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+
 step "golden, MOESERVE_STREAM=1" golden_stream.log \
     env MOESERVE_STREAM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 # the one-token NVFP4 GEMVs on CUDA cores (gemv1) and the attention without its pre-wait loads

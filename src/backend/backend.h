@@ -247,11 +247,16 @@ struct backend_ops {
                            const int32_t *slots, const struct attn_batch *b, float scale, float *out);
     /* Decode fusions: each returns false, having run nothing, when it does not take the shape
      * (the forward then composes the ops above), true when done.
-     * x_out[m, K] = rmsnorm(h) * norm_w, then ys[j] = x_out ws[j]^T for j < n_w <= 3. */
+     * x_out[m, K] = rmsnorm(h + delta) * norm_w, then ys[j] = x_out ws[j]^T for j < n_w <= 3;
+     * delta (or NULL) is the residual stream's pending output, added as the add op would, h is
+     * left as it is (the next linear_residual takes the same delta). */
     bool (*norm_linear_multi)(struct backend *be, int n_w, const struct weight *const *ws, const float *h,
-                              const float *norm_w, float eps, int m, float *x_out, float *const *ys);
-    /* h[m, w->rows] += x w^T (+ bias): the output projection with the residual add. */
-    bool (*linear_residual)(struct backend *be, const struct weight *w, const float *x, int m, float *h);
+                              const float *delta, const float *norm_w, float eps, int m, float *x_out,
+                              float *const *ys);
+    /* h[m, w->rows] = (h + delta) + x w^T (+ bias), delta NULL: h += x w^T: the output projection
+     * with the residual add (and the pending delta the norm before it read). */
+    bool (*linear_residual)(struct backend *be, const struct weight *w, const float *x, int m, float *h,
+                            const float *delta);
     /* The routed-MoE half of a layer without shared experts, residual included:
      * x = rmsnorm(h) * norm_w, logits = x router^T, ids/weights = route(logits), h += experts(x).
      * x, logits, ids, weights and work are scratch as for the separate ops. */

@@ -344,6 +344,29 @@ static bool forward_ffn_norm_routed(struct forward *f, int l, int n, bool *pendi
     return true;
 }
 
+/* The norm before a MoE layer's FFN inside its router GEMV (norm_linear_multi: every block
+ * normalises h itself, one leaves x for the experts), then the routing and the experts; false
+ * (nothing run) where the backend does not take it or an output is still pending (h would have
+ * to be written while the GEMV's blocks read it). */
+static bool forward_ffn_router_normed(struct forward *f, int l, int n, bool pending)
+{
+    const struct model_desc *d = f->d;
+    const struct layer_weights *lw = &f->w->layers[l];
+    struct backend *be = f->be;
+    if (pending || d->layers[l].ffn == FFN_DENSE || !be->ops->norm_linear_multi)
+        return false;
+    const struct weight *ws[1] = {&lw->router};
+    float *ys[1] = {f->router};
+    if (!be->ops->norm_linear_multi(be, 1, ws, f->h, NULL, lw->ffn_norm, d->norm_eps, n, f->x, ys))
+        return false;
+    struct route_args ra;
+    struct moe_args ma;
+    forward_moe_args(f, l, &ra, &ma);
+    be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
+    forward_ffn(f, l, n, true);
+    return true;
+}
+
 /* Final norm on the wanted rows c0 .. c0+cn of the residual stream h, then lm_head into f->logits. */
 static void forward_logits_chunk(struct forward *f, const struct forward_batch *b, int c0, int cn)
 {
@@ -416,9 +439,11 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     return STATUS_OK;
 }
 
-/* Attention through the backend's decode fusions: the q/k/v projection normalises h itself, the
- * output projection adds into h. False (nothing run) when the backend does not take the shape. */
-static bool forward_attention_fused(struct forward *f, int l, int n)
+/* Attention through the backend's decode fusions: the q/k/v projection normalises h (plus the
+ * pending delta) itself, the output projection adds the pending delta and its own output into h.
+ * That takes both residual-stream kernels of the composed ops (add + norm) off the layer. False
+ * (nothing run) when the backend does not take the shape. */
+static bool forward_attention_fused(struct forward *f, int l, int n, bool *pending)
 {
     const struct model_desc *d = f->d;
     const struct layer_weights *lw = &f->w->layers[l];
@@ -428,7 +453,8 @@ static bool forward_attention_fused(struct forward *f, int l, int n)
         return false;
     const struct weight *ws[3] = {&lw->wq, &lw->wk, &lw->wv};
     float *ys[3] = {f->q, f->k, f->v};
-    if (!be->ops->norm_linear_multi(be, 3, ws, f->h, lw->attn_norm, d->norm_eps, n, f->x, ys))
+    const float *delta = *pending ? f->delta : NULL;
+    if (!be->ops->norm_linear_multi(be, 3, ws, f->h, delta, lw->attn_norm, d->norm_eps, n, f->x, ys))
         return false;
     struct rope_args ra = {.dim = d->rope.dim, .offset = d->rope.offset,
                            .interleaved = d->rope.layout == ROPE_INTERLEAVED,
@@ -437,10 +463,13 @@ static bool forward_attention_fused(struct forward *f, int l, int n)
     struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
                             .max_blocks = f->max_blocks};
     forward_prep_attention(f, l, n, &ra, kv, &ab);
-    if (!be->ops->linear_residual(be, &lw->wo, f->attn, n, f->h)) {
+    if (!be->ops->linear_residual(be, &lw->wo, f->attn, n, f->h, delta)) {
+        if (delta) /* the pending delta joins h before the projection overwrites it */
+            be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
         be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
         be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
     }
+    *pending = false;
     return true;
 }
 
@@ -513,7 +542,7 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
         const struct layer_weights *lw = &f->w->layers[l];
         if (!pending && forward_decode_layer(f, l, n))
             continue;
-        if (pending || !forward_attention_fused(f, l, n)) {
+        if (!forward_attention_fused(f, l, n, &pending)) {
             forward_norm(f, lw->attn_norm, n, &pending);
             if (d->layers[l].attn == ATTN_MLA)
                 forward_mla_attention(f, n, l);
@@ -522,7 +551,7 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
             pending = true;
         }
         if (pending || !forward_ffn_fused(f, l, n)) {
-            if (!forward_ffn_norm_routed(f, l, n, &pending)) {
+            if (!forward_ffn_norm_routed(f, l, n, &pending) && !forward_ffn_router_normed(f, l, n, pending)) {
                 forward_norm(f, lw->ffn_norm, n, &pending);
                 forward_ffn(f, l, n, false);
             }

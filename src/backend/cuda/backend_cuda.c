@@ -431,8 +431,9 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
         CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, ws[0]->cols, x, ys, fz, c->sm_count, c->pdl));
         return true;
     }
-    if (c->use_stream && cuda_stream_dense_supported(ws[0]->format, n_w, wd, N, ws[0]->cols, x, c->sm_count,
-                                                 c->stream_smem_dense)) {
+    if (c->use_stream && !fz->pending &&
+        cuda_stream_dense_supported(ws[0]->format, n_w, wd, N, ws[0]->cols, x, c->sm_count,
+                                    c->stream_smem_dense)) {
         CHECK(c, cuda_stream_dense(c->stream, ws[0]->format, n_w, wd, N, ws[0]->cols, x, ys, fz, c->sm_count,
                                    c->stream_smem_dense, c->pdl));
         return true;
@@ -454,15 +455,18 @@ static void cu_linear_multi(struct backend *be, int n_w, const struct weight *co
 }
 
 static bool cu_norm_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *h,
-                                 const float *norm_w, float eps, int m, float *x_out, float *const *ys)
+                                 const float *delta, const float *norm_w, float eps, int m, float *x_out,
+                                 float *const *ys)
 {
-    struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x_out};
-    return norm_w && ctx(be)->fuse_attn && gemv_fused(ctx(be), n_w, ws, h, m, ys, &fz);
+    struct cuda_gemv_fuse fz = {.norm_w = norm_w, .eps = eps, .x_out = x_out, .pending = delta};
+    return norm_w && ctx(be)->fuse_attn && (!delta || aligned16(delta)) &&
+           gemv_fused(ctx(be), n_w, ws, h, m, ys, &fz);
 }
 
-static bool cu_linear_residual(struct backend *be, const struct weight *w, const float *x, int m, float *h)
+static bool cu_linear_residual(struct backend *be, const struct weight *w, const float *x, int m, float *h,
+                               const float *delta)
 {
-    struct cuda_gemv_fuse fz = {.residual = 1};
+    struct cuda_gemv_fuse fz = {.residual = 1, .pending = delta};
     return ctx(be)->fuse_attn && gemv_fused(ctx(be), 1, &w, x, m, &h, &fz);
 }
 
@@ -1477,16 +1481,22 @@ static void configure_from_plan(struct cuda_backend *c)
     c->use_stream_moe = st && (strcmp(st, "1") == 0 || strcmp(st, "moe") == 0);
     stream_budgets(c);
     const char *pdl = getenv("MOESERVE_PDL");
-    bool any_stream = c->use_stream || c->use_stream_moe;
     /* on unless MOESERVE_PDL=0; =gemv: only the GEMVs */
     bool pdl_on = !(pdl && (strcmp(pdl, "0") == 0 || strcmp(pdl, "gemv") == 0));
     c->pdl = c->plan.caps.pdl && pdl_on;
     c->pdl_gemv = c->plan.caps.pdl && (pdl_on || strcmp(pdl, "gemv") == 0);
     /* MOESERVE_FUSE=attn,moe: measured equal on the H200 in session 7 with the tensor-core GEMVs
      * (which take the fused norm since then): batch 1 408.0 (attn,moe) and 413.2 (moe) against
-     * 408.9 / 413.5 without, in one call; so off. */
+     * 408.9 / 413.5 without, in one call. Back then the forward took the attention fusions only
+     * after a fused MoE (no pending delta). Since session 8 "attn" also takes the pending delta:
+     * the q/k/v GEMV normalises h + delta itself, the output projection adds delta and its own
+     * output into h, and the router GEMV normalises h: two add+norm kernels less a layer. Still
+     * equal (session 8, batch 1: 416.1 / 416.3 against 415.8 / 417.2 without, in one call): the
+     * kernel trace shows each GEMV's norm staging taking what the norm kernel took (the loads of
+     * h queue behind the block's weight loads), so off unless asked for (or with the stream
+     * kernels, whose fusions they are). */
     const char *fuse = getenv("MOESERVE_FUSE");
-    c->fuse_attn = fuse ? strstr(fuse, "attn") != NULL : any_stream;
+    c->fuse_attn = fuse ? strstr(fuse, "attn") != NULL : c->use_stream || c->use_stream_moe;
     c->fuse_moe = fuse ? strstr(fuse, "moe") != NULL : c->use_stream_moe;
     const char *gr = getenv("MOESERVE_GEMV_ROWS");
     c->gemv_rows = gr ? atoi(gr) : 0;

@@ -136,6 +136,12 @@ __device__ __forceinline__ void w_load8(const cuda_wdev &w, int64_t n, int64_t k
 }
 
 /* 1 / sqrt(ss / dim + eps) rounded as the CPU's RMSNorm does (ss: the row's sum of squares). */
+/* a + b element by element, rounded as the CPU's float adds */
+__device__ __forceinline__ float4 f4_add_rn(float4 a, float4 b)
+{
+    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+}
+
 __device__ __forceinline__ float dev_rms_inv(double ss, int dim, float eps)
 {
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));

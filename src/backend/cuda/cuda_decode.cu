@@ -118,6 +118,7 @@ struct gemv1_params {
     float eps;
     float *x_out;        /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
     int residual;        /* y[n] += result instead of y[n] = result (the residual add fused) */
+    const float *pending; /* or NULL: see cuda_gemv_fuse */
 };
 
 /* R rows per row group, KS warps per row group (each a slice of K, summed in a fixed order
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
     pdl_wait();
     KT_MARK(2);
     if (p.norm_w)
-        stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out);
+        stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out, p.pending);
     else
         stage_x<FMT>(xs, p.x, p.K);
     __syncthreads();
@@ -187,7 +188,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
             if (lane == r)
                 v = acc[r];
         v = finish<FMT>(w, v) + (w.bias ? w.bias[n0 + lane] : 0.0f);
-        jb.y[n0 + lane] = p.residual ? __fadd_rn(jb.y[n0 + lane], v) : v;
+        float *dst = jb.y + n0 + lane;
+        if (p.residual)
+            v = __fadd_rn(p.pending ? __fadd_rn(*dst, p.pending[n0 + lane]) : *dst, v);
+        *dst = v;
     }
     KT_END(decode, 0);
 }
@@ -482,6 +486,9 @@ extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, i
         p.eps = fuse->eps;
         p.x_out = fuse->x_out;
         p.residual = fuse->residual;
+        p.pending = fuse->pending;
+        if ((p.pending && !p.norm_w && !p.residual) || (p.pending && p.norm_w && (uintptr_t)p.pending % 16))
+            return cudaErrorInvalidValue;
     }
     int64_t rows = 0;
     for (int j = 0; j < n_w; j++) {

@@ -267,6 +267,7 @@ struct gemv_mma_params {
     float eps;
     float *x_out; /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
     int residual;
+    const float *pending; /* or NULL: see cuda_gemv_fuse */
 };
 
 __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_constant__ gemv_mma_params p)
@@ -291,7 +292,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     pdl_wait();
     KT_MARK(2);
     if (p.norm_w) /* the RMSNorm before q/k/v fused: every block normalises the row itself */
-        xfrag_stage_norm(xf, p.x, p.norm_w, p.eps, (int)p.K, p.x_out);
+        xfrag_stage_norm(xf, p.x, p.norm_w, p.eps, (int)p.K, p.x_out, p.pending);
     else
         xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
     __syncthreads();
@@ -311,7 +312,9 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
         v += part[warp + k][lane];
     v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + lane] : 0.0f);
     float *dst = p.y[j] + n0 + lane;
-    *dst = p.residual ? __fadd_rn(*dst, v) : v;
+    if (p.residual)
+        v = __fadd_rn(p.pending ? __fadd_rn(*dst, p.pending[n0 + lane]) : *dst, v);
+    *dst = v;
     if (warp == 0)
         KT_END(decode_mma, 2);
 }
@@ -347,6 +350,9 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
         p.eps = fz->eps;
         p.x_out = fz->x_out;
         p.residual = fz->residual;
+        p.pending = fz->pending;
+        if ((p.pending && !p.norm_w && !p.residual) || (p.pending && p.norm_w && (uintptr_t)p.pending % 8))
+            return cudaErrorInvalidValue;
     }
     int64_t tiles = 0;
     for (int j = 0; j < n_w; j++) {

@@ -76,7 +76,7 @@ __device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, in
  * synchronises before the fragments are read. */
 enum { XN_MAX_IT = 4 };
 __device__ __forceinline__ void xfrag_stage_norm(uint2 *xf, const float *h, const float *nw, float eps, int K,
-                                                 float *x_out)
+                                                 float *x_out, const float *pend = nullptr)
 {
     float2 a[XN_MAX_IT], b[XN_MAX_IT];
     double ss = 0;
@@ -85,6 +85,12 @@ __device__ __forceinline__ void xfrag_stage_norm(uint2 *xf, const float *h, cons
         const int it = threadIdx.x + i * MD_THREADS;
         if (it < K / 4) {
             xfrag_load(h, it, a[i], b[i]);
+            if (pend) { /* h + the pending delta, as the composed add */
+                float2 pa, pb;
+                xfrag_load(pend, it, pa, pb);
+                a[i] = make_float2(__fadd_rn(a[i].x, pa.x), __fadd_rn(a[i].y, pa.y));
+                b[i] = make_float2(__fadd_rn(b[i].x, pb.x), __fadd_rn(b[i].y, pb.y));
+            }
             ss += (double)a[i].x * a[i].x + (double)a[i].y * a[i].y + (double)b[i].x * b[i].x +
                   (double)b[i].y * b[i].y;
         }

@@ -438,7 +438,7 @@ bool dense_params(st_params &p, enum weight_format fmt, int n_w, const cuda_wdev
     p.T = (int)T;
     p.x = x;
     if (fuse) {
-        if (fuse->norm_w && ((uintptr_t)fuse->norm_w | (uintptr_t)fuse->x_out) % 16)
+        if ((fuse->norm_w && ((uintptr_t)fuse->norm_w | (uintptr_t)fuse->x_out) % 16) || fuse->pending)
             return false;
         p.norm_w = fuse->norm_w;
         p.eps = fuse->eps;

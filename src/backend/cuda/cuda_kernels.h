@@ -303,6 +303,11 @@ struct cuda_gemv_fuse {
     float eps;
     float *x_out;        /* with norm_w, not NULL: x' is also written here (K floats) */
     int residual;        /* y += x W^T instead of y = x W^T (the residual add) */
+    /* not NULL: the residual row's pending output (a layer half's delta, K floats with norm_w, N
+     * with residual): with norm_w the GEMV reads rmsnorm(x + pending) * norm_w (x is not written:
+     * every block reads it), with residual y = (y + pending) + x W^T. The rounding is the
+     * composed ops' (add, then norm or add). Not for the stream kernels. */
+    const float *pending;
     int rows_per_warp;   /* 2 or 4 for weights of >= 2048 rows (a tuning knob); 0: by shape */
 };
 /* y[j][:N[j]] = x[:K] W_j^T (+ bias) for j < n_w <= 3, every W_j in format fmt: one launch.
