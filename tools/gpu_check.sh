@@ -9,7 +9,7 @@
 #    MOESERVE_PDL=1, MOESERVE_FUSE=attn (the pending delta through the fused GEMVs),
 #    MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the session-6
 #    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_LAYER_KERNEL=1,
-#    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1
+#    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1 and =cluster
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
@@ -81,6 +81,8 @@ step "golden, MOESERVE_ROUTER_ROUTE=cluster" golden_router_cluster.log \
 # attn_prep folded into the decode attention (cuda_attn_decode.cu, off until measured)
 step "golden, MOESERVE_PREP_ATTN=1" golden_prep_attn.log \
     env MOESERVE_PREP_ATTN=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+step "golden, MOESERVE_PREP_ATTN=cluster" golden_prep_attn_cluster.log \
+    env MOESERVE_PREP_ATTN=cluster ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"

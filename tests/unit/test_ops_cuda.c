@@ -1107,6 +1107,9 @@ static void test_prep_attention(void **state)
         float *q = rand_floats(qn, 2.0f, &rng), *k = rand_floats(kn, 2.0f, &rng), *v = rand_floats(kn, 1.0f, &rng);
         float *qw = rand_floats((size_t)hd, 1.0f, &rng), *kw = rand_floats((size_t)hd, 1.0f, &rng);
         float *kc = rand_floats(cache, 1.0f, &rng), *vc = rand_floats(cache, 1.0f, &rng);
+        float *kc0 = malloc(cache * 4), *vc0 = malloc(cache * 4); /* the cache before the step */
+        memcpy(kc0, kc, cache * 4);
+        memcpy(vc0, vc, cache * 4);
         float inv_freq[64];
         for (int i = 0; i < cs[c].dim / 2; i++)
             inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)cs[c].dim);
@@ -1140,30 +1143,44 @@ static void test_prep_attention(void **state)
         const float *nq = cs[c].norm ? dqw : NULL, *nk = cs[c].norm ? dkw : NULL;
         assert_false(p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 1, nh, nq, nk, eps, &da, dpos, &dkv, dslot, &db,
                                                 scale, dout)); /* off by default */
-        backend_cuda_set_prep_attention(&p->gpu, true);
-        backend_cuda_set_attention_splits(&p->gpu, cs[c].splits);
-        if (!p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 1, nh, nq, nk, eps, &da, dpos, &dkv, dslot, &db, scale,
-                                        dout))
-            fail_msg("prep_attention case %zu: declined", c);
-        gpu_ok(&p->gpu);
-        float *got = fetch(&p->gpu, dout, qn), *gk = fetch(&p->gpu, dkv.k, cache), *gv = fetch(&p->gpu, dkv.v, cache);
-        char what[96];
-        snprintf(what, sizeof what, "prep_attention case %zu out", c);
-        double e = check_close(what, got, want, qn, TOL_F32);
-        snprintf(what, sizeof what, "prep_attention case %zu k cache", c);
-        double ek = check_close(what, gk, kc, cache, TOL_F32);
-        snprintf(what, sizeof what, "prep_attention case %zu v cache", c);
-        check_close(what, gv, vc, cache, 0.0);
-        print_message("    prep_attention nh %d kv %d hd %d keys %d splits %d: out rel err %.2e, k cache %.2e\n", nh,
-                      nkv, hd, len, cs[c].splits, e, ek);
-        /* two tokens: left to attn_prep + attention */
-        struct attn_batch two = db;
-        two.n_tokens = 2;
-        assert_false(p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 2, nh, nq, nk, eps, &da, dpos, &dkv, dslot, &two,
-                                                scale, dout));
-        backend_cuda_set_prep_attention(&p->gpu, false);
-        backend_cuda_set_attention_splits(&p->gpu, 0);
-        free(got), free(gk), free(gv), free(want), free(q), free(k), free(v), free(qw), free(kw), free(kc), free(vc);
+        /* every case twice: each block prepping the whole group, then the cluster form (where the
+         * device has clusters and the split count allows; the other form otherwise) over a fresh
+         * copy of the cache */
+        for (int form = 0; form < 2; form++) {
+            if (form == 1) {
+                p->gpu.ops->upload(&p->gpu, dkv.k, kc0, cache * 4);
+                p->gpu.ops->upload(&p->gpu, dkv.v, vc0, cache * 4);
+            }
+            backend_cuda_set_prep_attention(&p->gpu, true);
+            backend_cuda_set_prep_attention_cluster(&p->gpu, form == 1);
+            backend_cuda_set_attention_splits(&p->gpu, cs[c].splits);
+            if (!p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 1, nh, nq, nk, eps, &da, dpos, &dkv, dslot,
+                                            &db, scale, dout))
+                fail_msg("prep_attention case %zu: declined", c);
+            gpu_ok(&p->gpu);
+            float *got = fetch(&p->gpu, dout, qn), *gk = fetch(&p->gpu, dkv.k, cache),
+                  *gv = fetch(&p->gpu, dkv.v, cache);
+            char what[96];
+            snprintf(what, sizeof what, "prep_attention case %zu out", c);
+            double e = check_close(what, got, want, qn, TOL_F32);
+            snprintf(what, sizeof what, "prep_attention case %zu k cache", c);
+            double ek = check_close(what, gk, kc, cache, TOL_F32);
+            snprintf(what, sizeof what, "prep_attention case %zu v cache", c);
+            check_close(what, gv, vc, cache, 0.0);
+            print_message(
+                "    prep_attention%s nh %d kv %d hd %d keys %d splits %d: out rel err %.2e, k cache %.2e\n",
+                form ? " (cluster)" : "", nh, nkv, hd, len, cs[c].splits, e, ek);
+            /* two tokens: left to attn_prep + attention */
+            struct attn_batch two = db;
+            two.n_tokens = 2;
+            assert_false(p->gpu.ops->prep_attention(&p->gpu, dq, dk, dv, 2, nh, nq, nk, eps, &da, dpos, &dkv,
+                                                    dslot, &two, scale, dout));
+            backend_cuda_set_prep_attention(&p->gpu, false);
+            backend_cuda_set_prep_attention_cluster(&p->gpu, false);
+            backend_cuda_set_attention_splits(&p->gpu, 0);
+            free(got), free(gk), free(gv);
+        }
+        free(want), free(q), free(k), free(v), free(qw), free(kw), free(kc), free(vc), free(kc0), free(vc0);
         free(table);
         void *ptrs[] = {dq, dk, dv, dqw, dkw, dinv, dpos, dseq, dslot, dtable, dkv.k, dkv.v, dout};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)

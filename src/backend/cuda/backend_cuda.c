@@ -98,6 +98,7 @@ struct cuda_backend {
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
     bool router_cluster;   /* ... in its thread-block-cluster form (caps "clusters") */
     bool prep_attention;   /* one decode token: attn_prep folded into the decode attention */
+    bool prep_cluster;     /* ... its heads shared out over a thread block cluster of splits */
     bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
     bool l2_pf_experts;  /* routing asks L2 for the chosen experts' weights (caps "tma") */
     int l2_pf_blocks;    /* ... spread over this many extra blocks */
@@ -643,14 +644,25 @@ static bool cu_prep_attention(struct backend *be, const float *q, const float *k
     const int hd = kv->head_dim, group = n_heads / kv->n_kv_heads;
     int splits = c->force_splits > 0 ? c->force_splits : ceil_div(2 * (int64_t)c->sm_count, kv->n_kv_heads);
     splits = splits > 64 ? 64 : splits < 2 ? 2 : splits;
-    if (!cuda_attn_decode_prep_supported(group, hd, splits, rope, c->smem_budget))
+    /* the cluster form as cu_attention takes clusters: one cluster per KV head must fit the SMs,
+     * the automatic split count rounded up to a multiple of the cluster */
+    int cluster = 1;
+    bool push = false;
+    if (c->prep_cluster && c->attn_cluster && (int64_t)kv->n_kv_heads * CUDA_ATTN_CLUSTER <= c->sm_count) {
+        int sc = c->force_splits > 0 ? splits : ceil_div(splits, CUDA_ATTN_CLUSTER) * CUDA_ATTN_CLUSTER;
+        push =
+            c->attn_push && cuda_attn_decode_prep_cluster_supported(group, hd, sc, rope, 1, c->smem_budget);
+        if (sc <= 64 && cuda_attn_decode_prep_cluster_supported(group, hd, sc, rope, push, c->smem_budget))
+            splits = sc, cluster = CUDA_ATTN_CLUSTER;
+    }
+    if (cluster == 1 && !cuda_attn_decode_prep_supported(group, hd, splits, rope, c->smem_budget))
         return false;
     float *work = scratch_get(c, cuda_attention_workspace_floats(1, n_heads, hd, splits) * sizeof(float));
     int *sem = sem_get(c, (size_t)kv->n_kv_heads);
     if (!work || !sem)
         return false;
-    CHECK(c, cuda_attn_decode_prep(c->stream, q, k, v, kv, b, n_heads, scale, out, splits, work, sem, q_norm, k_norm,
-                                   eps, rope, slots, c->pdl));
+    CHECK(c, cuda_attn_decode_prep(c->stream, q, k, v, kv, b, n_heads, scale, out, splits, work, sem, q_norm,
+                                   k_norm, eps, rope, slots, c->pdl, cluster, push));
     return true;
 }
 
@@ -1389,7 +1401,10 @@ static void configure_from_plan(struct cuda_backend *c)
      * and clusters): 329.8 vs 362.9-365.6 tok/s at batch 1: each (KV head, split) block norms
      * and ropes its group's 9 heads itself, serially, after the wait. */
     const char *pa = getenv("MOESERVE_PREP_ATTN");
-    c->prep_attention = pa && strcmp(pa, "1") == 0;
+    c->prep_attention = pa && (strcmp(pa, "1") == 0 || strcmp(pa, "cluster") == 0);
+    /* =cluster: where the attention runs in clusters, the cluster's blocks share the heads' norm
+     * and RoPE (cuda_attn_decode_prep_cluster_kernel) */
+    c->prep_cluster = pa && strcmp(pa, "cluster") == 0;
     const char *rr = getenv("MOESERVE_ROUTER_ROUTE");
     /* =cluster: its thread-block-cluster form (caps "clusters", <= 128 experts; written after
      * session 7's device time: not measured yet) */
@@ -1710,6 +1725,11 @@ void backend_cuda_set_fuse_moe(struct backend *be, bool on)
 void backend_cuda_set_prep_attention(struct backend *be, bool on)
 {
     ctx(be)->prep_attention = on;
+}
+
+void backend_cuda_set_prep_attention_cluster(struct backend *be, bool on)
+{
+    ctx(be)->prep_cluster = on;
 }
 
 void backend_cuda_set_stream(struct backend *be, bool on, size_t smem)

@@ -73,5 +73,7 @@ void backend_cuda_set_router_route_cluster(struct backend *be, bool on);
 void backend_cuda_set_fuse_moe(struct backend *be, bool on);
 /* Tests: attn_prep folded into the decode attention at one token (MOESERVE_PREP_ATTN=1). */
 void backend_cuda_set_prep_attention(struct backend *be, bool on);
+/* With prep_attention: its cluster form where the attention takes clusters (caps "clusters"). */
+void backend_cuda_set_prep_attention_cluster(struct backend *be, bool on);
 
 #endif

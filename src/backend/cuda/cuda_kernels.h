@@ -137,10 +137,17 @@ int cuda_attn_decode_prep_supported(int group, int head_dim, int n_splits, const
  * split decode attention in one kernel. q, k, v: the raw projections (read, not written); work
  * and sem as cuda_attn_decode; rope a host struct (inv_freq a device pointer). */
 cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const float *k, const float *v,
-                                  const struct paged_kv *kv, const struct attn_batch *b, int n_heads, float scale,
-                                  float *out, int n_splits, float *work, int *sem, const float *q_norm,
-                                  const float *k_norm, float eps, const struct rope_args *rope, const int32_t *slots,
-                                  int pdl);
+                                  const struct paged_kv *kv, const struct attn_batch *b, int n_heads,
+                                  float scale, float *out, int n_splits, float *work, int *sem,
+                                  const float *q_norm, const float *k_norm, float eps,
+                                  const struct rope_args *rope, const int32_t *slots, int pdl, int cluster,
+                                  int push);
+/* Whether cuda_attn_decode_prep takes this shape with cluster = CUDA_ATTN_CLUSTER (caps
+ * "clusters"): the cluster's blocks share the norm and RoPE of the group's heads (n_splits a
+ * multiple of the cluster, at most 8 query heads a KV head), their shared memory (with push:
+ * the push merge's too) within smem_budget. */
+int cuda_attn_decode_prep_cluster_supported(int group, int head_dim, int n_splits,
+                                            const struct rope_args *rope, int push, size_t smem_budget);
 /* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
  * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. prewait:
  * with pdl, each block reads the batch metadata and its first round of old keys and values
