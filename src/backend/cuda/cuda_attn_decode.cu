@@ -35,7 +35,7 @@
 #include "backend/cuda/cuda_attn_prep.cuh"
 #include "backend/cuda/cuda_ktrace.cuh"
 
-KT_MODULE(attn_decode, "attn_decode_split0", "attn_decode_merger")
+KT_MODULE(attn_decode, "attn_decode_split0", "attn_decode_merger", "attn_prep_cluster_split0")
 
 static_assert((int)AD_CLUSTER == (int)CUDA_ATTN_CLUSTER, "cuda_kernels.h states the cluster size");
 
@@ -182,8 +182,10 @@ __global__ void __launch_bounds__(AD_THREADS)
     __shared__ __align__(16) float s_q[NH * 128];
     __shared__ __align__(16) float s_k[128], s_v[128];
     __shared__ __align__(16) float s_n[AD_WARPS][128], s_r[AD_WARPS][128]; /* a head normed, then roped */
+    KT_BEGIN(); /* trace builds, split 0: 1 waited, 2 heads in, 3 all rounds, 4 merged */
     pdl_trigger();
     pdl_wait();
+    KT_MARK(1);
     const int g = blockIdx.y, split = blockIdx.z, rank = split % CL, G = p.group, hd = p.hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int klen = p.pos[0] + 1;
@@ -230,7 +232,8 @@ __global__ void __launch_bounds__(AD_THREADS)
                 *cluster_peer(dst, (unsigned)r) = x;
     }
     cluster_arrive();
-    cluster_wait();                    /* every head is in every block of the cluster */
+    cluster_wait(); /* every head is in every block of the cluster */
+    KT_MARK(2);
     if (split == (klen - 1) / chunk) { /* the cache gets the new key and value, for later steps */
         const size_t at = (size_t)a.slots[0] * (size_t)p.n_kv * hd + (size_t)g * hd;
         for (int i = threadIdx.x; i < hd; i += AD_THREADS) {
@@ -243,7 +246,14 @@ __global__ void __launch_bounds__(AD_THREADS)
     cur.k = s_k;
     cur.v = s_v;
     cur.key = klen - 1;
-    attn_split_block<NH, true, false, CL>(p, 0, g, split, cur);
+    attn_split_block<NH, true, false, CL>(p, 0, g, split, cur, adec_no_wait{}, [&](int i) {
+        if (i == 4)
+            KT_MARK(3);
+        else if (i == 6)
+            KT_MARK(4);
+    });
+    if (split == 0)
+        KT_END(attn_decode, 2);
 }
 
 } // namespace
