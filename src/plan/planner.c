@@ -859,6 +859,12 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
         c->regs = 246;
         c->tm = nh, c->tn = round, c->tk = Dk, c->stages = 1;
         c->smem = (size_t)nh * round * 4 + (size_t)nh * 5 * 4 + (size_t)4 * nh * 32 * 16 + (size_t)64 * nh * 4 + 4;
+        /* with clusters the 7 other splits of a cluster push their partial outputs and (max, sum)
+         * into the leader's dynamic shared memory where the budget holds them (else the leader
+         * pulls them: static only); cuda_attn_decode.cu adec_push_smem */
+        size_t push = x->caps->clusters ? (size_t)7 * (size_t)g * ((size_t)Dk * 4 + 8) : 0;
+        if (push && c->smem + push <= x->p->smem_budget)
+            c->smem += push;
         c->streaming = true; /* every lane's K/V loads of a round are issued at once */
         double base = (double)B * kvh;
         c->split_k = decode_splits(x->caps->sm_count, base, ctx, round);
@@ -910,10 +916,13 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
                 }
         }
     }
-    char note[200];
-    snprintf(note, sizeof note, "%d query heads per kv head, k dim %d, v dim %d; split-K over %d keys%s", g, Dk,
-             Dv, ctx,
-             split_kernel && x->caps->clusters ? "; splits merged 8 at a time in a cluster's shared memory" : "");
+    char note[256];
+    snprintf(note, sizeof note, "%d query heads per kv head, k dim %d, v dim %d; split-K over %d keys%s", g,
+             Dk, Dv, ctx,
+             split_kernel && x->caps->clusters
+                 ? "; splits merged 8 at a time in a cluster's shared memory (pushed "
+                   "to the cluster's first block where the budget holds them)"
+                 : "");
     return plan_choose(x, "attention_decode", WEIGHT_BF16, note, err);
 }
 
