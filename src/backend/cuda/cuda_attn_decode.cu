@@ -83,6 +83,30 @@ struct aprep_params {
     const int32_t *slots; /* [0]: the new key's cache slot */
 };
 
+/* After a block holds the token's prepped heads in shared memory: the split that owns the
+ * newest position writes the new key and value into the cache (the steps after this one read
+ * them there); every split attends with them from shared memory (adec_cur). */
+template <int NH>
+__device__ __forceinline__ adec_cur aprep_finish(const adec_params &p, const aprep_params &a, int g,
+                                                 int split, const float *s_q, const float *s_k,
+                                                 const float *s_v)
+{
+    const int klen = p.pos[0] + 1, hd = p.hd;
+    if (split == (klen - 1) / adec_chunk(klen, p.n_splits, adec_shape<NH>::round)) {
+        const size_t at = (size_t)a.slots[0] * (size_t)p.n_kv * hd + (size_t)g * hd;
+        for (int i = threadIdx.x; i < hd; i += AD_THREADS) {
+            ((float *)p.kc)[at + i] = s_k[i];
+            ((float *)p.vc)[at + i] = s_v[i];
+        }
+    }
+    adec_cur cur;
+    cur.q = s_q;
+    cur.k = s_k;
+    cur.v = s_v;
+    cur.key = klen - 1;
+    return cur;
+}
+
 /* One token's attention with attn_prep folded in (n_tokens == 1, so no other block of the
  * kernel reads the key it writes): every (KV head, split) block norms and ropes its group's query
  * heads and the new key itself (a warp per head, the sum of squares in double as attn_prep), the
@@ -148,21 +172,7 @@ __global__ void __launch_bounds__(AD_THREADS)
         __syncwarp(); /* s_n[warp] is the next head's */
     }
     __syncthreads();
-    const int klen = p.pos[0] + 1;
-    const int owner = (klen - 1) / adec_chunk(klen, p.n_splits, adec_shape<NH>::round);
-    if (split == owner) { /* the cache gets the new key and value, for the steps after this one */
-        const size_t at = (size_t)a.slots[0] * (size_t)p.n_kv * hd + (size_t)g * hd;
-        for (int i = threadIdx.x; i < hd; i += AD_THREADS) {
-            ((float *)p.kc)[at + i] = s_k[i];
-            ((float *)p.vc)[at + i] = s_v[i];
-        }
-    }
-    adec_cur cur;
-    cur.q = s_q;
-    cur.k = s_k;
-    cur.v = s_v;
-    cur.key = klen - 1;
-    attn_split_block<NH, true>(p, 0, g, split, cur);
+    attn_split_block<NH, true>(p, 0, g, split, aprep_finish<NH>(p, a, g, split, s_q, s_k, s_v));
 }
 
 /* attn_decode_prep_kernel's work shared by a thread block cluster of AD_CLUSTER splits (caps
@@ -234,18 +244,7 @@ __global__ void __launch_bounds__(AD_THREADS)
     cluster_arrive();
     cluster_wait(); /* every head is in every block of the cluster */
     KT_MARK(2);
-    if (split == (klen - 1) / chunk) { /* the cache gets the new key and value, for later steps */
-        const size_t at = (size_t)a.slots[0] * (size_t)p.n_kv * hd + (size_t)g * hd;
-        for (int i = threadIdx.x; i < hd; i += AD_THREADS) {
-            ((float *)p.kc)[at + i] = s_k[i];
-            ((float *)p.vc)[at + i] = s_v[i];
-        }
-    }
-    adec_cur cur;
-    cur.q = s_q;
-    cur.k = s_k;
-    cur.v = s_v;
-    cur.key = klen - 1;
+    const adec_cur cur = aprep_finish<NH>(p, a, g, split, s_q, s_k, s_v);
     attn_split_block<NH, true, false, CL>(p, 0, g, split, cur, adec_no_wait{}, [&](int i) {
         if (i == 4)
             KT_MARK(3);
