@@ -1105,9 +1105,14 @@ static enum status plan_moe(struct plan_ctx *x, struct err *err)
     for (int i = 0; i < 3; i++)
         simple(x, rk, TOK[i], s->n_experts, s->n_experts_used, 32 * TOK[i], (size_t)TOK[i] * s->n_experts * 4,
                T * E * 8, T * E * 4 + T * k * 8, ceil_div(T, TOK[i]));
-    if ((st = plan_choose(x, "moe_route", WEIGHT_BF16,
-                          "one warp per token (<= 256 tokens and experts: a block per token that "
-                          "counts each expert's rank); router logits come from a bf16 GEMM", err)))
+    /* cuda_moe_route.cu; with clusters cuda_router_route.cu's cluster form from 2 tokens */
+    const char *route_note = x->caps->clusters
+                                 ? "a block per token counting ranks, logits from a bf16 GEMM; 2-8 "
+                                   "decode tokens: norm + router + routing in one cluster per token"
+                                 : "one warp per token (<= 256 tokens and experts: a block per token "
+                                   "that counts each expert's rank); router logits come from a bf16 "
+                                   "GEMM";
+    if ((st = plan_choose(x, "moe_route", WEIGHT_BF16, route_note, err)))
         return st;
 
     /* The GEMM decides the padding, so it is planned first and moe_align slotted before it. */

@@ -97,6 +97,7 @@ struct cuda_backend {
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
     bool router_cluster;   /* ... in its thread-block-cluster form (caps "clusters") */
+    int router_min_tokens; /* ... from this many tokens of a pass */
     bool prep_attention;   /* one decode token: attn_prep folded into the decode attention */
     bool prep_cluster;     /* ... its heads shared out over a thread block cluster of splits */
     bool decode_fp8;       /* ... or on e4m3 tensor cores (cuda_decode_fp8.cu, never run: opt-in) */
@@ -763,7 +764,8 @@ static bool cu_router_route(struct backend *be, const struct weight *router, con
 {
     struct cuda_backend *c = ctx(be);
     struct cuda_expert_prefetch pf;
-    if (!c->router_route || n_tokens > c->moe_decode_max_tokens || expert_prefetch_from(c, args->experts, &pf) ||
+    if (!c->router_route || n_tokens > c->moe_decode_max_tokens || n_tokens < c->router_min_tokens ||
+        expert_prefetch_from(c, args->experts, &pf) ||
         !cuda_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(x))
         return false;
     int *sem = sem_get(c, 1);
@@ -784,7 +786,7 @@ static bool cu_norm_router_route(struct backend *be, float *h, const float *delt
     struct cuda_backend *c = ctx(be);
     struct cuda_expert_prefetch pf;
     if (!c->router_route || !c->router_cluster || n_tokens > c->moe_decode_max_tokens ||
-        expert_prefetch_from(c, args->experts, &pf) ||
+        n_tokens < c->router_min_tokens || expert_prefetch_from(c, args->experts, &pf) ||
         !cuda_norm_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(h) ||
         !aligned16(delta) || !aligned16(norm_w) || !aligned16(x))
         return false;
@@ -1406,10 +1408,16 @@ static void configure_from_plan(struct cuda_backend *c)
      * and RoPE (cuda_attn_decode_prep_cluster_kernel) */
     c->prep_cluster = pa && strcmp(pa, "cluster") == 0;
     const char *rr = getenv("MOESERVE_ROUTER_ROUTE");
-    /* =cluster: its thread-block-cluster form (caps "clusters", <= 128 experts; written after
-     * session 7's device time: not measured yet) */
-    c->router_route = rr && (strcmp(rr, "1") == 0 || strcmp(rr, "cluster") == 0);
-    c->router_cluster = c->plan.caps.clusters && rr && strcmp(rr, "cluster") == 0;
+    /* Its thread-block-cluster form (caps "clusters", <= 128 experts), with the add + RMSNorm
+     * before the router in the same kernel: on the H200 (session 8) slower at batch 1 (386.5 /
+     * 393.8 vs 408.3 / 412.9 tok/s: it cannot start before the output projection's blocks leave)
+     * and faster at batch 8 (747.2 / 742.6 vs 731.6 / 731.0): by default where the device has
+     * clusters, from 2 tokens (router_min_tokens). =cluster: from one token; =1: the one-kernel
+     * form without clusters (last block routes); =0: never. */
+    const bool rr_auto = !rr || !*rr;
+    c->router_route = rr_auto ? c->plan.caps.clusters : strcmp(rr, "1") == 0 || strcmp(rr, "cluster") == 0;
+    c->router_cluster = c->plan.caps.clusters && (rr_auto || strcmp(rr, "cluster") == 0);
+    c->router_min_tokens = rr_auto ? 2 : 1;
     /* MOESERVE_MOE_MMA_KS=1|2: warps that split K of one gate/up row tile (2 measured slower on
      * the H200, session 6: 341.1 / 352.6 tok/s at unroll 8 / 4 against 358.4) */
     const char *mks = getenv("MOESERVE_MOE_MMA_KS");
@@ -1715,6 +1723,7 @@ void backend_cuda_set_router_route_cluster(struct backend *be, bool on)
 void backend_cuda_set_router_route(struct backend *be, bool on)
 {
     ctx(be)->router_route = on;
+    ctx(be)->router_min_tokens = 1;
 }
 
 void backend_cuda_set_fuse_moe(struct backend *be, bool on)

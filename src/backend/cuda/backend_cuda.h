@@ -63,8 +63,9 @@ void backend_cuda_set_attn_push(struct backend *be, bool on);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say
  * fp8_mma (MOESERVE_DECODE_FP8=1 does the same). */
 void backend_cuda_set_decode_fp8(struct backend *be, bool on);
-/* Tests: the router GEMV + routing in one kernel at few tokens (cuda_router_route.cu; off by
- * default, MOESERVE_ROUTER_ROUTE=1 does the same). */
+/* Tests: the router GEMV + routing in one kernel at few tokens from one token on
+ * (cuda_router_route.cu; by default only its cluster form from 2 tokens, where the device has
+ * clusters; MOESERVE_ROUTER_ROUTE=1 does the same as on). */
 void backend_cuda_set_router_route(struct backend *be, bool on);
 /* Tests: router_route in its thread-block-cluster form (where caps has clusters; else no-op). */
 void backend_cuda_set_router_route_cluster(struct backend *be, bool on);
