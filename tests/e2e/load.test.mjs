@@ -109,9 +109,12 @@ test('256 concurrent streams, a third dropped at random points', async () => {
   console.log(`RSS after rounds 1, 2, 3: ${mib(m1.process_resident_memory_bytes)}, ${mib(m2.process_resident_memory_bytes)}, `
     + `${mib(m3.process_resident_memory_bytes)} MiB; preemptions ${m3.moeserve_preemptions_total}; `
     + `cancelled ${m3['moeserve_generations_total{reason="cancelled"}']}`);
-  // flat: the later rounds do not keep growing (allocator noise aside)
-  assert.ok(m3.process_resident_memory_bytes - m2.process_resident_memory_bytes < 16 * 1048576,
-    `RSS grew from ${mib(m2.process_resident_memory_bytes)} to ${mib(m3.process_resident_memory_bytes)} MiB`);
+  // flat: the last round does not pass the earlier rounds' high mark (a leak grows round after
+  // round; glibc's arenas move RSS up and down by ~30 MiB between rounds: 237.6, 207.5, 237.7
+  // MiB in one CI run, which a round-2-to-3 comparison took for growth)
+  const before = Math.max(m1.process_resident_memory_bytes, m2.process_resident_memory_bytes);
+  assert.ok(m3.process_resident_memory_bytes - before < 16 * 1048576,
+    `RSS grew from ${mib(before)} (the higher of rounds 1 and 2) to ${mib(m3.process_resident_memory_bytes)} MiB`);
   assert.ok(m3['moeserve_generations_total{reason="cancelled"}'] > 0);
   const health = await fetch(`${srv.url}/health`);
   assert.equal(health.status, 200);

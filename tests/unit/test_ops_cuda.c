@@ -982,9 +982,9 @@ static void test_linear_multi(void **state)
     uint64_t rng = 21;
     enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
     int64_t K = 512, N[3] = {256, 64, 72};
-    int ms[] = {1, 2};
+    int ms[] = {1, 2, 5, 8}; /* NVFP4 up to 8 rows: the tokens share cuda_gemv_mma's mma */
     for (size_t f = 0; f < 5; f++)
-        for (size_t mi = 0; mi < 2; mi++) {
+        for (size_t mi = 0; mi < 4; mi++) {
             int m = ms[mi];
             struct test_weight t[3];
             const struct weight *hw[3], *dw[3];
@@ -1367,22 +1367,34 @@ int main(void)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embed),        cmocka_unit_test(test_rmsnorm),
-        cmocka_unit_test(test_add_rmsnorm),  cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_silu_mul_add), cmocka_unit_test(test_kv_store),
-        cmocka_unit_test(test_attention),    cmocka_unit_test(test_moe_route), cmocka_unit_test(test_router_route),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_add_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_silu_mul_add),
+        cmocka_unit_test(test_kv_store),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_router_route),
         cmocka_unit_test(test_norm_router_route),
-        cmocka_unit_test(test_linear),       cmocka_unit_test(test_moe_experts),
-        cmocka_unit_test(test_linear_multi), cmocka_unit_test(test_attn_prep),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_moe_experts),
+        cmocka_unit_test(test_linear_multi),
+        cmocka_unit_test(test_attn_prep),
         cmocka_unit_test(test_prep_attention),
-        cmocka_unit_test(test_argmax),       cmocka_unit_test(test_sample),
-        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_mla_store),
-        cmocka_unit_test(test_mla_absorb_expand), cmocka_unit_test(test_mla_attention),
-        cmocka_unit_test(test_dsa_select),   cmocka_unit_test(test_mla_unstaged),
+        cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_mla_store),
+        cmocka_unit_test(test_mla_absorb_expand),
+        cmocka_unit_test(test_mla_attention),
+        cmocka_unit_test(test_dsa_select),
+        cmocka_unit_test(test_mla_unstaged),
         cmocka_unit_test(test_wgmma_gemm),
         cmocka_unit_test(test_attention_mma),
         cmocka_unit_test(test_stream_decode),
         cmocka_unit_test(test_decode_mma_dense),
+        cmocka_unit_test(test_gemv_mma_tokens),
         cmocka_unit_test(test_moe_block_mma_routed),
         cmocka_unit_test(test_moe_experts_fp8),
     };

@@ -88,6 +88,7 @@ struct cuda_backend {
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (cuda_gemv_mma) */
+    int gemv_mma_tokens;   /* ... and the NVFP4 linears of up to this many rows (2..8) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
     bool attn_push;        /* ... the splits pushing their partials to the leader (else pulled) */
@@ -359,7 +360,7 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
     int N = (int)w->rows, K = (int)w->cols;
     const float one = 1.0f, zero = 0.0f;
     struct cuda_gemv_fuse none = {0};
-    if (m == 1 && (c->use_stream || c->decode_mma_dense) && gemv_fused(c, 1, &w, x, m, &y, &none))
+    if (m >= 1 && (c->use_stream || c->decode_mma_dense) && gemv_fused(c, 1, &w, x, m, &y, &none))
         return;
     if (m == 1 && cuda_gemv1_supported(w->format, K, x, c->smem_budget)) {
         /* one row: a memory-bound GEMV that reads W once at full width, fp32 products */
@@ -408,14 +409,16 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
         CHECK(c, cuda_bias_add(c->stream, y, w->bias, m, N));
 }
 
-
 /* One GEMV launch over n_w weights sharing x, with the prologue/epilogue fz asks for (none: all
- * zero); false if the decode GEMV does not take them (m > 1, mixed formats or widths, misaligned
- * rows). */
+ * zero); false if the decode GEMV does not take them (mixed formats or widths, misaligned rows;
+ * m > 1: only NVFP4 on tensor cores without fusions, up to the rows cuda_gemv_mma takes). */
 static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *const *ws, const float *x, int m,
                        float *const *ys, const struct cuda_gemv_fuse *fz)
 {
-    if (m != 1 || n_w < 1 || n_w > 3 || !cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x, c->smem_budget))
+    if (m < 1 || n_w < 1 || n_w > 3 || !cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x, c->smem_budget))
+        return false;
+    if (m > 1 && (m > c->gemv_mma_tokens || fz->norm_w || fz->residual || fz->pending ||
+                  !c->decode_mma_dense || ws[0]->format != WEIGHT_NVFP4))
         return false;
     if (fz->norm_w && (!aligned16(fz->norm_w) || !aligned16(fz->x_out) || ws[0]->cols % 4))
         return false;
@@ -428,11 +431,13 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
         N[j] = ws[j]->rows;
     }
     if (c->decode_mma_dense && ws[0]->format == WEIGHT_NVFP4 &&
-        cuda_gemv_mma_supported(n_w, wd, ws[0]->cols, fz->norm_w != NULL, c->smem_budget) &&
+        cuda_gemv_mma_supported(n_w, wd, ws[0]->cols, fz->norm_w != NULL, m, c->smem_budget) &&
         (!fz->norm_w || ((uintptr_t)x | (uintptr_t)fz->norm_w | (uintptr_t)fz->x_out) % 8 == 0)) {
-        CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, ws[0]->cols, x, ys, fz, c->sm_count, c->pdl));
+        CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, ws[0]->cols, x, m, ys, fz, c->sm_count, c->pdl));
         return true;
     }
+    if (m > 1)
+        return false;
     if (c->use_stream && !fz->pending &&
         cuda_stream_dense_supported(ws[0]->format, n_w, wd, N, ws[0]->cols, x, c->sm_count,
                                     c->stream_smem_dense)) {
@@ -1436,6 +1441,10 @@ static void configure_from_plan(struct cuda_backend *c)
      * 4489 with a second wave of 56 blocks), the mma kernel's ~2.5. */
     const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
     c->decode_mma_dense = c->plan.caps.bf16_mma && !(dmd && strcmp(dmd, "0") == 0);
+    /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same
+     * kernel, the tokens sharing each mma (before session 8: the tiled GEMM of cuda_gemm.cu) */
+    const char *gmt = getenv("MOESERVE_GEMV_MMA_TOKENS");
+    c->gemv_mma_tokens = gmt && atoi(gmt) >= 1 && atoi(gmt) <= 8 ? atoi(gmt) : 8;
     /* MOESERVE_ATTN_PREWAIT=0: the split decode attention issues its old keys after the PDL
      * wait instead of before it (see cuda_attn_decode's prewait) */
     const char *apw = getenv("MOESERVE_ATTN_PREWAIT");
@@ -1700,6 +1709,11 @@ void backend_cuda_set_attn_cluster(struct backend *be, bool on)
 void backend_cuda_set_attn_push(struct backend *be, bool on)
 {
     ctx(be)->attn_push = on;
+}
+
+void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n)
+{
+    ctx(be)->gemv_mma_tokens = n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
 void backend_cuda_set_decode_mma_dense(struct backend *be, bool on)

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
  * whole q/k/v row slice of Qwen3-30B-A3B (K 2048 in 2 slices: 8 groups of 128), so its dot
  * waits on no load after the wait; with 4 (session 7's first run) that dot took 4598 cycles in
  * the kernel trace against o's 2140, whose 4 groups were all in. */
-enum { MD_MAX_JOBS = 3, GM_U = 8 };
+enum { MD_MAX_JOBS = 3, GM_U = 8, GM_MAX_TOKENS = 8 };
 
 struct gemv_mma_params {
     cuda_wdev w[MD_MAX_JOBS];
@@ -268,13 +268,14 @@ struct gemv_mma_params {
     float *x_out; /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
     int residual;
     const float *pending; /* or NULL: see cuda_gemv_fuse */
+    int T;                /* tokens (rows of x and of each y), 1..GM_MAX_TOKENS; > 1: no fusions */
 };
 
 __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_constant__ gemv_mma_params p)
 {
     extern __shared__ uint2 xf[];
-    __shared__ float part[MD_WARPS][8];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    __shared__ float part[MD_WARPS][GM_MAX_TOKENS][8];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, T = p.T;
     const int tiles_per_block = MD_WARPS / p.ks, s = warp % p.ks;
     const int64_t tile = (int64_t)blockIdx.x * tiles_per_block + warp / p.ks;
     const bool live = tile < p.first_tile[p.n_jobs];
@@ -294,37 +295,45 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     if (p.norm_w) /* the RMSNorm before q/k/v fused: every block normalises the row itself */
         xfrag_stage_norm(xf, p.x, p.norm_w, p.eps, (int)p.K, p.x_out, p.pending);
     else
-        xfrag_stage(xf, p.x, (int)p.K, threadIdx.x, MD_THREADS);
+        for (int tok = 0; tok < T; tok++) /* token tok's fragments at K / 2 uint2 each */
+            xfrag_stage(xf + (size_t)tok * (size_t)(p.K / 2), p.x + (size_t)tok * (size_t)p.K, (int)p.K,
+                        threadIdx.x, MD_THREADS);
     __syncthreads();
     KT_MARK(3);
     float2 r = make_float2(0.f, 0.f);
     if (live)
-        r = rows8_dot_range<GM_U>(w, row, row < p.N[j], p.K, xf, g0, g1, pre);
+        r = rows8_dot_range<GM_U>(w, row, row < p.N[j], p.K, xf, g0, g1, pre, T);
     KT_MARK(4);
     pdl_trigger(); /* late: see pdl_trigger() */
-    if (lane < 4)
-        part[warp][2 * lane] = r.x, part[warp][2 * lane + 1] = r.y;
+    if (g < T)     /* lane (g, t): token g's rows n0 + 2t, n0 + 2t + 1 */
+        part[warp][g][2 * (lane % 4)] = r.x, part[warp][g][2 * (lane % 4) + 1] = r.y;
     __syncthreads();
-    if (!live || s != 0 || lane >= 8 || n0 + lane >= p.N[j])
+    if (!live || s != 0)
         return;
-    float v = part[warp][lane];
-    for (int k = 1; k < p.ks; k++)
-        v += part[warp + k][lane];
-    v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + lane] : 0.0f);
-    float *dst = p.y[j] + n0 + lane;
-    if (p.residual)
-        v = __fadd_rn(p.pending ? __fadd_rn(*dst, p.pending[n0 + lane]) : *dst, v);
-    *dst = v;
+    for (int idx = lane; idx < 8 * T; idx += 32) { /* (token, row) pairs of the tile */
+        const int tok = idx / 8, rr = idx % 8;
+        if (n0 + rr >= p.N[j])
+            continue;
+        float v = part[warp][tok][rr];
+        for (int k = 1; k < p.ks; k++)
+            v += part[warp + k][tok][rr];
+        v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + rr] : 0.0f);
+        float *dst = p.y[j] + (size_t)tok * (size_t)p.N[j] + n0 + rr;
+        if (p.residual)
+            v = __fadd_rn(p.pending ? __fadd_rn(*dst, p.pending[n0 + rr]) : *dst, v);
+        *dst = v;
+    }
     if (warp == 0)
         KT_END(decode_mma, 2);
 }
 
 } // namespace
 
-extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm,
+extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm, int n_tokens,
                                        size_t smem_budget)
 {
-    if (n_w < 1 || n_w > MD_MAX_JOBS || K <= 0 || K % 128 || (size_t)K * 4 + 1024 > smem_budget ||
+    if (n_w < 1 || n_w > MD_MAX_JOBS || K <= 0 || K % 128 || n_tokens < 1 || n_tokens > GM_MAX_TOKENS ||
+        (norm && n_tokens != 1) || (size_t)n_tokens * (size_t)K * 4 + 1024 > smem_budget ||
         (norm && K / 4 > XN_MAX_IT * MD_THREADS))
         return 0;
     for (int j = 0; j < n_w; j++)
@@ -333,18 +342,20 @@ extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64
     return 1;
 }
 
-extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                                     int64_t K, const float *x, float *const *y, const struct cuda_gemv_fuse *fz,
-                                     int sm_count, int pdl)
+extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w,
+                                     const int64_t *N, int64_t K, const float *x, int n_tokens,
+                                     float *const *y, const struct cuda_gemv_fuse *fz, int sm_count, int pdl)
 {
     const bool norm = fz && fz->norm_w;
-    if (!cuda_gemv_mma_supported(n_w, w, K, norm, (size_t)-1) ||
+    if (!cuda_gemv_mma_supported(n_w, w, K, norm, n_tokens, (size_t)-1) ||
+        (n_tokens > 1 && fz && (fz->residual || fz->pending)) ||
         (norm && ((uintptr_t)x | (uintptr_t)fz->norm_w | (uintptr_t)fz->x_out) % 8))
         return cudaErrorInvalidValue;
     gemv_mma_params p = {};
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
+    p.T = n_tokens;
     if (fz) {
         p.norm_w = fz->norm_w;
         p.eps = fz->eps;
@@ -371,7 +382,7 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
     while (p.ks < MD_WARPS && (tiles * p.ks + MD_WARPS - 1) / MD_WARPS < sm_count && K / 128 >= 2 * p.ks)
         p.ks *= 2;
     const int64_t blocks = (tiles + MD_WARPS / p.ks - 1) / (MD_WARPS / p.ks);
-    const size_t smem = (size_t)K * 4;
+    const size_t smem = (size_t)n_tokens * (size_t)K * 4;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
     if (smem > 48 * 1024) {

@@ -164,6 +164,15 @@ __device__ __forceinline__ const uint4 *xfrag_group(const uint2 *xf, int i, int 
     return lane < 4 ? (const uint4 *)xf + (size_t)i * 32 : xfrag_zeros();
 }
 
+/* The same for T <= 8 tokens staged one after the other (K / 4 uint4 each): lane g < T takes
+ * token g's, so A's rows g and g + 8 are token g's hi and lo and C's rows g and g + 8 its two
+ * halves of the products; the mma costs what it costs for one token. */
+__device__ __forceinline__ const uint4 *xfrag_group_tokens(const uint2 *xf, int i, int lane, int T, int64_t K)
+{
+    const int g = lane / 4;
+    return g < T ? (const uint4 *)xf + (size_t)g * (size_t)(K / 4) + (size_t)i * 32 : xfrag_zeros();
+}
+
 /* Nibbles I and I + 4 of u as a bf16x2 (I low): each E2M1 value times 2^-126. */
 template <int I>
 __device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t u)
@@ -266,7 +275,8 @@ __device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, 
  * 2t and 2t + 1 (times 2^-62). The sums are added group by group in order, as rows8_dot does. */
 template <int U = MD_U>
 __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t row, bool ok, int64_t K,
-                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U])
+                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U],
+                                                  int T = 1)
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -281,13 +291,15 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (i0 + u < g1) {
-                chunk_mma(q[u], xfrag_group(xf, i0 + u, lane), lane, d0, d1);
+                chunk_mma(q[u],
+                          T == 1 ? xfrag_group(xf, i0 + u, lane) : xfrag_group_tokens(xf, i0 + u, lane, T, K),
+                          lane, d0, d1);
                 if (i0 + u + U < g1)
                     q[u] = load_chunk(w, row, 4 * (i0 + u + U) + t, K, ok);
             }
         }
     }
-    /* C rows 0 (x's hi) and 8 (its lo) of columns 2t, 2t + 1, in lanes 0..3 */
+    /* C rows g (x's hi) and g + 8 (its lo) of columns 2t, 2t + 1: token g's, in lanes 4g .. 4g + 3 */
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 

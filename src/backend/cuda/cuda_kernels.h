@@ -419,12 +419,16 @@ cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_layer_decod
 
 /* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget;
  * norm: with the RMSNorm fused, K <= 4096). */
-int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm, size_t smem_budget);
-/* y[j][:N[j]] (+)= x[:K] W_j^T for j < n_w <= 3 NVFP4 weights, one token, on bf16 tensor cores.
- * fz (or NULL): residual (y +=) and norm_w / eps / x_out as for cuda_gemv1 (rows_per_warp is not
- * looked at). The backend's default for one-token NVFP4 linears where the device has mma.sync. */
-cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K,
-                          const float *x, float *const *y, const struct cuda_gemv_fuse *fz, int sm_count, int pdl);
+int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm, int n_tokens,
+                            size_t smem_budget);
+/* y[j][t, :N[j]] (+)= x[t, :K] W_j^T for j < n_w <= 3 NVFP4 weights and t < n_tokens <= 8, on bf16
+ * tensor cores: the tokens share each mma (rows of its A operand), so 8 tokens cost about what one
+ * does. fz (or NULL, one token only): residual (y +=), pending, and norm_w / eps / x_out as for
+ * cuda_gemv1 (rows_per_warp is not looked at). The backend's default for NVFP4 linears of 1-8
+ * rows where the device has mma.sync. */
+cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
+                          int64_t K, const float *x, int n_tokens, float *const *y,
+                          const struct cuda_gemv_fuse *fz, int sm_count, int pdl);
 
 /* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
 /* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block
