@@ -12,6 +12,9 @@
 #    $SYNTH_DIR (default /tmp/synth-30b-nvfp4, ~17 GB; kept and reused when complete);
 # 2. moeserve bench --backend cuda: prefill of $PROMPT_LEN tokens, decode at $BATCHES, the
 #    device-to-device copy bandwidth, NVML power, GPU memory (JSON);
+#    Then, for the power figure only, batch 1 again over $POWER_STEPS decode steps (~1.2 s at
+#    session 8's speed): the main run's 64 steps take 0.15 s, too short for NVML's energy
+#    counter (its batch-1 power read 27%, 52% and 70% of the limit in three runs);
 # 3. tools/bench_hf_generate.py on the checkpoint's config.json (BF16, random weights);
 # 4. a comparison table: decode tok/s per batch and the speedup, prefill, batch-1 weight
 #    bandwidth as % of the copy bandwidth (target >= 50%), power as % of the limit.
@@ -20,7 +23,8 @@
 # when both benchmarks produced their JSON.
 #
 # Environment (defaults): SYNTH_DIR (/tmp/synth-30b-nvfp4), SYNTH_LAYERS (48, all), BATCHES (1,8,64),
-# PROMPT_LEN (2048), DECODE_STEPS (64), DECODE_CONTEXT (128), PREFILL_REPS (3), HF_NEW_TOKENS (32),
+# PROMPT_LEN (2048), DECODE_STEPS (64), DECODE_CONTEXT (128), PREFILL_REPS (3), POWER_STEPS (512; 0:
+# no power run), HF_NEW_TOKENS (32),
 # HF_MAX_SECONDS (200), STEP_TIMEOUT (270 s per step: two steps fit a 600 s runner), SKIP_HF=1.
 set -u
 build=${1:-build}
@@ -86,6 +90,14 @@ timeout "$step_timeout" "$build/moeserve" bench --backend cuda --model "$synth" 
 rc_ms=$?
 stamp "moeserve bench: exit $rc_ms"
 tail -n 5 "$logs/moeserve_bench.log"
+power_steps=${POWER_STEPS:-512}
+if [ "$power_steps" -gt 0 ]; then
+    stamp "moeserve bench, batch 1 over $power_steps steps (power)"
+    timeout "$step_timeout" "$build/moeserve" bench --backend cuda --model "$synth" --batch 1 --prompt-len "$context" \
+        --decode "$power_steps" --decode-context "$context" --json \
+        >"$logs/moeserve_power_b1.json" 2>"$logs/moeserve_power_b1.log"
+    stamp "moeserve bench (power): exit $?"
+fi
 
 # 3. transformers
 rc_hf=0
@@ -104,7 +116,8 @@ else
 fi
 
 # 4. comparison
-python3 - "$logs/moeserve_bench.json" "$logs/hf_generate.json" "$logs/bench_gpu.json" <<'PY' | tee "$logs/summary.txt"
+python3 - "$logs/moeserve_bench.json" "$logs/hf_generate.json" "$logs/bench_gpu.json" "$logs/moeserve_power_b1.json" \
+    <<'PY' | tee "$logs/summary.txt"
 import json, sys
 
 def load(p):
@@ -116,6 +129,11 @@ def load(p):
         return None
 
 ms, hf = load(sys.argv[1]), load(sys.argv[2])
+try:  # the long batch-1 run for the power figure (absent with POWER_STEPS=0)
+    with open(sys.argv[4]) as f:
+        pw = json.load(f)
+except (OSError, ValueError):
+    pw = None
 def fmt(v, spec=".1f"):
     return "n/a" if v is None else format(v, spec)
 def ratio(a, b):
@@ -148,11 +166,17 @@ print(f"batch-1 decode: {fmt(b1.get('weight_gb_s'))} GB/s of weights = {fmt(pct)
       f"{fmt(ms and ms.get('copy_gb_s'))} GB/s (target >= 50%: {'met' if pct and pct >= 50 else 'NOT met'})")
 sp1 = ratio(b1.get("tok_s"), hf_dec.get(1, {}).get("tok_s"))
 print(f"batch-1 speedup over transformers: {times(sp1)} (target >= 5x: {'met' if sp1 and sp1 >= 5 else 'NOT met'})")
+pw1 = next((r for r in (pw or {}).get("decode", []) if r.get("batch") == 1 and "tok_s" in r), None)
+if pw1:
+    print(f"power, decode batch 1 over {pw1.get('steps')} steps ({fmt(pw1.get('seconds'), '.2f')} s, "
+          f"{fmt(pw1.get('tok_s'))} tok/s): {fmt(pw1.get('power_avg_w'))} W = {fmt(pw1.get('power_pct_of_limit'))}% "
+          f"of the limit (sampled {fmt(pw1.get('power_sampled_avg_w'))} W, {pw1.get('power_samples')} samples)")
 if ms:
     for r in ms.get("decode", []):
         if "tok_s" in r:
-            print(f"power, decode batch {r['batch']}: {fmt(r.get('power_avg_w'))} W = {fmt(r.get('power_pct_of_limit'))}% "
-                  f"of the {fmt(ms.get('power_limit_w'), '.0f')} W limit")
+            short = " (the timed run's window)" if r["batch"] == 1 and pw1 else ""
+            print(f"power, decode batch {r['batch']}{short}: {fmt(r.get('power_avg_w'))} W = "
+                  f"{fmt(r.get('power_pct_of_limit'))}% of the {fmt(ms.get('power_limit_w'), '.0f')} W limit")
     p = ms.get("prefill", {})
     print(f"power, prefill: {fmt(p.get('power_avg_w'))} W = {fmt(p.get('power_pct_of_limit'))}% of the limit")
     print(f"GPU memory in use after load: {fmt(ms.get('gpu_mem_used_mib') and ms['gpu_mem_used_mib'] / 1024)} GiB; "
@@ -160,7 +184,7 @@ if ms:
           f"{fmt(hf and hf.get('peak_mem_gib'))} GiB")
 with open(sys.argv[3], "w") as f:
     json.dump({"moeserve": ms, "transformers": hf, "comparison": rows,
-               "batch1_pct_of_copy": pct, "batch1_speedup": sp1}, f, indent=2)
+               "batch1_pct_of_copy": pct, "batch1_speedup": sp1, "power_batch1_long": pw1}, f, indent=2)
 PY
 stamp "done; logs in $logs"
 # moeserve exits 1 when one batch size failed but still writes its JSON (the row says why)

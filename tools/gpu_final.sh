@@ -21,7 +21,7 @@ pack() { [ -n "${OUT:-}" ] && tar -czf "$OUT/final.tgz" -C "$work" . 2>/dev/null
 t0=$SECONDS
 OUT="$work/bench" timeout "${BENCH_TIMEOUT:-200}" "$src/tools/bench_gpu.sh" "$build" >"$work/bench.log" 2>&1
 echo "bench_gpu: rc $? ($((SECONDS - t0)) s)"
-tail -14 "$work/bench.log"
+tail -16 "$work/bench.log"
 pack
 if [ -n "${VARIANTS:-}" ]; then
     SKIP_TESTS=1 BATCHES=${VARIANT_BATCHES:-1} OUT="$work" "$src/tools/decode_iter.sh" "$build" >"$work/variants.log" 2>&1
