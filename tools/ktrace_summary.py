@@ -5,8 +5,10 @@
   1. per kernel: blocks recorded, launches, the median launch span in the graph (first block's
      start to last block's end, globaltimer ns) and the median cycles of each phase of a block
      (mark i-1 -> mark i; phase 0 starts at the kernel's first instruction);
-  2. a timeline of the last LAUNCHES launches (all kernels, by start): start offset, span, and
-     the overlap with / gap after the launch before it.
+  2. a timeline of the last LAUNCHES launches (all kernels, by start): start offset, span, the
+     overlap with / gap after the launch before it, and what the launch adds to the critical
+     path (its end minus the latest end before it: the column sums to the timeline's end to end,
+     so a layer's "adds" are where its time goes with PDL overlap counted once).
 
     python3 tools/ktrace_summary.py TRACE_FILE [LAUNCHES]
 
@@ -74,13 +76,17 @@ def main():
     spans = spans[-last:]
     print("\ntimeline of the last %d launches (us; overlap < 0: the launch began before the previous ended)" %
           len(spans))
-    print("%-28s %6s %9s %8s %9s  %s" % ("kernel", "blocks", "start", "span", "gap", "phase cycles (median)"))
+    print("%-28s %6s %9s %8s %9s %7s  %s" % ("kernel", "blocks", "start", "span", "gap", "adds",
+                                              "phase cycles (median)"))
     base = spans[0][0]
     prev_end = None
     for s, e, n, nb, ph in spans:
         gap = "" if prev_end is None else "%9.2f" % ((s - prev_end) / 1000.0)
-        print("%-28s %6d %9.2f %8.2f %9s  %s" % (n, nb, (s - base) / 1000.0, (e - s) / 1000.0, gap, ph))
+        adds = (e - (s if prev_end is None else prev_end)) / 1000.0
+        print("%-28s %6d %9.2f %8.2f %9s %7.2f  %s" % (n, nb, (s - base) / 1000.0, (e - s) / 1000.0, gap,
+                                                     max(adds, 0.0), ph))
         prev_end = e if prev_end is None else max(prev_end, e)
+    print("end to end: %.2f us over %d launches" % ((prev_end - base) / 1000.0, len(spans)))
     return 0
 
 
