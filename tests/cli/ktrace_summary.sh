@@ -12,7 +12,7 @@ command -v python3 >/dev/null || { echo "skip: no python3"; exit 0; }
 trace=$work/trace.txt
 echo "# module kernel t0_ns t1_ns smid block cycles..." >"$trace"
 t=1000000
-for launch in 0 1 2; do
+for _ in 0 1 2; do
     echo "norm add_rmsnorm_vec $t $((t + 1500)) 0 0 3000 5000" >>"$trace"
     t=$((t + 5000))
     for b in $(seq 0 39); do # blocks start within 390 ns, each runs 6000 ns
