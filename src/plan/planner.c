@@ -852,6 +852,7 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
      * keys (16 at NH = 16), 128 threads, static smem for scores, the warps' partial outputs and the
      * in-kernel merge; tile_m = NH, tile_n = keys per round. */
     bool split_kernel = !s->mla && g <= 16 && Dk <= 128 && Dk % 4 == 0;
+    bool split_fits = false; /* then the backend runs it at every split decode: no other family */
     if (split_kernel) {
         int nh = g <= 4 ? 4 : g <= 8 ? 8 : 16, round = nh >= 16 ? 16 : 32;
         struct cand *c = cand_add(x, "attn_decode_split_fp32", PLAN_MATH_FP32_FMA, 0);
@@ -865,6 +866,7 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
         size_t push = x->caps->clusters ? (size_t)7 * (size_t)g * ((size_t)Dk * 4 + 8) : 0;
         if (push && c->smem + push <= x->p->smem_budget)
             c->smem += push;
+        split_fits = c->smem <= x->p->smem_budget;
         c->streaming = true; /* every lane's K/V loads of a round are issued at once */
         double base = (double)B * kvh;
         c->split_k = decode_splits(x->caps->sm_count, base, ctx, round);
@@ -872,7 +874,11 @@ static enum status plan_attention_decode(struct plan_ctx *x, struct err *err)
         cand_part(c, 2.0 * B * kvh * nh * (double)ctx * (Dk + Dv), cache + (double)B * s->n_heads * (Dk + Dv) * 4,
                   cache, base * c->split_k);
     }
-    for (int fam = 0; fam < 2; fam++) {
+    /* fam 0 (bf16 mma tiles) only where the split kernel does not take the shape: the backend
+     * has no tensor-core split decode kernel for GQA, and at splits == 1 (many sequences) it runs
+     * attention_prefill's kernel; listing it beside the split kernel made the plan name a kernel
+     * that never ran at decode (sessions 3-8) */
+    for (int fam = split_fits ? 1 : 0; fam < 2; fam++) {
         const int *tms = fam ? TM_FP32 : TM_MMA, *tns = fam ? TN_FP32 : TN_MMA;
         int ntm = fam ? 4 : 3;
         for (int a = 0; a < ntm; a++) {
