@@ -972,6 +972,15 @@ static void test_moe_experts(void **state)
     run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
     run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
+    /* the same kernels with their weights through shared memory (MOESERVE_MOE_SMEM), and more
+     * slots than the down kernel has warps (a warp stages a second expert) */
+    backend_cuda_set_moe_smem(&p->gpu, true);
+    run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 2, 32, 10, 384, 256, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
+    backend_cuda_set_moe_smem(&p->gpu, false);
 }
 
 /* ---------------------------------------------------------------- fused decode ops */

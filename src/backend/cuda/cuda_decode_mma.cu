@@ -48,7 +48,7 @@ namespace
  * twice the work of the other 72. KS = 2 (half the chunks each on twice the warps, to shorten
  * each warp's chain of ~160 instructions a 32-k chunk) measured slower (session 6: 352.6 against
  * 358.4 tok/s): the backend uses KS = 1 unless MOESERVE_MOE_MMA_KS=2. */
-enum { MG_THREADS = 128, MG_WARPS = MG_THREADS / 32 };
+enum { MG_THREADS = 128, MG_WARPS = MG_THREADS / 32, MOE_SMEM_BATCH = 4 };
 
 /* NPL > 0: the kernel routes for itself from the router logits (MOESERVE_FUSE=moe): in every
  * block warp 0 runs its token's top-k (route_warp, as the routing kernel does) and keeps the
@@ -64,8 +64,37 @@ struct gu_route {
     int early;           /* trigger the down kernel right after the wait (see moe_down_mma_kernel) */
 };
 
-template <int U, int KS, int NPL = 0>
-__global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
+/* A gate/up warp's end: lanes 0, 1 write silu(gate) * up of rows n0 + 2t, n0 + 2t + 1 from the
+ * raw sums r (lanes 0, 1: gate; lanes 2, 3: the same up rows). The up weight's scale and bias come
+ * from lane 16 (g = 4 holds the up entry): no table read at the tail. */
+__device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int64_t n0, int64_t I, float *out,
+                                               int lane)
+{
+    const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
+    const float u_scale2 = __shfl_sync(0xffffffffu, w.scale2, 16);
+    const float *u_bias = (const float *)__shfl_sync(0xffffffffu, (unsigned long long)w.bias, 16);
+    if (lane < 2) {
+        const float sg = 0x1p62f * w.scale2, su = 0x1p62f * u_scale2;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int64_t n = n0 + 2 * lane + k;
+            if (n >= I)
+                continue;
+            float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
+            if (w.bias)
+                gv += w.bias[n];
+            if (u_bias)
+                uv += u_bias[n];
+            out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
+        }
+    }
+}
+
+/* SM: the weights go through shared memory (rows8_stage_async: all of a warp's groups in flight
+ * at once, few registers), the kernel triggers its dependent right after its wait, and the
+ * dynamic shared memory holds x's fragments then MG_WARPS areas of D / 128 groups. */
+template <int U, int KS, int NPL = 0, bool SM = false>
+__global__ void __launch_bounds__(MG_THREADS, SM ? 8 : KS == 1 ? 4 : U == 4 ? 6 : 5)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, float *act, const __grid_constant__ gu_route rt)
 {
@@ -73,7 +102,7 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     __shared__ float2 part[MG_WARPS][4];
     KT_BEGIN();
     pdl_wait();
-    if (rt.early) /* one wave: no later block of this kernel needs the slots */
+    if (SM || rt.early) /* one wave: no later block of this kernel needs the slots */
         pdl_trigger();
     KT_MARK(1);
     const int pair = blockIdx.y;
@@ -106,6 +135,22 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
     const int G = (int)(D / 128), g0 = G * half / KS, g1 = G * (half + 1) / KS;
+    if constexpr (SM) {
+        static_assert(KS == 1 && NPL == 0, "the shared-memory form neither splits K nor routes");
+        uint8_t *area = (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)G * RS8_GROUP_BYTES;
+        int commits = 0;
+        xfrag_zeros_init();
+        xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS, [&] {
+            commits = rows8_stage_async(w, row, row < I, D, 0, G, area, MOE_SMEM_BATCH);
+        });
+        __syncthreads();
+        KT_MARK(2);
+        const float2 r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
+        KT_MARK(3);
+        gate_up_finish(r, w, n0, I, out, lane);
+        KT_END(decode_mma, 0);
+        return;
+    }
     /* the first U weight groups in flight while x is staged, asked for after x */
     chunk16 pre[U];
     xfrag_zeros_init();
@@ -137,26 +182,7 @@ __global__ void __launch_bounds__(MG_THREADS, KS == 1 ? 4 : U == 4 ? 6 : 5)
                 r.x += o.x, r.y += o.y;
             }
     }
-    /* lanes 0, 1: gate rows n0 + 2t, n0 + 2t + 1; lanes 2, 3: the same up rows. The up weight's
-     * scale and bias come from lane 16 (g = 4 holds the up entry): no table read at the tail */
-    const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
-    const float u_scale2 = __shfl_sync(0xffffffffu, w.scale2, 16);
-    const float *u_bias = (const float *)__shfl_sync(0xffffffffu, (unsigned long long)w.bias, 16);
-    if (lane < 2) {
-        const float sg = 0x1p62f * w.scale2, su = 0x1p62f * u_scale2;
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int64_t n = n0 + 2 * lane + k;
-            if (n >= I)
-                continue;
-            float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
-            if (w.bias)
-                gv += w.bias[n];
-            if (u_bias)
-                uv += u_bias[n];
-            out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
-        }
-    }
+    gate_up_finish(r, w, n0, I, out, lane);
     KT_END(decode_mma, 0);
 }
 
@@ -241,6 +267,84 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         const int r = threadIdx.x;
         const float o = slots_combine<8>(s_ids, s_w, order, part, n_used, n_experts, r);
         float *dst = out + (size_t)t * (size_t)D + n0 + r;
+        *dst = residual ? __fadd_rn(*dst, o) : o;
+    }
+    KT_END(decode_mma, 1);
+}
+
+/* The down kernel with its weights through shared memory (MOESERVE_MOE_SMEM; see
+ * moe_gate_up_mma_kernel's SM): grid (D / (8 tpw), tokens), a warp per slot as above but over
+ * tpw 8-row tiles, so that the whole grid can be resident beside the gate/up kernel (one block an
+ * SM for Qwen3-30B-A3B at tpw 2). Before its wait it reads the routing (the routing kernel, two
+ * launches back, had finished before gate/up passed its own wait and triggered this one) and
+ * puts its first slot's weights in flight; after the wait it triggers its dependent at once. The
+ * dynamic shared memory: MD_WARPS slots' act fragments (I x 4 bytes each), then MD_WARPS areas of
+ * tpw x I / 128 groups. */
+__global__ void __launch_bounds__(MD_THREADS, 3)
+    moe_down_smem_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
+                         const int32_t *ids, const float *weights, int n_used, float *out, int residual, int tpw)
+{
+    extern __shared__ uint2 xf[];
+    __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
+    __shared__ float part[2][MD_MAX_USED][8], s_w[MD_MAX_USED];
+    KT_BEGIN();
+    xfrag_zeros_init();
+    const int t = blockIdx.y, wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, GI = (int)(I / 128);
+    const int64_t n0 = (int64_t)blockIdx.x * 8 * tpw;
+    uint8_t *area = (uint8_t *)xf + (size_t)MD_WARPS * (size_t)I * 4 + (size_t)wib * tpw * GI * RS8_GROUP_BYTES;
+    uint2 *mine = xf + (size_t)wib * (size_t)(I / 2);
+    if ((int)threadIdx.x < n_used) {
+        s_ids[threadIdx.x] = __ldcg(ids + (size_t)t * n_used + threadIdx.x);
+        s_w[threadIdx.x] = __ldcg(weights + (size_t)t * n_used + threadIdx.x);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        slots_by_expert(s_ids, n_used, order);
+    /* slot j's weights, all tiles, into the warp's area: one commit group a tile */
+    auto stage = [&](const cuda_wdev &w) {
+        for (int tt = 0; tt < tpw; tt++) {
+            const int64_t row = n0 + 8 * tt + g;
+            rows8_stage_async(w, row, row < D, I, 0, GI, area + (size_t)tt * GI * RS8_GROUP_BYTES, GI);
+        }
+    };
+    cuda_wdev w = {};
+    int e = wib < n_used ? s_ids[wib] : -1;
+    if (e >= 0 && e < n_experts) {
+        w = table[2 * n_experts + e];
+        stage(w);
+    }
+    pdl_wait();
+    pdl_trigger(); /* one wave beside gate/up's: the next kernel may take the room it leaves */
+    KT_MARK(1);
+    for (int j = wib; j < n_used; j += MD_WARPS) {
+        e = s_ids[j];
+        const bool valid = e >= 0 && e < n_experts;
+        float2 r[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+        if (valid) {
+            if (j != wib) {
+                w = table[2 * n_experts + e];
+                __syncwarp(); /* the previous slot's reads of the area are done */
+                stage(w);
+            }
+            __syncwarp();
+            xfrag_stage(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32);
+            __syncwarp();
+            if (j == 0)
+                KT_MARK(2);
+            for (int tt = 0; tt < tpw; tt++) /* tile tt's group is the (tpw - 1 - tt)-th from the end */
+                r[tt] = rows8_dot_smem(area + (size_t)tt * GI * RS8_GROUP_BYTES, mine, 0, GI, GI, tpw - tt);
+            if (j == 0)
+                KT_MARK(3);
+        }
+        for (int tt = 0; tt < tpw; tt++)
+            slot_part_put(part[tt], j, r[tt], valid, 0x1p62f * w.scale2, w.bias, n0 + 8 * tt, D, lane);
+    }
+    __syncthreads();
+    KT_MARK(4);
+    if ((int)threadIdx.x < 8 * tpw && n0 + threadIdx.x < D) {
+        const int tt = threadIdx.x / 8, rr = threadIdx.x % 8;
+        const float o = slots_combine<8>(s_ids, s_w, order, part[tt], n_used, n_experts, rr);
+        float *dst = out + (size_t)t * (size_t)D + n0 + threadIdx.x;
         *dst = residual ? __fadd_rn(*dst, o) : o;
     }
     KT_END(decode_mma, 1);
@@ -393,6 +497,24 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
     return launch_pdl(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream, p);
 }
 
+extern "C" size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_expert, int tpw, int which)
+{
+    const size_t gu = (size_t)d_model * 4 + (size_t)MG_WARPS * (size_t)(d_model / 128) * RS8_GROUP_BYTES;
+    const size_t dn = (size_t)MD_WARPS * (size_t)d_expert * 4 +
+                      (size_t)MD_WARPS * (size_t)tpw * (size_t)(d_expert / 128) * RS8_GROUP_BYTES;
+    return which == 0 ? gu : dn;
+}
+
+extern "C" int cuda_moe_decode_mma_smem_supported(int64_t d_model, int64_t d_expert, int n_used, int tpw,
+                                                  size_t smem_budget)
+{
+    /* the static shared memory: the down kernel's order, ids, weights and two tiles' partials */
+    const size_t stat = 1024 + (size_t)MD_MAX_USED * (4 + 4 + 4 + 2 * 8 * 4) + 512;
+    return d_model % 128 == 0 && d_expert % 128 == 0 && n_used >= 1 && n_used <= MD_MAX_USED &&
+           (tpw == 1 || tpw == 2) && cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 0) + 1024 <= smem_budget &&
+           cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1) + stat <= smem_budget;
+}
+
 extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                              size_t smem_budget)
 {
@@ -403,6 +525,40 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
 
 namespace
 {
+
+/* The shared-memory form (see moe_gate_up_mma_kernel's SM, moe_down_smem_kernel). */
+cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
+                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
+                            int n_used, float *act, float *out, int residual, int pdl, int tpw)
+{
+    const size_t smem1 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 0),
+                 smem2 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1);
+    cudaError_t e = cudaSuccess;
+    if (smem1 > 48 * 1024)
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, 1, 0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem1);
+    if (e == cudaSuccess && smem2 > 48 * 1024)
+        e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
+    /* the whole shared memory for both: an SM changes its L1 / shared split only when idle, so a
+     * gate/up kernel that ran with a smaller split would keep the down blocks out */
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, 1, 0, true>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
+    if (e != cudaSuccess)
+        return e;
+    const gu_route rt = {};
+    dim3 g1((unsigned)((d_expert + 4 * MG_WARPS - 1) / (4 * MG_WARPS)), (unsigned)(n_tokens * n_used));
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<8, 1, 0, true>, g1, dim3(MG_THREADS), smem1, stream, table,
+                   n_experts, d_expert, d_model, x, ids, n_used, act, rt);
+    if (e != cudaSuccess)
+        return e;
+    dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);
+    return launch_pdl(pdl != 0, moe_down_smem_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
+                      d_expert, act, ids, weights, n_used, out, residual, tpw);
+}
 
 template <int U, int KS, int NPL = 0>
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
@@ -442,7 +598,7 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
                                            float *out, int residual, int pdl, const struct cuda_l2_ranges *pf,
-                                           int unroll, int ks, int l2_down, int early)
+                                           int unroll, int ks, int l2_down, int early, int smem_tpw)
 {
     const cuda_l2_ranges none = {};
     gu_route rt = {};
@@ -453,6 +609,11 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
         (unroll != 4 && unroll != 8 && unroll != 16) || (ks != 1 && ks != 2))
         return cudaErrorInvalidValue;
+    if (smem_tpw)
+        return cuda_moe_decode_mma_smem_supported(d_model, d_expert, n_used, smem_tpw, (size_t)-1)
+                   ? moe_smem_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                                     act, out, residual, pdl, smem_tpw)
+                   : cudaErrorInvalidValue;
     const cuda_l2_ranges &p = pf ? *pf : none;
     if (unroll == 16 && ks == 1) /* a 2048-wide gate/up row: all 16 groups in flight at once */
         return moe_mma_launch<16, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,

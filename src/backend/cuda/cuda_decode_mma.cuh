@@ -303,6 +303,105 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
+/* Weights staged through shared memory instead of registers (MOESERVE_MOE_SMEM, the MoE pair
+ * kernels): cp.async copies global memory into shared memory without holding a register until
+ * the data arrives, so a warp can have all of its rows in flight at once, and the kernel keeps
+ * few registers, which lets the next kernel's blocks be resident beside it (at batch 1 the
+ * register-held prefetch filled the register files, and a kernel could start only when its
+ * predecessor's blocks left). A warp's area: NG groups of 32 lanes x 16 bytes (lane (g, t)'s
+ * chunk 4i + t of row g at [i][lane]: each lane reads back what it copied, 16 consecutive bytes
+ * a lane, no bank conflict), then NG x 8 rows x 8 bytes of scales (row g's four chunks of group
+ * i, copied by lane t = 0). RS8_GROUP_BYTES a group. */
+enum { RS8_GROUP_BYTES = 32 * 16 + 8 * 8 };
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most n of this thread's committed cp.async groups are still pending (n > 7
+ * waits for 7: stricter, still correct). */
+__device__ __forceinline__ void cp_async_wait_upto(int n)
+{
+    switch (n <= 0 ? 0 : n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+}
+
+/* The warp's rows (row g of weight w at `row`, ok: it exists) over chunk groups [g0, g1) into
+ * its area `area` (RS8_GROUP_BYTES x (g1 - g0)), committed `batch` groups at a time: returns the
+ * number of commit groups, which rows8_dot_smem() waits on one by one. Missing rows get zeros.
+ * Needs K % 128 == 0 and the scales 8-byte aligned (cuda_moe_decode_mma checks). */
+__device__ __forceinline__ int rows8_stage_async(const cuda_wdev &w, int64_t row, bool ok, int64_t K, int g0,
+                                                 int g1, uint8_t *area, int batch)
+{
+    const int lane = threadIdx.x % 32, t = lane % 4, g = lane / 4, ng = g1 - g0;
+    uint4 *sd = (uint4 *)area;
+    uint2 *ss = (uint2 *)(area + (size_t)ng * 512);
+    const uint8_t *drow = (const uint8_t *)w.data + row * (K / 2), *srow = (const uint8_t *)w.scale + row * (K / 16);
+    int commits = 0;
+    for (int i = 0; i < ng; i++) {
+        if (ok)
+            cp_async16(sd + i * 32 + lane, drow + (size_t)(4 * (g0 + i) + t) * 16);
+        else
+            sd[i * 32 + lane] = make_uint4(0u, 0u, 0u, 0u);
+        if (t == 0) {
+            if (ok)
+                cp_async8(ss + i * 8 + g, srow + (size_t)(g0 + i) * 8);
+            else
+                ss[i * 8 + g] = make_uint2(0u, 0u);
+        }
+        if (i % batch == batch - 1 || i == ng - 1) {
+            cp_async_commit();
+            commits++;
+        }
+    }
+    return commits;
+}
+
+/* rows8_dot_range's sums (the same order, so the same bits) from a warp area that
+ * rows8_stage_async filled with groups [g0, g1) in `commits` commit groups of `batch`: each batch
+ * is multiplied as soon as it has arrived. */
+__device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint2 *xf, int g0, int g1, int batch,
+                                                 int commits, int T = 1, int64_t K = 0)
+{
+    const int lane = threadIdx.x % 32, ng = g1 - g0;
+    const uint4 *sd = (const uint4 *)area;
+    const uint16_t *ss = (const uint16_t *)(area + (size_t)ng * 512);
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int b = 0; b < commits; b++) {
+        cp_async_wait_upto(commits - 1 - b);
+        __syncwarp(); /* the other lanes' copies (the scales) and zero stores */
+        for (int i = b * batch; i < ng && i < (b + 1) * batch; i++) {
+            chunk16 q;
+            q.w = sd[i * 32 + lane];
+            q.s = ss[(i * 8 + lane / 4) * 4 + lane % 4];
+            chunk_mma(q, T == 1 ? xfrag_group(xf, g0 + i, lane) : xfrag_group_tokens(xf, g0 + i, lane, T, K), lane,
+                      d0, d1);
+        }
+    }
+    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
+}
+
 /* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
  * only after the wait), U chunk groups in flight per round (session 4 ran U = 4; each round is
  * one dependent DRAM round trip, so U = 8 halves them for the 2048-wide gate/up and makes the

@@ -348,11 +348,19 @@ int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64
 /* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. pf (or
  * NULL): weights of the ops after this one, asked of L2 by the down kernel's blocks. unroll: 4 or
  * 8 weight groups (128 k each) a warp keeps in flight; ks: 1 or 2 warps share a gate/up row tile
- * (K split). */
+ * (K split). smem_tpw 1 or 2: instead, the form whose weights go through shared memory by
+ * cp.async (few registers, every group in flight, each kernel triggering its dependent after its
+ * wait), the down kernel's warps taking smem_tpw 8-row tiles each (pf, unroll, ks, l2_down and
+ * early unused); the weights' data must be 16-byte and their scales 8-byte aligned. */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
-                                const struct cuda_l2_ranges *pf, int unroll, int ks, int l2_down, int early);
+                                const struct cuda_l2_ranges *pf, int unroll, int ks, int l2_down, int early,
+                                int smem_tpw);
+/* The shared-memory form's dynamic shared memory (which 0: gate/up, 1: down), and whether it
+ * takes the shape within smem_budget. */
+size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_expert, int tpw, int which);
+int cuda_moe_decode_mma_smem_supported(int64_t d_model, int64_t d_expert, int n_used, int tpw, size_t smem_budget);
 
 /* Whether cuda_moe_decode_mma_routed can route these (route_warp's shapes, the table's E and k). */
 int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used);
