@@ -94,7 +94,9 @@ struct cuda_backend {
     bool attn_push;        /* ... the splits pushing their partials to the leader (else pulled) */
     bool moe_l2_down;      /* MoE mma gate/up queues the pairs' down weights into L2 */
     bool moe_early;        /* MoE mma: down starts early and loads its routing and weights first */
-    bool moe_smem;         /* MoE mma: the weights through shared memory (cuda_moe_decode_mma smem_tpw) */
+    int moe_smem_min;      /* MoE mma: the weights through shared memory (cuda_moe_decode_mma smem_tpw) from
+                              this many tokens on (0: never) */
+    int moe_smem_tpw;      /* ... the down kernel's tiles a warp (1 | 2; 0: chosen by the SM count) */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8 | 16) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
@@ -892,14 +894,14 @@ static bool stream_moe_ok(const struct cuda_backend *c, const struct moe_args *a
  * two where one tile a warp would give more blocks than SMs, so that the down kernel's whole grid
  * can be resident beside gate/up's; one where two do not fit the budget. Its cp.async copies
  * need every expert's data 16-byte and scales 8-byte aligned (c->tmp: the table just built). */
-static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a)
+static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, int n_tokens)
 {
-    if (!c->moe_smem)
+    if (!c->moe_smem_min || n_tokens < c->moe_smem_min)
         return 0;
     for (int e = 0; e < 3 * a->n_experts; e++)
         if ((uintptr_t)c->tmp[e].data % 16 || (uintptr_t)c->tmp[e].scale % 8)
             return 0;
-    int tpw = (a->d_model + 7) / 8 > c->sm_count ? 2 : 1;
+    int tpw = c->moe_smem_tpw ? c->moe_smem_tpw : (a->d_model + 7) / 8 > c->sm_count ? 2 : 1;
     for (; tpw >= 1; tpw--)
         if (cuda_moe_decode_mma_smem_supported(a->d_model, a->d_expert, a->n_used, tpw, c->smem_budget))
             return tpw;
@@ -937,9 +939,9 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
-                                     weights, a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
-                                     c->moe_mma_unroll, c->moe_mma_ks, c->moe_l2_down, c->moe_early,
-                                     moe_smem_tpw(c, a)));
+                                     weights, a->n_used, work, out, 0, c->pdl,
+                                     prefetch_take(c, c->l2_pf_down, &pf), c->moe_mma_unroll, c->moe_mma_ks,
+                                     c->moe_l2_down, c->moe_early, moe_smem_tpw(c, a, n_tokens)));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens &&
@@ -1480,12 +1482,18 @@ static void configure_from_plan(struct cuda_backend *c)
      * vs 412.6 tok/s, batch 8 708.3 vs 733.4; that down kernel spills 184 bytes. */
     const char *me = getenv("MOESERVE_MOE_EARLY");
     c->moe_early = me && strcmp(me, "1") == 0;
-    /* MOESERVE_MOE_SMEM=1: the tensor-core MoE pair with its weights through shared memory
-     * (cp.async: every weight group of a warp in flight at once and few registers, so that the
-     * down kernel's blocks are resident and load their weights during gate/up, and the next
-     * layer's q/k/v during down). Written in session 9. */
+    /* The tensor-core MoE pair with its weights through shared memory (cp.async: every weight
+     * group of a warp in flight at once, 56 / 75 registers instead of 112 / 128, each kernel
+     * triggering the next after its wait), from 2 tokens on. H200, session 9, one call:
+     * batch 2 567.4 vs 562.1 tok/s, 4 793.2 vs 775.0, 8 933.5 vs 898.9 (more blocks resident:
+     * batch 8 is 3072 gate/up blocks); batch 1 slower, 386-395 vs 409-413 with the K split
+     * and one or two down tiles a warp (the trace: gate/up's warps stall issuing 16 groups of
+     * copies, so its dot starts later; a form with bulk copies into padded rows was slower
+     * still, 361, ~16 cycles a copy request). MOESERVE_MOE_SMEM=1: from one token; =0: never. */
     const char *ms = getenv("MOESERVE_MOE_SMEM");
-    c->moe_smem = ms && strcmp(ms, "1") == 0;
+    c->moe_smem_min = ms && strcmp(ms, "0") == 0 ? 0 : ms && strcmp(ms, "1") == 0 ? 1 : 2;
+    const char *mst = getenv("MOESERVE_MOE_SMEM_TPW");
+    c->moe_smem_tpw = mst && (atoi(mst) == 1 || atoi(mst) == 2) ? atoi(mst) : 0;
     /* The split decode attention merges its splits in clusters of 8 through distributed shared
      * memory where the device has clusters (caps "clusters"); MOESERVE_ATTN_CLUSTER=0: through
      * global memory, a fence and a counter (the only way before session 7). */
@@ -1737,9 +1745,9 @@ void backend_cuda_set_attn_push(struct backend *be, bool on)
     ctx(be)->attn_push = on;
 }
 
-void backend_cuda_set_moe_smem(struct backend *be, bool on)
+void backend_cuda_set_moe_smem(struct backend *be, int min_tokens)
 {
-    ctx(be)->moe_smem = on;
+    ctx(be)->moe_smem_min = min_tokens < 0 ? 0 : min_tokens;
 }
 
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n)

@@ -60,9 +60,9 @@ void backend_cuda_set_attn_cluster(struct backend *be, bool on);
 /* Whether a cluster's splits push their partials into the leader's shared memory (default; where
  * the budget holds them) or the leader pulls them. */
 void backend_cuda_set_attn_push(struct backend *be, bool on);
-/* Tests: the few-token NVFP4 MoE pair with its weights through shared memory (cp.async;
- * MOESERVE_MOE_SMEM=1 does the same) or registers. */
-void backend_cuda_set_moe_smem(struct backend *be, bool on);
+/* The few-token NVFP4 MoE pair with its weights through shared memory (cp.async) from
+ * min_tokens tokens on (default 2; 0: never, always through registers). */
+void backend_cuda_set_moe_smem(struct backend *be, int min_tokens);
 /* The most rows an NVFP4 linear takes through the tensor-core GEMV (1..8; default 8). */
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say

@@ -135,39 +135,39 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : KS == 1 ? 4 : U == 4 ? 6 
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
     const int G = (int)(D / 128), g0 = G * half / KS, g1 = G * (half + 1) / KS;
+    float2 r;
     if constexpr (SM) {
-        static_assert(KS == 1 && NPL == 0, "the shared-memory form neither splits K nor routes");
-        uint8_t *area = (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)G * RS8_GROUP_BYTES;
+        static_assert(NPL == 0, "the shared-memory form does not route");
+        /* every warp's area holds the largest slice, (G + KS - 1) / KS groups */
+        uint8_t *area =
+            (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)((G + KS - 1) / KS) * RS8_GROUP_BYTES;
         int commits = 0;
         xfrag_zeros_init();
-        xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS, [&] {
-            commits = rows8_stage_async(w, row, row < I, D, 0, G, area, MOE_SMEM_BATCH);
-        });
+        xfrag_stage_around<4>(
+            xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
+            [&] { commits = rows8_stage_async(w, row, row < I, D, g0, g1, area, MOE_SMEM_BATCH); });
         __syncthreads();
         KT_MARK(2);
-        const float2 r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
-        KT_MARK(3);
-        gate_up_finish(r, w, n0, I, out, lane);
-        KT_END(decode_mma, 0);
-        return;
+        r = rows8_dot_smem(area, xf, g0, g1, MOE_SMEM_BATCH, commits);
+    } else {
+        /* the first U weight groups in flight while x is staged, asked for after x */
+        chunk16 pre[U];
+        xfrag_zeros_init();
+        xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
+                              [&] { rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre); });
+        /* rt.l2_down (caps "tma"): the last warp queues this block's slice of the pair's down
+         * weights into L2 (cp.async.bulk.prefetch, no registers held), after its own loads are
+         * out: the down kernel's weight loads then come from L2 instead of DRAM. The DRAM is far
+         * from busy here (14 MB in ~10 us at one token); what limits both kernels is latency. */
+        if (rt.l2_down && wib == MG_WARPS - 1) {
+            const cuda_wdev wd = table[2 * n_experts + e];
+            l2_prefetch_part(wd.data, (size_t)D * (size_t)I / 2, (int)blockIdx.x, (int)gridDim.x, lane, 32);
+            l2_prefetch_part(wd.scale, (size_t)D * (size_t)I / 16, (int)blockIdx.x, (int)gridDim.x, lane, 32);
+        }
+        __syncthreads();
+        KT_MARK(2);
+        r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
     }
-    /* the first U weight groups in flight while x is staged, asked for after x */
-    chunk16 pre[U];
-    xfrag_zeros_init();
-    xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
-                          [&] { rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre); });
-    /* rt.l2_down (caps "tma"): the last warp queues this block's slice of the pair's down
-     * weights into L2 (cp.async.bulk.prefetch, no registers held), after its own loads are out:
-     * the down kernel's weight loads then come from L2 instead of DRAM. The DRAM is far from
-     * busy here (14 MB in ~10 us at one token); what limits both kernels is latency. */
-    if (rt.l2_down && wib == MG_WARPS - 1) {
-        const cuda_wdev wd = table[2 * n_experts + e];
-        l2_prefetch_part(wd.data, (size_t)D * (size_t)I / 2, (int)blockIdx.x, (int)gridDim.x, lane, 32);
-        l2_prefetch_part(wd.scale, (size_t)D * (size_t)I / 16, (int)blockIdx.x, (int)gridDim.x, lane, 32);
-    }
-    __syncthreads();
-    KT_MARK(2);
-    float2 r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
     KT_MARK(3);
     pdl_trigger(); /* late: see pdl_trigger() */
     if constexpr (KS > 1) {
@@ -526,33 +526,40 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
 namespace
 {
 
-/* The shared-memory form (see moe_gate_up_mma_kernel's SM, moe_down_smem_kernel). */
-cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
-                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
-                            int n_used, float *act, float *out, int residual, int pdl, int tpw)
+/* The shared-memory form (see moe_gate_up_mma_kernel's SM, moe_down_smem_kernel); KS: warps that
+ * split a gate/up row tile's K. */
+template <int KS>
+cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
+                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
+                            const int32_t *ids, const float *weights, int n_used, float *act, float *out,
+                            int residual, int pdl, int tpw)
 {
-    const size_t smem1 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 0),
+    /* x's fragments, then each warp's K / KS slice of its 8 rows */
+    const size_t smem1 = (size_t)d_model * 4 +
+                         (size_t)MG_WARPS * (size_t)((d_model / 128 + KS - 1) / KS) * RS8_GROUP_BYTES,
                  smem2 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1);
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, 1, 0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem1);
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     /* the whole shared memory for both: an SM changes its L1 / shared split only when idle, so a
      * gate/up kernel that ran with a smaller split would keep the down blocks out */
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, 1, 0, true>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, true>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess)
         return e;
     const gu_route rt = {};
-    dim3 g1((unsigned)((d_expert + 4 * MG_WARPS - 1) / (4 * MG_WARPS)), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<8, 1, 0, true>, g1, dim3(MG_THREADS), smem1, stream, table,
-                   n_experts, d_expert, d_model, x, ids, n_used, act, rt);
+    const int rows_per_block = 4 * MG_WARPS / KS;
+    dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<8, KS, 0, true>, g1, dim3(MG_THREADS), smem1, stream,
+                   table, n_experts, d_expert, d_model, x, ids, n_used, act, rt);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);
@@ -611,8 +618,10 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
         return cudaErrorInvalidValue;
     if (smem_tpw)
         return cuda_moe_decode_mma_smem_supported(d_model, d_expert, n_used, smem_tpw, (size_t)-1)
-                   ? moe_smem_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
-                                     act, out, residual, pdl, smem_tpw)
+                   ? (ks == 2 ? moe_smem_launch<2>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
+                                                   ids, weights, n_used, act, out, residual, pdl, smem_tpw)
+                              : moe_smem_launch<1>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
+                                                   ids, weights, n_used, act, out, residual, pdl, smem_tpw))
                    : cudaErrorInvalidValue;
     const cuda_l2_ranges &p = pf ? *pf : none;
     if (unroll == 16 && ks == 1) /* a 2048-wide gate/up row: all 16 groups in flight at once */
