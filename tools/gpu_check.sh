@@ -83,6 +83,12 @@ step "golden, MOESERVE_PREP_ATTN=1" golden_prep_attn.log \
     env MOESERVE_PREP_ATTN=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 step "golden, MOESERVE_PREP_ATTN=cluster" golden_prep_attn_cluster.log \
     env MOESERVE_PREP_ATTN=cluster ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+# the MoE pair through shared memory at one token too, and its down kernel alone (off at one
+# token: measured slower; on from 2 tokens)
+step "golden, MOESERVE_MOE_SMEM=1" golden_moe_smem.log \
+    env MOESERVE_MOE_SMEM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+step "golden, MOESERVE_MOE_SMEM_DOWN=1" golden_moe_smem_down.log \
+    env MOESERVE_MOE_SMEM_DOWN=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"

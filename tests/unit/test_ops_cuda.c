@@ -968,21 +968,27 @@ static void test_moe_experts(void **state)
     }
     /* NVFP4 at widths that are multiples of 128: the tensor-core pair kernels (cuda_decode_mma.cu),
      * Qwen3-30B-A3B's among them */
-    backend_cuda_set_moe_smem(&p->gpu, 0); /* weights through registers */
+    backend_cuda_set_moe_smem(&p->gpu, 0, false); /* weights through registers */
     run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
     run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
     /* the same kernels with their weights through shared memory (the default from 2 tokens), and
      * more slots than the down kernel has warps (a warp stages a second and a third expert) */
-    backend_cuda_set_moe_smem(&p->gpu, 1);
+    backend_cuda_set_moe_smem(&p->gpu, 1, false);
     run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
     run_moe(p, WEIGHT_NVFP4, 2, 32, 10, 384, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 2, 32, 20, 1536, 256, false, &rng); /* three slots a down warp */
     run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
-    backend_cuda_set_moe_smem(&p->gpu, 2);
+    /* only the down kernel in that form (MOESERVE_MOE_SMEM_DOWN=1): all of them below 9 tokens */
+    backend_cuda_set_moe_smem(&p->gpu, 9, true);
+    run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 2, 32, 20, 1536, 256, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
+    backend_cuda_set_moe_smem(&p->gpu, 2, false);
 }
 
 /* ---------------------------------------------------------------- fused decode ops */

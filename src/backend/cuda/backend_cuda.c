@@ -97,6 +97,7 @@ struct cuda_backend {
     int moe_smem_min;      /* MoE mma: the weights through shared memory (cuda_moe_decode_mma smem_tpw) from
                               this many tokens on (0: never) */
     int moe_smem_tpw;      /* ... the down kernel's tiles a warp (1 | 2; 0: chosen by the SM count) */
+    bool moe_smem_down;    /* ... below moe_smem_min tokens, the down kernel alone in that form */
     int moe_mma_unroll;    /* weight groups a warp of those MoE kernels keeps in flight (4 | 8 | 16) */
     int moe_mma_ks;        /* warps sharing one gate/up row tile of those kernels (1 | 2) */
     bool router_route;     /* few tokens: router GEMV + routing in one kernel */
@@ -896,7 +897,8 @@ static bool stream_moe_ok(const struct cuda_backend *c, const struct moe_args *a
  * need every expert's data 16-byte and scales 8-byte aligned (c->tmp: the table just built). */
 static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, int n_tokens)
 {
-    if (!c->moe_smem_min || n_tokens < c->moe_smem_min)
+    const bool both = c->moe_smem_min && n_tokens >= c->moe_smem_min;
+    if (!both && !c->moe_smem_down)
         return 0;
     for (int e = 0; e < 3 * a->n_experts; e++)
         if ((uintptr_t)c->tmp[e].data % 16 || (uintptr_t)c->tmp[e].scale % 8)
@@ -904,7 +906,7 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
     int tpw = c->moe_smem_tpw ? c->moe_smem_tpw : (a->d_model + 7) / 8 > c->sm_count ? 2 : 1;
     for (; tpw >= 1; tpw--)
         if (cuda_moe_decode_mma_smem_supported(a->d_model, a->d_expert, a->n_used, tpw, c->smem_budget))
-            return tpw;
+            return both ? tpw : -tpw;
     return 0;
 }
 
@@ -1492,6 +1494,10 @@ static void configure_from_plan(struct cuda_backend *c)
      * still, 361, ~16 cycles a copy request). MOESERVE_MOE_SMEM=1: from one token; =0: never. */
     const char *ms = getenv("MOESERVE_MOE_SMEM");
     c->moe_smem_min = ms && strcmp(ms, "0") == 0 ? 0 : ms && strcmp(ms, "1") == 0 ? 1 : 2;
+    /* MOESERVE_MOE_SMEM_DOWN=1: below that, the down kernel alone in that form (its blocks
+     * resident beside the register gate/up, which triggers it after its wait) */
+    const char *msd = getenv("MOESERVE_MOE_SMEM_DOWN");
+    c->moe_smem_down = msd && strcmp(msd, "1") == 0;
     const char *mst = getenv("MOESERVE_MOE_SMEM_TPW");
     c->moe_smem_tpw = mst && (atoi(mst) == 1 || atoi(mst) == 2) ? atoi(mst) : 0;
     /* The split decode attention merges its splits in clusters of 8 through distributed shared
@@ -1745,9 +1751,10 @@ void backend_cuda_set_attn_push(struct backend *be, bool on)
     ctx(be)->attn_push = on;
 }
 
-void backend_cuda_set_moe_smem(struct backend *be, int min_tokens)
+void backend_cuda_set_moe_smem(struct backend *be, int min_tokens, bool down_below)
 {
     ctx(be)->moe_smem_min = min_tokens < 0 ? 0 : min_tokens;
+    ctx(be)->moe_smem_down = down_below;
 }
 
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n)

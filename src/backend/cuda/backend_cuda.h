@@ -61,8 +61,9 @@ void backend_cuda_set_attn_cluster(struct backend *be, bool on);
  * the budget holds them) or the leader pulls them. */
 void backend_cuda_set_attn_push(struct backend *be, bool on);
 /* The few-token NVFP4 MoE pair with its weights through shared memory (cp.async) from
- * min_tokens tokens on (default 2; 0: never, always through registers). */
-void backend_cuda_set_moe_smem(struct backend *be, int min_tokens);
+ * min_tokens tokens on (default 2; 0: never, always through registers); down_below: below that,
+ * the down kernel alone in that form (MOESERVE_MOE_SMEM_DOWN=1). */
+void backend_cuda_set_moe_smem(struct backend *be, int min_tokens, bool down_below);
 /* The most rows an NVFP4 linear takes through the tensor-core GEMV (1..8; default 8). */
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say

@@ -528,26 +528,28 @@ namespace
 
 /* The shared-memory form (see moe_gate_up_mma_kernel's SM, moe_down_smem_kernel); KS: warps that
  * split a gate/up row tile's K. */
-template <int KS>
+template <int KS, bool GU_SM>
 cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                             int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                             const int32_t *ids, const float *weights, int n_used, float *act, float *out,
                             int residual, int pdl, int tpw)
 {
-    /* x's fragments, then each warp's K / KS slice of its 8 rows */
+    /* x's fragments, then each warp's K / KS slice of its 8 rows (!GU_SM: gate/up holds its
+     * weights in registers and triggers the down kernel right after its wait) */
     const size_t smem1 = (size_t)d_model * 4 +
-                         (size_t)MG_WARPS * (size_t)((d_model / 128 + KS - 1) / KS) * RS8_GROUP_BYTES,
+                         (GU_SM ? (size_t)MG_WARPS * (size_t)((d_model / 128 + KS - 1) / KS) * RS8_GROUP_BYTES
+                                : 0),
                  smem2 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1);
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, true>,
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, GU_SM>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     /* the whole shared memory for both: an SM changes its L1 / shared split only when idle, so a
      * gate/up kernel that ran with a smaller split would keep the down blocks out */
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, true>,
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, GU_SM>,
                                  cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e == cudaSuccess)
@@ -555,10 +557,11 @@ cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, 
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess)
         return e;
-    const gu_route rt = {};
+    gu_route rt = {};
+    rt.early = !GU_SM;
     const int rows_per_block = 4 * MG_WARPS / KS;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<8, KS, 0, true>, g1, dim3(MG_THREADS), smem1, stream,
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<8, KS, 0, GU_SM>, g1, dim3(MG_THREADS), smem1, stream,
                    table, n_experts, d_expert, d_model, x, ids, n_used, act, rt);
     if (e != cudaSuccess)
         return e;
@@ -616,13 +619,21 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
         (unroll != 4 && unroll != 8 && unroll != 16) || (ks != 1 && ks != 2))
         return cudaErrorInvalidValue;
-    if (smem_tpw)
-        return cuda_moe_decode_mma_smem_supported(d_model, d_expert, n_used, smem_tpw, (size_t)-1)
-                   ? (ks == 2 ? moe_smem_launch<2>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
-                                                   ids, weights, n_used, act, out, residual, pdl, smem_tpw)
-                              : moe_smem_launch<1>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
-                                                   ids, weights, n_used, act, out, residual, pdl, smem_tpw))
-                   : cudaErrorInvalidValue;
+    if (smem_tpw) {
+        const int tpw = smem_tpw < 0 ? -smem_tpw : smem_tpw;
+        if (!cuda_moe_decode_mma_smem_supported(d_model, d_expert, n_used, tpw, (size_t)-1))
+            return cudaErrorInvalidValue;
+        if (smem_tpw < 0)
+            return ks == 2
+                       ? moe_smem_launch<2, false>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
+                                                   ids, weights, n_used, act, out, residual, pdl, tpw)
+                       : moe_smem_launch<1, false>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
+                                                   ids, weights, n_used, act, out, residual, pdl, tpw);
+        return ks == 2 ? moe_smem_launch<2, true>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
+                                                  ids, weights, n_used, act, out, residual, pdl, tpw)
+                       : moe_smem_launch<1, true>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
+                                                  ids, weights, n_used, act, out, residual, pdl, tpw);
+    }
     const cuda_l2_ranges &p = pf ? *pf : none;
     if (unroll == 16 && ks == 1) /* a 2048-wide gate/up row: all 16 groups in flight at once */
         return moe_mma_launch<16, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,

@@ -351,7 +351,9 @@ int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64
  * (K split). smem_tpw 1 or 2: instead, the form whose weights go through shared memory by
  * cp.async (few registers, every group in flight, each kernel triggering its dependent after its
  * wait), the down kernel's warps taking smem_tpw 8-row tiles each (pf, unroll, l2_down and early
- * unused); the weights' data must be 16-byte and their scales 8-byte aligned. */
+ * unused); -1 or -2: only the down kernel in that form (-smem_tpw tiles a warp), gate/up through
+ * registers, triggering it after its wait. The weights' data must be 16-byte and their scales
+ * 8-byte aligned. */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl,
