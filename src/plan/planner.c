@@ -1275,6 +1275,20 @@ static enum status plan_decode(struct plan_ctx *x, struct err *err)
         c->portable = false;
         c->tm = 4, c->tn = 8, c->tk = 32, c->threads = 256, c->regs = 127, c->stages = 0;
         c->smem = (size_t)(s->d_model > 8 * s->d_expert ? s->d_model : 8 * s->d_expert) * 4;
+        /* From 2 tokens the backend runs the form whose weights go through shared memory where
+         * it fits the budget (cuda_moe_decode_mma_smem_supported): gate/up x plus 4 warps x
+         * D / 128 groups of 576 bytes; down 8 warps' act plus 8 warps x tpw 8-row tiles of
+         * I / 128 groups, tpw 2 where D / 8 rows exceed the SMs (one block an SM), plus its
+         * ~5.4 KB of static arrays. That form's bytes are what the op needs then. */
+        const int tpw = ceil_div(s->d_model, 8) > x->caps->sm_count ? 2 : 1;
+        const size_t gu = (size_t)s->d_model * 4 + 4 * (size_t)(s->d_model / 128) * 576,
+                     dn = (size_t)8 * s->d_expert * 4 + 8 * (size_t)tpw * (size_t)(s->d_expert / 128) * 576 +
+                          5376;
+        const size_t sm = gu > dn ? gu : dn;
+        if (sm + 1024 <= x->p->smem_budget) {
+            c->smem = sm > c->smem ? sm : c->smem;
+            c->regs = 75;
+        }
         c->streaming = true;
         /* 16 flops a weight on the tensor core (n = 8 columns, 2 of them used); the lanes' work
          * counted as fp32 flops would overstate it: the bytes decide */

@@ -370,6 +370,13 @@ static void test_model_shapes(void **state)
         const size_t st = 8 * 32 * 4 + 8 * 5 * 4 + 4 * 8 * 32 * 16 + 64 * 8 * 4 + 4,
                      push = 7 * 8 * (128 * 4 + 8);
         assert_int_equal(d->smem_bytes, caps.clusters && st + push <= p->smem_budget ? st + push : st);
+        /* the tensor-core MoE pair at <= 8 tokens, with the shared-memory form's bytes (from 2
+         * tokens; its down kernel the larger: 8 warps' act, 2 tiles a warp of 6 groups of 576
+         * bytes, 5376 static) where they fit, as on every profile here */
+        const struct op_plan *m = plan_find(p, "moe_experts_decode");
+        assert_string_equal(m->kernel, "moe_pair_decode_mma_bf16");
+        assert_int_equal(m->smem_bytes, 8 * 768 * 4 + 8 * 2 * 6 * 576 + 5376);
+        assert_true(m->smem_bytes <= p->smem_budget);
     }
     model_desc_free(&q);
     model_desc_free(&g);
