@@ -24,7 +24,7 @@ while IFS= read -r line; do
     env $envs MOESERVE_NO_GRAPHS=1 timeout 240 ncu --clock-control none --cache-control none \
         --kernel-name "regex:$kernels" --launch-skip "${SKIP:-200}" --launch-count "${COUNT:-4}" \
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
-        --section ComputeWorkloadAnalysis --section Occupancy --section SourceCounters --print-units base \
+        --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section SourceCounters --print-units base \
         --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
         "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len 128 \
         --decode 16 >"$out/ncu_$name.txt" 2>"$out/ncu_$name.err"
