@@ -275,7 +275,8 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
 /* The down kernel with its weights through shared memory (MOESERVE_MOE_SMEM; see
  * moe_gate_up_mma_kernel's SM): grid (D / (8 tpw), tokens), a warp per slot as above but over
  * tpw 8-row tiles, so that the whole grid can be resident beside the gate/up kernel (one block an
- * SM for Qwen3-30B-A3B at tpw 2). Before its wait it reads the routing (the routing kernel, two
+ * SM for Qwen3-30B-A3B at tpw 2; H200, batch 8: 932.6 tok/s against 904.9 with one tile). Before
+ * its wait it reads the routing (the routing kernel, two
  * launches back, had finished before gate/up passed its own wait and triggered this one) and
  * puts its first slot's weights in flight; after the wait it triggers its dependent at once. The
  * dynamic shared memory: MD_WARPS slots' act fragments (I x 4 bytes each), then MD_WARPS areas of

@@ -303,12 +303,13 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
-/* Weights staged through shared memory instead of registers (MOESERVE_MOE_SMEM, the MoE pair
- * kernels): cp.async copies global memory into shared memory without holding a register until
- * the data arrives, so a warp can have all of its rows in flight at once, and the kernel keeps
- * few registers, which lets the next kernel's blocks be resident beside it (at batch 1 the
- * register-held prefetch filled the register files, and a kernel could start only when its
- * predecessor's blocks left). A warp's area: NG groups of 32 lanes x 16 bytes (lane (g, t)'s
+/* Weights staged through shared memory instead of registers (the MoE pair kernels from 2 tokens,
+ * MOESERVE_MOE_SMEM): cp.async copies global memory into shared memory without holding a
+ * register until the data arrives, so a warp has all of its rows in flight at once and the
+ * kernel keeps few registers: more blocks resident (H200, session 9: batch 8 939 vs 902 tok/s).
+ * At batch 1 it is slower (389 vs 411): a warp stalls issuing its 32 copies once the SM's
+ * outstanding requests are used up, so its dot starts later than the register form's. A warp's
+ * area: NG groups of 32 lanes x 16 bytes (lane (g, t)'s
  * chunk 4i + t of row g at [i][lane]: each lane reads back what it copied, 16 consecutive bytes
  * a lane, no bank conflict), then NG x 8 rows x 8 bytes of scales (row g's four chunks of group
  * i, copied by lane t = 0). RS8_GROUP_BYTES a group. */
@@ -381,8 +382,8 @@ __device__ __forceinline__ int rows8_stage_async(const cuda_wdev &w, int64_t row
 /* rows8_dot_range's sums (the same order, so the same bits) from a warp area that
  * rows8_stage_async filled with groups [g0, g1) in `commits` commit groups of `batch`: each batch
  * is multiplied as soon as it has arrived. */
-__device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint2 *xf, int g0, int g1, int batch,
-                                                 int commits, int T = 1, int64_t K = 0)
+__device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint2 *xf, int g0, int g1,
+                                                 int batch, int commits)
 {
     const int lane = threadIdx.x % 32, ng = g1 - g0;
     const uint4 *sd = (const uint4 *)area;
@@ -395,8 +396,7 @@ __device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint
             chunk16 q;
             q.w = sd[i * 32 + lane];
             q.s = ss[(i * 8 + lane / 4) * 4 + lane % 4];
-            chunk_mma(q, T == 1 ? xfrag_group(xf, g0 + i, lane) : xfrag_group_tokens(xf, g0 + i, lane, T, K), lane,
-                      d0, d1);
+            chunk_mma(q, xfrag_group(xf, g0 + i, lane), lane, d0, d1);
         }
     }
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
