@@ -211,6 +211,46 @@ __device__ __forceinline__ void slots_by_expert(const int32_t *ids, int k, int *
     }
 }
 
+/* A down kernel's routing of token t into shared memory: the slots' expert ids and weights
+ * (L2 loads: an earlier kernel of the pass wrote them), a barrier, then order[] by thread 0
+ * (slots_by_expert; the block sees it after its next barrier). n_used <= the block's threads. */
+__device__ __forceinline__ void slots_load(const int32_t *ids, const float *weights, int t, int n_used,
+                                           int *s_ids, float *s_w, int *order)
+{
+    if ((int)threadIdx.x < n_used) {
+        s_ids[threadIdx.x] = __ldcg(ids + (size_t)t * n_used + threadIdx.x);
+        s_w[threadIdx.x] = __ldcg(weights + (size_t)t * n_used + threadIdx.x);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        slots_by_expert(s_ids, n_used, order);
+}
+
+/* The end of a gate/up warp tile of the tensor-core pair kernels (cuda_decode_mma.cu,
+ * cuda_decode_fp8.cu): lanes 0, 1 hold the raw sums of gate rows n0 + 2 lane, + 1, lanes 2, 3
+ * the same up rows; lanes 0, 1 write silu(gate) * up, each sum times its scale (sg, su) plus its
+ * bias, rounded as cuda_silu_mul. Call from the whole warp (the up sums come by shuffle). */
+__device__ __forceinline__ void silu_pair_store(float2 r, float sg, float su, const float *gbias,
+                                                const float *ubias, int64_t n0, int64_t I, float *out,
+                                                int lane)
+{
+    const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
+    if (lane >= 2)
+        return;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int64_t n = n0 + 2 * lane + k;
+        if (n >= I)
+            continue;
+        float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
+        if (gbias)
+            gv += gbias[n];
+        if (ubias)
+            uv += ubias[n];
+        out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
+    }
+}
+
 /* Slot j's partial of a down kernel's 8-row tile (rows n0 .. n0 + 7 of D): lanes 0..3 hold the raw
  * sums of rows 2 * lane and 2 * lane + 1; times s plus the expert's bias into part[j], or zeros
  * when the slot has no valid expert. The down kernels of cuda_decode_mma.cu, cuda_decode_fp8.cu

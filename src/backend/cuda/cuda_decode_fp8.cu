@@ -275,22 +275,7 @@ __global__ void __launch_bounds__(F8_THREADS, 2)
     const float2 r = f8_dot(w, row, row < I, wc, r0, r0 < I, wc, r1, r1 < I, D, xq);
     pdl_trigger(); /* late: see pdl_trigger() */
     /* lanes 0, 1: gate rows n0 + 2t, 2t + 1; lanes 2, 3: the same up rows */
-    const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
-    if (lane < 2) {
-        const float sg = S * 0x1p6f * wg.scale2, su = S * 0x1p6f * wu.scale2;
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int64_t n = n0 + 2 * lane + k;
-            if (n >= I)
-                continue;
-            float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
-            if (wg.bias)
-                gv += wg.bias[n];
-            if (wu.bias)
-                uv += wu.bias[n];
-            out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
-        }
-    }
+    silu_pair_store(r, S * 0x1p6f * wg.scale2, S * 0x1p6f * wu.scale2, wg.bias, wu.bias, n0, I, out, lane);
 }
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid

@@ -64,30 +64,14 @@ struct gu_route {
     int early;           /* trigger the down kernel right after the wait (see moe_down_mma_kernel) */
 };
 
-/* A gate/up warp's end: lanes 0, 1 write silu(gate) * up of rows n0 + 2t, n0 + 2t + 1 from the
- * raw sums r (lanes 0, 1: gate; lanes 2, 3: the same up rows). The up weight's scale and bias come
- * from lane 16 (g = 4 holds the up entry): no table read at the tail. */
+/* A gate/up warp's end (silu_pair_store): the up weight's scale and bias come from lane 16
+ * (g = 4 holds the up entry), no table read at the tail. */
 __device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int64_t n0, int64_t I, float *out,
                                                int lane)
 {
-    const float ux = __shfl_down_sync(0xffffffffu, r.x, 2), uy = __shfl_down_sync(0xffffffffu, r.y, 2);
     const float u_scale2 = __shfl_sync(0xffffffffu, w.scale2, 16);
     const float *u_bias = (const float *)__shfl_sync(0xffffffffu, (unsigned long long)w.bias, 16);
-    if (lane < 2) {
-        const float sg = 0x1p62f * w.scale2, su = 0x1p62f * u_scale2;
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int64_t n = n0 + 2 * lane + k;
-            if (n >= I)
-                continue;
-            float gv = (k ? r.y : r.x) * sg, uv = (k ? uy : ux) * su;
-            if (w.bias)
-                gv += w.bias[n];
-            if (u_bias)
-                uv += u_bias[n];
-            out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
-        }
-    }
+    silu_pair_store(r, 0x1p62f * w.scale2, 0x1p62f * u_scale2, w.bias, u_bias, n0, I, out, lane);
 }
 
 /* SM: the weights go through shared memory (rows8_stage_async: all of a warp's groups in flight
@@ -215,13 +199,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     chunk16 pre[UD]; /* in flight while a slot's act is staged (asked for after act without prewait) */
     cuda_wdev w0 = {};
     auto routing = [&] {
-        if ((int)threadIdx.x < n_used) {
-            s_ids[threadIdx.x] = __ldcg(ids + (size_t)t * n_used + threadIdx.x);
-            s_w[threadIdx.x] = __ldcg(weights + (size_t)t * n_used + threadIdx.x);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0)
-            slots_by_expert(s_ids, n_used, order);
+        slots_load(ids, weights, t, n_used, s_ids, s_w, order);
         if constexpr (PREWAIT) {
             const int e = wib < n_used ? s_ids[wib] : -1;
             if (e >= 0 && e < n_experts) {
@@ -294,13 +272,7 @@ __global__ void __launch_bounds__(MD_THREADS, 3)
     const int64_t n0 = (int64_t)blockIdx.x * 8 * tpw;
     uint8_t *area = (uint8_t *)xf + (size_t)MD_WARPS * (size_t)I * 4 + (size_t)wib * tpw * GI * RS8_GROUP_BYTES;
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 2);
-    if ((int)threadIdx.x < n_used) {
-        s_ids[threadIdx.x] = __ldcg(ids + (size_t)t * n_used + threadIdx.x);
-        s_w[threadIdx.x] = __ldcg(weights + (size_t)t * n_used + threadIdx.x);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0)
-        slots_by_expert(s_ids, n_used, order);
+    slots_load(ids, weights, t, n_used, s_ids, s_w, order);
     /* slot j's weights, all tiles, into the warp's area: one commit group a tile */
     auto stage = [&](const cuda_wdev &w) {
         for (int tt = 0; tt < tpw; tt++) {
