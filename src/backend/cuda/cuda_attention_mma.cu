@@ -114,19 +114,9 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p)
                  : "r"(smem_addr(p)));
 }
 
-__device__ __forceinline__ void cp_async16(float *dst, const float *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
 __device__ __forceinline__ void cp_async_wait_all()
 {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    cp_async_wait_upto(0);
 }
 
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])

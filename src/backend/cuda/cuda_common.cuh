@@ -314,6 +314,44 @@ __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
+/* cp.async (sm_80+): global -> shared copies that hold no register while in flight, grouped by
+ * commit; the one set of helpers for every kernel that stages through shared memory. */
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most n of this thread's committed groups are still pending (n > 7 waits for 7:
+ * stricter, still correct; n <= 0: all). */
+__device__ __forceinline__ void cp_async_wait_upto(int n)
+{
+    switch (n <= 0 ? 0 : n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+}
+
 /* Asks L2 for the 16-byte-aligned interior of [p, p + bytes), slice `part` of `parts` equal
  * slices, in bulk prefetches of at most L2_PF_CHUNK bytes spread over `lanes` threads (this one
  * is `lane`). Fire and forget: no register waits on it, so a kernel can queue megabytes of its

@@ -315,39 +315,6 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
  * i, copied by lane t = 0). RS8_GROUP_BYTES a group. */
 enum { RS8_GROUP_BYTES = 32 * 16 + 8 * 8 };
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* Waits until at most n of this thread's committed cp.async groups are still pending (n > 7
- * waits for 7: stricter, still correct). */
-__device__ __forceinline__ void cp_async_wait_upto(int n)
-{
-    switch (n <= 0 ? 0 : n) {
-    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
-    }
-}
-
 /* The warp's rows (row g of weight w at `row`, ok: it exists) over chunk groups [g0, g1) into
  * its area `area` (RS8_GROUP_BYTES x (g1 - g0)), committed `batch` groups at a time: returns the
  * number of commit groups, which rows8_dot_smem() waits on one by one. Missing rows get zeros.

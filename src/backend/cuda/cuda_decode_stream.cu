@@ -73,37 +73,6 @@ struct st_params {
     int max_rows;       /* local rows of the largest block */
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cpa16(void *dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void cpa_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Wait until at most n groups of this thread are still in flight (more than 7: waits for all
- * but 7, which is only slower). */
-__device__ __forceinline__ void cpa_wait(int n)
-{
-    switch (n) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
-    }
-}
-
 /* The block's share of the T rows: [v0, v1). */
 __device__ __forceinline__ void block_range(int T, int &v0, int &v1)
 {
@@ -179,13 +148,13 @@ __device__ __forceinline__ void issue_unit(const st_params &p, const int *s_e, c
             const uint8_t *ssrc = (const uint8_t *)r.w->scale + (size_t)r.n * p.scale_bytes + (size_t)s * sslice;
             for (int k = lane; k < per_row; k += 32) {
                 if (k < dpieces)
-                    cpa16(ub + h * slice + k * 16, src + k * 16);
+                    cp_async16(ub + h * slice + k * 16, src + k * 16);
                 else
-                    cpa16(ub + 2 * slice + h * sslice + (k - dpieces) * 16, ssrc + (k - dpieces) * 16);
+                    cp_async16(ub + 2 * slice + h * sslice + (k - dpieces) * 16, ssrc + (k - dpieces) * 16);
             }
         }
     }
-    cpa_commit();
+    cp_async_commit();
 }
 
 /* The dot products of one unit from its buffer ub: rows a, a + 1 (b_live: a + 1 exists), K slice
@@ -296,7 +265,7 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
 
     int i = 0;
     for (int u = warp; u < units; u += ST_WARPS, i++) {
-        cpa_wait(mine - 1 - i); /* this unit's group has landed (later ones may still fly) */
+        cp_async_wait_upto(mine - 1 - i); /* this unit's group has landed (later ones may still fly) */
         __syncwarp();           /* ... for every lane's copies */
         const int a = 2 * (u / p.ks), s = u % p.ks;
         row_ref ra, rb;
