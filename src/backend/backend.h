@@ -140,6 +140,11 @@ struct decode_layer_args {
     float *q, *k, *v, *attn, *logits, *moe_work;
 };
 
+/* weight_load flags. DENSE: the weight is read in full for every token (attention, a dense MLP,
+ * a shared expert; not one of many routed experts), so a backend may keep a second copy laid out
+ * for one-token decode (struct weight's dec_data). */
+enum { WEIGHT_LOAD_DENSE = 1u };
+
 struct backend_ops {
     const char *name;
     void (*destroy)(struct backend *be);
@@ -150,8 +155,8 @@ struct backend_ops {
     void (*upload)(struct backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(struct backend *be, void *dst, const void *src, size_t bytes);
     void (*synchronize)(struct backend *be);
-    /* Makes a checkpoint weight usable by this backend (CPU: borrow as is). */
-    enum status (*weight_load)(struct backend *be, const struct weight *host, struct weight *out,
+    /* Makes a checkpoint weight usable by this backend (CPU: borrow as is). flags: WEIGHT_LOAD_*. */
+    enum status (*weight_load)(struct backend *be, const struct weight *host, struct weight *out, unsigned flags,
                                struct err *err);
 
     /* ops */

@@ -178,7 +178,11 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
     ks->params += (uint64_t)host->rows * (uint64_t)host->cols;
     ks->bytes += weight_bytes(host);
     ks->formats |= 1u << host->format;
-    enum status st = b->be->ops->weight_load(b->be, host, out, b->err);
+    /* every token reads these in full (the routed experts and the router are the exceptions) */
+    const unsigned flags = b->kind == WK_ATTENTION || b->kind == WK_DENSE_MLP || b->kind == WK_SHARED_EXPERT
+                               ? WEIGHT_LOAD_DENSE
+                               : 0u;
+    enum status st = b->be->ops->weight_load(b->be, host, out, flags, b->err);
     if (st) {
         b->st = st;
         return;

@@ -1243,6 +1243,10 @@ static enum status plan_decode(struct plan_ctx *x, struct err *err)
         c->smem = (size_t)K * 4;
         c->streaming = true;
         cand_part(c, 16.0 / 2 * params, bytes, 0, ceil_div(rows_qkv, 8));
+        /* cuda_dec16.cu (a second copy of the dense weights laid out for a one-token GEMV) is
+         * not a candidate: faster alone (tools/bench_dot.cu) but not in a step (H200, session
+         * 10: 405.1 / 407.3 vs 412.0 / 409.3 tok/s), since this kernel's weights are already
+         * loaded before its PDL wait; the backend runs it only with MOESERVE_DEC16=1. */
     }
     c = simple(x, "gemm_fp32_tiled", 16, 64, 32, 256, 0, 2 * params, bytes, ceil_div(rows_qkv, 64));
     c->portable = true;

@@ -178,7 +178,8 @@ static void weight_make(struct test_weight *t, struct pair *p, enum weight_forma
         h.bias = t->dev_bias; /* as model_weights does: the bias is backend memory before weight_load */
     }
     struct err err = {0};
-    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, &err))
+    /* as a dense weight: NVFP4 ones of dec16 shapes also get their decode copy */
+    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, WEIGHT_LOAD_DENSE, &err))
         fail_msg("weight_load: %s", err.msg);
 }
 
@@ -1411,6 +1412,7 @@ int main(void)
         cmocka_unit_test(test_attention_mma),
         cmocka_unit_test(test_stream_decode),
         cmocka_unit_test(test_decode_mma_dense),
+        cmocka_unit_test(test_dec16_gemv),
         cmocka_unit_test(test_gemv_mma_tokens),
         cmocka_unit_test(test_moe_block_mma_routed),
         cmocka_unit_test(test_moe_experts_fp8),

@@ -47,9 +47,10 @@ static void cpu_synchronize(struct backend *be)
 }
 
 static enum status cpu_weight_load(struct backend *be, const struct weight *host, struct weight *out,
-                                   struct err *err)
+                                   unsigned flags, struct err *err)
 {
     (void)be;
+    (void)flags;
     (void)err;
     *out = *host; /* the mmap'ed checkpoint is the CPU's weight memory */
     return STATUS_OK;

@@ -88,6 +88,9 @@ struct cuda_backend {
     bool use_stream_moe; /* ... and the one-token MoE */
     bool decode_mma;     /* few-token NVFP4 MoE on bf16 tensor cores (cuda_decode_mma.cu) */
     bool decode_mma_dense; /* ... and the one-token NVFP4 GEMVs (cuda_gemv_mma) */
+    bool dec16_make;       /* dense NVFP4 weights get a second copy in the dec16 layout at load */
+    bool dec16;            /* ... and one-token linears without fusions read it (cuda_dec16_gemv) */
+    bool dec16_multi_only; /* ... only launches of several weights (q/k/v; MOESERVE_DEC16=qkv) */
     int gemv_mma_tokens;   /* ... and the NVFP4 linears of up to this many rows (2..8) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
@@ -280,8 +283,37 @@ static enum status upload_owned(struct cuda_backend *c, const void *src, size_t 
     return STATUS_OK;
 }
 
+/* The dec16 copy of a dense NVFP4 weight (cuda_dec16.cu): the same bytes reordered for the
+ * one-token GEMV. Optional: where memory runs out the weight keeps only its checkpoint layout. */
+static void dec16_copy(struct cuda_backend *c, struct weight *w)
+{
+    size_t data = (size_t)w->rows * (size_t)w->cols / 2, scale = (size_t)w->rows * (size_t)w->cols / 16;
+    void *d = NULL, *s = NULL;
+    if (cudaMalloc(&d, data) != cudaSuccess || cudaMalloc(&s, scale) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (d)
+            CHECK(c, cudaFree(d));
+        LOG_WARN("cuda: no memory for the decode copy of a %lld x %lld NVFP4 weight; its one-token "
+                "GEMV reads the checkpoint layout", (long long)w->rows, (long long)w->cols);
+        return;
+    }
+    if (!own(c, d)) {
+        CHECK(c, cudaFree(d));
+        CHECK(c, cudaFree(s));
+        return;
+    }
+    if (!own(c, s)) { /* d is owned: freed with the backend */
+        CHECK(c, cudaFree(s));
+        return;
+    }
+    struct cuda_wdev wd = {.data = w->data, .scale = w->scale};
+    if (CHECK(c, cuda_dec16_pack(c->stream, &wd, w->rows, w->cols, d, s)) &&
+        CHECK(c, cudaStreamSynchronize(c->stream)))
+        w->dec_data = d, w->dec_scale = s;
+}
+
 static enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out,
-                                  struct err *err)
+                                  unsigned flags, struct err *err)
 {
     struct cuda_backend *c = ctx(be);
     size_t n = (size_t)host->rows * (size_t)host->cols, data = 0, scale = 0;
@@ -304,9 +336,13 @@ static enum status cu_weight_load(struct backend *be, const struct weight *host,
     default: return err_set(err, STATUS_UNSUPPORTED, "cuda: weight format %d", (int)host->format);
     }
     *out = *host; /* the bias is already backend memory (model_weights binds it first) */
+    out->dec_data = out->dec_scale = NULL;
     enum status st = upload_owned(c, host->data, data, &out->data, err);
     if (!st && scale)
         st = upload_owned(c, host->scale, scale, &out->scale, err);
+    if (!st && (flags & WEIGHT_LOAD_DENSE) && c->dec16_make && host->format == WEIGHT_NVFP4 &&
+        cuda_dec16_shape_ok(host->rows, host->cols))
+        dec16_copy(c, out);
     return st;
 }
 
@@ -433,6 +469,20 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
             return false;
         wd[j] = wdev_of(ws[j]);
         N[j] = ws[j]->rows;
+    }
+    if (m == 1 && c->dec16 && (n_w > 1 || !c->dec16_multi_only) && ws[0]->format == WEIGHT_NVFP4 && !fz->norm_w &&
+        !fz->residual && !fz->pending) {
+        struct cuda_wdev dd[3];
+        bool all = true;
+        for (int j = 0; j < n_w; j++) {
+            dd[j] = wd[j];
+            dd[j].data = ws[j]->dec_data, dd[j].scale = ws[j]->dec_scale;
+            all &= ws[j]->dec_data != NULL;
+        }
+        if (all && cuda_dec16_supported(n_w, dd, N, ws[0]->cols, x, c->smem_budget)) {
+            CHECK(c, cuda_dec16_gemv(c->stream, n_w, dd, N, ws[0]->cols, x, ys, c->sm_count, c->pdl));
+            return true;
+        }
     }
     if (c->decode_mma_dense && ws[0]->format == WEIGHT_NVFP4 &&
         cuda_gemv_mma_supported(n_w, wd, ws[0]->cols, fz->norm_w != NULL, m, c->smem_budget) &&
@@ -1465,6 +1515,19 @@ static void configure_from_plan(struct cuda_backend *c)
      * 4489 with a second wave of 56 blocks), the mma kernel's ~2.5. */
     const char *dmd = getenv("MOESERVE_DECODE_MMA_DENSE");
     c->decode_mma_dense = c->plan.caps.bf16_mma && !(dmd && strcmp(dmd, "0") == 0);
+    /* MOESERVE_DEC16=1: the dense NVFP4 weights (attention, dense MLPs, shared experts) also in
+     * the dec16 layout (cuda_dec16.cu: 16 rows as the mma's A operand, a lane's word holding its 8
+     * weights of one mma, the block scale applied to C), read by the one-token linears without
+     * fusions; =qkv: only by launches of several weights. Alone on the H200 (tools/bench_dot.cu,
+     * session 10) q/k/v's shape took 5.80 us against gemv_mma's 8.75 and o's 6.92 against 7.43,
+     * but not in a step: batch 1 405.1 / 407.3 tok/s against 412.0 / 409.3 (=qkv 408.3 / 406.9),
+     * since gemv_mma's warps have their whole K slice loaded before the PDL wait and what is
+     * left after it (x staging, the dot from registers, the store) costs both the same. Off by
+     * default: it also costs a second copy of those weights (Qwen3-30B-A3B: ~0.5 GB). */
+    const char *d16 = getenv("MOESERVE_DEC16");
+    c->dec16_make = c->plan.caps.bf16_mma && d16 && (strcmp(d16, "1") == 0 || strcmp(d16, "qkv") == 0);
+    c->dec16 = c->dec16_make;
+    c->dec16_multi_only = d16 && strcmp(d16, "qkv") == 0; /* =qkv: only launches of several weights */
     /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same
      * kernel, the tokens sharing each mma (before session 8: the tiled GEMM of cuda_gemm.cu) */
     const char *gmt = getenv("MOESERVE_GEMV_MMA_TOKENS");
@@ -1760,6 +1823,13 @@ void backend_cuda_set_moe_smem(struct backend *be, int min_tokens, bool down_bel
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n)
 {
     ctx(be)->gemv_mma_tokens = n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+void backend_cuda_set_dec16(struct backend *be, bool on)
+{
+    struct cuda_backend *c = ctx(be);
+    c->dec16 = c->dec16_make = on && c->plan.caps.bf16_mma;
+    c->dec16_multi_only = false;
 }
 
 void backend_cuda_set_decode_mma_dense(struct backend *be, bool on)

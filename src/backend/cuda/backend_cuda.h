@@ -64,6 +64,10 @@ void backend_cuda_set_attn_push(struct backend *be, bool on);
  * min_tokens tokens on (default 2; 0: never, always through registers); down_below: below that,
  * the down kernel alone in that form (MOESERVE_MOE_SMEM_DOWN=1). */
 void backend_cuda_set_moe_smem(struct backend *be, int min_tokens, bool down_below);
+/* Tests: whether weights loaded from now on with WEIGHT_LOAD_DENSE get a dec16 copy and one-token
+ * NVFP4 linears read those copies (cuda_dec16.cu; MOESERVE_DEC16=1 does the same; only where the
+ * device has bf16 mma). */
+void backend_cuda_set_dec16(struct backend *be, bool on);
 /* The most rows an NVFP4 linear takes through the tensor-core GEMV (1..8; default 8). */
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say

@@ -18,7 +18,8 @@
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
- *          (cuda_decode_mma.cu); cuda_moe_decode_fp8_supported(), cuda_moe_fp8_emulate(),
+ *          (cuda_decode_mma.cu); cuda_dec16_shape_ok(), cuda_dec16_pack(), cuda_dec16_smem_bytes(),
+ *          cuda_dec16_supported(), cuda_dec16_gemv() (cuda_dec16.cu); cuda_moe_decode_fp8_supported(), cuda_moe_fp8_emulate(),
  *          cuda_moe_decode_fp8() (cuda_decode_fp8.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
  *          cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax_workspace_bytes(),
@@ -439,6 +440,22 @@ int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int n
 cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
                           int64_t K, const float *x, int n_tokens, float *const *y,
                           const struct cuda_gemv_fuse *fz, int sm_count, int pdl);
+
+/* ---- cuda_dec16.cu (one token, NVFP4 from a second copy in the decode layout "dec16") ---- */
+/* Whether an N x K NVFP4 weight has a dec16 form (N % 16 == 0, K % 64 == 0). */
+int cuda_dec16_shape_ok(int64_t N, int64_t K);
+/* Writes the dec16 form of w (checkpoint layout, N x K) into data (N K / 2 bytes, 16-byte
+ * aligned) and scale (N K / 16 bytes, 8-byte aligned): the same sizes, reordered. */
+cudaError_t cuda_dec16_pack(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K, void *data,
+                            void *scale);
+/* Shared memory of a cuda_dec16_gemv block (x's fragments and the K slices' partials). */
+size_t cuda_dec16_smem_bytes(int64_t K);
+/* Whether cuda_dec16_gemv takes these weights (w[j].data / .scale: dec16 copies) and x. */
+int cuda_dec16_supported(int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K, const float *x,
+                         size_t smem_budget);
+/* y[j][:N[j]] = x[:K] W_j^T (+ bias) for one token and j < n_w <= 3 weights in dec16 form. */
+cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K,
+                            const float *x, float *const *y, int sm_count, int pdl);
 
 /* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
 /* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block
