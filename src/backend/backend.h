@@ -142,8 +142,9 @@ struct decode_layer_args {
 
 /* weight_load flags. DENSE: the weight is read in full for every token (attention, a dense MLP,
  * a shared expert; not one of many routed experts), so a backend may keep a second copy laid out
- * for one-token decode (struct weight's dec_data). */
-enum { WEIGHT_LOAD_DENSE = 1u };
+ * for one-token decode (struct weight's dec_data). EXPERT: one of a layer's routed experts (a
+ * backend may keep such a copy too, at the cost of doubling the experts' memory). */
+enum { WEIGHT_LOAD_DENSE = 1u, WEIGHT_LOAD_EXPERT = 2u };
 
 struct backend_ops {
     const char *name;

@@ -181,7 +181,8 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
     /* every token reads these in full (the routed experts and the router are the exceptions) */
     const unsigned flags = b->kind == WK_ATTENTION || b->kind == WK_DENSE_MLP || b->kind == WK_SHARED_EXPERT
                                ? WEIGHT_LOAD_DENSE
-                               : 0u;
+                           : b->kind == WK_ROUTED_EXPERTS ? WEIGHT_LOAD_EXPERT
+                                                          : 0u;
     enum status st = b->be->ops->weight_load(b->be, host, out, flags, b->err);
     if (st) {
         b->st = st;

@@ -178,8 +178,9 @@ static void weight_make(struct test_weight *t, struct pair *p, enum weight_forma
         h.bias = t->dev_bias; /* as model_weights does: the bias is backend memory before weight_load */
     }
     struct err err = {0};
-    /* as a dense weight: NVFP4 ones of dec16 shapes also get their decode copy */
-    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, WEIGHT_LOAD_DENSE, &err))
+    /* as a dense weight and as an expert: NVFP4 ones of dec16 shapes get their decode copy while
+     * the backend makes them (backend_cuda_set_dec16 / _dec16_moe) */
+    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, WEIGHT_LOAD_DENSE | WEIGHT_LOAD_EXPERT, &err))
         fail_msg("weight_load: %s", err.msg);
 }
 
@@ -990,6 +991,19 @@ static void test_moe_experts(void **state)
     run_moe(p, WEIGHT_NVFP4, 2, 32, 20, 1536, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
     backend_cuda_set_moe_smem(&p->gpu, 2, false);
+    /* one token's gate/up from the experts' dec16 copies (MOESERVE_DEC16_MOE=1), down as above:
+     * weights made while it is on get the copies */
+    backend_cuda_set_dec16_moe(&p->gpu, true);
+    struct test_weight probe;
+    weight_make(&probe, p, WEIGHT_NVFP4, 128, 256, false, &rng);
+    /* every device with bf16 mma makes them (the H200 does: the cases below then ran the kernel) */
+    print_message("    dec16 MoE: expert copies %s\n", probe.dev.dec_data ? "made" : "not made (no bf16 mma)");
+    weight_free(&probe, p);
+    run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 1024, 384, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng); /* more tokens: the usual kernels */
+    backend_cuda_set_dec16_moe(&p->gpu, false);
 }
 
 /* ---------------------------------------------------------------- fused decode ops */

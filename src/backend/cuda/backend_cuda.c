@@ -91,6 +91,7 @@ struct cuda_backend {
     bool dec16_make;       /* dense NVFP4 weights get a second copy in the dec16 layout at load */
     bool dec16;            /* ... and one-token linears without fusions read it (cuda_dec16_gemv) */
     bool dec16_multi_only; /* ... only launches of several weights (q/k/v; MOESERVE_DEC16=qkv) */
+    bool dec16_moe;        /* routed NVFP4 experts get dec16 copies; one-token gate/up reads them */
     int gemv_mma_tokens;   /* ... and the NVFP4 linears of up to this many rows (2..8) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
@@ -340,8 +341,8 @@ static enum status cu_weight_load(struct backend *be, const struct weight *host,
     enum status st = upload_owned(c, host->data, data, &out->data, err);
     if (!st && scale)
         st = upload_owned(c, host->scale, scale, &out->scale, err);
-    if (!st && (flags & WEIGHT_LOAD_DENSE) && c->dec16_make && host->format == WEIGHT_NVFP4 &&
-        cuda_dec16_shape_ok(host->rows, host->cols))
+    if (!st && (((flags & WEIGHT_LOAD_DENSE) && c->dec16_make) || ((flags & WEIGHT_LOAD_EXPERT) && c->dec16_moe)) &&
+        host->format == WEIGHT_NVFP4 && cuda_dec16_shape_ok(host->rows, host->cols))
         dec16_copy(c, out);
     return st;
 }
@@ -875,21 +876,28 @@ static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct 
 }
 
 /* The device table of args' expert weights, uploaded at the layer's first
- * call and reused after (the table changes only if the arrays do). */
+ * call and reused after (the table changes only if the arrays do): gate, up, down (n_experts
+ * entries each), then gate and up again pointing at their dec16 copies (NULL data where a weight
+ * has none; MOESERVE_DEC16_MOE). */
+enum { MOE_TABLE_ROWS = 5 };
 static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struct moe_args *a)
 {
-    size_t n = (size_t)a->n_experts, bytes = 3 * n * sizeof(struct cuda_wdev);
-    if (c->tmp_cap < 3 * n) {
+    size_t n = (size_t)a->n_experts, bytes = MOE_TABLE_ROWS * n * sizeof(struct cuda_wdev);
+    if (c->tmp_cap < MOE_TABLE_ROWS * n) {
         struct cuda_wdev *t = realloc(c->tmp, bytes);
         if (!t)
             PANIC("cuda: out of host memory");
         c->tmp = t;
-        c->tmp_cap = 3 * n;
+        c->tmp_cap = MOE_TABLE_ROWS * n;
     }
     for (size_t e = 0; e < n; e++) {
         wdev_from(&c->tmp[e], &a->gate[e], &a->gate[0]);
         wdev_from(&c->tmp[n + e], &a->up[e], &a->up[0]);
         wdev_from(&c->tmp[2 * n + e], &a->down[e], &a->down[0]);
+        c->tmp[3 * n + e] = c->tmp[e];
+        c->tmp[3 * n + e].data = a->gate[e].dec_data, c->tmp[3 * n + e].scale = a->gate[e].dec_scale;
+        c->tmp[4 * n + e] = c->tmp[n + e];
+        c->tmp[4 * n + e].data = a->up[e].dec_data, c->tmp[4 * n + e].scale = a->up[e].dec_scale;
     }
     struct moe_table *t = NULL;
     for (int i = 0; i < c->n_tables; i++)
@@ -930,6 +938,17 @@ static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struc
     if (!CHECK(c, cudaMemcpyAsync(t->dev, t->host, bytes, cudaMemcpyHostToDevice, c->stream)))
         return NULL;
     return t->dev;
+}
+
+/* Whether every expert's gate and up have a dec16 copy (MOESERVE_DEC16_MOE=1 at load). */
+static bool moe_dec16_ok(const struct moe_args *a)
+{
+    if (a->gate[0].format != WEIGHT_NVFP4 || a->up[0].format != WEIGHT_NVFP4 || a->down[0].format != WEIGHT_NVFP4)
+        return false;
+    for (int e = 0; e < a->n_experts; e++)
+        if (!a->gate[e].dec_data || !a->up[e].dec_data)
+            return false;
+    return true;
 }
 
 /* Whether the one-token MoE goes through the stream kernels (one format for all three). */
@@ -984,6 +1003,18 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         cuda_moe_decode_fp8_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
         CHECK(c, cuda_moe_decode_fp8(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
                                      weights, a->n_used, work, out, 0, c->pdl));
+        return;
+    }
+    if (n_tokens == 1 && c->dec16_moe && c->decode_mma && moe_dec16_ok(a) &&
+        cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget) &&
+        cuda_dec16_moe_supported(a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
+        /* gate/up from the experts' dec16 copies, down as below (MOESERVE_DEC16_MOE=1) */
+        struct cuda_l2_ranges pf;
+        if (CHECK(c, cuda_dec16_moe_gate_up(c->stream, table + 3 * n, table + 4 * n, a->n_experts, (int64_t)D,
+                                            (int64_t)I, x, ids, a->n_used, work, c->sm_count, c->pdl)))
+            CHECK(c, cuda_moe_decode_mma_down(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, 1, ids, weights,
+                                              a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
+                                              c->moe_mma_unroll == 4 ? 4 : 8));
         return;
     }
     if (n_tokens <= c->moe_decode_max_tokens && c->decode_mma && a->gate[0].format == WEIGHT_NVFP4 &&
@@ -1528,6 +1559,12 @@ static void configure_from_plan(struct cuda_backend *c)
     c->dec16_make = c->plan.caps.bf16_mma && d16 && (strcmp(d16, "1") == 0 || strcmp(d16, "qkv") == 0);
     c->dec16 = c->dec16_make;
     c->dec16_multi_only = d16 && strcmp(d16, "qkv") == 0; /* =qkv: only launches of several weights */
+    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts' gate and up also in the dec16 layout (a
+     * second copy: the experts' memory grows by two thirds), read by the one-token gate/up
+     * (cuda_dec16_moe_gate_up; its weights load only after the routing is known, where the
+     * layout's cheaper dot showed in tools/bench_dot.cu: the gate/up shape 8.3 vs 9.9 us). */
+    const char *d16m = getenv("MOESERVE_DEC16_MOE");
+    c->dec16_moe = c->plan.caps.bf16_mma && d16m && strcmp(d16m, "1") == 0;
     /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same
      * kernel, the tokens sharing each mma (before session 8: the tiled GEMM of cuda_gemm.cu) */
     const char *gmt = getenv("MOESERVE_GEMV_MMA_TOKENS");
@@ -1823,6 +1860,12 @@ void backend_cuda_set_moe_smem(struct backend *be, int min_tokens, bool down_bel
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n)
 {
     ctx(be)->gemv_mma_tokens = n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+void backend_cuda_set_dec16_moe(struct backend *be, bool on)
+{
+    struct cuda_backend *c = ctx(be);
+    c->dec16_moe = on && c->plan.caps.bf16_mma;
 }
 
 void backend_cuda_set_dec16(struct backend *be, bool on)

@@ -114,33 +114,43 @@ struct dec16_params {
     int ks; /* warps splitting K of one tile: 1, 2, 4 or 8 */
 };
 
+__device__ __forceinline__ void dec16_put_x(uint2 *xb, int i, float4 xv)
+{
+    const int b = i / 4, t = i % 4;
+    const float v0 = xv.x * 0x1p100f, v1 = xv.y * 0x1p100f, v2 = xv.z * 0x1p100f, v3 = xv.w * 0x1p100f;
+    const float h0 = bf16_round(v0), h1 = bf16_round(v1), h2 = bf16_round(v2), h3 = bf16_round(v3);
+    xb[b * 16 + t] = make_uint2(bf16x2_of(h0, h1), bf16x2_of(h2, h3));
+    xb[b * 16 + 4 + t] = make_uint2(bf16x2_of(v0 - h0, v1 - h1), bf16x2_of(v2 - h2, v3 - h3));
+    xb[b * 16 + 8 + t] = make_uint2(0u, 0u);
+}
+
 /* x * 2^100 as bf16 hi + lo in B-fragment order. Block b's 16 uint2: [0, 4) hi for t = 0..3 (B
  * column 0), [4, 8) lo (column 1), [8, 12) zeros for the lanes of columns 2..7, so that a warp's
  * read is one wavefront (x in banks 0-15, the zeros in 16-23). Each thread's loads are issued
- * before its first store: each is an L2 round trip. */
-__device__ __forceinline__ void dec16_stage_x(uint2 *xb, const float *x, int K)
+ * before its first store (each is an L2 round trip), and between() runs after them and before
+ * the stores when the thread's share fits one round (else first): the MoE kernel issues its
+ * weight loads there, behind x's (cuda_decode_mma.cuh's xfrag_stage_around says why). */
+template <typename F>
+__device__ __forceinline__ void dec16_stage_x(uint2 *xb, const float *x, int K, F &&between)
 {
     constexpr int XB = 4;
+    if (K / 4 > XB * DQ_THREADS)
+        between();
     for (int i0 = threadIdx.x; i0 < K / 4; i0 += XB * DQ_THREADS) {
         float4 xv[XB];
 #pragma unroll
         for (int q = 0; q < XB; q++)
             if (i0 + q * DQ_THREADS < K / 4)
                 xv[q] = *(const float4 *)(x + 4 * (i0 + q * DQ_THREADS));
+        if (K / 4 <= XB * DQ_THREADS)
+            between();
 #pragma unroll
-        for (int q = 0; q < XB; q++) {
-            const int i = i0 + q * DQ_THREADS;
-            if (i >= K / 4)
-                break;
-            const int b = i / 4, t = i % 4;
-            const float v0 = xv[q].x * 0x1p100f, v1 = xv[q].y * 0x1p100f, v2 = xv[q].z * 0x1p100f,
-                        v3 = xv[q].w * 0x1p100f;
-            const float h0 = bf16_round(v0), h1 = bf16_round(v1), h2 = bf16_round(v2), h3 = bf16_round(v3);
-            xb[b * 16 + t] = make_uint2(bf16x2_of(h0, h1), bf16x2_of(h2, h3));
-            xb[b * 16 + 4 + t] = make_uint2(bf16x2_of(v0 - h0, v1 - h1), bf16x2_of(v2 - h2, v3 - h3));
-            xb[b * 16 + 8 + t] = make_uint2(0u, 0u);
-        }
+        for (int q = 0; q < XB; q++)
+            if (i0 + q * DQ_THREADS < K / 4)
+                dec16_put_x(xb, i0 + q * DQ_THREADS, xv[q]);
     }
+    if (threadIdx.x >= K / 4 && K / 4 <= XB * DQ_THREADS) /* threads without x to load */
+        between();
 }
 
 /* One segment (4 mmas) of a lane's tile into acc (C rows g and g + 8, columns 2t and 2t + 1:
@@ -189,7 +199,7 @@ __global__ void __launch_bounds__(DQ_THREADS) dec16_gemv_kernel(const __grid_con
             sv[u] = __ldg(sp + (size_t)(s0 + u) * 8);
         }
     pdl_wait();
-    dec16_stage_x(xb, p.x, (int)p.K);
+    dec16_stage_x(xb, p.x, (int)p.K, [] {});
     __syncthreads();
     const uint2 *xl = xb + (g == 0 ? t : g == 1 ? 4 + t : 8 + t);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -221,6 +231,93 @@ __global__ void __launch_bounds__(DQ_THREADS) dec16_gemv_kernel(const __grid_con
     const int64_t r = lt * 16 + g;
     p.y[j][r] = (v.x + v.y) * fs + (w.bias ? w.bias[r] : 0.0f);
     p.y[j][r + 8] = (v.z + v.w) * fs + (w.bias ? w.bias[r + 8] : 0.0f);
+}
+
+/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]) for one token's pairs (the MoE's gate/up at batch
+ * 1) from the experts' dec16 copies (gt, ut: n_experts entries each). A warp: 16 rows of gate and
+ * the same 16 rows of up over a K slice (ks warps a tile); grid (row tiles / tiles a block, pairs).
+ * The experts are known only after the wait: ids, then the first weights asked for behind x's
+ * loads. The down kernel stays cuda_decode_mma.cu's (cuda_moe_decode_mma_down). */
+__global__ void __launch_bounds__(DQ_THREADS) dec16_gate_up_kernel(const cuda_wdev *gt, const cuda_wdev *ut,
+                                                                    int n_experts, int64_t I, int64_t D, const float *x,
+                                                                    const int32_t *ids, int n_used, float *act, int ks_n)
+{
+    constexpr int U = 4; /* segments of each matrix in flight */
+    extern __shared__ uint2 xb[];
+    __shared__ float4 part[DQ_WARPS][2][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int pair = blockIdx.y;
+    const int64_t tile = (int64_t)blockIdx.x * (DQ_WARPS / ks_n) + warp / ks_n;
+    const int nseg = (int)(D / 64), ks = warp % ks_n, s0 = ks * nseg / ks_n, s1 = (ks + 1) * nseg / ks_n;
+    pdl_wait();
+    const int e = ids[pair];
+    const bool expert = e >= 0 && e < n_experts, live = expert && tile * 16 < I;
+    cuda_wdev wg = {}, wu = {};
+    if (live)
+        wg = gt[e], wu = ut[e];
+    const size_t base = (size_t)tile * (size_t)nseg;
+    const uint4 *gp = (const uint4 *)wg.data + base * 32 + lane, *up = (const uint4 *)wu.data + base * 32 + lane;
+    const uint2 *gs = (const uint2 *)wg.scale + base * 8 + g, *us = (const uint2 *)wu.scale + base * 8 + g;
+    uint4 gv[U], uv[U];
+    uint2 gsv[U], usv[U];
+    dec16_stage_x(xb, x + (size_t)(pair / n_used) * (size_t)D, (int)D, [&] {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (live && s0 + u < s1) {
+                gv[u] = __ldg(gp + (size_t)(s0 + u) * 32);
+                gsv[u] = __ldg(gs + (size_t)(s0 + u) * 8);
+                uv[u] = __ldg(up + (size_t)(s0 + u) * 32);
+                usv[u] = __ldg(us + (size_t)(s0 + u) * 8);
+            }
+    });
+    __syncthreads();
+    const uint2 *xl = xb + (g == 0 ? t : g == 1 ? 4 + t : 8 + t);
+    float ag[4] = {0.f, 0.f, 0.f, 0.f}, au[4] = {0.f, 0.f, 0.f, 0.f};
+    if (live)
+        for (int s = s0; s < s1; s += U) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (s + u >= s1)
+                    break;
+                dec16_segment(gv[u], gsv[u], xl + (size_t)(s + u) * 64, ag);
+                dec16_segment(uv[u], usv[u], xl + (size_t)(s + u) * 64, au);
+                if (s + u + U < s1) {
+                    gv[u] = __ldg(gp + (size_t)(s + u + U) * 32);
+                    gsv[u] = __ldg(gs + (size_t)(s + u + U) * 8);
+                    uv[u] = __ldg(up + (size_t)(s + u + U) * 32);
+                    usv[u] = __ldg(us + (size_t)(s + u + U) * 8);
+                }
+            }
+        }
+    pdl_trigger(); /* late: see pdl_trigger() */
+    part[warp][0][lane] = make_float4(ag[0], ag[1], ag[2], ag[3]);
+    part[warp][1][lane] = make_float4(au[0], au[1], au[2], au[3]);
+    __syncthreads();
+    if (ks != 0 || t != 0 || tile * 16 >= I)
+        return;
+    float *out = act + (size_t)pair * (size_t)I;
+    const int64_t r = tile * 16 + g;
+    if (!expert) { /* no expert: contributes nothing (down skips it too) */
+        out[r] = out[r + 8] = 0.0f;
+        return;
+    }
+    float4 a = part[warp][0][lane], b = part[warp][1][lane];
+    for (int k = 1; k < ks_n; k++) {
+        const float4 qa = part[warp + k][0][lane], qb = part[warp + k][1][lane];
+        a.x += qa.x, a.y += qa.y, a.z += qa.z, a.w += qa.w;
+        b.x += qb.x, b.y += qb.y, b.z += qb.z, b.w += qb.w;
+    }
+    const float fg = 0x1p26f * wg.scale2, fu = 0x1p26f * wu.scale2;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t n = r + 8 * h;
+        float gvl = (h ? a.z + a.w : a.x + a.y) * fg, uvl = (h ? b.z + b.w : b.x + b.y) * fu;
+        if (wg.bias)
+            gvl += wg.bias[n];
+        if (wu.bias)
+            uvl += wu.bias[n];
+        out[n] = __fmul_rn(__fdiv_rn(gvl, __fadd_rn(1.0f, expf(-gvl))), uvl); /* as cuda_silu_mul */
+    }
 }
 
 } // namespace
@@ -294,4 +391,34 @@ extern "C" cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struc
             return e;
     }
     return launch_pdl(pdl != 0, dec16_gemv_kernel, dim3((unsigned)blocks), dim3(DQ_THREADS), smem, stream, p);
+}
+
+extern "C" int cuda_dec16_moe_supported(int64_t d_model, int64_t d_expert, int n_used, size_t smem_budget)
+{
+    return cuda_dec16_shape_ok(d_expert, d_model) && n_used >= 1 && n_used <= 65535 && d_model <= INT32_MAX / 4 &&
+           (size_t)(d_model / 16) * 16 * sizeof(uint2) + sizeof(float4) * DQ_WARPS * 64 + 1024 <= smem_budget;
+}
+
+extern "C" cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct cuda_wdev *gate,
+                                              const struct cuda_wdev *up, int n_experts, int64_t d_model,
+                                              int64_t d_expert, const float *x, const int32_t *ids, int n_used,
+                                              float *act, int sm_count, int pdl)
+{
+    if (!cuda_dec16_moe_supported(d_model, d_expert, n_used, (size_t)-1) || (uintptr_t)x % 16)
+        return cudaErrorInvalidValue;
+    const int64_t tiles = d_expert / 16, units = tiles * n_used, nseg = d_model / 64;
+    /* K split as cuda_dec16_gemv's, for the pairs' tiles together */
+    int ks = 1;
+    while (ks < DQ_WARPS && units * ks < 8 * (int64_t)sm_count && nseg >= 4 * ks)
+        ks *= 2;
+    const int64_t per = DQ_WARPS / ks, bx = (tiles + per - 1) / per;
+    const size_t smem = (size_t)(d_model / 16) * 16 * sizeof(uint2);
+    if (smem > 48 * 1024) {
+        cudaError_t e =
+            cudaFuncSetAttribute(dec16_gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return launch_pdl(pdl != 0, dec16_gate_up_kernel, dim3((unsigned)bx, (unsigned)n_used), dim3(DQ_THREADS), smem,
+                      stream, gate, up, n_experts, d_expert, d_model, x, ids, n_used, act, ks);
 }

@@ -622,6 +622,28 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                           n_used, act, out, residual, pdl, p, rt);
 }
 
+extern "C" cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
+                                                int64_t d_model, int64_t d_expert, int n_tokens, const int32_t *ids,
+                                                const float *weights, int n_used, float *act, float *out,
+                                                int residual, int pdl, const struct cuda_l2_ranges *pf, int unroll)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (unroll != 4 && unroll != 8))
+        return cudaErrorInvalidValue;
+    const cuda_l2_ranges none = {};
+    const size_t smem = (size_t)MD_WARPS * (size_t)d_expert * 4;
+    auto kernel = unroll == 8 ? moe_down_mma_kernel<8, false> : moe_down_mma_kernel<4, false>;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return launch_pdl(pdl != 0, kernel, dim3((unsigned)((d_model + 7) / 8), (unsigned)n_tokens), dim3(MD_THREADS),
+                      smem, stream, table, n_experts, d_model, d_expert, (const float *)act, ids, weights, n_used,
+                      out, residual, pf ? *pf : none);
+}
+
 extern "C" int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used)
 {
     return cuda_route_warp_supported(ra) && ra->n_experts == n_experts && ra->n_used == n_used && n_experts <= 512;
