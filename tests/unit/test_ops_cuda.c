@@ -1431,6 +1431,11 @@ int main(void)
         cmocka_unit_test(test_moe_block_mma_routed),
         cmocka_unit_test(test_moe_experts_fp8),
     };
+    /* MOESERVE_OPS_FILTER=PATTERN: only the tests whose names match (cmocka's * and ?), e.g. one
+     * test under compute-sanitizer's racecheck, which takes minutes for the whole file */
+    const char *only = getenv("MOESERVE_OPS_FILTER");
+    if (only && *only)
+        cmocka_set_test_filter(only);
     int failed = cmocka_run_group_tests_name("cuda ops, device smem budget", tests, setup_default, teardown);
     failed += cmocka_run_group_tests_name("cuda ops, smem budget 101376 (sm_120 tiles)", tests, setup_small,
                                           teardown);
