@@ -480,6 +480,20 @@ static inline cudaError_t launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 gr
     return launch_with(attr, pdl ? 1 : 0, kernel, grid, block, smem, stream, args...);
 }
 
+/* As launch_pdl, first raising the kernel's dynamic shared memory limit when smem passes the
+ * 48 KB that every kernel may use without asking. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_pdl_smem(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                          cudaStream_t stream, Args... args)
+{
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return launch_pdl(pdl, kernel, grid, block, smem, stream, args...);
+}
+
 /* As launch_pdl, in clusters of `cluster` (x, y, z) blocks (the grid a multiple of it). */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_pdl_cluster(bool pdl, dim3 cluster, void (*kernel)(KArgs...), dim3 grid, dim3 block,

@@ -385,12 +385,7 @@ extern "C" cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struc
     const size_t smem = (size_t)(K / 16) * 16 * sizeof(uint2);
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(dec16_gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return launch_pdl(pdl != 0, dec16_gemv_kernel, dim3((unsigned)blocks), dim3(DQ_THREADS), smem, stream, p);
+    return launch_pdl_smem(pdl != 0, dec16_gemv_kernel, dim3((unsigned)blocks), dim3(DQ_THREADS), smem, stream, p);
 }
 
 extern "C" int cuda_dec16_moe_supported(int64_t d_model, int64_t d_expert, int n_used, size_t smem_budget)
@@ -413,12 +408,6 @@ extern "C" cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct 
         ks *= 2;
     const int64_t per = DQ_WARPS / ks, bx = (tiles + per - 1) / per;
     const size_t smem = (size_t)(d_model / 16) * 16 * sizeof(uint2);
-    if (smem > 48 * 1024) {
-        cudaError_t e =
-            cudaFuncSetAttribute(dec16_gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return launch_pdl(pdl != 0, dec16_gate_up_kernel, dim3((unsigned)bx, (unsigned)n_used), dim3(DQ_THREADS), smem,
+    return launch_pdl_smem(pdl != 0, dec16_gate_up_kernel, dim3((unsigned)bx, (unsigned)n_used), dim3(DQ_THREADS), smem,
                       stream, gate, up, n_experts, d_expert, d_model, x, ids, n_used, act, ks);
 }

@@ -462,12 +462,7 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
     const size_t smem = (size_t)n_tokens * (size_t)K * 4;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(gemv_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return launch_pdl(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream, p);
+    return launch_pdl_smem(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream, p);
 }
 
 extern "C" size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_expert, int tpw, int which)
@@ -634,12 +629,7 @@ extern "C" cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struc
     const cuda_l2_ranges none = {};
     const size_t smem = (size_t)MD_WARPS * (size_t)d_expert * 4;
     auto kernel = unroll == 8 ? moe_down_mma_kernel<8, false> : moe_down_mma_kernel<4, false>;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return launch_pdl(pdl != 0, kernel, dim3((unsigned)((d_model + 7) / 8), (unsigned)n_tokens), dim3(MD_THREADS),
+    return launch_pdl_smem(pdl != 0, kernel, dim3((unsigned)((d_model + 7) / 8), (unsigned)n_tokens), dim3(MD_THREADS),
                       smem, stream, table, n_experts, d_model, d_expert, (const float *)act, ids, weights, n_used,
                       out, residual, pf ? *pf : none);
 }
