@@ -20,8 +20,8 @@
  * loaded before its PDL wait); the MoE gate/up's shows as +1.4% (MOESERVE_DEC16_MOE=1).
  */
 /* the production kernels themselves, launched through their own launchers */
-#include "backend/cuda/cuda_decode_mma.cu"
 #include "backend/cuda/cuda_dec16.cu"
+#include "backend/cuda/cuda_decode_mma.cu"
 
 #include <cmath>
 #include <cstdio>
@@ -30,13 +30,13 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                                   \
-    do {                                                                                                        \
-        cudaError_t e_ = (x);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                  \
-            exit(1);                                                                                            \
-        }                                                                                                       \
+#define CK(x)                                                                                                \
+    do {                                                                                                     \
+        cudaError_t e_ = (x);                                                                                \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));               \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 namespace
@@ -46,7 +46,8 @@ enum { BD_THREADS = 128, BD_COPIES = 48 };
 
 /* ---- the production scheme (cuda_decode_mma.cuh), as moe_gate_up_mma_kernel uses it ---- */
 template <int U>
-__global__ void __launch_bounds__(BD_THREADS, 4) v0_kernel(cuda_wdev w, int64_t N, int64_t K, const float *x, float *y)
+__global__ void __launch_bounds__(BD_THREADS, 4)
+    v0_kernel(cuda_wdev w, int64_t N, int64_t K, const float *x, float *y)
 {
     extern __shared__ uint2 xf[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -67,8 +68,9 @@ __global__ void __launch_bounds__(BD_THREADS, 4) v0_kernel(cuda_wdev w, int64_t 
 /* ---- dec16 variants (cuda_dec16.cu's pieces): K split KS, U segments in flight, READ_ONLY:
  * the same loads and no arithmetic (the layout's streaming floor) ---- */
 template <int U, int KS, bool READ_ONLY>
-__global__ void __launch_bounds__(DQ_THREADS) a16_kernel(const uint4 *wq, const uint2 *sq, int64_t N, int64_t K,
-                                                          const float *x, float *y, float fs, unsigned *sink)
+__global__ void __launch_bounds__(DQ_THREADS)
+    a16_kernel(const uint4 *wq, const uint2 *sq, int64_t N, int64_t K, const float *x, float *y, float fs,
+               unsigned *sink)
 {
     extern __shared__ uint2 xb[];
     __shared__ float4 part[DQ_WARPS][32];
@@ -154,8 +156,10 @@ struct variant {
 
 int main(int argc, char **argv)
 {
-    const shape shapes[] = {
-        {"gate/up 8 experts", 12288, 2048}, {"down 8 experts", 16384, 768}, {"q/k/v", 5120, 2048}, {"o", 2048, 4096}};
+    const shape shapes[] = {{"gate/up 8 experts", 12288, 2048},
+                            {"down 8 experts", 16384, 768},
+                            {"q/k/v", 5120, 2048},
+                            {"o", 2048, 4096}};
     const variant vars[] = {
         {"prod gemv_mma (K slices)", 2, nullptr, 1, 0},
         {"prod (8 rows as B, U=8)", 0, (void *)v0_kernel<8>, 1, 0},
@@ -201,7 +205,8 @@ int main(int argc, char **argv)
         for (int64_t r = 0; r < N; r++) {
             double acc = 0;
             for (int64_t k = 0; k < K; k++)
-                acc += (double)e2m1_host(nib(q, K, r, k)) * e4m3_value(sc[(size_t)(r * (K / 16) + k / 16)]) * x[(size_t)k];
+                acc += (double)e2m1_host(nib(q, K, r, k)) * e4m3_value(sc[(size_t)(r * (K / 16) + k / 16)]) *
+                       x[(size_t)k];
             ref[(size_t)r] = acc * gs;
             refmax = fmax(refmax, fabs(ref[(size_t)r]));
         }
@@ -252,7 +257,8 @@ int main(int argc, char **argv)
                     float f = fs;
                     unsigned *pk = sink;
                     void *args[] = {&pw, &ps, &n, &k, &px, &py, &f, &pk};
-                    CK(cudaLaunchKernel(V.fn, dim3(blocks), dim3(DQ_THREADS), args, (size_t)(K / 16 * 16 * 8), st));
+                    CK(cudaLaunchKernel(V.fn, dim3(blocks), dim3(DQ_THREADS), args, (size_t)(K / 16 * 16 * 8),
+                                        st));
                 }
             };
             if (V.fn)
@@ -287,7 +293,8 @@ int main(int argc, char **argv)
             CK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = ms * 1e3 / (reps * BD_COPIES);
             if (V.mode == 2)
-                printf("%-22s %-26s %10.2f %10.1f %12s\n", S.name, V.name, us, (wbytes + sbytes) / us / 1e3, "-");
+                printf("%-22s %-26s %10.2f %10.1f %12s\n", S.name, V.name, us, (wbytes + sbytes) / us / 1e3,
+                       "-");
             else
                 printf("%-22s %-26s %10.2f %10.1f %12.3g\n", S.name, V.name, us, (wbytes + sbytes) / us / 1e3,
                        err / refmax);

@@ -157,8 +157,8 @@ struct backend_ops {
     void (*download)(struct backend *be, void *dst, const void *src, size_t bytes);
     void (*synchronize)(struct backend *be);
     /* Makes a checkpoint weight usable by this backend (CPU: borrow as is). flags: WEIGHT_LOAD_*. */
-    enum status (*weight_load)(struct backend *be, const struct weight *host, struct weight *out, unsigned flags,
-                               struct err *err);
+    enum status (*weight_load)(struct backend *be, const struct weight *host, struct weight *out,
+                               unsigned flags, struct err *err);
 
     /* ops */
     /* out[i, :] = table[tokens[i], :] */

@@ -997,7 +997,8 @@ static void test_moe_experts(void **state)
     struct test_weight probe;
     weight_make(&probe, p, WEIGHT_NVFP4, 128, 256, false, &rng);
     /* every device with bf16 mma makes them (the H200 does: the cases below then ran the kernel) */
-    print_message("    dec16 MoE: expert copies %s\n", probe.dev.dec_data ? "made" : "not made (no bf16 mma)");
+    print_message("    dec16 MoE: expert copies %s\n",
+                  probe.dev.dec_data ? "made" : "not made (no bf16 mma)");
     weight_free(&probe, p);
     run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 1024, 384, true, &rng);

@@ -295,7 +295,8 @@ static void dec16_copy(struct cuda_backend *c, struct weight *w)
         if (d)
             CHECK(c, cudaFree(d));
         LOG_WARN("cuda: no memory for the decode copy of a %lld x %lld NVFP4 weight; its one-token "
-                "GEMV reads the checkpoint layout", (long long)w->rows, (long long)w->cols);
+                 "GEMV reads the checkpoint layout",
+                 (long long)w->rows, (long long)w->cols);
         return;
     }
     if (!own(c, d)) {
@@ -341,7 +342,8 @@ static enum status cu_weight_load(struct backend *be, const struct weight *host,
     enum status st = upload_owned(c, host->data, data, &out->data, err);
     if (!st && scale)
         st = upload_owned(c, host->scale, scale, &out->scale, err);
-    if (!st && (((flags & WEIGHT_LOAD_DENSE) && c->dec16_make) || ((flags & WEIGHT_LOAD_EXPERT) && c->dec16_moe)) &&
+    if (!st &&
+        (((flags & WEIGHT_LOAD_DENSE) && c->dec16_make) || ((flags & WEIGHT_LOAD_EXPERT) && c->dec16_moe)) &&
         host->format == WEIGHT_NVFP4 && cuda_dec16_shape_ok(host->rows, host->cols))
         dec16_copy(c, out);
     return st;
@@ -471,8 +473,8 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
         wd[j] = wdev_of(ws[j]);
         N[j] = ws[j]->rows;
     }
-    if (m == 1 && c->dec16 && (n_w > 1 || !c->dec16_multi_only) && ws[0]->format == WEIGHT_NVFP4 && !fz->norm_w &&
-        !fz->residual && !fz->pending) {
+    if (m == 1 && c->dec16 && (n_w > 1 || !c->dec16_multi_only) && ws[0]->format == WEIGHT_NVFP4 &&
+        !fz->norm_w && !fz->residual && !fz->pending) {
         struct cuda_wdev dd[3];
         bool all = true;
         for (int j = 0; j < n_w; j++) {
@@ -943,7 +945,8 @@ static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struc
 /* Whether every expert's gate and up have a dec16 copy (MOESERVE_DEC16_MOE=1 at load). */
 static bool moe_dec16_ok(const struct moe_args *a)
 {
-    if (a->gate[0].format != WEIGHT_NVFP4 || a->up[0].format != WEIGHT_NVFP4 || a->down[0].format != WEIGHT_NVFP4)
+    if (a->gate[0].format != WEIGHT_NVFP4 || a->up[0].format != WEIGHT_NVFP4 ||
+        a->down[0].format != WEIGHT_NVFP4)
         return false;
     for (int e = 0; e < a->n_experts; e++)
         if (!a->gate[e].dec_data || !a->up[e].dec_data)
@@ -1012,8 +1015,9 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         struct cuda_l2_ranges pf;
         if (CHECK(c, cuda_dec16_moe_gate_up(c->stream, table + 3 * n, table + 4 * n, a->n_experts, (int64_t)D,
                                             (int64_t)I, x, ids, a->n_used, work, c->sm_count, c->pdl)))
-            CHECK(c, cuda_moe_decode_mma_down(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, 1, ids, weights,
-                                              a->n_used, work, out, 0, c->pdl, prefetch_take(c, c->l2_pf_down, &pf),
+            CHECK(c, cuda_moe_decode_mma_down(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, 1, ids,
+                                              weights, a->n_used, work, out, 0, c->pdl,
+                                              prefetch_take(c, c->l2_pf_down, &pf),
                                               c->moe_mma_unroll == 4 ? 4 : 8));
         return;
     }

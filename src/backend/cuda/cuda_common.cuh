@@ -483,8 +483,8 @@ static inline cudaError_t launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 gr
 /* As launch_pdl, first raising the kernel's dynamic shared memory limit when smem passes the
  * 48 KB that every kernel may use without asking. */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t launch_pdl_smem(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                                          cudaStream_t stream, Args... args)
+static inline cudaError_t launch_pdl_smem(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                          size_t smem, cudaStream_t stream, Args... args)
 {
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

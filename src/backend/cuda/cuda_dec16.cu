@@ -43,7 +43,8 @@ __constant__ const uint8_t kDq16Pos[4][2][4] = {
 
 /* a0 = rows g, k (4t, 4t + 1); a1 = row g + 8, the same k; a2 = row g, k (4t + 2, 4t + 3); a3 =
  * row g + 8, those: the mma's A registers in its own order (rows g / g + 8, k 2t / 2t + 8). */
-__device__ __forceinline__ void dec16_pairs(uint32_t u, uint32_t &a0, uint32_t &a1, uint32_t &a2, uint32_t &a3)
+__device__ __forceinline__ void dec16_pairs(uint32_t u, uint32_t &a0, uint32_t &a1, uint32_t &a2,
+                                            uint32_t &a3)
 {
     constexpr uint32_t M = 0x81C081C0u;
     a0 = u & M;
@@ -53,7 +54,8 @@ __device__ __forceinline__ void dec16_pairs(uint32_t u, uint32_t &a0, uint32_t &
 }
 
 /* C = A B with a fresh C (the block scale is applied to it) */
-__device__ __forceinline__ void dec16_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint2 b)
+__device__ __forceinline__ void dec16_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint2 b)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%10,%10,%10};\n"
@@ -73,19 +75,22 @@ __device__ __forceinline__ float2 dec16_scales(uint32_t s16)
 #endif
 }
 
-__global__ void dec16_pack_kernel(const uint8_t *data, const uint8_t *scale, int64_t N, int64_t K, uint32_t *wq,
-                                  uint8_t *sq)
+__global__ void dec16_pack_kernel(const uint8_t *data, const uint8_t *scale, int64_t N, int64_t K,
+                                  uint32_t *wq, uint8_t *sq)
 {
     const int64_t nseg = K / 64, words = N / 16 * nseg * 128;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const int j = (int)(i % 4), lane = (int)(i / 4 % 32);
         const int64_t seg = i / 128, T = seg / nseg, s = seg % nseg;
         const int g = lane / 4, t = lane % 4;
         const int64_t k0 = 64 * s + 16 * j + 4 * t, rg = 16 * T + g;
         /* rows g and g + 8, k0 .. k0 + 3: two bytes each (low nibble first) */
         const uint32_t lo = data[rg * (K / 2) + k0 / 2] | (uint32_t)data[rg * (K / 2) + k0 / 2 + 1] << 8;
-        const uint32_t hi = data[(rg + 8) * (K / 2) + k0 / 2] | (uint32_t)data[(rg + 8) * (K / 2) + k0 / 2 + 1] << 8;
-        const uint32_t codes[4] = {lo & 0xffu, hi & 0xffu, lo >> 8, hi >> 8}; /* pairs a0 .. a3: two nibbles each */
+        const uint32_t hi =
+            data[(rg + 8) * (K / 2) + k0 / 2] | (uint32_t)data[(rg + 8) * (K / 2) + k0 / 2 + 1] << 8;
+        const uint32_t codes[4] = {lo & 0xffu, hi & 0xffu, lo >> 8,
+                                   hi >> 8}; /* pairs a0 .. a3: two nibbles each */
         uint32_t w = 0;
         for (int p = 0; p < 4; p++)
             for (int h = 0; h < 2; h++) {
@@ -238,9 +243,9 @@ __global__ void __launch_bounds__(DQ_THREADS) dec16_gemv_kernel(const __grid_con
  * the same 16 rows of up over a K slice (ks warps a tile); grid (row tiles / tiles a block, pairs).
  * The experts are known only after the wait: ids, then the first weights asked for behind x's
  * loads. The down kernel stays cuda_decode_mma.cu's (cuda_moe_decode_mma_down). */
-__global__ void __launch_bounds__(DQ_THREADS) dec16_gate_up_kernel(const cuda_wdev *gt, const cuda_wdev *ut,
-                                                                    int n_experts, int64_t I, int64_t D, const float *x,
-                                                                    const int32_t *ids, int n_used, float *act, int ks_n)
+__global__ void __launch_bounds__(DQ_THREADS)
+    dec16_gate_up_kernel(const cuda_wdev *gt, const cuda_wdev *ut, int n_experts, int64_t I, int64_t D,
+                         const float *x, const int32_t *ids, int n_used, float *act, int ks_n)
 {
     constexpr int U = 4; /* segments of each matrix in flight */
     extern __shared__ uint2 xb[];
@@ -256,7 +261,8 @@ __global__ void __launch_bounds__(DQ_THREADS) dec16_gate_up_kernel(const cuda_wd
     if (live)
         wg = gt[e], wu = ut[e];
     const size_t base = (size_t)tile * (size_t)nseg;
-    const uint4 *gp = (const uint4 *)wg.data + base * 32 + lane, *up = (const uint4 *)wu.data + base * 32 + lane;
+    const uint4 *gp = (const uint4 *)wg.data + base * 32 + lane,
+                *up = (const uint4 *)wu.data + base * 32 + lane;
     const uint2 *gs = (const uint2 *)wg.scale + base * 8 + g, *us = (const uint2 *)wu.scale + base * 8 + g;
     uint4 gv[U], uv[U];
     uint2 gsv[U], usv[U];
@@ -344,8 +350,8 @@ extern "C" size_t cuda_dec16_smem_bytes(int64_t K)
     return (size_t)(K / 16) * 16 * sizeof(uint2) + sizeof(float4) * DQ_WARPS * 32;
 }
 
-extern "C" int cuda_dec16_supported(int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K, const float *x,
-                                    size_t smem_budget)
+extern "C" int cuda_dec16_supported(int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K,
+                                    const float *x, size_t smem_budget)
 {
     if (n_w < 1 || n_w > DQ_MAX_JOBS || K <= 0 || K % 64 || K > INT32_MAX / 4 || (uintptr_t)x % 16 ||
         cuda_dec16_smem_bytes(K) + 1024 > smem_budget)
@@ -357,8 +363,9 @@ extern "C" int cuda_dec16_supported(int n_w, const struct cuda_wdev *w, const in
     return 1;
 }
 
-extern "C" cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                                       int64_t K, const float *x, float *const *y, int sm_count, int pdl)
+extern "C" cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struct cuda_wdev *w,
+                                       const int64_t *N, int64_t K, const float *x, float *const *y,
+                                       int sm_count, int pdl)
 {
     if (!cuda_dec16_supported(n_w, w, N, K, x, (size_t)-1))
         return cudaErrorInvalidValue;
@@ -379,25 +386,28 @@ extern "C" cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struc
      * tools/bench_dot.cu: q/k/v's 320 tiles best at 4 of the 1, 2, 4 measured), each slice at
      * least two segments */
     p.ks = 1;
-    while (p.ks < DQ_WARPS && (tiles * p.ks < 8 * (int64_t)sm_count || K / 64 > DQ_U * p.ks) && K / 64 >= 4 * p.ks)
+    while (p.ks < DQ_WARPS && (tiles * p.ks < 8 * (int64_t)sm_count || K / 64 > DQ_U * p.ks) &&
+           K / 64 >= 4 * p.ks)
         p.ks *= 2;
     const int64_t per = DQ_WARPS / p.ks, blocks = (tiles + per - 1) / per;
     const size_t smem = (size_t)(K / 16) * 16 * sizeof(uint2);
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
-    return launch_pdl_smem(pdl != 0, dec16_gemv_kernel, dim3((unsigned)blocks), dim3(DQ_THREADS), smem, stream, p);
+    return launch_pdl_smem(pdl != 0, dec16_gemv_kernel, dim3((unsigned)blocks), dim3(DQ_THREADS), smem,
+                           stream, p);
 }
 
 extern "C" int cuda_dec16_moe_supported(int64_t d_model, int64_t d_expert, int n_used, size_t smem_budget)
 {
-    return cuda_dec16_shape_ok(d_expert, d_model) && n_used >= 1 && n_used <= 65535 && d_model <= INT32_MAX / 4 &&
+    return cuda_dec16_shape_ok(d_expert, d_model) && n_used >= 1 && n_used <= 65535 &&
+           d_model <= INT32_MAX / 4 &&
            (size_t)(d_model / 16) * 16 * sizeof(uint2) + sizeof(float4) * DQ_WARPS * 64 + 1024 <= smem_budget;
 }
 
 extern "C" cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct cuda_wdev *gate,
                                               const struct cuda_wdev *up, int n_experts, int64_t d_model,
-                                              int64_t d_expert, const float *x, const int32_t *ids, int n_used,
-                                              float *act, int sm_count, int pdl)
+                                              int64_t d_expert, const float *x, const int32_t *ids,
+                                              int n_used, float *act, int sm_count, int pdl)
 {
     if (!cuda_dec16_moe_supported(d_model, d_expert, n_used, (size_t)-1) || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
@@ -408,6 +418,7 @@ extern "C" cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct 
         ks *= 2;
     const int64_t per = DQ_WARPS / ks, bx = (tiles + per - 1) / per;
     const size_t smem = (size_t)(d_model / 16) * 16 * sizeof(uint2);
-    return launch_pdl_smem(pdl != 0, dec16_gate_up_kernel, dim3((unsigned)bx, (unsigned)n_used), dim3(DQ_THREADS), smem,
-                      stream, gate, up, n_experts, d_expert, d_model, x, ids, n_used, act, ks);
+    return launch_pdl_smem(pdl != 0, dec16_gate_up_kernel, dim3((unsigned)bx, (unsigned)n_used),
+                           dim3(DQ_THREADS), smem, stream, gate, up, n_experts, d_expert, d_model, x, ids,
+                           n_used, act, ks);
 }

@@ -462,7 +462,8 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
     const size_t smem = (size_t)n_tokens * (size_t)K * 4;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
-    return launch_pdl_smem(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream, p);
+    return launch_pdl_smem(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream,
+                           p);
 }
 
 extern "C" size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_expert, int tpw, int which)
@@ -617,10 +618,11 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                           n_used, act, out, residual, pdl, p, rt);
 }
 
-extern "C" cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                                int64_t d_model, int64_t d_expert, int n_tokens, const int32_t *ids,
-                                                const float *weights, int n_used, float *act, float *out,
-                                                int residual, int pdl, const struct cuda_l2_ranges *pf, int unroll)
+extern "C" cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struct cuda_wdev *table,
+                                                int n_experts, int64_t d_model, int64_t d_expert,
+                                                int n_tokens, const int32_t *ids, const float *weights,
+                                                int n_used, float *act, float *out, int residual, int pdl,
+                                                const struct cuda_l2_ranges *pf, int unroll)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
@@ -629,9 +631,9 @@ extern "C" cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struc
     const cuda_l2_ranges none = {};
     const size_t smem = (size_t)MD_WARPS * (size_t)d_expert * 4;
     auto kernel = unroll == 8 ? moe_down_mma_kernel<8, false> : moe_down_mma_kernel<4, false>;
-    return launch_pdl_smem(pdl != 0, kernel, dim3((unsigned)((d_model + 7) / 8), (unsigned)n_tokens), dim3(MD_THREADS),
-                      smem, stream, table, n_experts, d_model, d_expert, (const float *)act, ids, weights, n_used,
-                      out, residual, pf ? *pf : none);
+    return launch_pdl_smem(pdl != 0, kernel, dim3((unsigned)((d_model + 7) / 8), (unsigned)n_tokens),
+                           dim3(MD_THREADS), smem, stream, table, n_experts, d_model, d_expert,
+                           (const float *)act, ids, weights, n_used, out, residual, pf ? *pf : none);
 }
 
 extern "C" int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used)

@@ -19,9 +19,9 @@
  *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
  *          (cuda_decode_mma.cu); cuda_dec16_shape_ok(), cuda_dec16_pack(), cuda_dec16_smem_bytes(),
- *          cuda_dec16_supported(), cuda_dec16_gemv() (cuda_dec16.cu); cuda_moe_decode_fp8_supported(), cuda_moe_fp8_emulate(),
- *          cuda_moe_decode_fp8() (cuda_decode_fp8.cu); struct cuda_layer_decode_args, cuda_layer_decode_supported(),
- *          cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
+ *          cuda_dec16_supported(), cuda_dec16_gemv() (cuda_dec16.cu); cuda_moe_decode_fp8_supported(),
+ * cuda_moe_fp8_emulate(), cuda_moe_decode_fp8() (cuda_decode_fp8.cu); struct cuda_layer_decode_args,
+ * cuda_layer_decode_supported(), cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax_workspace_bytes(),
  *          cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
@@ -369,8 +369,8 @@ int cuda_moe_decode_mma_smem_supported(int64_t d_model, int64_t d_expert, int n_
  * n_used x d_expert) that another gate/up kernel wrote. */
 cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                      int64_t d_model, int64_t d_expert, int n_tokens, const int32_t *ids,
-                                     const float *weights, int n_used, float *act, float *out, int residual, int pdl,
-                                     const struct cuda_l2_ranges *pf, int unroll);
+                                     const float *weights, int n_used, float *act, float *out, int residual,
+                                     int pdl, const struct cuda_l2_ranges *pf, int unroll);
 /* Whether cuda_moe_decode_mma_routed can route these (route_warp's shapes, the table's E and k). */
 int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used);
 /* As cuda_moe_decode_mma (unroll 8, no K split, no L2 hint), but routing inside the gate/up kernel
@@ -460,17 +460,18 @@ size_t cuda_dec16_smem_bytes(int64_t K);
 int cuda_dec16_supported(int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K, const float *x,
                          size_t smem_budget);
 /* y[j][:N[j]] = x[:K] W_j^T (+ bias) for one token and j < n_w <= 3 weights in dec16 form. */
-cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K,
-                            const float *x, float *const *y, int sm_count, int pdl);
+cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
+                            int64_t K, const float *x, float *const *y, int sm_count, int pdl);
 
 /* Whether cuda_dec16_moe_gate_up takes this MoE (d_expert % 16 == 0, d_model % 64 == 0, x fits). */
 int cuda_dec16_moe_supported(int64_t d_model, int64_t d_expert, int n_used, size_t smem_budget);
 /* act[j, :d_expert] = silu(x G_e^T) * (x U_e^T), e = ids[j], for one token's n_used pairs, from
  * the experts' dec16 copies (gate[e], up[e]: n_experts entries each); an id outside [0,
  * n_experts) gives zeros. The down projection: cuda_moe_decode_mma_down. */
-cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct cuda_wdev *gate, const struct cuda_wdev *up,
-                                   int n_experts, int64_t d_model, int64_t d_expert, const float *x,
-                                   const int32_t *ids, int n_used, float *act, int sm_count, int pdl);
+cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct cuda_wdev *gate,
+                                   const struct cuda_wdev *up, int n_experts, int64_t d_model,
+                                   int64_t d_expert, const float *x, const int32_t *ids, int n_used,
+                                   float *act, int sm_count, int pdl);
 
 /* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
 /* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block
