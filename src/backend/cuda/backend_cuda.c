@@ -1563,8 +1563,9 @@ static void configure_from_plan(struct cuda_backend *c)
     c->dec16_make = c->plan.caps.bf16_mma && d16 && (strcmp(d16, "1") == 0 || strcmp(d16, "qkv") == 0);
     c->dec16 = c->dec16_make;
     c->dec16_multi_only = d16 && strcmp(d16, "qkv") == 0; /* =qkv: only launches of several weights */
-    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts' gate and up also in the dec16 layout (a
-     * second copy: the experts' memory grows by two thirds), read by the one-token gate/up
+    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts also in the dec16 layout (a second copy:
+     * the experts' memory doubles; down's copy is made too but not read yet), read by the
+     * one-token gate/up
      * (cuda_dec16_moe_gate_up; its weights load only after the routing is known, where the
      * layout's cheaper dot showed in tools/bench_dot.cu: the gate/up shape 8.3 vs 9.9 us). */
     const char *d16m = getenv("MOESERVE_DEC16_MOE");
