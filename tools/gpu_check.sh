@@ -45,6 +45,13 @@ step() { # step NAME LOG COMMAND...
     tail -n 25 "$logs/$log"
 }
 
+# the golden fixtures under settings ENV=VALUE ... (each one off by default)
+golden() {
+    local name=$1 log=$2
+    shift 2
+    step "golden, $name" "$log" env "$@" ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$logs/gpu.txt" 2>&1 || true
 step "ctest -L gpu" ctest_gpu.log \
     ctest --test-dir "$build" -L gpu --output-on-failure -V
@@ -52,47 +59,32 @@ step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
     env MOESERVE_SMEM_BUDGET=101376 ctest --test-dir "$build" -L gpu --output-on-failure -V
 # the decode switches that are off by default (backend_cuda.c configure_from_plan): the golden
 # fixtures' one-token steps go through the fused ops and programmatic launch
-step "golden, MOESERVE_FUSE + PDL" golden_fuse_pdl.log \
-    env MOESERVE_FUSE=attn,moe MOESERVE_PDL=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_FUSE + PDL" golden_fuse_pdl.log MOESERVE_FUSE=attn,moe MOESERVE_PDL=1
 # the one-token stream kernels (cuda_decode_stream.cu, off by default) with their fusions
-step "golden, MOESERVE_FUSE=attn" golden_fuse_attn.log \
-    env MOESERVE_FUSE=attn ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_FUSE=attn" golden_fuse_attn.log MOESERVE_FUSE=attn
 
-step "golden, MOESERVE_STREAM=1" golden_stream.log \
-    env MOESERVE_STREAM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_STREAM=1" golden_stream.log MOESERVE_STREAM=1
 # the one-token NVFP4 GEMVs on CUDA cores (gemv1) and the attention without its pre-wait loads
-step "golden, MOESERVE_DECODE_MMA_DENSE=0 ATTN_PREWAIT=0" golden_mma_dense_off.log \
-    env MOESERVE_DECODE_MMA_DENSE=0 MOESERVE_ATTN_PREWAIT=0 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_DECODE_MMA_DENSE=0 ATTN_PREWAIT=0" golden_mma_dense_off.log MOESERVE_DECODE_MMA_DENSE=0 MOESERVE_ATTN_PREWAIT=0
 # L2 prefetch on (off by default: measured slower): the results must not depend on it
-step "golden, MOESERVE_L2_PREFETCH=all" golden_prefetch.log \
-    env MOESERVE_L2_PREFETCH=experts,attn,down ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_L2_PREFETCH=all" golden_prefetch.log MOESERVE_L2_PREFETCH=experts,attn,down
 # the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu, off by default)
-step "golden, MOESERVE_DECODE_FP8=1" golden_decode_fp8.log \
-    env MOESERVE_DECODE_FP8=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_DECODE_FP8=1" golden_decode_fp8.log MOESERVE_DECODE_FP8=1
 # the one-kernel decode layer (cuda_layer_decode.cu, off by default: measured slower); the fixture
 # qwen3_hd128_nvfp4 has the shapes it takes
-step "golden, MOESERVE_LAYER_KERNEL=1" golden_layer_kernel.log \
-    env MOESERVE_LAYER_KERNEL=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_LAYER_KERNEL=1" golden_layer_kernel.log MOESERVE_LAYER_KERNEL=1
 # the router GEMV + routing in one kernel (cuda_router_route.cu, off: measured slower)
-step "golden, MOESERVE_ROUTER_ROUTE=1" golden_router_route.log \
-    env MOESERVE_ROUTER_ROUTE=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
-step "golden, MOESERVE_ROUTER_ROUTE=cluster" golden_router_cluster.log \
-    env MOESERVE_ROUTER_ROUTE=cluster ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_ROUTER_ROUTE=1" golden_router_route.log MOESERVE_ROUTER_ROUTE=1
+golden "MOESERVE_ROUTER_ROUTE=cluster" golden_router_cluster.log MOESERVE_ROUTER_ROUTE=cluster
 # attn_prep folded into the decode attention (cuda_attn_decode.cu, off until measured)
-step "golden, MOESERVE_PREP_ATTN=1" golden_prep_attn.log \
-    env MOESERVE_PREP_ATTN=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
-step "golden, MOESERVE_PREP_ATTN=cluster" golden_prep_attn_cluster.log \
-    env MOESERVE_PREP_ATTN=cluster ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_PREP_ATTN=1" golden_prep_attn.log MOESERVE_PREP_ATTN=1
+golden "MOESERVE_PREP_ATTN=cluster" golden_prep_attn_cluster.log MOESERVE_PREP_ATTN=cluster
 # the MoE pair through shared memory at one token too, and its down kernel alone (off at one
 # token: measured slower; on from 2 tokens)
-step "golden, MOESERVE_MOE_SMEM=1" golden_moe_smem.log \
-    env MOESERVE_MOE_SMEM=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
-step "golden, MOESERVE_MOE_SMEM_DOWN=1" golden_moe_smem_down.log \
-    env MOESERVE_MOE_SMEM_DOWN=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
-step "golden, MOESERVE_DEC16=1" golden_dec16.log \
-    env MOESERVE_DEC16=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
-step "golden, MOESERVE_DEC16_MOE=1" golden_dec16_moe.log \
-    env MOESERVE_DEC16_MOE=1 ctest --test-dir "$build" -R test_golden_cuda --output-on-failure -V
+golden "MOESERVE_MOE_SMEM=1" golden_moe_smem.log MOESERVE_MOE_SMEM=1
+golden "MOESERVE_MOE_SMEM_DOWN=1" golden_moe_smem_down.log MOESERVE_MOE_SMEM_DOWN=1
+golden "MOESERVE_DEC16=1" golden_dec16.log MOESERVE_DEC16=1
+golden "MOESERVE_DEC16_MOE=1" golden_dec16_moe.log MOESERVE_DEC16_MOE=1
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"

@@ -373,15 +373,7 @@ extern "C" cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struc
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
-    int64_t tiles = 0;
-    for (int j = 0; j < n_w; j++) {
-        p.w[j] = w[j];
-        p.N[j] = N[j];
-        p.y[j] = y[j];
-        p.first_tile[j] = tiles;
-        tiles += N[j] / 16;
-    }
-    p.first_tile[n_w] = tiles;
+    const int64_t tiles = gemv_jobs_fill(p, n_w, w, N, y, 16); /* N % 16 == 0 */
     /* K split until the grid has ~8 warps an SM or a warp's slice fits DQ_U segments (H200,
      * tools/bench_dot.cu: q/k/v's 320 tiles best at 4 of the 1, 2, 4 measured), each slice at
      * least two segments */

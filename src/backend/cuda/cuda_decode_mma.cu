@@ -442,15 +442,7 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
         if ((p.pending && !p.norm_w && !p.residual) || (p.pending && p.norm_w && (uintptr_t)p.pending % 8))
             return cudaErrorInvalidValue;
     }
-    int64_t tiles = 0;
-    for (int j = 0; j < n_w; j++) {
-        p.w[j] = w[j];
-        p.N[j] = N[j];
-        p.y[j] = y[j];
-        p.first_tile[j] = tiles;
-        tiles += (N[j] + 7) / 8;
-    }
-    p.first_tile[n_w] = tiles;
+    const int64_t tiles = gemv_jobs_fill(p, n_w, w, N, y, 8);
     if (!tiles)
         return cudaSuccess;
     /* K slices until every SM has a block (q/k/v of Qwen3-30B: 640 tiles -> 2 slices, 160

@@ -369,6 +369,23 @@ __device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
+/* A one-token GEMV launcher's job table (p.w, p.N, p.y, p.first_tile: gemv_mma's and dec16's
+ * parameters) for n_w weights in tiles of `rows` rows; returns the tiles of all jobs. */
+template <typename P>
+static inline int64_t gemv_jobs_fill(P &p, int n_w, const cuda_wdev *w, const int64_t *N, float *const *y, int rows)
+{
+    int64_t tiles = 0;
+    for (int j = 0; j < n_w; j++) {
+        p.w[j] = w[j];
+        p.N[j] = N[j];
+        p.y[j] = y[j];
+        p.first_tile[j] = tiles;
+        tiles += (N[j] + rows - 1) / rows;
+    }
+    p.first_tile[n_w] = tiles;
+    return tiles;
+}
+
 /* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
  * only after the wait), U chunk groups in flight per round (session 4 ran U = 4; each round is
  * one dependent DRAM round trip, so U = 8 halves them for the 2048-wide gate/up and makes the
