@@ -480,13 +480,22 @@ static inline cudaError_t launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 gr
     return launch_with(attr, pdl ? 1 : 0, kernel, grid, block, smem, stream, args...);
 }
 
-/* As launch_pdl, first raising the kernel's dynamic shared memory limit when smem passes the
- * 48 KB that every kernel may use without asking. */
+/* As launch_pdl, first raising the kernel's dynamic shared memory limit when its static and
+ * dynamic shared memory together pass the 48 KB that every kernel may use without asking (the
+ * limit counts both: 48 KB dynamic beside 4.8 KB static fails with an invalid argument). */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_pdl_smem(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                                           size_t smem, cudaStream_t stream, Args... args)
 {
-    if (smem > 48 * 1024) {
+    size_t static_smem = 0;
+    if (smem > 0) {
+        cudaFuncAttributes fa;
+        cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+        if (e != cudaSuccess)
+            return e;
+        static_smem = fa.sharedSizeBytes;
+    }
+    if (smem + static_smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
             return e;
