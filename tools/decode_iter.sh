@@ -6,7 +6,9 @@
 #
 # 1. ctest -L gpu (op tests + golden fixtures on CUDA), failures listed;
 # 2. moeserve bench at batch 1 and 8 on the synthetic Qwen3-30B-A3B NVFP4 checkpoint, once per
-#    line of $VARIANTS ("name ENV=VALUE ..."), so that each knob is measured in the same call;
+#    line of $VARIANTS ("name ENV=VALUE ..."), so that each knob is measured in the same call
+#    (BATCHES=1,8; the prefill of PROMPT_LEN=128 tokens, PREFILL_REPS=1 timed passes, is
+#    reported too; decode always runs at a 128-token context);
 # 3. optional ncu per-kernel table ($NCU=1, tools/profile_decode.sh);
 # a table last. Logs go to $OUT (the device tool's output folder) or BUILD_DIR/decode_iter.
 set -u
@@ -40,8 +42,8 @@ while IFS= read -r line; do
     envs=""
     [ "$name" != "$line" ] && envs=${line#* }
     # shellcheck disable=SC2086
-    env $envs "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCHES:-1,8}" --prompt-len 128 \
-        --decode 64 --json >"$logs/bench_$name.json" 2>"$logs/bench_$name.err"
+    env $envs "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCHES:-1,8}" --prompt-len "${PROMPT_LEN:-128}" \
+        --prefill-reps "${PREFILL_REPS:-1}" --decode-context 128 --decode 64 --json >"$logs/bench_$name.json" 2>"$logs/bench_$name.err"
     r=$(python3 - "$logs/bench_$name.json" <<'EOF'
 import json, sys
 try:
@@ -52,6 +54,9 @@ out = []
 for r in d.get("decode", []):
     out.append("b%s %.1f tok/s %.2f ms/step %.1f%% copy" % (r.get("batch"), r.get("tok_s") or 0, r.get("ms_per_step") or 0,
                                                           r.get("pct_of_copy") or 0))
+p = d.get("prefill") or {}
+if p.get("tok_s"):
+    out.append("prefill %s tok %.1f tok/s" % (p.get("tokens"), p["tok_s"]))
 print("; ".join(out) if out else json.dumps(d)[:300])
 EOF
 )

@@ -6,6 +6,8 @@
 #
 #   KERNELS='moe_gate_up|moe_down' VARIANTS=$'default\nsmem MOESERVE_MOE_SMEM=1' tools/ncu_stalls.sh [BUILD_DIR]
 #
+# Prefill kernels: PROMPT_LEN=2048 DECODE=1 SKIP=0 COUNT=8 KERNELS='gemm_wgmma|attn_mma' (layer 0 of
+# the bench's warm-up prefill: q, k, v, attention, o, gate, up, down).
 # Each variant's text report goes to $OUT/ncu_<name>.txt; a short table of the headline figures
 # (duration, issued IPC, warps per scheduler, the three largest stall reasons) is printed last.
 set -u
@@ -26,8 +28,8 @@ while IFS= read -r line; do
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
         --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section SourceCounters --print-units base \
         --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-        "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len 128 \
-        --decode 16 >"$out/ncu_$name.txt" 2>"$out/ncu_$name.err"
+        "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" \
+        --decode "${DECODE:-16}" >"$out/ncu_$name.txt" 2>"$out/ncu_$name.err"
     echo "== $name [$envs]"
     python3 - "$out/ncu_$name.txt" <<'PY'
 import re, sys

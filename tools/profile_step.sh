@@ -5,8 +5,10 @@
 #
 #   tools/profile_step.sh [BUILD_DIR]   (default build-dev; the synthetic Qwen3-30B-A3B NVFP4
 #                                        checkpoint of tools/bench_gpu.sh in $SYNTH_DIR)
-# Environment: SKIP_LAUNCHES (3000), LAUNCHES (700: more than a step), BATCH (1). Output: a table
-# of kernel -> launches, total us, us per launch, sorted by total; to $OUT/profile_step.txt too.
+# Environment: SKIP_LAUNCHES (3000), LAUNCHES (700: more than a step), BATCH (1), PROMPT_LEN (128),
+# DECODE (16). Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
+# $OUT/profile_step.txt too. "One step" is the kernels from one embedding launch to the next, so
+# SKIP_LAUNCHES=0 PROMPT_LEN=2048 LAUNCHES=1800 profiles the bench's warm-up prefill of 2048 tokens.
 set -u
 build=$(cd "${1:-build-dev}" && pwd) || exit 2
 logs=${OUT:-$build/profile_step}
@@ -21,7 +23,7 @@ if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; th
 fi
 MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none --launch-skip "${SKIP_LAUNCHES:-3000}" \
     --launch-count "${LAUNCHES:-700}" --metrics gpu__time_duration.sum --csv \
-    "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len 128 --decode 16 \
+    "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" \
     >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
 python3 - "$logs/ncu_step.csv" <<'PY' | tee "$logs/profile_step.txt"
 import csv, sys

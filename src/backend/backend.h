@@ -143,8 +143,9 @@ struct decode_layer_args {
 /* weight_load flags. DENSE: the weight is read in full for every token (attention, a dense MLP,
  * a shared expert; not one of many routed experts), so a backend may keep a second copy laid out
  * for one-token decode (struct weight's dec_data). EXPERT: one of a layer's routed experts (a
- * backend may keep such a copy too, at the cost of doubling the experts' memory). */
-enum { WEIGHT_LOAD_DENSE = 1u, WEIGHT_LOAD_EXPERT = 2u };
+ * backend may keep such a copy too, at the cost of the experts' memory); with EXPERT_DOWN, the
+ * expert's down projection. */
+enum { WEIGHT_LOAD_DENSE = 1u, WEIGHT_LOAD_EXPERT = 2u, WEIGHT_LOAD_EXPERT_DOWN = 4u };
 
 struct backend_ops {
     const char *name;

@@ -31,6 +31,7 @@ struct binder {
     const struct checkpoint *ck;
     const struct quant_config *qc; /* may be NULL */
     enum weight_kind kind;         /* module kind being bound, for the stats */
+    bool expert_down;              /* binding a routed expert's down projection (WEIGHT_LOAD_EXPERT_DOWN) */
     struct backend *be;
     struct model_weights *w;
     struct err *err;
@@ -179,10 +180,10 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
     ks->bytes += weight_bytes(host);
     ks->formats |= 1u << host->format;
     /* every token reads these in full (the routed experts and the router are the exceptions) */
-    const unsigned flags = b->kind == WK_ATTENTION || b->kind == WK_DENSE_MLP || b->kind == WK_SHARED_EXPERT
-                               ? WEIGHT_LOAD_DENSE
-                           : b->kind == WK_ROUTED_EXPERTS ? WEIGHT_LOAD_EXPERT
-                                                          : 0u;
+    const unsigned flags =
+        b->kind == WK_ATTENTION || b->kind == WK_DENSE_MLP || b->kind == WK_SHARED_EXPERT ? WEIGHT_LOAD_DENSE
+        : b->kind == WK_ROUTED_EXPERTS ? WEIGHT_LOAD_EXPERT | (b->expert_down ? WEIGHT_LOAD_EXPERT_DOWN : 0u)
+                                       : 0u;
     enum status st = b->be->ops->weight_load(b->be, host, out, flags, b->err);
     if (st) {
         b->st = st;
@@ -385,7 +386,9 @@ static bool bind_fused_experts(struct binder *b, const char *lp, const struct mo
                             .data = (const char *)dn->data + (size_t)(e * D * I) * es, .scale2 = 1.0f};
         bind_finish(b, gu->name, &g, false, &lw->exp_gate[e]);
         bind_finish(b, gu->name, &u, false, &lw->exp_up[e]);
+        b->expert_down = true;
         bind_finish(b, dn->name, &dw, false, &lw->exp_down[e]);
+        b->expert_down = false;
     }
     return true;
 }
@@ -417,7 +420,9 @@ static void bind_moe(struct binder *b, const char *lp, const struct model_desc *
             snprintf(p, sizeof p, "%s.mlp.experts.%d.up_proj", lp, e);
             bind_matrix(b, p, d->d_expert, d->d_model, false, &lw->exp_up[e]);
             snprintf(p, sizeof p, "%s.mlp.experts.%d.down_proj", lp, e);
+            b->expert_down = true;
             bind_matrix(b, p, d->d_model, d->d_expert, false, &lw->exp_down[e]);
+            b->expert_down = false;
         }
     }
     if (d->n_shared_experts > 0) {

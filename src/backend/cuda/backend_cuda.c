@@ -130,6 +130,7 @@ struct cuda_backend {
     bool moe_mma, linear_mma;  /* the plan chose the bf16 mma.sync GEMM (cuda_gemm_mma.cu) */
     bool moe_wgmma, linear_wgmma; /* ... or the Hopper wgmma GEMM (cuda_gemm_wgmma.cu) */
     struct cuda_wgmma_tile wg_moe, wg_linear; /* its planned tiles, fitted per call */
+    bool wg_image; /* ... reading x pre-split once into the scratch buffer (cuda_gemm_wgmma_image) */
     int moe_rows_gate_up, moe_rows_down; /* output rows per warp of the MoE decode kernels */
     struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
     int n_graphs;
@@ -343,7 +344,8 @@ static enum status cu_weight_load(struct backend *be, const struct weight *host,
     if (!st && scale)
         st = upload_owned(c, host->scale, scale, &out->scale, err);
     if (!st &&
-        (((flags & WEIGHT_LOAD_DENSE) && c->dec16_make) || ((flags & WEIGHT_LOAD_EXPERT) && c->dec16_moe)) &&
+        (((flags & WEIGHT_LOAD_DENSE) && c->dec16_make) ||
+         ((flags & WEIGHT_LOAD_EXPERT) && !(flags & WEIGHT_LOAD_EXPERT_DOWN) && c->dec16_moe)) &&
         host->format == WEIGHT_NVFP4 && cuda_dec16_shape_ok(host->rows, host->cols))
         dec16_copy(c, out);
     return st;
@@ -379,6 +381,17 @@ static bool wgmma_fit(const struct cuda_backend *c, bool chosen, const struct cu
         return false;
     *t = *planned;
     return cuda_gemm_wgmma_fit(t, fmt, K, rows, c->smem_budget);
+}
+
+/* *img: x (rows x K) pre-split for tile t in the scratch buffer (the wgmma GEMMs then copy it as
+ * it is), or NULL: switched off (MOESERVE_WG_IMAGE=0) or no scratch (a capture that must grow it
+ * is spoiled by scratch_get and rerun directly); NULL makes the GEMM split x in every block.
+ * False when the split failed (recorded). */
+static bool wg_image_make(struct cuda_backend *c, const float *x, int64_t rows, int64_t K,
+                          const struct cuda_wgmma_tile *t, void **img)
+{
+    *img = c->wg_image ? scratch_get(c, cuda_gemm_wgmma_image_bytes(rows, K, t)) : NULL;
+    return !*img || CHECK(c, cuda_gemm_wgmma_image(c->stream, x, rows, K, t, *img));
 }
 
 static struct cuda_wdev wdev_of(const struct weight *w)
@@ -440,9 +453,11 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
         struct cuda_wdev wd = wdev_of(w);
         enum cuda_gemm_tile tile = tile_for_rows(c->tile_linear, m);
         struct cuda_wgmma_tile wt;
-        if (m > 8 && wgmma_fit(c, c->linear_wgmma, &c->wg_linear, w->format, K, x, m, &wt))
-            CHECK(c, cuda_gemm_wgmma(c->stream, w->format, &wd, N, K, x, m, y, &wt));
-        else if (m > 8 && c->linear_mma && cuda_gemm_mma_supported(w->format, K, x))
+        if (m > 8 && wgmma_fit(c, c->linear_wgmma, &c->wg_linear, w->format, K, x, m, &wt)) {
+            void *img;
+            if (wg_image_make(c, x, m, K, &wt, &img))
+                CHECK(c, cuda_gemm_wgmma(c->stream, w->format, &wd, N, K, x, m, y, &wt, img));
+        } else if (m > 8 && c->linear_mma && cuda_gemm_mma_supported(w->format, K, x))
             CHECK(c, cuda_gemm_mma(c->stream, w->format, &wd, N, K, x, m, y, cuda_gemm_tile_rows(tile)));
         else
             CHECK(c, cuda_gemm(c->stream, w->format, &wd, N, K, x, m, y, tile));
@@ -1065,13 +1080,19 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                 n_tiles, max_tiles)))
         return;
     if (wg) {
-        if (!CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
-                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in)) ||
-            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x,
-                                              sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, &wt_in)) ||
-            !CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) ||
-            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL,
-                                              1, tiles, n_tiles, max_tiles, yg, &wt_out)))
+        /* gate and up read one image of x; down one of the activations (the same scratch) */
+        void *img;
+        if (!wg_image_make(c, x, n_tokens, (int64_t)D, &wt_in, &img) ||
+            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img)) ||
+            !CHECK(c,
+                   cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                           a->n_used, tiles, n_tiles, max_tiles, up, &wt_in, img)) ||
+            !CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)))
+            return;
+        if (!wg_image_make(c, gate, pairs, (int64_t)I, &wt_out, &img) ||
+            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate,
+                                              NULL, 1, tiles, n_tiles, max_tiles, yg, &wt_out, img)))
             return;
         CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
         return;
@@ -1563,11 +1584,17 @@ static void configure_from_plan(struct cuda_backend *c)
     c->dec16_make = c->plan.caps.bf16_mma && d16 && (strcmp(d16, "1") == 0 || strcmp(d16, "qkv") == 0);
     c->dec16 = c->dec16_make;
     c->dec16_multi_only = d16 && strcmp(d16, "qkv") == 0; /* =qkv: only launches of several weights */
-    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts also in the dec16 layout (a second copy:
-     * the experts' memory doubles; down's copy is made too but not read yet), read by the
-     * one-token gate/up
+    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts' gate and up also in the dec16 layout (a
+     * second copy: the experts' memory grows by two thirds), read by the one-token gate/up
      * (cuda_dec16_moe_gate_up; its weights load only after the routing is known, where the
-     * layout's cheaper dot showed in tools/bench_dot.cu: the gate/up shape 8.3 vs 9.9 us). */
+     * layout's cheaper dot showed in tools/bench_dot.cu: the gate/up shape 8.3 vs 9.9 us). No
+     * down copy: a dec16 down kernel (branch next/dec16-down, a 16-row tile a block, a warp a
+     * slot) was correct but slower than the mma down on the H200 (406.7 / 410.8 vs 420.2 / 418.5
+     * tok/s with gate/up from the copies, session 11). */
+    /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
+     * copying one pre-split image */
+    const char *wgi = getenv("MOESERVE_WG_IMAGE");
+    c->wg_image = !(wgi && strcmp(wgi, "0") == 0);
     const char *d16m = getenv("MOESERVE_DEC16_MOE");
     c->dec16_moe = c->plan.caps.bf16_mma && d16m && strcmp(d16m, "1") == 0;
     /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same

@@ -49,6 +49,7 @@ enum { WG_STAGES = 3, WG_LUT = 256 };
 
 struct wg_params {
     cuda_wdev w;            /* the weight when table == NULL */
+    const uint8_t *img;     /* x pre-split by wg_image_kernel (the IMG kernels), or NULL */
     const cuda_wdev *table; /* per-expert weights (device) or NULL */
     int64_t N, K;
     const float *x;
@@ -232,7 +233,7 @@ struct wg_wraw {
 
 #endif
 
-template <int FMT, int TM, int NWG, int BK>
+template <int FMT, int TM, int NWG, int BK, bool IMG>
 __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -273,10 +274,11 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
     __syncthreads();
 
     /* x: unit u = (token u / STEPS, k16 step u % STEPS) holds stored k c KC + 4s .. + 3 for c = 0..3 */
-    float4 xr[UPT][4];
+    constexpr int XU = IMG ? 0 : UPT; /* IMG: x arrives by copy_x below */
+    float4 xr[IMG ? 1 : UPT][4];
     auto load_x = [&](int64_t k0) {
 #pragma unroll
-        for (int i = 0; i < UPT; i++) {
+        for (int i = 0; i < XU; i++) {
             const int u = tid + i * THREADS, n = u / STEPS, s = u % STEPS;
             const int32_t src = u < UNITS ? src_row[n] : -1;
 #pragma unroll
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
     auto store_x = [&](int st) {
         uint8_t *hi = wg_smem + (size_t)st * 2 * HALF, *lo = hi + HALF;
 #pragma unroll
-        for (int i = 0; i < UPT; i++) {
+        for (int i = 0; i < XU; i++) {
             const int u = tid + i * THREADS, n = u / STEPS, s = u % STEPS;
             if (u >= UNITS)
                 continue;
@@ -318,17 +320,46 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         }
     };
 
+    const int kt_n = (int)((K + BK - 1) / BK);
+    /* IMG: k-step kt of every token's pre-split row (wg_image_kernel: BK * 4 bytes a row and
+     * k-step, hi chunks then lo chunks, chunk cc = 2s + h already in the stage's order) copied
+     * into stage stg with cp.async. A warp's 32 copies are 8 tokens x 4 consecutive chunks: 64
+     * contiguous global bytes per token, 4 whole 128-byte shared-memory rows (no bank conflict). */
+    auto copy_x = [&](int kt, int stg) {
+        constexpr int CH = BK / 8, CPT = TM * 2 * CH / THREADS;
+        static_assert(TM * 2 * CH % THREADS == 0 && CH % 4 == 0, "whole copy rounds");
+        uint8_t *base = wg_smem + (size_t)stg * 2 * HALF;
+#pragma unroll
+        for (int i = 0; i < CPT; i++) {
+            const int u = tid + i * THREADS, r8 = u & 7, rest = u >> 5;
+            const int cc = (rest % (CH / 4)) * 4 + ((u >> 3) & 3), hl = (rest / (CH / 4)) & 1;
+            const int n = (rest / (CH / 4) >> 1) * 8 + r8;
+            uint8_t *dst = base + hl * HALF + (n / 8) * CH * 128 + cc * 128 + r8 * 16;
+            const int32_t src = src_row[n];
+            if (src >= 0)
+                cp_async16(dst, p.img + ((size_t)src * (size_t)kt_n + (size_t)kt) * (BK * 4) + hl * (BK * 2) +
+                                    cc * 16);
+            else
+                *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+        }
+        cp_async_commit();
+    };
+
     float acc[TM / 2];
 #pragma unroll
     for (int i = 0; i < TM / 2; i++)
         acc[i] = 0.0f;
 
-    const int kt_n = (int)((K + BK - 1) / BK);
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(wg_smem);
     wg_wraw<FMT, BK> wcur, wnext;
     wcur.load(w, m0, (int64_t)KC * c, N, K);
-    load_x(0);
-    store_x(0);
+    if constexpr (IMG) {
+        copy_x(0, 0);
+        cp_async_wait_upto(0);
+    } else {
+        load_x(0);
+        store_x(0);
+    }
     wg_fence_proxy();
     __syncthreads();
 
@@ -337,6 +368,10 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         const bool more = kt + 1 < kt_n;
         if (more) { /* in flight during this k-step's wgmmas */
             const int64_t k0 = (int64_t)(kt + 1) * BK;
+            /* IMG: the next stage was last read by k-step kt - 2, whose wgmmas every warpgroup
+             * retired in k-step kt - 1 (its first wait), before the barrier that ended it */
+            if constexpr (IMG)
+                copy_x(kt + 1, st + 1 == WG_STAGES ? 0 : st + 1);
             wnext.load(w, m0, k0 + KC * c, N, K);
             load_x(k0);
         }
@@ -374,6 +409,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         if (more) {
             st = st + 1 == WG_STAGES ? 0 : st + 1; /* last read by k-step kt - 2: retired everywhere */
             store_x(st);
+            if constexpr (IMG)
+                cp_async_wait_upto(0);
             wg_fence_proxy();
             wcur = wnext;
         }
@@ -401,6 +438,38 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 #endif /* not an sm_90a image: an empty body with no shared memory (see the file comment) */
 }
 
+/* x (rows x K fp32) split into the bf16 hi + lo halves the kernels stage, in their order: for row
+ * r and k-step kt, BK * 4 bytes at (r * kt_n + kt) * BK * 4: BK / 8 hi chunks of 16 bytes, then
+ * the lo chunks; chunk cc = 2s + h holds, for q = 0..3, the pair of stored k kt BK + q BK/4 + 4s
+ * + 2h, + 1 (store_x's permutation; k >= K reads as 0). A thread a chunk, hi and lo. Every block
+ * that reads a row shares one split instead of redoing it in its k loop (16 x-loads and ~100
+ * conversion instructions a thread a k-step, most of the gate/up GEMM's issue stalls). */
+__global__ void wg_image_kernel(const float *x, int64_t rows, int64_t K, int bk, int kt_n, uint8_t *img)
+{
+    const int ch = bk / 8;
+    const int64_t total = rows * kt_n * ch;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int cc = (int)(i % ch), kt = (int)(i / ch % kt_n);
+        const int64_t r = i / ch / kt_n;
+        const int s = cc / 2, h = cc % 2;
+        uint32_t vh[4], vl[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int64_t k = (int64_t)kt * bk + (int64_t)(bk / 4) * q + 4 * s + 2 * h;
+            const float2 v = k < K ? *(const float2 *)(x + r * K + k) : make_float2(0.0f, 0.0f);
+            const float h0 = __bfloat162float(__float2bfloat16_rn(v.x));
+            const float h1 = __bfloat162float(__float2bfloat16_rn(v.y));
+            __nv_bfloat162 a = __floats2bfloat162_rn(h0, h1), b = __floats2bfloat162_rn(v.x - h0, v.y - h1);
+            vh[q] = *(uint32_t *)&a;
+            vl[q] = *(uint32_t *)&b;
+        }
+        uint8_t *dst = img + ((size_t)r * (size_t)kt_n + (size_t)kt) * (size_t)(bk * 4) + (size_t)cc * 16;
+        *(uint4 *)dst = make_uint4(vh[0], vh[1], vh[2], vh[3]);
+        *(uint4 *)(dst + bk * 2) = make_uint4(vl[0], vl[1], vl[2], vl[3]);
+    }
+}
+
 /* The compiled tiles; the first that matches a fitted tile runs. */
 struct wg_config {
     int fmt, tm, nwg, bk;
@@ -415,13 +484,15 @@ const wg_config WG_CONFIGS[] = {
 template <int FMT, int TM, int NWG, int BK>
 cudaError_t wg_attrs(cudaFuncAttributes *a)
 {
-    return cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK>);
+    cudaError_t e = cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK, true>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK, false>);
 }
 
 template <int FMT, int TM, int NWG, int BK>
 cudaError_t wg_launch(cudaStream_t stream, const wg_params &p, int row_tiles)
 {
-    auto kernel = gemm_wgmma_kernel<FMT, TM, NWG, BK>;
+    auto kernel =
+        p.img ? gemm_wgmma_kernel<FMT, TM, NWG, BK, true> : gemm_wgmma_kernel<FMT, TM, NWG, BK, false>;
     const size_t smem = wg_dyn_smem(TM, BK);
     int64_t col_tiles = (p.N + 64 * NWG - 1) / (64 * NWG);
     if (col_tiles > 65535)
@@ -529,9 +600,27 @@ extern "C" int cuda_gemm_wgmma_fit(struct cuda_wgmma_tile *t, enum weight_format
     return 1;
 }
 
+extern "C" size_t cuda_gemm_wgmma_image_bytes(int64_t rows, int64_t K, const struct cuda_wgmma_tile *t)
+{
+    return (size_t)rows * (size_t)((K + t->k - 1) / t->k) * (size_t)t->k * 4;
+}
+
+extern "C" cudaError_t cuda_gemm_wgmma_image(cudaStream_t stream, const float *x, int64_t rows, int64_t K,
+                                             const struct cuda_wgmma_tile *t, void *img)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    if ((t->k != 64 && t->k != 128) || K % 16 || (uintptr_t)x % 8 || (uintptr_t)img % 16)
+        return cudaErrorInvalidValue;
+    const int kt_n = (int)((K + t->k - 1) / t->k);
+    const size_t chunks = (size_t)rows * (size_t)kt_n * (size_t)(t->k / 8);
+    wg_image_kernel<<<cuda_blocks(chunks, 256), 256, 0, stream>>>(x, rows, K, t->k, kt_n, (uint8_t *)img);
+    return CUDA_LAUNCH_RESULT();
+}
+
 extern "C" cudaError_t cuda_gemm_wgmma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
                                        int64_t N, int64_t K, const float *x, int m, float *y,
-                                       const struct cuda_wgmma_tile *t)
+                                       const struct cuda_wgmma_tile *t, const void *img)
 {
     if (m <= 0 || N <= 0)
         return cudaSuccess;
@@ -542,6 +631,7 @@ extern "C" cudaError_t cuda_gemm_wgmma(cudaStream_t stream, enum weight_format f
     p.N = N;
     p.K = K;
     p.x = x;
+    p.img = (const uint8_t *)img;
     p.x_row_div = 1;
     p.m = m;
     p.y = y;
@@ -552,7 +642,7 @@ extern "C" cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_
                                                const struct cuda_wdev *table, int64_t N, int64_t K,
                                                const float *x, const int32_t *x_rows, int x_row_div,
                                                const int32_t *tiles, const int32_t *n_tiles, int max_tiles,
-                                               float *y, const struct cuda_wgmma_tile *t)
+                                               float *y, const struct cuda_wgmma_tile *t, const void *img)
 {
     if (N <= 0 || max_tiles <= 0)
         return cudaSuccess;
@@ -563,6 +653,7 @@ extern "C" cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_
     p.N = N;
     p.K = K;
     p.x = x;
+    p.img = (const uint8_t *)img;
     p.x_rows = x_rows;
     p.x_row_div = x_row_div;
     p.tiles = tiles;

@@ -16,7 +16,8 @@
  *          cuda_gemm(), cuda_gemm_grouped(), cuda_gemm_tile_rows() (cuda_gemm.cu);
  *          cuda_moe_max_tiles(), cuda_moe_sort(), cuda_moe_combine() (cuda_moe.cu);
  *          struct cuda_wgmma_tile, cuda_gemm_wgmma_loadable(), cuda_gemm_wgmma_supported(),
- *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
+ *          cuda_gemm_wgmma_fit(), cuda_gemm_wgmma_image_bytes(), cuda_gemm_wgmma_image(),
+ *          cuda_gemm_wgmma(), cuda_gemm_wgmma_grouped() (cuda_gemm_wgmma.cu);
  *          cuda_gemv1(), cuda_moe_decode() (cuda_decode.cu); cuda_moe_decode_mma()
  *          (cuda_decode_mma.cu); cuda_dec16_shape_ok(), cuda_dec16_pack(), cuda_dec16_smem_bytes(),
  *          cuda_dec16_supported(), cuda_dec16_gemv() (cuda_dec16.cu); cuda_moe_decode_fp8_supported(),
@@ -290,16 +291,24 @@ int cuda_gemm_wgmma_supported(enum weight_format fmt, int64_t K, const float *x)
  * is at most 64); 0 if none fits. */
 int cuda_gemm_wgmma_fit(struct cuda_wgmma_tile *t, enum weight_format fmt, int64_t K, double rows_hint,
                         size_t budget);
+/* The bytes of x's pre-split image (rows x K, for tile t's k-step) and the image itself: x in the
+ * bf16 hi + lo halves and the order the wgmma kernels stage (img 16-byte aligned). The GEMMs
+ * below then copy it into shared memory as it is, every block sharing one split. */
+size_t cuda_gemm_wgmma_image_bytes(int64_t rows, int64_t K, const struct cuda_wgmma_tile *t);
+cudaError_t cuda_gemm_wgmma_image(cudaStream_t stream, const float *x, int64_t rows, int64_t K,
+                                  const struct cuda_wgmma_tile *t, void *img);
 /* As cuda_gemm_mma / cuda_gemm_mma_grouped (activations split into bf16 hi + lo), on wgmma with a
- * tile fitted by cuda_gemm_wgmma_fit() (grouped: every tile's rows must fit t->tokens). */
-cudaError_t cuda_gemm_wgmma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                            int64_t N, int64_t K, const float *x, int m, float *y,
-                            const struct cuda_wgmma_tile *t);
+ * tile fitted by cuda_gemm_wgmma_fit() (grouped: every tile's rows must fit t->tokens). img: x's
+ * image for the same tile (cuda_gemm_wgmma_image; the GEMM reads it instead of x), or NULL: every
+ * block splits the x rows it reads itself. */
+cudaError_t cuda_gemm_wgmma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w, int64_t N,
+                            int64_t K, const float *x, int m, float *y, const struct cuda_wgmma_tile *t,
+                            const void *img);
 cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_format fmt,
                                     const struct cuda_wdev *table, int64_t N, int64_t K, const float *x,
                                     const int32_t *x_rows, int x_row_div, const int32_t *tiles,
                                     const int32_t *n_tiles, int max_tiles, float *y,
-                                    const struct cuda_wgmma_tile *t);
+                                    const struct cuda_wgmma_tile *t, const void *img);
 
 /* ---- cuda_decode.cu (one activation row: decode) ---- */
 /* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned;
