@@ -27,9 +27,9 @@
  * group is in flight, so the tensor core always has the next step queued while the following
  * fragment is built. After the k16 steps the next x tile is split and stored into a third
  * shared-memory stage (three: after a block barrier a warpgroup may still be reading the previous
- * stage) and fenced for the async proxy; one barrier per k-step. NVFP4 fragments: a 256-entry table
- * turns a byte into its two e2m1 values as bf16x2, one bf16x2 multiply applies the block scale.
- * Shared memory: 3 x 2 x TM x BK x 2 bytes plus the source rows and that table, at most 99840 bytes
+ * stage) and fenced for the async proxy; one barrier per k-step. NVFP4 fragments: bit moves turn a
+ * byte into its two e2m1 values as bf16x2 (wg_e2m1x2), one bf16x2 multiply applies the block scale.
+ * Shared memory: 3 x 2 x TM x BK x 2 bytes plus the source rows, at most 98816 bytes
  * (within the sm_120 budget too); the plan's stage count is not used (the tile is fitted to the
  * budget by cuda_gemm_wgmma_fit()).
  *
@@ -45,7 +45,7 @@
 namespace
 {
 
-enum { WG_STAGES = 3, WG_LUT = 256 };
+enum { WG_STAGES = 3 };
 
 struct wg_params {
     cuda_wdev w;            /* the weight when table == NULL */
@@ -69,7 +69,8 @@ constexpr size_t wg_dyn_smem(int tm, int bk)
 
 constexpr size_t wg_static_smem(int fmt, int tm)
 {
-    return (size_t)tm * 4 + (fmt == WEIGHT_NVFP4 ? WG_LUT * 4 : 16);
+    (void)fmt;
+    return (size_t)tm * 4 + 16;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -78,6 +79,17 @@ __device__ __forceinline__ uint32_t wg_pack(float a, float b)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(a, b); /* a -> low half */
     return *(uint32_t *)&v;
+}
+
+/* A byte's two e2m1 nibbles as bf16x2 (the low nibble in the low half), each worth e2m1 x 2^-126:
+ * a nibble's two exponent bits become the lowest two of bf16's exponent field and its mantissa bit
+ * bf16's top mantissa bit, so 0.5 lands on a bf16 subnormal (bf16 multiplies keep subnormals).
+ * Bit moves instead of a shared-memory table: the table's loads were the GEMM's largest stall
+ * (short scoreboard, ncu on the H200). The block scale, taken times 2^64, brings the product back
+ * into the normal range exactly (<= 6 significant bits); the epilogue multiplies by 2^62. */
+__device__ __forceinline__ uint32_t wg_e2m1x2(uint32_t b)
+{
+    return ((b & 7u) << 6) | ((b & 8u) << 12) | ((b & 0x70u) << 18) | ((b & 0x80u) << 24);
 }
 
 __device__ __forceinline__ uint32_t wg_mul(uint32_t a, __nv_bfloat162 s)
@@ -242,7 +254,6 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
     constexpr uint32_t HALF = TM * BK * 2, SBO = 16 * BK;                    /* bytes of hi (or lo) */
     static_assert(STEPS % 2 == 0, "the A register sets alternate by k16 step across k-steps");
     __shared__ int32_t src_row[TM];
-    __shared__ uint32_t lut[FMT == WEIGHT_NVFP4 ? WG_LUT : 1]; /* byte -> bf16x2 of its two e2m1 */
     extern __shared__ __align__(128) uint8_t wg_smem[];        /* (3, {hi, lo}, TM / 8, BK / 8, 8, 8) bf16 */
 
     int expert = 0, row0, nrows;
@@ -268,9 +279,6 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
             src = p.x_rows ? p.x_rows[row0 + r] / p.x_row_div : row0 + r;
         src_row[r] = src;
     }
-    if constexpr (FMT == WEIGHT_NVFP4)
-        for (int b = tid; b < WG_LUT; b += THREADS)
-            lut[b] = wg_pack(dev_e2m1(b & 15u), dev_e2m1((unsigned)b >> 4)); /* low nibble first */
     __syncthreads();
 
     /* x: unit u = (token u / STEPS, k16 step u % STEPS) holds stored k c KC + 4s .. + 3 for c = 0..3 */
@@ -381,6 +389,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 #pragma unroll
             for (int j = 0; j < SC; j++) {
                 float f = FMT == WEIGHT_NVFP4 ? dev_e4m3((wcur.sc[h] >> (8 * j)) & 255u) : 1.0f;
+                f *= FMT == WEIGHT_NVFP4 ? 0x1p64f : 1.0f; /* see wg_e2m1x2() */
                 scale[h][j] = __floats2bfloat162_rn(f, f);
             }
         const uint32_t hi0 = smem0 + (uint32_t)st * 2 * HALF;
@@ -392,8 +401,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     uint32_t bytes = wcur.q[h][s / 2] >> (16 * (s % 2)); /* chunk bytes 2s, 2s + 1 */
-                    f[h] = wg_mul(lut[bytes & 255u], scale[h][s / 4]);
-                    f[h + 2] = wg_mul(lut[(bytes >> 8) & 255u], scale[h][s / 4]);
+                    f[h] = wg_mul(wg_e2m1x2(bytes & 255u), scale[h][s / 4]);
+                    f[h + 2] = wg_mul(wg_e2m1x2((bytes >> 8) & 255u), scale[h][s / 4]);
                 }
             } else {
                 /* never wcur itself: it is overwritten while the last step is in flight */
@@ -419,7 +428,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
     wg_wait<0>();
     wg_fence_acc(acc);
 
-    const float s2 = FMT == WEIGHT_NVFP4 ? w.scale2 : 1.0f;
+    const float s2 = FMT == WEIGHT_NVFP4 ? w.scale2 * 0x1p62f : 1.0f; /* wg_e2m1x2's 2^-126, scale's 2^64 */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int64_t n = m0 + 8 * h;
