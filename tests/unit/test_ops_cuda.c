@@ -1046,7 +1046,8 @@ static void test_linear_multi(void **state)
         }
 }
 
-/* attn_prep against the ops it fuses: rmsnorm q, rmsnorm k, rope q, rope k, kv_store. */
+/* attn_prep against the ops it fuses: rmsnorm q, rmsnorm k, rope q, rope k, kv_store; at 5 tokens
+ * (a block a head) and 20 (a warp a head, from 9 tokens on). */
 static void test_attn_prep(void **state)
 {
     struct pair *p = *state;
@@ -1055,8 +1056,10 @@ static void test_attn_prep(void **state)
         int nh, nkv, hd, dim, offset;
         bool interleaved, norm;
     } cases[] = {{8, 2, 128, 128, 0, false, true}, {6, 6, 64, 32, 0, true, false}, {4, 1, 96, 48, 16, false, true}};
-    for (size_t c = 0; c < 3; c++) {
-        int nh = cases[c].nh, nkv = cases[c].nkv, hd = cases[c].hd, T = 5, bs = 16, n_blocks = 4;
+    for (size_t ct = 0; ct < 6; ct++) {
+        const size_t c = ct % 3;
+        int nh = cases[c].nh, nkv = cases[c].nkv, hd = cases[c].hd, T = ct < 3 ? 5 : 20, bs = 16,
+            n_blocks = 4;
         size_t qn = (size_t)T * nh * hd, kn = (size_t)T * nkv * hd, row = (size_t)nkv * hd;
         size_t cache = (size_t)n_blocks * bs * row;
         float *q = rand_floats(qn, 2.0f, &rng), *k = rand_floats(kn, 2.0f, &rng), *v = rand_floats(kn, 1.0f, &rng);
@@ -1065,7 +1068,9 @@ static void test_attn_prep(void **state)
         float inv_freq[128];
         for (int i = 0; i < cases[c].dim / 2; i++)
             inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)cases[c].dim);
-        int32_t pos[5] = {0, 7, 300, 4095, 12}, slots[5] = {3, 17, 40, 63, 9};
+        int32_t pos[20] = {0, 7, 300, 4095, 12}, slots[20] = {3, 17, 40, 63, 9};
+        for (int i = 5; i < T; i++) /* distinct slots of the 64 */
+            pos[i] = (i * 613) % 4096, slots[i] = 20 + i;
         /* the CPU reference: the five unfused ops */
         float *dq = dev_copy(&p->gpu, q, qn * 4), *dk = dev_copy(&p->gpu, k, kn * 4), *dv = dev_copy(&p->gpu, v, kn * 4);
         float *dqw = dev_copy(&p->gpu, qw, (size_t)hd * 4), *dkw = dev_copy(&p->gpu, kw, (size_t)hd * 4);
@@ -1091,11 +1096,11 @@ static void test_attn_prep(void **state)
         gpu_ok(&p->gpu);
         float *gq = fetch(&p->gpu, dq, qn), *gk = fetch(&p->gpu, dkv.k, cache), *gv = fetch(&p->gpu, dkv.v, cache);
         char what[96];
-        snprintf(what, sizeof what, "attn_prep case %zu q", c);
+        snprintf(what, sizeof what, "attn_prep case %zu T=%d q", c, T);
         check_close(what, gq, q, qn, TOL_F32);
-        snprintf(what, sizeof what, "attn_prep case %zu k cache", c);
+        snprintf(what, sizeof what, "attn_prep case %zu T=%d k cache", c, T);
         check_close(what, gk, kc, cache, TOL_F32);
-        snprintf(what, sizeof what, "attn_prep case %zu v cache", c);
+        snprintf(what, sizeof what, "attn_prep case %zu T=%d v cache", c, T);
         check_close(what, gv, vc, cache, 0.0);
         free(gq), free(gk), free(gv), free(q), free(k), free(v), free(qw), free(kw), free(kc), free(vc);
         void *ptrs[] = {dq, dk, dv, dqw, dkw, dinv, dpos, dslots, dkv.k, dkv.v};

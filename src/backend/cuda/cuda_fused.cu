@@ -39,6 +39,27 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads
     KT_END(fused, 0);
 }
 
+/* attn_prep for many tokens: a warp a head, AP_HEADS heads a block (a block a head, as
+ * attn_prep_kernel, made 2048 tokens x 40 heads = 82k blocks of 128 threads: 116 us a layer of
+ * the H200's 2048-token prefill). */
+enum { AP_HEADS = 4, AP_WARP_MIN_TOKENS = 8 /* up to 8 tokens: the block kernel, as tuned for decode */ };
+
+__global__ void __launch_bounds__(AP_HEADS * 32)
+    attn_prep_warp_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
+                          const float *q_norm, const float *k_norm, float eps, int dim, int offset,
+                          int interleaved, float attention_factor, const float *inv_freq, const int32_t *pos,
+                          float *kc, float *vc, const int32_t *slots)
+{
+    extern __shared__ float sw[]; /* (AP_HEADS, hd) a warp's head after the norm */
+    pdl_trigger();
+    pdl_wait();
+    const int warp = threadIdx.x / 32, h = blockIdx.y * AP_HEADS + warp;
+    if (h < n_heads + 2 * n_kv)
+        attn_prep_head<true>(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, dim, offset, interleaved,
+                             attention_factor, inv_freq, pos, kc, vc, slots, blockIdx.x, h,
+                             sw + (size_t)warp * hd);
+}
+
 /* (v, i) beats (best, bid): larger, or as large with a lower id. */
 __device__ __forceinline__ bool arg_better(float v, int i, float best, int bid)
 {
@@ -339,6 +360,13 @@ extern "C" cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, c
     if (n_heads + 2 * n_kv > 65535 || a->offset + a->dim > head_dim || a->dim % 2 || kv->head_dim != head_dim ||
         kv->n_kv_heads != n_kv)
         return cudaErrorInvalidValue;
+    if (n_tokens > AP_WARP_MIN_TOKENS) {
+        dim3 grid((unsigned)n_tokens, (unsigned)((n_heads + 2 * n_kv + AP_HEADS - 1) / AP_HEADS));
+        return launch_pdl_smem(pdl != 0, attn_prep_warp_kernel, grid, dim3(AP_HEADS * 32),
+                               (size_t)AP_HEADS * head_dim * sizeof(float), stream, q, k, v, n_heads, n_kv,
+                               head_dim, q_norm, k_norm, eps, a->dim, a->offset, a->interleaved ? 1 : 0,
+                               a->attention_factor, a->inv_freq, pos, kv->k, kv->v, slots);
+    }
     unsigned threads = head_dim >= 256 ? 256u : head_dim >= 128 ? 128u : head_dim > 32 ? 64u : 32u;
     dim3 grid((unsigned)n_tokens, (unsigned)(n_heads + 2 * n_kv));
     return launch_pdl(pdl != 0, attn_prep_kernel, grid, dim3(threads), (size_t)head_dim * sizeof(float), stream, q,
