@@ -7,6 +7,10 @@
 #   export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib
 #   ROUNDS=2 BATCHES=1,8 tools/ab_run.sh
 #
+# PROMPT_LEN (default 128) and PREFILL_REPS (1) set the prefill that is timed too (decode stays at
+# a 128-token context). A build whose .carry/ab/NAME.env exists runs its benches with those
+# VAR=VALUE words in the environment (pack one commit under two names to compare a switch).
+#
 # A build compiled in /tmp/ab-NAME (ab_pack.sh's worktree) looks for its sources, fixtures and
 # the tiny model there: that path is linked to this checkout, whose tests/ and models/ are the
 # same files.
@@ -44,7 +48,10 @@ if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; th
 fi
 for round in $(seq 1 "${ROUNDS:-2}"); do
     for name in "${names[@]}"; do
-        "/tmp/abx-$name/moeserve" bench --model "$synth" --backend cuda --batch "${BATCHES:-1,8}" --prompt-len 128 \
+        envs=$(cat "$src/.carry/ab/$name.env" 2>/dev/null)
+        # shellcheck disable=SC2086
+        env $envs "/tmp/abx-$name/moeserve" bench --model "$synth" --backend cuda --batch "${BATCHES:-1,8}" \
+            --prompt-len "${PROMPT_LEN:-128}" --prefill-reps "${PREFILL_REPS:-1}" --decode-context 128 \
             --decode 64 --json >"$out/bench_${name}_$round.json" 2>"$out/bench_${name}_$round.err"
     done
 done
@@ -59,7 +66,9 @@ for n in names:
     for r in range(1, rounds + 1):
         try:
             d = json.load(open("%s/bench_%s_%d.json" % (out, n, r)))
-            cells.append(" ".join("b%s %.1f" % (x.get("batch"), x.get("tok_s") or 0) for x in d.get("decode", [])))
+            c = " ".join("b%s %.1f" % (x.get("batch"), x.get("tok_s") or 0) for x in d.get("decode", []))
+            pf = d.get("prefill") or {}
+            cells.append(c + (" prefill%s %.1f" % (pf.get("tokens"), pf["tok_s"]) if pf.get("tok_s") else ""))
         except Exception as e:
             cells.append("no json (%s)" % e)
     print("%-12s %s" % (n, " | ".join(cells)))
