@@ -21,7 +21,8 @@
  * Variants (us a layer, the best of 5 runs of 48 layers):
  *   ahead     the design above;
  *   after     the same kernel copying every phase's weights only after its wait (session 5's order);
- *   hot       ahead on ONE layer's weights 48 times (L2-resident: the chain's own floor).
+ *   hot       ahead on ONE layer's weights 48 times (L2-resident: the chain's own floor);
+ * and, for each, block 0's time in each phase (from the end of one wait to the end of the next).
  * The output is not checked against a reference: it is a timing tool on random data; its checksum
  * is printed so that a run that computed nothing shows.
  *
@@ -79,6 +80,7 @@ struct lc_params {
     float *qkv, *attn, *mid, *logits, *act; /* phase outputs: (QKV), (Q), (D), (E), (K, I) */
     unsigned *count;       /* (LC_LAYERS, LC_PHASES) arrivals, zeroed */
     int ahead;             /* 1: copy the next phase's weights before its wait; 0: after */
+    unsigned long long *stamp; /* (LC_LAYERS, LC_PHASES): block 0's globaltimer as each phase starts */
 };
 
 struct lc_smem {
@@ -116,6 +118,16 @@ __device__ __forceinline__ void lc_wait(const unsigned *c, unsigned want)
         while (lc_load_acquire(c) < want)
             ;
     __syncthreads();
+}
+
+/* block 0 records when phase k of layer l starts (after its wait) */
+__device__ __forceinline__ void lc_stamp(const lc_params &p, int l, int k)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        p.stamp[(size_t)l * LC_PHASES + k] = t;
+    }
 }
 
 /* this block's outputs are written: count it in */
@@ -196,6 +208,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         /* P0: q/k/v from x (the previous layer's P5) */
         if (l > 0)
             lc_wait(p.count + (size_t)(l - 1) * LC_PHASES + 5, LC_DN_TILES < nb ? LC_DN_TILES : nb);
+        lc_stamp(p, l, 0);
         if (!p.ahead)
             copy_qkv(L);
         dec16_stage_x(sm.xb, p.x, LC_D, [] {});
@@ -207,6 +220,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         lc_arrive(cnt + 0);
         /* P1: attention, a block a query head */
         lc_wait(cnt + 0, nb);
+        lc_stamp(p, l, 1);
         if (b < LC_HEADS) {
             const float *q = p.qkv + (size_t)b * LC_HD;
             const float *kc = L.kc + (size_t)(b / (LC_HEADS / LC_KVH)) * LC_CTX * LC_HD;
@@ -241,6 +255,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         }
         /* P2: o from the heads */
         lc_wait(cnt + 1, LC_HEADS);
+        lc_stamp(p, l, 2);
         if (!p.ahead)
             copy_o(L);
         if (b < LC_O_TILES) {
@@ -256,6 +271,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         }
         /* P3: router logits, a block a row */
         lc_wait(cnt + 2, LC_O_TILES);
+        lc_stamp(p, l, 3);
         if (b < LC_E) {
             const float *r = L.router + (size_t)b * LC_D;
             float s = 0.f;
@@ -276,6 +292,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         }
         /* P4: top-8 (every block), the experts' weights, SiLU(gate) * up */
         lc_wait(cnt + 3, LC_E);
+        lc_stamp(p, l, 4);
         if (warp == 0) {
             float v[LC_E / 32];
             for (int i = 0; i < LC_E / 32; i++)
@@ -333,6 +350,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
             copy_qkv(p.layers[l + 1]);
         /* P5: down for the 8 experts, combined, + residual */
         lc_wait(cnt + 4, nb);
+        lc_stamp(p, l, 5);
         if (b < LC_DN_TILES) {
             for (int k = 0; k < LC_K; k++)
                 dec16_stage_x(sm.xb + (size_t)k * LC_I, p.act + (size_t)k * LC_I, LC_I, [] {});
@@ -448,6 +466,7 @@ int main()
     CK(cudaMalloc(&p.act, LC_K * LC_I * 4));
     const size_t cnt_b = (size_t)LC_LAYERS * LC_PHASES * 4;
     CK(cudaMalloc(&p.count, cnt_b));
+    CK(cudaMalloc(&p.stamp, (size_t)LC_LAYERS * LC_PHASES * 8));
     CK(cudaFuncSetAttribute(lc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LC_SMEM));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lc_kernel, LC_THREADS, LC_SMEM));
@@ -465,7 +484,8 @@ int main()
         layer_w *layers;
         int ahead;
     } vs[] = {{"ahead", d_layers, 1}, {"after", d_layers, 0}, {"hot", d_hot, 1}};
-    printf("%-8s %12s %12s %10s\n", "variant", "us a layer", "us a step", "checksum");
+    printf("%-8s %12s %12s %10s   %s\n", "variant", "us a layer", "us a step", "checksum",
+           "block 0's phases, us (q/k/v, attention, o, router, gate/up, down), layers 1..46");
     for (const variant &v : vs) {
         float best = 1e30f;
         double sum = 0;
@@ -488,7 +508,19 @@ int main()
             for (float f : hx)
                 sum += f;
         }
-        printf("%-8s %12.2f %12.1f %10.4g\n", v.name, best * 1000.0f / LC_LAYERS, best * 1000.0f, sum);
+        std::vector<unsigned long long> st((size_t)LC_LAYERS * LC_PHASES);
+        CK(cudaMemcpy(st.data(), p.stamp, st.size() * 8, cudaMemcpyDeviceToHost));
+        double ph[LC_PHASES] = {0};
+        for (int l = 1; l + 1 < LC_LAYERS; l++)
+            for (int k = 0; k < LC_PHASES; k++) {
+                const unsigned long long end = k + 1 < LC_PHASES ? st[(size_t)l * LC_PHASES + k + 1]
+                                                                 : st[(size_t)(l + 1) * LC_PHASES];
+                ph[k] += (double)(end - st[(size_t)l * LC_PHASES + k]) / 1000.0 / (LC_LAYERS - 2);
+            }
+        printf("%-8s %12.2f %12.1f %10.4g  ", v.name, best * 1000.0f / LC_LAYERS, best * 1000.0f, sum);
+        for (int k = 0; k < LC_PHASES; k++)
+            printf(" %6.2f", ph[k]);
+        printf("   (the last run's)\n");
     }
     return 0;
 }
