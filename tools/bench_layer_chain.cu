@@ -111,23 +111,34 @@ __device__ __forceinline__ unsigned lc_load_acquire(const unsigned *p)
     return v;
 }
 
-/* every thread of the block after `want` blocks have arrived at *c */
+__device__ __forceinline__ unsigned long long lc_now()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* every thread of the block after `want` blocks have arrived at *c; a chain stuck for 2 s (a bug
+ * in the counts) traps instead of holding the device */
 __device__ __forceinline__ void lc_wait(const unsigned *c, unsigned want)
 {
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+        const unsigned long long t0 = lc_now();
         while (lc_load_acquire(c) < want)
-            ;
+            if (lc_now() - t0 > 2000000000ull) {
+                printf("bench_layer_chain: block %d stuck at %u of %u arrivals\n", blockIdx.x, lc_load_acquire(c),
+                       want);
+                __trap();
+            }
+    }
     __syncthreads();
 }
 
 /* block 0 records when phase k of layer l starts (after its wait) */
 __device__ __forceinline__ void lc_stamp(const lc_params &p, int l, int k)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        p.stamp[(size_t)l * LC_PHASES + k] = t;
-    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        p.stamp[(size_t)l * LC_PHASES + k] = lc_now();
 }
 
 /* this block's outputs are written: count it in */
