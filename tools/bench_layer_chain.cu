@@ -21,6 +21,8 @@
  * Variants (us a layer, the best of 5 runs of 48 layers):
  *   ahead     the design above;
  *   after     the same kernel copying every phase's weights only after its wait (session 5's order);
+ *   fixed     ahead with experts 0..7 in every layer, copied right after q/k/v and o: what waiting
+ *             for the routing costs (speculative expert copies could win at most that);
  *   hot       ahead on ONE layer's weights 48 times (L2-resident: the chain's own floor);
  * and, for each, block 0's time in each phase (from the end of one wait to the end of the next).
  * The output is not checked against a reference: it is a timing tool on random data; its checksum
@@ -73,6 +75,8 @@ struct lc_params {
     float *qkv, *attn, *mid, *logits, *act; /* phase outputs: (QKV), (Q), (D), (E), (K, I) */
     unsigned *count;       /* (LC_LAYERS, LC_PHASES) arrivals, zeroed */
     int ahead;             /* 1: copy the next phase's weights before its wait; 0: after */
+    int fixed;             /* with ahead: experts 0..7 every layer, their copies issued right after
+                              q/k/v and o (the routing no longer delays them: its cost) */
     unsigned long long *stamp; /* (LC_LAYERS, LC_PHASES): block 0's globaltimer as each phase starts */
 };
 
@@ -202,6 +206,24 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
             lc_copy(sm.b, L.o + (size_t)b * tile_bytes(LC_Q), tile_bytes(LC_Q));
         cp_async_commit();
     };
+    /* the experts' tiles: this block's gate/up pairs into A, its down row tile of the 8 into B */
+    auto copy_gu = [&](const layer_w &L, const int *eid) {
+        for (int i = 0, pr = b; pr < LC_GU_PAIRS; pr += nb, i++) {
+            const int e = eid[pr / (LC_I / 16)], r = pr % (LC_I / 16);
+            const size_t at = ((size_t)e * (LC_I / 16) + r) * tile_bytes(LC_D);
+            lc_copy(sm.a + (size_t)(2 * i) * tile_bytes(LC_D), L.gate + at, tile_bytes(LC_D));
+            lc_copy(sm.a + (size_t)(2 * i + 1) * tile_bytes(LC_D), L.up + at, tile_bytes(LC_D));
+        }
+        cp_async_commit();
+    };
+    auto copy_dn = [&](const layer_w &L, const int *eid) {
+        if (b < LC_DN_TILES)
+            for (int k = 0; k < LC_K; k++)
+                lc_copy(sm.b + (size_t)k * tile_bytes(LC_I),
+                        L.down + ((size_t)eid[k] * (LC_D / 16) + b) * tile_bytes(LC_I), tile_bytes(LC_I));
+        cp_async_commit();
+    };
+    const int first8[LC_K] = {0, 1, 2, 3, 4, 5, 6, 7};
     if (p.ahead) {
         copy_qkv(p.layers[0]);
         copy_o(p.layers[0]);
@@ -222,6 +244,8 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         for (int i = threadIdx.x; i < n_qkv * 16; i += LC_THREADS)
             p.qkv[(size_t)(b + (i / 16) * nb) * 16 + i % 16] = outs[i];
         lc_arrive(cnt + 0);
+        if (p.fixed) /* A is free */
+            copy_gu(L, first8);
         /* P1: attention, a block a query head */
         lc_wait(cnt + 0, nb);
         lc_stamp(p, l, 1);
@@ -264,15 +288,17 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
             copy_o(L);
         if (b < LC_O_TILES) {
             dec16_stage_x(sm.xb, p.attn, LC_Q, [] {});
-            cp_async_wait_upto(0);
+            cp_async_wait_upto(p.fixed ? 1 : 0); /* o's group (fixed: the experts' gate/up may fly) */
             __syncthreads();
             lc_tiles(sm.b, 1, LC_Q, sm.xb, false, sm.part, outs);
             if (threadIdx.x < 16)
                 p.mid[b * 16 + threadIdx.x] = p.x[b * 16 + threadIdx.x] + outs[threadIdx.x];
             lc_arrive(cnt + 2);
         } else {
-            cp_async_wait_upto(0);
+            cp_async_wait_upto(p.fixed ? 1 : 0);
         }
+        if (p.fixed) /* B is free */
+            copy_dn(L, first8);
         /* P3: router logits, a block a row */
         lc_wait(cnt + 2, LC_O_TILES);
         lc_stamp(p, l, 3);
@@ -328,18 +354,12 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         }
         __syncthreads();
         int n_pairs = 0;
-        for (int pr = b; pr < LC_GU_PAIRS; pr += nb, n_pairs++) {
-            const int e = ids[pr / (LC_I / 16)], r = pr % (LC_I / 16);
-            const size_t at = ((size_t)e * (LC_I / 16) + r) * tile_bytes(LC_D);
-            lc_copy(sm.a + (size_t)(2 * n_pairs) * tile_bytes(LC_D), L.gate + at, tile_bytes(LC_D));
-            lc_copy(sm.a + (size_t)(2 * n_pairs + 1) * tile_bytes(LC_D), L.up + at, tile_bytes(LC_D));
+        for (int pr = b; pr < LC_GU_PAIRS; pr += nb)
+            n_pairs++;
+        if (!p.fixed) {
+            copy_gu(L, ids);
+            copy_dn(L, ids);
         }
-        cp_async_commit();
-        if (b < LC_DN_TILES)
-            for (int k = 0; k < LC_K; k++)
-                lc_copy(sm.b + (size_t)k * tile_bytes(LC_I),
-                        L.down + ((size_t)ids[k] * (LC_D / 16) + b) * tile_bytes(LC_I), tile_bytes(LC_I));
-        cp_async_commit();
         dec16_stage_x(sm.xb, p.mid, LC_D, [] {});
         cp_async_wait_upto(1);
         __syncthreads();
@@ -486,8 +506,11 @@ int main()
     struct variant {
         const char *name;
         layer_w *layers;
-        int ahead;
-    } vs[] = {{"ahead", d_layers, 1}, {"after", d_layers, 0}, {"hot", d_hot, 1}};
+        int ahead, fixed;
+    } vs[] = {{"ahead", d_layers, 1, 0},
+              {"after", d_layers, 0, 0},
+              {"fixed", d_layers, 1, 1},
+              {"hot", d_hot, 1, 0}};
     printf("%-8s %12s %12s %10s   %s\n", "variant", "us a layer", "us a step", "checksum",
            "block 0's phases, us (q/k/v, attention, o, router, gate/up, down), layers 1..46");
     for (const variant &v : vs) {
@@ -498,6 +521,7 @@ int main()
             CK(cudaMemset(p.count, 0, cnt_b));
             p.layers = v.layers;
             p.ahead = v.ahead;
+            p.fixed = v.fixed;
             CK(cudaEventRecord(e0));
             lc_kernel<<<sms, LC_THREADS, LC_SMEM>>>(p); /* one block an SM: every block is resident */
             CK(cudaEventRecord(e1));
