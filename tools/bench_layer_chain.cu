@@ -138,6 +138,13 @@ __device__ __forceinline__ void lc_stamp(const lc_params &p, int l, int k)
         p.stamp[(size_t)l * LC_PHASES + k] = lc_now();
 }
 
+/* phase k of layer l: wait for its producers, then block 0 records when it starts */
+__device__ __forceinline__ void lc_enter(const lc_params &p, const unsigned *c, unsigned want, int l, int k)
+{
+    lc_wait(c, want);
+    lc_stamp(p, l, k);
+}
+
 /* this block's outputs are written: count it in */
 __device__ __forceinline__ void lc_arrive(unsigned *c)
 {
@@ -247,8 +254,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         if (p.fixed) /* A is free */
             copy_gu(L, first8);
         /* P1: attention, a block a query head */
-        lc_wait(cnt + 0, nb);
-        lc_stamp(p, l, 1);
+        lc_enter(p, cnt + 0, nb, l, 1);
         if (b < LC_HEADS) {
             const float *q = p.qkv + (size_t)b * LC_HD;
             const float *kc = L.kc + (size_t)(b / (LC_HEADS / LC_KVH)) * LC_CTX * LC_HD;
@@ -282,8 +288,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
             lc_arrive(cnt + 1);
         }
         /* P2: o from the heads */
-        lc_wait(cnt + 1, LC_HEADS);
-        lc_stamp(p, l, 2);
+        lc_enter(p, cnt + 1, LC_HEADS, l, 2);
         if (!p.ahead)
             copy_o(L);
         if (b < LC_O_TILES) {
@@ -300,8 +305,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         if (p.fixed) /* B is free */
             copy_dn(L, first8);
         /* P3: router logits, a block a row */
-        lc_wait(cnt + 2, LC_O_TILES);
-        lc_stamp(p, l, 3);
+        lc_enter(p, cnt + 2, LC_O_TILES, l, 3);
         if (b < LC_E) {
             const float *r = L.router + (size_t)b * LC_D;
             float s = 0.f;
@@ -321,8 +325,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
             lc_arrive(cnt + 3);
         }
         /* P4: top-8 (every block), the experts' weights, SiLU(gate) * up */
-        lc_wait(cnt + 3, LC_E);
-        lc_stamp(p, l, 4);
+        lc_enter(p, cnt + 3, LC_E, l, 4);
         if (warp == 0) {
             float v[LC_E / 32];
             for (int i = 0; i < LC_E / 32; i++)
@@ -373,8 +376,7 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         if (p.ahead && l + 1 < LC_LAYERS) /* A is free: the next layer's q/k/v */
             copy_qkv(p.layers[l + 1]);
         /* P5: down for the 8 experts, combined, + residual */
-        lc_wait(cnt + 4, nb);
-        lc_stamp(p, l, 5);
+        lc_enter(p, cnt + 4, nb, l, 5);
         if (b < LC_DN_TILES) {
             for (int k = 0; k < LC_K; k++)
                 dec16_stage_x(sm.xb + (size_t)k * LC_I, p.act + (size_t)k * LC_I, LC_I, [] {});
