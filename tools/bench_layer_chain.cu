@@ -31,7 +31,10 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90a -Isrc -o /tmp/bench_layer_chain tools/bench_layer_chain.cu &&
  *   /tmp/bench_layer_chain
  *
- * Written in session 11 after the device time ran out: NOT RUN YET.
+ * Written in session 11; first run in session 12 (H200, us a layer): ahead 58.3 with a naive
+ * attention (25.5 of it); then the attention split by keys (4 blocks a head, merged as o stages x),
+ * top-k by ranks, marks inside gate/up and down and the "sync" variant (the counter chain alone):
+ * ahead 41.4, after 42.1, fixed 39.9, hot 36.9, sync 5.5 (0.9 a link). NOTES.md has the breakdown.
  */
 #include "backend/cuda/cuda_dec16.cu"
 
@@ -49,7 +52,7 @@ namespace
 /* Qwen3-30B-A3B at batch 1 */
 enum {
     LC_D = 2048, LC_QKV = 5120, LC_Q = 4096, LC_I = 768, LC_E = 128, LC_K = 8, LC_HEADS = 32, LC_KVH = 4,
-    LC_HD = 128, LC_CTX = 256, LC_LAYERS = 48, LC_THREADS = DQ_THREADS, LC_WARPS = DQ_WARPS
+    LC_HD = 128, LC_CTX = 256, LC_SPLIT = 4, LC_LAYERS = 48, LC_THREADS = DQ_THREADS, LC_WARPS = DQ_WARPS
 };
 /* dec16 tile bytes: K / 64 segments of 512 data bytes and 64 scale bytes */
 __host__ __device__ constexpr size_t tile_bytes(int K)
@@ -57,7 +60,7 @@ __host__ __device__ constexpr size_t tile_bytes(int K)
     return (size_t)(K / 64) * 576;
 }
 enum { LC_QKV_TILES = LC_QKV / 16, LC_O_TILES = LC_D / 16, LC_GU_PAIRS = LC_K * (LC_I / 16), LC_DN_TILES = LC_D / 16 };
-enum { LC_PHASES = 6 };
+enum { LC_PHASES = 6, LC_SUBS = 8, LC_APART = LC_HD + 2 /* o, m, l of a head's key split */ };
 
 struct layer_w {
     const uint8_t *qkv;    /* LC_QKV_TILES tiles of K = D, each data then scales */
@@ -72,12 +75,13 @@ struct layer_w {
 struct lc_params {
     const layer_w *layers; /* LC_LAYERS (device) */
     float *x;              /* (D) the residual stream */
-    float *qkv, *attn, *mid, *logits, *act; /* phase outputs: (QKV), (Q), (D), (E), (K, I) */
+    float *qkv, *attn, *mid, *logits, *act; /* phase outputs: (QKV), (HEADS, SPLIT, APART), (D), (E), (K, I) */
     unsigned *count;       /* (LC_LAYERS, LC_PHASES) arrivals, zeroed */
     int ahead;             /* 1: copy the next phase's weights before its wait; 0: after */
     int fixed;             /* with ahead: experts 0..7 every layer, their copies issued right after
                               q/k/v and o (the routing no longer delays them: its cost) */
     unsigned long long *stamp; /* (LC_LAYERS, LC_PHASES): block 0's globaltimer as each phase starts */
+    unsigned long long *sub;   /* (LC_LAYERS, LC_SUBS): block 0's marks inside gate/up and down */
 };
 
 struct lc_smem {
@@ -136,6 +140,13 @@ __device__ __forceinline__ void lc_stamp(const lc_params &p, int l, int k)
 {
     if (blockIdx.x == 0 && threadIdx.x == 0)
         p.stamp[(size_t)l * LC_PHASES + k] = lc_now();
+}
+
+/* block 0's mark i inside layer l's phases */
+__device__ __forceinline__ void lc_mark(const lc_params &p, int l, int i)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        p.sub[(size_t)l * LC_SUBS + i] = lc_now();
 }
 
 /* phase k of layer l: wait for its producers, then block 0 records when it starts */
@@ -253,46 +264,72 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         lc_arrive(cnt + 0);
         if (p.fixed) /* A is free */
             copy_gu(L, first8);
-        /* P1: attention, a block a query head */
+        /* P1: attention, a block a (query head, key split): its partial o, max and sum; the o blocks
+         * merge the splits as they stage x (the production decode attention's split-K) */
         lc_enter(p, cnt + 0, nb, l, 1);
-        if (b < LC_HEADS) {
-            const float *q = p.qkv + (size_t)b * LC_HD;
-            const float *kc = L.kc + (size_t)(b / (LC_HEADS / LC_KVH)) * LC_CTX * LC_HD;
-            const float *vc = L.vc + (size_t)(b / (LC_HEADS / LC_KVH)) * LC_CTX * LC_HD;
+        if (b < LC_HEADS * LC_SPLIT) {
+            const int h = b / LC_SPLIT, j0 = (b % LC_SPLIT) * (LC_CTX / LC_SPLIT);
+            constexpr int NJ = LC_CTX / LC_SPLIT, JW = NJ / LC_WARPS;
+            const float *q = p.qkv + (size_t)h * LC_HD;
+            const float *kc = L.kc + ((size_t)(h / (LC_HEADS / LC_KVH)) * LC_CTX + j0) * LC_HD;
+            const float *vc = L.vc + ((size_t)(h / (LC_HEADS / LC_KVH)) * LC_CTX + j0) * LC_HD;
             float *sc = sm.misc;
             const float4 qv = ((const float4 *)q)[lane];
-            for (int j = warp; j < LC_CTX; j += LC_WARPS) {
-                const float4 kv = ((const float4 *)(kc + (size_t)j * LC_HD))[lane];
-                float d = qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+            float4 kv[JW];
+#pragma unroll
+            for (int i = 0; i < JW; i++)
+                kv[i] = ((const float4 *)(kc + (size_t)(warp * JW + i) * LC_HD))[lane];
+#pragma unroll
+            for (int i = 0; i < JW; i++) {
+                float d = qv.x * kv[i].x + qv.y * kv[i].y + qv.z * kv[i].z + qv.w * kv[i].w;
                 for (int o = 16; o > 0; o >>= 1)
                     d += __shfl_xor_sync(0xffffffffu, d, o);
                 if (lane == 0)
-                    sc[j] = d * 0.08838834764831845f;
+                    sc[warp * JW + i] = d * 0.08838834764831845f;
             }
             __syncthreads();
             float mx = -INFINITY;
-            for (int j = 0; j < LC_CTX; j++)
+            for (int j = 0; j < NJ; j++)
                 mx = fmaxf(mx, sc[j]);
             __syncthreads();
-            for (int j = threadIdx.x; j < LC_CTX; j += LC_THREADS)
-                sc[j] = expf(sc[j] - mx);
+            if (threadIdx.x < NJ)
+                sc[threadIdx.x] = expf(sc[threadIdx.x] - mx);
             __syncthreads();
             if (threadIdx.x < LC_HD) {
-                float s = 0.f, o = 0.f;
-                for (int j = 0; j < LC_CTX; j++) {
-                    s += sc[j];
+                float s0 = 0.f, o = 0.f;
+#pragma unroll 16
+                for (int j = 0; j < NJ; j++) {
+                    s0 += sc[j];
                     o += sc[j] * vc[(size_t)j * LC_HD + threadIdx.x];
                 }
-                p.attn[(size_t)b * LC_HD + threadIdx.x] = o / s;
+                float *out = p.attn + (size_t)b * LC_APART;
+                out[threadIdx.x] = o;
+                if (threadIdx.x == 0)
+                    out[LC_HD] = mx, out[LC_HD + 1] = s0;
             }
             lc_arrive(cnt + 1);
         }
         /* P2: o from the heads */
-        lc_enter(p, cnt + 1, LC_HEADS, l, 2);
+        lc_enter(p, cnt + 1, LC_HEADS * LC_SPLIT, l, 2);
         if (!p.ahead)
             copy_o(L);
         if (b < LC_O_TILES) {
-            dec16_stage_x(sm.xb, p.attn, LC_Q, [] {});
+            float *merged = (float *)(sm.xb + LC_Q); /* xb's room past o's K fragments: 16 KB */
+            for (int i = threadIdx.x; i < LC_Q; i += LC_THREADS) {
+                const float *pt = p.attn + (size_t)(i / LC_HD) * LC_SPLIT * LC_APART;
+                float m = -INFINITY;
+                for (int s2 = 0; s2 < LC_SPLIT; s2++)
+                    m = fmaxf(m, pt[s2 * LC_APART + LC_HD]);
+                float num = 0.f, den = 0.f;
+                for (int s2 = 0; s2 < LC_SPLIT; s2++) {
+                    const float w = expf(pt[s2 * LC_APART + LC_HD] - m);
+                    num += w * pt[s2 * LC_APART + i % LC_HD];
+                    den += w * pt[s2 * LC_APART + LC_HD + 1];
+                }
+                merged[i] = num / den;
+            }
+            __syncthreads();
+            dec16_stage_x(sm.xb, merged, LC_Q, [] {});
             cp_async_wait_upto(p.fixed ? 1 : 0); /* o's group (fixed: the experts' gate/up may fly) */
             __syncthreads();
             lc_tiles(sm.b, 1, LC_Q, sm.xb, false, sm.part, outs);
@@ -326,47 +363,46 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         }
         /* P4: top-8 (every block), the experts' weights, SiLU(gate) * up */
         lc_enter(p, cnt + 3, LC_E, l, 4);
-        if (warp == 0) {
-            float v[LC_E / 32];
-            for (int i = 0; i < LC_E / 32; i++)
-                v[i] = p.logits[lane + 32 * i];
-            float tot = 0.f, top = 0.f;
-            for (int k = 0; k < LC_K; k++) {
-                float best = -INFINITY;
-                int bi = 0;
-                for (int i = 0; i < LC_E / 32; i++)
-                    if (v[i] > best)
-                        best = v[i], bi = lane + 32 * i;
-                for (int o = 16; o > 0; o >>= 1) {
-                    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-                    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                    if (ob > best || (ob == best && oi < bi))
-                        best = ob, bi = oi;
-                }
-                if (bi % 32 == lane)
-                    v[bi / 32] = -INFINITY;
-                if (k == 0)
-                    top = best;
-                if (lane == 0)
-                    ids[k] = bi, rw[k] = expf(best - top);
-                tot += expf(best - top);
+        /* top-8 by ranks: thread i counts the logits that beat its own (ties: the lower index) */
+        if (threadIdx.x < LC_E)
+            sm.misc[threadIdx.x] = p.logits[threadIdx.x];
+        __syncthreads();
+        if (threadIdx.x < LC_E) {
+            const float v = sm.misc[threadIdx.x];
+            int rank = 0;
+#pragma unroll 8
+            for (int j = 0; j < LC_E; j++) {
+                const float u = sm.misc[j];
+                rank += u > v || (u == v && j < (int)threadIdx.x);
             }
-            if (lane == 0)
-                for (int k = 0; k < LC_K; k++)
-                    rw[k] /= tot;
+            if (rank < LC_K)
+                ids[rank] = threadIdx.x, rw[rank] = v;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float tot = 0.f;
+            for (int k = 0; k < LC_K; k++)
+                tot += (rw[k] = expf(rw[k] - rw[0]));
+            for (int k = 0; k < LC_K; k++)
+                rw[k] /= tot;
         }
         __syncthreads();
         int n_pairs = 0;
         for (int pr = b; pr < LC_GU_PAIRS; pr += nb)
             n_pairs++;
+        lc_mark(p, l, 0);
         if (!p.fixed) {
             copy_gu(L, ids);
             copy_dn(L, ids);
         }
+        lc_mark(p, l, 1);
         dec16_stage_x(sm.xb, p.mid, LC_D, [] {});
+        lc_mark(p, l, 2);
         cp_async_wait_upto(1);
         __syncthreads();
+        lc_mark(p, l, 3);
         lc_tiles(sm.a, 2 * n_pairs, LC_D, sm.xb, false, sm.part, outs);
+        lc_mark(p, l, 4);
         for (int i = threadIdx.x; i < n_pairs * 16; i += LC_THREADS) {
             const int pr = b + (i / 16) * nb, k = pr / (LC_I / 16), row = (pr % (LC_I / 16)) * 16 + i % 16;
             const float gt = outs[(2 * (i / 16)) * 16 + i % 16], u = outs[(2 * (i / 16) + 1) * 16 + i % 16];
@@ -380,9 +416,12 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
         if (b < LC_DN_TILES) {
             for (int k = 0; k < LC_K; k++)
                 dec16_stage_x(sm.xb + (size_t)k * LC_I, p.act + (size_t)k * LC_I, LC_I, [] {});
+            lc_mark(p, l, 5);
             cp_async_wait_upto(p.ahead && l + 1 < LC_LAYERS ? 1 : 0); /* the down group */
             __syncthreads();
+            lc_mark(p, l, 6);
             lc_tiles(sm.b, LC_K, LC_I, sm.xb, true, sm.part, outs);
+            lc_mark(p, l, 7);
             if (threadIdx.x < 16) {
                 float s = 0.f;
                 for (int k = 0; k < LC_K; k++)
@@ -396,6 +435,28 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
             copy_o(p.layers[l + 1]);
     }
     cp_async_wait_upto(0);
+}
+
+/* the chain alone: the same six waits and arrivals a layer by the same blocks, no work: the floor
+ * of the counter chain itself */
+__global__ void __launch_bounds__(LC_THREADS, 1) lc_sync_kernel(const __grid_constant__ lc_params p)
+{
+    const int b = blockIdx.x, nb = gridDim.x;
+    const unsigned arrive_n[LC_PHASES] = {(unsigned)nb, LC_HEADS * LC_SPLIT, LC_O_TILES, LC_E, (unsigned)nb,
+                                          (unsigned)(LC_DN_TILES < nb ? LC_DN_TILES : nb)};
+    for (int l = 0; l < LC_LAYERS; l++) {
+        unsigned *cnt = p.count + (size_t)l * LC_PHASES;
+        for (int k = 0; k < LC_PHASES; k++) {
+            if (k > 0)
+                lc_enter(p, cnt + k - 1, arrive_n[k - 1], l, k);
+            else if (l > 0)
+                lc_enter(p, p.count + (size_t)(l - 1) * LC_PHASES + 5, arrive_n[5], l, 0);
+            else
+                lc_stamp(p, l, 0);
+            if ((unsigned)b < arrive_n[k])
+                lc_arrive(cnt + k);
+        }
+    }
 }
 
 void fill(std::vector<uint8_t> &v, std::mt19937_64 &rng)
@@ -486,13 +547,14 @@ int main()
     CK(cudaMalloc(&x0, LC_D * 4));
     CK(cudaMemcpy(x0, p.x, LC_D * 4, cudaMemcpyDeviceToDevice));
     CK(cudaMalloc(&p.qkv, LC_QKV * 4));
-    CK(cudaMalloc(&p.attn, LC_Q * 4));
+    CK(cudaMalloc(&p.attn, (size_t)LC_HEADS * LC_SPLIT * LC_APART * 4));
     CK(cudaMalloc(&p.mid, LC_D * 4));
     CK(cudaMalloc(&p.logits, LC_E * 4));
     CK(cudaMalloc(&p.act, LC_K * LC_I * 4));
     const size_t cnt_b = (size_t)LC_LAYERS * LC_PHASES * 4;
     CK(cudaMalloc(&p.count, cnt_b));
     CK(cudaMalloc(&p.stamp, (size_t)LC_LAYERS * LC_PHASES * 8));
+    CK(cudaMalloc(&p.sub, (size_t)LC_LAYERS * LC_SUBS * 8));
     CK(cudaFuncSetAttribute(lc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LC_SMEM));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lc_kernel, LC_THREADS, LC_SMEM));
@@ -508,11 +570,12 @@ int main()
     struct variant {
         const char *name;
         layer_w *layers;
-        int ahead, fixed;
-    } vs[] = {{"ahead", d_layers, 1, 0},
-              {"after", d_layers, 0, 0},
-              {"fixed", d_layers, 1, 1},
-              {"hot", d_hot, 1, 0}};
+        int ahead, fixed, sync_only;
+    } vs[] = {{"ahead", d_layers, 1, 0, 0},
+              {"after", d_layers, 0, 0, 0},
+              {"fixed", d_layers, 1, 1, 0},
+              {"hot", d_hot, 1, 0, 0},
+              {"sync", d_layers, 1, 0, 1}};
     printf("%-8s %12s %12s %10s   %s\n", "variant", "us a layer", "us a step", "checksum",
            "block 0's phases, us (q/k/v, attention, o, router, gate/up, down), layers 1..46");
     for (const variant &v : vs) {
@@ -525,7 +588,10 @@ int main()
             p.ahead = v.ahead;
             p.fixed = v.fixed;
             CK(cudaEventRecord(e0));
-            lc_kernel<<<sms, LC_THREADS, LC_SMEM>>>(p); /* one block an SM: every block is resident */
+            if (v.sync_only)
+                lc_sync_kernel<<<sms, LC_THREADS>>>(p);
+            else
+                lc_kernel<<<sms, LC_THREADS, LC_SMEM>>>(p); /* one block an SM: every block is resident */
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             CK(cudaGetLastError());
@@ -551,6 +617,27 @@ int main()
         for (int k = 0; k < LC_PHASES; k++)
             printf(" %6.2f", ph[k]);
         printf("   (the last run's)\n");
+        /* inside gate/up: from its start to marks 0..4 and on to down's start; inside down: from
+         * its start to marks 5..7 and on to the next layer's start */
+        std::vector<unsigned long long> sb((size_t)LC_LAYERS * LC_SUBS);
+        CK(cudaMemcpy(sb.data(), p.sub, sb.size() * 8, cudaMemcpyDeviceToHost));
+        double gu[6] = {0}, dn[4] = {0};
+        for (int l = 1; l + 1 < LC_LAYERS; l++) {
+            const unsigned long long *S = &st[(size_t)l * LC_PHASES], *M = &sb[(size_t)l * LC_SUBS];
+            const unsigned long long gm[6] = {M[0], M[1], M[2], M[3], M[4], S[5]};
+            unsigned long long prev = S[4];
+            for (int i = 0; i < 6; i++)
+                gu[i] += (double)(gm[i] - prev) / 1000.0 / (LC_LAYERS - 2), prev = gm[i];
+            const unsigned long long dm[4] = {M[5], M[6], M[7], S[LC_PHASES]};
+            prev = S[5];
+            for (int i = 0; i < 4; i++)
+                dn[i] += (double)(dm[i] - prev) / 1000.0 / (LC_LAYERS - 2), prev = dm[i];
+        }
+        if (v.sync_only)
+            continue;
+        printf("%-8s gate/up: top-k %.2f, copies issued %.2f, x staged %.2f, copies landed %.2f, dots %.2f, "
+               "arrivals %.2f; down: x staged %.2f, copies landed %.2f, dots %.2f, arrivals %.2f\n",
+               "", gu[0], gu[1], gu[2], gu[3], gu[4], gu[5], dn[0], dn[1], dn[2], dn[3]);
     }
     return 0;
 }
