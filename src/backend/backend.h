@@ -264,10 +264,11 @@ struct backend_ops {
      * with the residual add (and the pending delta the norm before it read). */
     bool (*linear_residual)(struct backend *be, const struct weight *w, const float *x, int m, float *h,
                             const float *delta);
-    /* The routed-MoE half of a layer without shared experts, residual included:
-     * x = rmsnorm(h) * norm_w, logits = x router^T, ids/weights = route(logits), h += experts(x).
-     * x, logits, ids, weights and work are scratch as for the separate ops. */
-    bool (*moe_block_residual)(struct backend *be, float *h, const float *norm_w, float eps,
+    /* The routed-MoE half of a layer without shared experts, residual included: h += delta
+     * (delta: the pending output of the half before, or NULL), x = rmsnorm(h) * norm_w, logits =
+     * x router^T, ids/weights = route(logits), h += experts(x). x, logits, ids, weights and work
+     * are scratch as for the separate ops. */
+    bool (*moe_block_residual)(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
                                const struct weight *router, const struct route_args *ra, const struct moe_args *ma,
                                int m, float *x, float *logits, int32_t *ids, float *weights, float *work);
     /* The whole layer of a one-token pass (struct decode_layer_args); false, having run nothing,

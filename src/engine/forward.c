@@ -473,9 +473,9 @@ static bool forward_attention_fused(struct forward *f, int l, int n, bool *pendi
     return true;
 }
 
-/* The routed-MoE half of a layer in the backend's fused op (norm, router, routing, experts and
- * the residual add); not for layers with a shared expert or a dense MLP. */
-static bool forward_ffn_fused(struct forward *f, int l, int n)
+/* The routed-MoE half of a layer in the backend's fused op (the pending delta, norm, router,
+ * routing, experts and the residual add); not for layers with a shared expert or a dense MLP. */
+static bool forward_ffn_fused(struct forward *f, int l, int n, bool *pending)
 {
     const struct model_desc *d = f->d;
     const struct layer_weights *lw = &f->w->layers[l];
@@ -486,8 +486,11 @@ static bool forward_ffn_fused(struct forward *f, int l, int n)
     struct moe_args ma;
     forward_moe_args(f, l, &ra, &ma);
     forward_prefetch_next_layer(f, l);
-    return be->ops->moe_block_residual(be, f->h, lw->ffn_norm, d->norm_eps, &lw->router, &ra, &ma, n, f->x,
-                                       f->router, f->route_ids, f->route_w, f->moe_work);
+    if (!be->ops->moe_block_residual(be, f->h, *pending ? f->delta : NULL, lw->ffn_norm, d->norm_eps, &lw->router,
+                                     &ra, &ma, n, f->x, f->router, f->route_ids, f->route_w, f->moe_work))
+        return false;
+    *pending = false;
+    return true;
 }
 
 /* Layer l of a one-token pass through the backend's whole-layer op (GQA attention + routed MoE
@@ -550,7 +553,7 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
                 forward_attention_gqa(f, l, n);
             pending = true;
         }
-        if (pending || !forward_ffn_fused(f, l, n)) {
+        if (!forward_ffn_fused(f, l, n, &pending)) {
             if (!forward_ffn_norm_routed(f, l, n, &pending) && !forward_ffn_router_normed(f, l, n, pending)) {
                 forward_norm(f, lw->ffn_norm, n, &pending);
                 forward_ffn(f, l, n, false);

@@ -120,6 +120,7 @@ struct cuda_backend {
     unsigned *bar;       /* device: its grid barrier (count, copies of the generation) */
     bool moe_chain;      /* one-token routed MoE in one chained kernel (cuda_moe_chain.cu) */
     unsigned *chain_count; /* device: its arrival counters (zeroed once, left zeroed) */
+    unsigned long long *chain_trace; /* device: its phase marks (MOESERVE_MOE_CHAIN_TRACE=1), or NULL */
     unsigned long long *layer_trace; /* device: its phase trace (MOESERVE_LAYER_TRACE=1), or NULL */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
@@ -988,7 +989,7 @@ static bool moe_chain_ok(const struct moe_args *a)
 /* The routed-MoE half of a one-token layer in one kernel (cuda_moe_chain.cu): NVFP4 experts with
  * dec16 copies of all three, a BF16 router, routing without groups. False (nothing run) where
  * it does not take the shape. */
-static bool moe_chain_run(struct cuda_backend *c, float *h, const float *norm_w, float eps,
+static bool moe_chain_run(struct cuda_backend *c, float *h, const float *delta, const float *norm_w, float eps,
                           const struct weight *router, const struct route_args *ra, const struct moe_args *a,
                           int m, float *logits, int32_t *ids, float *weights, float *work)
 {
@@ -996,7 +997,7 @@ static bool moe_chain_run(struct cuda_backend *c, float *h, const float *norm_w,
         router->cols != a->d_model || !moe_chain_ok(a))
         return false;
     struct cuda_moe_chain_args ca = {.D = (int)a->d_model, .I = (int)a->d_expert, .E = a->n_experts,
-                                     .n_used = a->n_used, .eps = eps, .h = h, .norm_w = norm_w,
+                                     .n_used = a->n_used, .eps = eps, .h = h, .delta = delta, .norm_w = norm_w,
                                      .router = router->data, .router_bias = router->bias, .route = ra,
                                      .logits = logits, .act = work, .ids = ids, .weights = weights};
     if (a->d_model > INT32_MAX || a->d_expert > INT32_MAX || !cuda_moe_chain_supported(&ca, c->sm_count, c->smem_budget))
@@ -1017,6 +1018,7 @@ static bool moe_chain_run(struct cuda_backend *c, float *h, const float *norm_w,
     size_t n = (size_t)a->n_experts;
     ca.gate = table + 3 * n, ca.up = table + 4 * n, ca.down = table + 5 * n;
     ca.count = c->chain_count;
+    ca.trace = c->chain_trace;
     CHECK(c, cuda_moe_chain(c->stream, &ca, c->sm_count, c->smem_budget, c->pdl));
     return true;
 }
@@ -1236,14 +1238,16 @@ static bool cu_decode_layer(struct backend *be, const struct decode_layer_args *
 
 /* Router GEMV with the norm in its prologue, then the pair-by-pair MoE that routes for itself and
  * adds into h: three kernels where the composed ops take five (cuda_decode.cu). */
-static bool cu_moe_block_residual(struct backend *be, float *h, const float *norm_w, float eps,
+static bool cu_moe_block_residual(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
                                   const struct weight *router, const struct route_args *ra, const struct moe_args *a,
                                   int m, float *x, float *logits, int32_t *ids, float *weights, float *work)
 {
     struct cuda_backend *c = ctx(be);
     enum weight_format fmt = a->gate[0].format;
-    if (moe_chain_run(c, h, norm_w, eps, router, ra, a, m, logits, ids, weights, work))
+    if (moe_chain_run(c, h, delta, norm_w, eps, router, ra, a, m, logits, ids, weights, work))
         return true;
+    if (delta) /* the paths below take h as it is */
+        return false;
     if (m == 1 && c->fuse_moe && stream_moe_ok(c, a) && norm_w && router->cols == a->d_model) {
         /* router GEMV with the norm, the routing kernel, then gate/up and down (adding into h): the
          * ids exist before down starts, so down fetches its experts while gate/up still runs */
@@ -1425,6 +1429,23 @@ static void cuda_backend_free(struct cuda_backend *c)
         CHECK(c, cudaFree(c->bar));
     if (c->chain_count)
         CHECK(c, cudaFree(c->chain_count));
+    if (c->chain_trace) {
+        size_t n = cuda_moe_chain_trace_entries();
+        unsigned long long *t = malloc(n * sizeof *t);
+        double us[CUDA_MOE_CHAIN_SPANS];
+        int launches = 0;
+        if (t && CHECK(c, cudaMemcpy(t, c->chain_trace, n * sizeof *t, cudaMemcpyDeviceToHost)))
+            launches = cuda_moe_chain_trace_summary(t, us);
+        if (launches > 0)
+            LOG_INFO("cuda: chained MoE, block 0's mean us over %d launches: PDL wait %.2f, norm %.2f, router "
+                     "%.2f, x fragments %.2f, P1 wait %.2f (last arrival -> on %.2f), route %.2f, copies issued "
+                     "%.2f, first pair landed %.2f, gate/up %.2f, P2 wait %.2f (last arrival -> on %.2f), act "
+                     "staged %.2f, down landed %.2f, down + combine %.2f; whole %.2f",
+                     launches, us[0], us[1], us[2], us[3], us[4], us[13], us[5], us[6], us[7], us[8], us[9],
+                     us[14], us[10], us[11], us[12], us[15]);
+        free(t);
+        CHECK(c, cudaFree(c->chain_trace));
+    }
     if (c->layer_trace) {
         size_t n = cuda_layer_decode_trace_entries();
         unsigned long long *t = malloc(n * sizeof *t);
@@ -1660,6 +1681,15 @@ static void configure_from_plan(struct cuda_backend *c)
      * (cuda_moe_chain.cu; where it does not take the shape, the usual kernels run). */
     const char *mch = getenv("MOESERVE_MOE_CHAIN");
     c->moe_chain = c->plan.caps.bf16_mma && mch && strcmp(mch, "1") == 0;
+    /* MOESERVE_MOE_CHAIN_TRACE=1: its block 0 notes the time at each phase (the means are logged
+     * when the backend closes) */
+    const char *mct = getenv("MOESERVE_MOE_CHAIN_TRACE");
+    if (c->moe_chain && mct && strcmp(mct, "1") == 0) {
+        size_t bytes = cuda_moe_chain_trace_entries() * sizeof(unsigned long long);
+        if (!CHECK(c, cudaMalloc((void **)&c->chain_trace, bytes)) ||
+            !CHECK(c, cudaMemset(c->chain_trace, 0, bytes)))
+            c->chain_trace = NULL;
+    }
     /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same
      * kernel, the tokens sharing each mma (before session 8: the tiled GEMM of cuda_gemm.cu) */
     const char *gmt = getenv("MOESERVE_GEMV_MMA_TOKENS");

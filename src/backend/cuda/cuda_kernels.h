@@ -410,7 +410,8 @@ cudaError_t cuda_moe_decode_fp8(cudaStream_t stream, const struct cuda_wdev *tab
 struct cuda_moe_chain_args {
     int D, I, E, n_used; /* d_model, d_expert, experts, k */
     float eps;
-    float *h;                  /* (D) residual stream: h += MoE(rmsnorm(h) * norm_w) */
+    float *h;                  /* (D) residual stream: h += delta, then h += MoE(rmsnorm(h) * norm_w) */
+    const float *delta;        /* (D) the pending output of the half before, or NULL */
     const float *norm_w;       /* (D) */
     const void *router;        /* BF16 (E, D) */
     const float *router_bias;  /* (E) or NULL */
@@ -420,6 +421,7 @@ struct cuda_moe_chain_args {
     int32_t *ids;              /* (n_used) the routing, written for the caller */
     float *weights;            /* (n_used) */
     unsigned *count;           /* cuda_moe_chain_counter_words(), zero before first use; left zero */
+    unsigned long long *trace; /* NULL, or cuda_moe_chain_trace_entries() zeroed (phase marks) */
 };
 /* Words of the arrival counters. */
 size_t cuda_moe_chain_counter_words(void);
@@ -429,6 +431,15 @@ size_t cuda_moe_chain_smem_bytes(int D, int I, int n_used, int blocks);
  * I % 64 == 0, D <= 8192, <= 256 experts, 1 <= k <= 16, routing without groups (the caller
  * checks the formats: dec16 copies of every expert, a BF16 router). */
 int cuda_moe_chain_supported(const struct cuda_moe_chain_args *a, int sm_count, size_t smem_budget);
+/* Entries of a trace buffer (MOESERVE_MOE_CHAIN_TRACE=1). */
+size_t cuda_moe_chain_trace_entries(void);
+/* Mean microseconds over the traced launches in host copy t: out[0 .. 13) block 0 from one mark to
+ * the next (start -> PDL wait done -> norm -> router + arrival -> x fragments -> P1 wait -> route ->
+ * copies issued -> first pair landed -> gate/up + arrival -> P2 wait -> act staged -> down's
+ * copies landed -> down + combine), out[13] and [14]: from the last block's P0 (P1) arrival to
+ * block 0's end of the P1 (P2) wait, out[15] block 0's whole launch; returns the launches. */
+enum { CUDA_MOE_CHAIN_SPANS = 16 };
+int cuda_moe_chain_trace_summary(const unsigned long long *t, double out[CUDA_MOE_CHAIN_SPANS]);
 /* Runs it on sm_count blocks, one an SM (all resident: the phases wait on each other). */
 cudaError_t cuda_moe_chain(cudaStream_t stream, const struct cuda_moe_chain_args *a, int sm_count,
                            size_t smem_budget, int pdl);

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     }
     /* 1. q/k/v */
     xfrag_zeros_init(); /* the zero A fragments of chunk_mma, read after the next barrier */
-    block_rmsnorm(xs, p.h, p.attn_norm, p.eps, p.D);
+    block_rmsnorm(xs, p.h, nullptr, p.attn_norm, p.eps, p.D);
     xfrag_stage(xf, xs, p.D, threadIdx.x, LD_THREADS);
     __syncthreads();
     {
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     trace_mark(p, slot, 4);
 
     /* 5. ffn norm (kept in xs for phase 6) and the router logits, a warp a row */
-    block_rmsnorm(xs, p.h, p.ffn_norm, p.eps, p.D);
+    block_rmsnorm(xs, p.h, nullptr, p.ffn_norm, p.eps, p.D);
     for (int e = blockIdx.x * LD_WARPS + warp; e < p.E; e += gridDim.x * LD_WARPS) {
         const uint4 *row = (const uint4 *)(p.router + (size_t)e * p.D);
         float acc = 0.0f;

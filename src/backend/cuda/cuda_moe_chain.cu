@@ -9,8 +9,8 @@
  * tools/bench_layer_chain.cu (session 12) measured, on the same shapes, a counter link at 0.9 us
  * and the experts' bytes, copied with cp.async by all 132 SMs right after the routing, at
  * ~3.7 TB/s. Phases (grid = the SMs, every block resident; nb blocks):
- *   P0 every block: h (through L2) -> x = rmsnorm(h) * norm_w in shared memory, rounded as
- *      cuda_norm.cu does; router rows e = b, b + nb, ...: the block's warps split the row, their
+ *   P0 every block: h (+ the pending delta, through L2) -> x = rmsnorm(h) * norm_w in shared
+ *      memory, rounded as cuda_norm.cu does; router rows e = b, b + nb, ...: the block's warps split the row, their
  *      sums added in order; arrive. Then x into the dec16 B fragments while the others finish.
  *   P1 after every block's arrival: every block routes the token itself (route_rank_block: the
  *      same ids and weights in every block), issues its copies (one cp.async group for each of
@@ -18,7 +18,7 @@
  *      act = silu(gate) * up (rounded as cuda_silu_mul); arrive.
  *   P2 after every block's arrival: act (through L2) into B fragments, the down tiles (landed
  *      meanwhile) against them, each 16-row tile's slots combined in ascending expert id
- *      (slots_combine, as the CPU adds them), h += that. The last block out zeroes the counters.
+ *      (slots_combine, as the CPU adds them), h = (h + delta) + that. The last block out zeroes the counters.
  * Units: a gate/up pair is 16 rows of gate and of up of one slot's expert (k x I / 16 of them,
  * block b takes b, b + nb, ...); a down unit is 16 rows of D for all k slots (D / 16).
  * The weights are the dec16 copies (cuda_dec16.cuh: a 16-row tile's 64-k segment is 512 bytes of
@@ -44,7 +44,10 @@ enum {
     CH_WARPS = CH_THREADS / 32,
     CH_MAX_K = 16,       /* slots: a down unit's k tiles fit the partial buffer */
     CH_RP = 4,           /* a thread's router pieces loaded before the wait: D <= 8192 */
-    CH_COUNTERS = 32     /* words: P0, P1, done (one 128-byte line) */
+    CH_COUNTERS = 32,    /* words: P0, P1, done (one 128-byte line) */
+    CH_TRACE = 16,       /* marks a launch (MOESERVE_MOE_CHAIN_TRACE=1) */
+    CH_TRACE_LAUNCHES = 16384,
+    CH_TRACE_BLOCKS = 1024 /* per-block launch counters before the marks */
 };
 
 /* bytes of a 16-row dec16 tile of K columns in shared memory: K / 64 segments of 512 data bytes,
@@ -58,6 +61,7 @@ struct chain_params {
     int D, I, E, k, nb;
     float eps;
     float *h;
+    const float *delta;
     const float *norm_w;
     const uint16_t *router;
     const float *router_bias;
@@ -66,6 +70,7 @@ struct chain_params {
     float *logits, *act, *weights;
     int32_t *ids;
     unsigned *count;
+    unsigned long long *trace; /* NULL, or CH_TRACE_BLOCKS counters then CH_TRACE marks a launch */
     size_t a_bytes, b_bytes; /* shared memory regions A (gate/up tiles; act staged), B (down tiles) */
 };
 
@@ -94,6 +99,39 @@ __device__ __forceinline__ void ch_wait(const unsigned *c, unsigned want)
     }
     __syncthreads();
 }
+
+/* Trace builds of a launch (p.trace set): block 0 notes the time at marks 0..13, every block
+ * its P0 and P1 arrivals into marks 14 and 15 (atomicMax: the last one stays). */
+struct ch_tracer {
+    unsigned long long *m = nullptr;
+    __device__ void start(const chain_params &p)
+    {
+        if (!p.trace)
+            return;
+        __shared__ unsigned long long s_slot;
+        if (threadIdx.x == 0)
+            s_slot = atomicAdd(p.trace + blockIdx.x, 1ull);
+        __syncthreads();
+        if (s_slot < CH_TRACE_LAUNCHES)
+            m = p.trace + CH_TRACE_BLOCKS + (size_t)s_slot * CH_TRACE;
+    }
+    __device__ static unsigned long long now()
+    {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        return t;
+    }
+    __device__ void mark(int i) const
+    {
+        if (m && blockIdx.x == 0 && threadIdx.x == 0)
+            m[i] = now();
+    }
+    __device__ void last(int i) const
+    {
+        if (m && threadIdx.x == 0)
+            atomicMax(m + i, now());
+    }
+};
 
 /* this block's global writes are done: count it in */
 __device__ __forceinline__ void ch_arrive(unsigned *c)
@@ -174,6 +212,9 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
               lane = threadIdx.x % 32;
     const int gu_units = k * (I / 16), dn_units = D / 16;
 
+    ch_tracer tr;
+    tr.start(p);
+    tr.mark(0);
     /* P0: the router pieces of this block's first row before the wait (weights never change) */
     uint4 rw[CH_RP];
     const uint4 *row0 = (const uint4 *)(p.router + (size_t)b * D);
@@ -182,7 +223,9 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
         if (b < p.E && (int)threadIdx.x + q * CH_THREADS < D / 8)
             rw[q] = __ldg(row0 + threadIdx.x + q * CH_THREADS);
     pdl_wait();
-    block_rmsnorm(xs, p.h, p.norm_w, p.eps, D);
+    tr.mark(1);
+    block_rmsnorm(xs, p.h, p.delta, p.norm_w, p.eps, D);
+    tr.mark(2);
     for (int e = b; e < p.E; e += nb) {
         const uint4 *row = (const uint4 *)(p.router + (size_t)e * D);
         float acc = 0.0f;
@@ -211,11 +254,15 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
         }
         __syncthreads();
     }
+    tr.last(14);
     ch_arrive(p.count + 0);
+    tr.mark(3);
     dec16_stage_x(xb, xs, D, [] {}); /* x's B fragments while the other blocks finish */
+    tr.mark(4);
 
     /* P1: route, copy this block's expert tiles, gate/up as they land */
     ch_wait(p.count + 0, (unsigned)nb);
+    tr.mark(5);
     for (int e = threadIdx.x; e < p.E; e += CH_THREADS)
         s_lg[e] = __ldcg(p.logits + e);
     __syncthreads();
@@ -225,6 +272,7 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
         slots_by_expert(s_ids, k, s_order);
     if (b == 0 && (int)threadIdx.x < k)
         p.ids[threadIdx.x] = s_ids[threadIdx.x], p.weights[threadIdx.x] = s_w[threadIdx.x];
+    tr.mark(6);
     int np = 0;
     for (int pr = b; pr < gu_units; pr += nb, np++) {
         const int e = s_ids[pr / (I / 16)], r = pr % (I / 16);
@@ -242,9 +290,12 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
                 ch_copy_tile(B + (size_t)(nd * k + j) * ch_tile_bytes(I), p.down[e], u, I);
         }
     cp_async_commit();
+    tr.mark(7);
     for (int i = 0; i < np; i++) {
         cp_async_wait_upto(np - i); /* pair i's group (later pairs' and down's may still fly) */
         __syncthreads();
+        if (i == 0)
+            tr.mark(8);
         ch_tiles(A + (size_t)(2 * i) * ch_tile_bytes(D), 2, D, xb, false, part, outs);
         const int pr = b + i * nb, slot = pr / (I / 16), n = (pr % (I / 16)) * 16 + (int)threadIdx.x;
         if (threadIdx.x < 16) {
@@ -262,10 +313,13 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
             p.act[(size_t)slot * I + n] = v;
         }
     }
+    tr.last(15);
     ch_arrive(p.count + 1);
+    tr.mark(9);
 
     /* P2: down for this block's 16-row units, the slots combined, h += */
     ch_wait(p.count + 1, (unsigned)nb);
+    tr.mark(10);
     if (nd > 0) {
         float *stage = (float *)A; /* A is free: this block's gate/up tiles are done */
         stage_cg(stage, p.act, k * I, threadIdx.x, CH_THREADS);
@@ -274,8 +328,10 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
             const int j = q / (I / 4), i = q % (I / 4);
             dec16_put_x(xb + (size_t)j * I, i, *(const float4 *)(stage + (size_t)j * I + 4 * i));
         }
+        tr.mark(11);
         cp_async_wait_upto(0);
         __syncthreads();
+        tr.mark(12);
         for (int d = 0; d < nd; d++) {
             const int u = b + d * nb;
             ch_tiles(B + (size_t)(d * k) * ch_tile_bytes(I), k, I, xb, true, part, outs);
@@ -293,11 +349,13 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
                 const int r = u * 16 + threadIdx.x;
                 const float o = slots_combine<16>(s_ids, s_w, s_order, (const float(*)[16])outs, k, p.E,
                                                   threadIdx.x);
-                p.h[r] = __fadd_rn(__ldcg(p.h + r), o);
+                const float hr = p.delta ? __fadd_rn(__ldcg(p.h + r), __ldcg(p.delta + r)) : __ldcg(p.h + r);
+                p.h[r] = __fadd_rn(hr, o); /* (h + delta) + moe, as the add ops round it */
             }
             __syncthreads();
         }
     }
+    tr.mark(13);
     pdl_trigger(); /* only now: see the top (every block is resident by then) */
     /* the last block out zeroes the counters for the next launch (every block is past its waits) */
     __syncthreads();
@@ -375,7 +433,7 @@ extern "C" int cuda_moe_chain_supported(const struct cuda_moe_chain_args *a, int
 extern "C" cudaError_t cuda_moe_chain(cudaStream_t stream, const struct cuda_moe_chain_args *a, int sm_count,
                                       size_t smem_budget, int pdl)
 {
-    if (!cuda_moe_chain_supported(a, sm_count, smem_budget))
+    if (!cuda_moe_chain_supported(a, sm_count, smem_budget) || (a->trace && sm_count > CH_TRACE_BLOCKS))
         return cudaErrorInvalidValue;
     const ch_layout l = ch_layout_of(a->D, a->I, a->n_used, sm_count);
     const size_t smem = l.a + l.b + l.x;
@@ -396,12 +454,37 @@ extern "C" cudaError_t cuda_moe_chain(cudaStream_t stream, const struct cuda_moe
     chain_params p = {};
     p.D = a->D, p.I = a->I, p.E = a->E, p.k = a->n_used, p.nb = sm_count;
     p.eps = a->eps;
-    p.h = a->h, p.norm_w = a->norm_w;
+    p.h = a->h, p.delta = a->delta, p.norm_w = a->norm_w;
     p.router = (const uint16_t *)a->router, p.router_bias = a->router_bias;
     p.ra = route_warp_args_from(a->route);
     p.gate = a->gate, p.up = a->up, p.down = a->down;
     p.logits = a->logits, p.act = a->act, p.ids = a->ids, p.weights = a->weights;
     p.count = a->count;
+    p.trace = a->trace;
     p.a_bytes = l.a, p.b_bytes = l.b;
     return a->E <= 128 ? ch_launch<128>(stream, p, smem, pdl) : ch_launch<256>(stream, p, smem, pdl);
+}
+
+extern "C" size_t cuda_moe_chain_trace_entries(void)
+{
+    return CH_TRACE_BLOCKS + (size_t)CH_TRACE_LAUNCHES * CH_TRACE;
+}
+
+extern "C" int cuda_moe_chain_trace_summary(const unsigned long long *t, double out[CUDA_MOE_CHAIN_SPANS])
+{
+    const unsigned long long cap = CH_TRACE_LAUNCHES, n64 = t[0] < cap ? t[0] : cap;
+    const int n = (int)n64;
+    for (int i = 0; i < CUDA_MOE_CHAIN_SPANS; i++)
+        out[i] = 0.0;
+    for (int l = 0; l < n; l++) {
+        const unsigned long long *m = t + CH_TRACE_BLOCKS + (size_t)l * CH_TRACE;
+        for (int i = 0; i < 13; i++)
+            out[i] += (double)(long long)(m[i + 1] - m[i]) / 1000.0;
+        out[13] += (double)(long long)(m[5] - m[14]) / 1000.0; /* last P0 arrival -> block 0 on */
+        out[14] += (double)(long long)(m[10] - m[15]) / 1000.0;
+        out[15] += (double)(long long)(m[13] - m[0]) / 1000.0;
+    }
+    for (int i = 0; i < CUDA_MOE_CHAIN_SPANS && n > 0; i++)
+        out[i] /= n;
+    return n;
 }
