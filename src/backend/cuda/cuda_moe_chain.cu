@@ -13,9 +13,11 @@
  *      memory, rounded as cuda_norm.cu does; router rows e = b, b + nb, ...: the block's warps split the row, their
  *      sums added in order; arrive. Then x into the dec16 B fragments while the others finish.
  *   P1 after every block's arrival: every block routes the token itself (route_rank_block: the
- *      same ids and weights in every block), issues its copies (one cp.async group for each of
- *      its gate/up tile pairs, then one for its down tiles) and, as each pair lands, writes
- *      act = silu(gate) * up (rounded as cuda_silu_mul); arrive.
+ *      same ids and weights in every block); two producer warps copy its gate/up tile pairs and
+ *      then its down tiles (cp.async, each set completing an mbarrier as it lands) while the six
+ *      other warps write act = silu(gate) * up for each pair as it lands (rounded as
+ *      cuda_silu_mul): the copies are bound by the memory system (~165 KB an SM at Qwen3's
+ *      widths), and warps that issue them stall, so the dots run on warps that do not; arrive.
  *   P2 after every block's arrival: act (through L2) into B fragments, the down tiles (landed
  *      meanwhile) against them, each 16-row tile's slots combined in ascending expert id
  *      (slots_combine, as the CPU adds them), h = (h + delta) + that. The last block out zeroes the counters.
@@ -24,8 +26,9 @@
  * The weights are the dec16 copies (cuda_dec16.cuh: a 16-row tile's 64-k segment is 512 bytes of
  * data and 64 of scales; in shared memory a tile is its data then its scales).
  * All blocks must be resident, or a phase waits forever: the grid is the SM count at one block
- * an SM (checked against the occupancy), and the kernel lets the next one start (PDL) only at its
- * very end, so no later kernel can hold an SM one of these blocks still needs. A wait that
+ * an SM (checked against the occupancy), and the kernel lets the next one start (PDL) only once
+ * every block has arrived at P0's counter, so no later kernel can hold an SM one of these blocks
+ * still needs. A wait that
  * outlasts 10 s traps (a launch error the backend reports) rather than hang.
  * Numbers: the router's and the tiles' fp32 sums are added in an order of their own (the same on
  * every run); the routing, SiLU and combine round as the per-op kernels do.
@@ -44,6 +47,10 @@ enum {
     CH_WARPS = CH_THREADS / 32,
     CH_MAX_K = 16,       /* slots: a down unit's k tiles fit the partial buffer */
     CH_RP = 4,           /* a thread's router pieces loaded before the wait: D <= 8192 */
+    CH_NW = 32,          /* a thread's norm weights loaded before the wait: D <= 8192 */
+    CH_PRODUCERS = 2,    /* warps issuing P1's copies while the others compute (warps 6, 7) */
+    CH_CONSUMERS = CH_WARPS - CH_PRODUCERS,
+    CH_MAX_PAIRS = 8,    /* gate/up pairs a block (one mbarrier each) */
     CH_COUNTERS = 32,    /* words: P0, P1, done (one 128-byte line) */
     CH_TRACE = 16,       /* marks a launch (MOESERVE_MOE_CHAIN_TRACE=1) */
     CH_TRACE_LAUNCHES = 16384,
@@ -142,31 +149,66 @@ __device__ __forceinline__ void ch_arrive(unsigned *c)
         atomicAdd(c, 1u);
 }
 
-/* bytes [0, n) from global src to shared dst by the block's threads (cp.async, 16 bytes each;
- * n % 16 == 0, both 16-byte aligned); the caller commits the group */
-__device__ __forceinline__ void ch_copy(uint8_t *dst, const void *src, size_t n)
+/* bytes [0, n) from global src to shared dst by threads tid = 0 .. nt-1 (cp.async, 16 bytes
+ * each; n % 16 == 0, both 16-byte aligned) */
+__device__ __forceinline__ void ch_copy(uint8_t *dst, const void *src, size_t n, int tid, int nt)
 {
     const uint8_t *s = (const uint8_t *)src;
-    for (size_t i = threadIdx.x * 16; i < n; i += CH_THREADS * 16)
+    for (size_t i = (size_t)tid * 16; i < n; i += (size_t)nt * 16)
         cp_async16(dst + i, s + i);
 }
 
 /* tile r (16 rows) of a dec16 weight with K columns into shared memory at dst */
-__device__ __forceinline__ void ch_copy_tile(uint8_t *dst, const cuda_wdev &w, int r, int K)
+__device__ __forceinline__ void ch_copy_tile(uint8_t *dst, const cuda_wdev &w, int r, int K, int tid, int nt)
 {
     const size_t nseg = (size_t)(K / 64);
-    ch_copy(dst, (const uint8_t *)w.data + (size_t)r * nseg * 512, nseg * 512);
-    ch_copy(dst + nseg * 512, (const uint8_t *)w.scale + (size_t)r * nseg * 64, nseg * 64);
+    ch_copy(dst, (const uint8_t *)w.data + (size_t)r * nseg * 512, nseg * 512, tid, nt);
+    ch_copy(dst + nseg * 512, (const uint8_t *)w.scale + (size_t)r * nseg * 64, nseg * 64, tid, nt);
+}
+
+/* mbarriers (sm_80+): the copies of a pair complete one when every producer thread's earlier
+ * cp.async has landed (cp.async.mbarrier.arrive.noinc: one arrival a producer thread, counted in
+ * the init); the consumer warps wait for its phase 0 (one use a launch, initialised each launch) */
+__device__ __forceinline__ void ch_mbar_init(uint64_t *m, unsigned count)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(m);
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void ch_mbar_arrive_copies(uint64_t *m)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(m);
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(a) : "memory");
+}
+
+__device__ __forceinline__ void ch_mbar_wait(uint64_t *m)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(m);
+    unsigned done = 0;
+    do
+        asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(a)
+                     : "memory");
+    while (!done);
+}
+
+/* barrier `id` of the first nt threads (0 with every thread: __syncthreads) */
+__device__ __forceinline__ void ch_bar(int id, int nt)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nt) : "memory");
 }
 
 /* out[i * 16 + r] = the raw sum of row r of tile i (n <= CH_MAX_K tiles of K columns at w) against
- * the B fragments at xb (per_tile: tile i against xb + i * K). A tile's segments are split over
- * CH_WARPS / n warps (one warp a tile from n >= CH_WARPS), their sums added in order. Every
- * thread calls it; out is readable after it returns. */
-__device__ void ch_tiles(const uint8_t *w, int n, int K, const uint2 *xb, bool per_tile, float *part, float *out)
+ * the B fragments at xb (per_tile: tile i against xb + i * K), by the first nw warps (barrier
+ * `bar` among them). A tile's segments are split over nw / n warps (one warp a tile from n >=
+ * nw), each warp keeping two chains of segments, the sums added in order. Every one of those
+ * threads calls it; out is readable after it returns. */
+__device__ void ch_tiles(const uint8_t *w, int n, int K, const uint2 *xb, bool per_tile, float *part, float *out,
+                         int nw, int bar)
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-    const int nseg = K / 64, wpt = n >= CH_WARPS ? 1 : CH_WARPS / n, span = CH_WARPS / wpt;
+    const int nseg = K / 64, wpt = n >= nw ? 1 : nw / n, span = nw / wpt;
     if (warp < span * wpt)
         for (int i = warp / wpt; i < n; i += span) {
             const int sub = warp % wpt;
@@ -174,22 +216,28 @@ __device__ void ch_tiles(const uint8_t *w, int n, int K, const uint2 *xb, bool p
             const uint4 *wd = (const uint4 *)tw;
             const uint2 *ws = (const uint2 *)(tw + (size_t)nseg * 512);
             const uint2 *xl = (per_tile ? xb + (size_t)i * K : xb) + (g == 0 ? t : g == 1 ? 4 + t : 8 + t);
-            float acc[4] = {0.f, 0.f, 0.f, 0.f};
-            for (int s = sub; s < nseg; s += wpt)
+            float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};
+            int s = sub;
+            for (; s + wpt < nseg; s += 2 * wpt) { /* two independent chains: more in flight a warp */
+                dec16_segment(wd[(size_t)s * 32 + lane], ws[(size_t)s * 8 + g], xl + (size_t)s * 64, acc);
+                dec16_segment(wd[(size_t)(s + wpt) * 32 + lane], ws[(size_t)(s + wpt) * 8 + g],
+                              xl + (size_t)(s + wpt) * 64, acc2);
+            }
+            if (s < nseg)
                 dec16_segment(wd[(size_t)s * 32 + lane], ws[(size_t)s * 8 + g], xl + (size_t)s * 64, acc);
             if (t == 0) {
-                part[(i * wpt + sub) * 16 + g] = acc[0] + acc[1];
-                part[(i * wpt + sub) * 16 + g + 8] = acc[2] + acc[3];
+                part[(i * wpt + sub) * 16 + g] = (acc[0] + acc[1]) + (acc2[0] + acc2[1]);
+                part[(i * wpt + sub) * 16 + g + 8] = (acc[2] + acc[3]) + (acc2[2] + acc2[3]);
             }
         }
-    __syncthreads();
-    for (int j = threadIdx.x; j < n * 16; j += CH_THREADS) {
+    ch_bar(bar, nw * 32);
+    for (int j = threadIdx.x; j < n * 16; j += nw * 32) {
         float s = 0.f;
         for (int sub = 0; sub < wpt; sub++)
             s += part[((j / 16) * wpt + sub) * 16 + j % 16];
         out[j] = s;
     }
-    __syncthreads();
+    ch_bar(bar, nw * 32);
 }
 
 /* a dec16 tile sum's scale: x was staged times 2^100 and the weights are E2M1 x 2^-126 */
@@ -205,6 +253,7 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
     __shared__ float s_lg[EP], s_w[CH_MAX_K], s_red[CH_WARPS], outs[CH_MAX_K * 16], part[CH_MAX_K * 16];
     __shared__ int32_t s_ids[CH_MAX_K];
     __shared__ int s_order[CH_MAX_K];
+    __shared__ uint64_t s_mbar[CH_MAX_PAIRS + 1]; /* the pairs' copies, then down's */
     uint8_t *A = ch_raw, *B = ch_raw + p.a_bytes;
     uint2 *xb = (uint2 *)(B + p.b_bytes);
     float *xs = (float *)(xb + p.D); /* past x's fragments (D uint2) */
@@ -215,7 +264,15 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
     ch_tracer tr;
     tr.start(p);
     tr.mark(0);
-    /* P0: the router pieces of this block's first row before the wait (weights never change) */
+    if (threadIdx.x <= CH_MAX_PAIRS) /* visible to the producers after the barriers of P0 */
+        ch_mbar_init(&s_mbar[threadIdx.x], CH_PRODUCERS * 32);
+    /* P0: the norm weights and the router pieces of this block's first row before the wait
+     * (weights never change) */
+    float nw[CH_NW];
+#pragma unroll
+    for (int q = 0; q < CH_NW; q++)
+        if ((int)threadIdx.x + q * CH_THREADS < D)
+            nw[q] = __ldg(p.norm_w + threadIdx.x + q * CH_THREADS);
     uint4 rw[CH_RP];
     const uint4 *row0 = (const uint4 *)(p.router + (size_t)b * D);
 #pragma unroll
@@ -224,7 +281,21 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
             rw[q] = __ldg(row0 + threadIdx.x + q * CH_THREADS);
     pdl_wait();
     tr.mark(1);
-    block_rmsnorm(xs, p.h, p.delta, p.norm_w, p.eps, D);
+    { /* xs = rmsnorm(h + delta) * norm_w, as block_rmsnorm (the weights already in registers) */
+        stage_cg(xs, p.h, D, threadIdx.x, CH_THREADS, p.delta);
+        __syncthreads();
+        double ss = 0;
+        for (int i = threadIdx.x; i < D; i += CH_THREADS)
+            ss += (double)xs[i] * xs[i];
+        const float inv = dev_rms_inv(block_sum_double(ss), D, p.eps);
+#pragma unroll
+        for (int q = 0; q < CH_NW; q++) {
+            const int i = (int)threadIdx.x + q * CH_THREADS;
+            if (i < D)
+                xs[i] = __fmul_rn(nw[q], __fmul_rn(xs[i], inv));
+        }
+        __syncthreads();
+    }
     tr.mark(2);
     for (int e = b; e < p.E; e += nb) {
         const uint4 *row = (const uint4 *)(p.router + (size_t)e * D);
@@ -273,44 +344,52 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
     if (b == 0 && (int)threadIdx.x < k)
         p.ids[threadIdx.x] = s_ids[threadIdx.x], p.weights[threadIdx.x] = s_w[threadIdx.x];
     tr.mark(6);
+    pdl_trigger(); /* every block has arrived once, so all are resident: see the top */
     int np = 0;
-    for (int pr = b; pr < gu_units; pr += nb, np++) {
-        const int e = s_ids[pr / (I / 16)], r = pr % (I / 16);
-        if (e >= 0 && e < p.E) {
-            ch_copy_tile(A + (size_t)(2 * np) * ch_tile_bytes(D), p.gate[e], r, D);
-            ch_copy_tile(A + (size_t)(2 * np + 1) * ch_tile_bytes(D), p.up[e], r, D);
-        }
-        cp_async_commit();
-    }
-    int nd = 0;
-    for (int u = b; u < dn_units; u += nb, nd++)
-        for (int j = 0; j < k; j++) {
-            const int e = s_ids[j];
-            if (e >= 0 && e < p.E)
-                ch_copy_tile(B + (size_t)(nd * k + j) * ch_tile_bytes(I), p.down[e], u, I);
-        }
-    cp_async_commit();
-    tr.mark(7);
-    for (int i = 0; i < np; i++) {
-        cp_async_wait_upto(np - i); /* pair i's group (later pairs' and down's may still fly) */
-        __syncthreads();
-        if (i == 0)
-            tr.mark(8);
-        ch_tiles(A + (size_t)(2 * i) * ch_tile_bytes(D), 2, D, xb, false, part, outs);
-        const int pr = b + i * nb, slot = pr / (I / 16), n = (pr % (I / 16)) * 16 + (int)threadIdx.x;
-        if (threadIdx.x < 16) {
-            const int e = s_ids[slot];
-            float v = 0.0f; /* no expert: contributes nothing (down skips the slot too) */
+    for (int pr = b; pr < gu_units; pr += nb)
+        np++;
+    if (warp >= CH_CONSUMERS) {
+        /* producers: each pair's gate and up tiles, then the down tiles of this block's units,
+         * each set completing its mbarrier as it lands */
+        const int pt = (int)threadIdx.x - CH_CONSUMERS * 32, pn = CH_PRODUCERS * 32;
+        for (int i = 0; i < np; i++) {
+            const int pr = b + i * nb, e = s_ids[pr / (I / 16)], r = pr % (I / 16);
             if (e >= 0 && e < p.E) {
-                const cuda_wdev wg = p.gate[e], wu = p.up[e];
-                float gv = outs[threadIdx.x] * ch_scale(wg), uv = outs[16 + threadIdx.x] * ch_scale(wu);
-                if (wg.bias)
-                    gv += wg.bias[n];
-                if (wu.bias)
-                    uv += wu.bias[n];
-                v = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
+                ch_copy_tile(A + (size_t)(2 * i) * ch_tile_bytes(D), p.gate[e], r, D, pt, pn);
+                ch_copy_tile(A + (size_t)(2 * i + 1) * ch_tile_bytes(D), p.up[e], r, D, pt, pn);
             }
-            p.act[(size_t)slot * I + n] = v;
+            ch_mbar_arrive_copies(&s_mbar[i]);
+        }
+        for (int u = b, d = 0; u < dn_units; u += nb, d++)
+            for (int j = 0; j < k; j++) {
+                const int e = s_ids[j];
+                if (e >= 0 && e < p.E)
+                    ch_copy_tile(B + (size_t)(d * k + j) * ch_tile_bytes(I), p.down[e], u, I, pt, pn);
+            }
+        ch_mbar_arrive_copies(&s_mbar[CH_MAX_PAIRS]);
+    } else {
+        /* consumers: act = silu(gate) * up for each pair as it lands */
+        tr.mark(7);
+        for (int i = 0; i < np; i++) {
+            ch_mbar_wait(&s_mbar[i]);
+            if (i == 0)
+                tr.mark(8);
+            ch_tiles(A + (size_t)(2 * i) * ch_tile_bytes(D), 2, D, xb, false, part, outs, CH_CONSUMERS, 1);
+            const int pr = b + i * nb, slot = pr / (I / 16), n = (pr % (I / 16)) * 16 + (int)threadIdx.x;
+            if (threadIdx.x < 16) {
+                const int e = s_ids[slot];
+                float v = 0.0f; /* no expert: contributes nothing (down skips the slot too) */
+                if (e >= 0 && e < p.E) {
+                    const cuda_wdev wg = p.gate[e], wu = p.up[e];
+                    float gv = outs[threadIdx.x] * ch_scale(wg), uv = outs[16 + threadIdx.x] * ch_scale(wu);
+                    if (wg.bias)
+                        gv += wg.bias[n];
+                    if (wu.bias)
+                        uv += wu.bias[n];
+                    v = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
+                }
+                p.act[(size_t)slot * I + n] = v;
+            }
         }
     }
     tr.last(15);
@@ -320,6 +399,7 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
     /* P2: down for this block's 16-row units, the slots combined, h += */
     ch_wait(p.count + 1, (unsigned)nb);
     tr.mark(10);
+    const int nd = (dn_units - b + nb - 1) / nb; /* this block's down units (<= 0: none) */
     if (nd > 0) {
         float *stage = (float *)A; /* A is free: this block's gate/up tiles are done */
         stage_cg(stage, p.act, k * I, threadIdx.x, CH_THREADS);
@@ -329,12 +409,12 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
             dec16_put_x(xb + (size_t)j * I, i, *(const float4 *)(stage + (size_t)j * I + 4 * i));
         }
         tr.mark(11);
-        cp_async_wait_upto(0);
+        ch_mbar_wait(&s_mbar[CH_MAX_PAIRS]); /* down's copies (issued in P1) */
         __syncthreads();
         tr.mark(12);
         for (int d = 0; d < nd; d++) {
             const int u = b + d * nb;
-            ch_tiles(B + (size_t)(d * k) * ch_tile_bytes(I), k, I, xb, true, part, outs);
+            ch_tiles(B + (size_t)(d * k) * ch_tile_bytes(I), k, I, xb, true, part, outs, CH_WARPS, 0);
             if ((int)threadIdx.x < k * 16) {
                 const int j = threadIdx.x / 16, r = u * 16 + threadIdx.x % 16, e = s_ids[j];
                 float v = 0.0f;
@@ -356,7 +436,6 @@ __global__ void __launch_bounds__(CH_THREADS, 1) moe_chain_kernel(const __grid_c
         }
     }
     tr.mark(13);
-    pdl_trigger(); /* only now: see the top (every block is resident by then) */
     /* the last block out zeroes the counters for the next launch (every block is past its waits) */
     __syncthreads();
     if (threadIdx.x == 0 && atomicAdd(p.count + 2, 1u) == (unsigned)nb - 1) {
@@ -425,6 +504,9 @@ extern "C" int cuda_moe_chain_supported(const struct cuda_moe_chain_args *a, int
         a->E > 256 || a->n_used < 1 || a->n_used > CH_MAX_K || a->n_used > a->E || sm_count < 1 || !r ||
         !cuda_route_warp_supported(r) || r->n_experts != a->E || r->n_used != a->n_used ||
         (size_t)a->n_used * a->I > (size_t)INT32_MAX / 8)
+        return 0;
+    const int64_t pairs = (int64_t)a->n_used * (a->I / 16);
+    if ((pairs + sm_count - 1) / sm_count > CH_MAX_PAIRS)
         return 0;
     const size_t smem = cuda_moe_chain_smem_bytes(a->D, a->I, a->n_used, sm_count);
     return smem && (a->E <= 128 ? ch_fits<128>(smem, smem_budget) : ch_fits<256>(smem, smem_budget));
