@@ -8,7 +8,7 @@
 #    and the golden fixtures with each switch that is off by default: MOESERVE_FUSE=attn,moe +
 #    MOESERVE_PDL=1, MOESERVE_FUSE=attn (the pending delta through the fused GEMVs),
 #    MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the session-6
-#    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_DEC16=1 and _MOE=1, MOESERVE_LAYER_KERNEL=1, MOESERVE_MOE_CHAIN=1,
+#    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_DEC16=1 and _MOE=1, MOESERVE_LAYER_KERNEL=1,
 #    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1 and =cluster
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
@@ -73,7 +73,6 @@ golden "MOESERVE_DECODE_FP8=1" golden_decode_fp8.log MOESERVE_DECODE_FP8=1
 # the one-kernel decode layer (cuda_layer_decode.cu, off by default: measured slower); the fixture
 # qwen3_hd128_nvfp4 has the shapes it takes
 golden "MOESERVE_LAYER_KERNEL=1" golden_layer_kernel.log MOESERVE_LAYER_KERNEL=1
-golden "MOESERVE_MOE_CHAIN=1" golden_moe_chain.log MOESERVE_MOE_CHAIN=1
 # the router GEMV + routing in one kernel (cuda_router_route.cu, off: measured slower)
 golden "MOESERVE_ROUTER_ROUTE=1" golden_router_route.log MOESERVE_ROUTER_ROUTE=1
 golden "MOESERVE_ROUTER_ROUTE=cluster" golden_router_cluster.log MOESERVE_ROUTER_ROUTE=cluster

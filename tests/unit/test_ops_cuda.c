@@ -1435,7 +1435,6 @@ int main(void)
         cmocka_unit_test(test_dec16_gemv),
         cmocka_unit_test(test_gemv_mma_tokens),
         cmocka_unit_test(test_moe_block_mma_routed),
-        cmocka_unit_test(test_moe_chain),
         cmocka_unit_test(test_moe_experts_fp8),
     };
     /* MOESERVE_OPS_FILTER=PATTERN: only the tests whose names match (cmocka's * and ?), e.g. one

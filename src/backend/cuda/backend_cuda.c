@@ -118,9 +118,6 @@ struct cuda_backend {
     bool layer_kernel;   /* one-token GQA + MoE layers in one kernel (cuda_layer_decode.cu) */
     int layer_blocks;    /* ... with at most this many blocks per SM */
     unsigned *bar;       /* device: its grid barrier (count, copies of the generation) */
-    bool moe_chain;      /* one-token routed MoE in one chained kernel (cuda_moe_chain.cu) */
-    unsigned *chain_count; /* device: its arrival counters (zeroed once, left zeroed) */
-    unsigned long long *chain_trace; /* device: its phase marks (MOESERVE_MOE_CHAIN_TRACE=1), or NULL */
     unsigned long long *layer_trace; /* device: its phase trace (MOESERVE_LAYER_TRACE=1), or NULL */
     size_t stream_smem_dense, stream_smem_gate_up, stream_smem_down; /* their per-block budgets */
     void **owned; /* (n_owned) device allocations holding weights */
@@ -348,8 +345,7 @@ static enum status cu_weight_load(struct backend *be, const struct weight *host,
         st = upload_owned(c, host->scale, scale, &out->scale, err);
     if (!st &&
         (((flags & WEIGHT_LOAD_DENSE) && c->dec16_make) ||
-         ((flags & WEIGHT_LOAD_EXPERT) && !(flags & WEIGHT_LOAD_EXPERT_DOWN) && c->dec16_moe) ||
-         ((flags & WEIGHT_LOAD_EXPERT) && c->moe_chain)) &&
+         ((flags & WEIGHT_LOAD_EXPERT) && !(flags & WEIGHT_LOAD_EXPERT_DOWN) && c->dec16_moe)) &&
         host->format == WEIGHT_NVFP4 && cuda_dec16_shape_ok(host->rows, host->cols))
         dec16_copy(c, out);
     return st;
@@ -898,9 +894,9 @@ static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct 
 
 /* The device table of args' expert weights, uploaded at the layer's first
  * call and reused after (the table changes only if the arrays do): gate, up, down (n_experts
- * entries each), then gate, up and down again pointing at their dec16 copies (NULL data where a
- * weight has none; MOESERVE_DEC16_MOE, MOESERVE_MOE_CHAIN). */
-enum { MOE_TABLE_ROWS = 6 };
+ * entries each), then gate and up again pointing at their dec16 copies (NULL data where a weight
+ * has none; MOESERVE_DEC16_MOE). */
+enum { MOE_TABLE_ROWS = 5 };
 static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struct moe_args *a)
 {
     size_t n = (size_t)a->n_experts, bytes = MOE_TABLE_ROWS * n * sizeof(struct cuda_wdev);
@@ -919,8 +915,6 @@ static const struct cuda_wdev *moe_table_get(struct cuda_backend *c, const struc
         c->tmp[3 * n + e].data = a->gate[e].dec_data, c->tmp[3 * n + e].scale = a->gate[e].dec_scale;
         c->tmp[4 * n + e] = c->tmp[n + e];
         c->tmp[4 * n + e].data = a->up[e].dec_data, c->tmp[4 * n + e].scale = a->up[e].dec_scale;
-        c->tmp[5 * n + e] = c->tmp[2 * n + e];
-        c->tmp[5 * n + e].data = a->down[e].dec_data, c->tmp[5 * n + e].scale = a->down[e].dec_scale;
     }
     struct moe_table *t = NULL;
     for (int i = 0; i < c->n_tables; i++)
@@ -972,54 +966,6 @@ static bool moe_dec16_ok(const struct moe_args *a)
     for (int e = 0; e < a->n_experts; e++)
         if (!a->gate[e].dec_data || !a->up[e].dec_data)
             return false;
-    return true;
-}
-
-/* Whether every expert's gate, up and down have a dec16 copy (MOESERVE_MOE_CHAIN=1 at load). */
-static bool moe_chain_ok(const struct moe_args *a)
-{
-    if (!moe_dec16_ok(a))
-        return false;
-    for (int e = 0; e < a->n_experts; e++)
-        if (!a->down[e].dec_data)
-            return false;
-    return true;
-}
-
-/* The routed-MoE half of a one-token layer in one kernel (cuda_moe_chain.cu): NVFP4 experts with
- * dec16 copies of all three, a BF16 router, routing without groups. False (nothing run) where
- * it does not take the shape. */
-static bool moe_chain_run(struct cuda_backend *c, float *h, const float *delta, const float *norm_w, float eps,
-                          const struct weight *router, const struct route_args *ra, const struct moe_args *a,
-                          int m, float *logits, int32_t *ids, float *weights, float *work)
-{
-    if (m != 1 || !c->moe_chain || !norm_w || router->format != WEIGHT_BF16 || router->rows != a->n_experts ||
-        router->cols != a->d_model || !moe_chain_ok(a))
-        return false;
-    struct cuda_moe_chain_args ca = {.D = (int)a->d_model, .I = (int)a->d_expert, .E = a->n_experts,
-                                     .n_used = a->n_used, .eps = eps, .h = h, .delta = delta, .norm_w = norm_w,
-                                     .router = router->data, .router_bias = router->bias, .route = ra,
-                                     .logits = logits, .act = work, .ids = ids, .weights = weights};
-    if (a->d_model > INT32_MAX || a->d_expert > INT32_MAX || !cuda_moe_chain_supported(&ca, c->sm_count, c->smem_budget))
-        return false;
-    if (!c->chain_count) {
-        if (c->capturing) {
-            c->capture_broken = true;
-            return true; /* the forward runs the ops directly after the failed capture */
-        }
-        size_t bytes = cuda_moe_chain_counter_words() * sizeof(unsigned);
-        if (!CHECK(c, cudaMalloc((void **)&c->chain_count, bytes)) ||
-            !CHECK(c, cudaMemset(c->chain_count, 0, bytes)))
-            return true;
-    }
-    const struct cuda_wdev *table = moe_table_get(c, a);
-    if (!table)
-        return true; /* the error (or the spoilt capture) is recorded */
-    size_t n = (size_t)a->n_experts;
-    ca.gate = table + 3 * n, ca.up = table + 4 * n, ca.down = table + 5 * n;
-    ca.count = c->chain_count;
-    ca.trace = c->chain_trace;
-    CHECK(c, cuda_moe_chain(c->stream, &ca, c->sm_count, c->smem_budget, c->pdl));
     return true;
 }
 
@@ -1244,9 +1190,7 @@ static bool cu_moe_block_residual(struct backend *be, float *h, const float *del
 {
     struct cuda_backend *c = ctx(be);
     enum weight_format fmt = a->gate[0].format;
-    if (moe_chain_run(c, h, delta, norm_w, eps, router, ra, a, m, logits, ids, weights, work))
-        return true;
-    if (delta) /* the paths below take h as it is */
+    if (delta) /* every path below takes h as it is: the forward composes the ops */
         return false;
     if (m == 1 && c->fuse_moe && stream_moe_ok(c, a) && norm_w && router->cols == a->d_model) {
         /* router GEMV with the norm, the routing kernel, then gate/up and down (adding into h): the
@@ -1427,25 +1371,6 @@ static void cuda_backend_free(struct cuda_backend *c)
         CHECK(c, cudaFree(c->sem));
     if (c->bar)
         CHECK(c, cudaFree(c->bar));
-    if (c->chain_count)
-        CHECK(c, cudaFree(c->chain_count));
-    if (c->chain_trace) {
-        size_t n = cuda_moe_chain_trace_entries();
-        unsigned long long *t = malloc(n * sizeof *t);
-        double us[CUDA_MOE_CHAIN_SPANS];
-        int launches = 0;
-        if (t && CHECK(c, cudaMemcpy(t, c->chain_trace, n * sizeof *t, cudaMemcpyDeviceToHost)))
-            launches = cuda_moe_chain_trace_summary(t, us);
-        if (launches > 0)
-            LOG_INFO("cuda: chained MoE, block 0's mean us over %d launches: PDL wait %.2f, norm %.2f, router "
-                     "%.2f, x fragments %.2f, P1 wait %.2f (last arrival -> on %.2f), route %.2f, copies issued "
-                     "%.2f, first pair landed %.2f, gate/up %.2f, P2 wait %.2f (last arrival -> on %.2f), act "
-                     "staged %.2f, down landed %.2f, down + combine %.2f; whole %.2f",
-                     launches, us[0], us[1], us[2], us[3], us[4], us[13], us[5], us[6], us[7], us[8], us[9],
-                     us[14], us[10], us[11], us[12], us[15]);
-        free(t);
-        CHECK(c, cudaFree(c->chain_trace));
-    }
     if (c->layer_trace) {
         size_t n = cuda_layer_decode_trace_entries();
         unsigned long long *t = malloc(n * sizeof *t);
@@ -1674,22 +1599,6 @@ static void configure_from_plan(struct cuda_backend *c)
     c->wg_image = !(wgi && strcmp(wgi, "0") == 0);
     const char *d16m = getenv("MOESERVE_DEC16_MOE");
     c->dec16_moe = c->plan.caps.bf16_mma && d16m && strcmp(d16m, "1") == 0;
-    /* MOESERVE_MOE_CHAIN=1: the routed NVFP4 experts get dec16 copies of gate, up and down (a
-     * second copy of the experts), and the one-token MoE half of a layer (norm, router, routing,
-     * experts, residual add) runs as one kernel of one block an SM whose phases wait on arrival
-     * counters, the experts' tiles copied into shared memory right after the routing
-     * (cuda_moe_chain.cu; where it does not take the shape, the usual kernels run). */
-    const char *mch = getenv("MOESERVE_MOE_CHAIN");
-    c->moe_chain = c->plan.caps.bf16_mma && mch && strcmp(mch, "1") == 0;
-    /* MOESERVE_MOE_CHAIN_TRACE=1: its block 0 notes the time at each phase (the means are logged
-     * when the backend closes) */
-    const char *mct = getenv("MOESERVE_MOE_CHAIN_TRACE");
-    if (c->moe_chain && mct && strcmp(mct, "1") == 0) {
-        size_t bytes = cuda_moe_chain_trace_entries() * sizeof(unsigned long long);
-        if (!CHECK(c, cudaMalloc((void **)&c->chain_trace, bytes)) ||
-            !CHECK(c, cudaMemset(c->chain_trace, 0, bytes)))
-            c->chain_trace = NULL;
-    }
     /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same
      * kernel, the tokens sharing each mma (before session 8: the tiled GEMM of cuda_gemm.cu) */
     const char *gmt = getenv("MOESERVE_GEMV_MMA_TOKENS");
@@ -1991,12 +1900,6 @@ void backend_cuda_set_dec16_moe(struct backend *be, bool on)
 {
     struct cuda_backend *c = ctx(be);
     c->dec16_moe = on && c->plan.caps.bf16_mma;
-}
-
-void backend_cuda_set_moe_chain(struct backend *be, bool on)
-{
-    struct cuda_backend *c = ctx(be);
-    c->moe_chain = on && c->plan.caps.bf16_mma;
 }
 
 void backend_cuda_set_dec16(struct backend *be, bool on)

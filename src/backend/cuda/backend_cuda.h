@@ -71,10 +71,6 @@ void backend_cuda_set_dec16(struct backend *be, bool on);
 /* Tests: whether routed experts loaded from now on (WEIGHT_LOAD_EXPERT) get dec16 copies of gate
  * and up, and one-token MoE reads them (cuda_dec16_moe_gate_up; MOESERVE_DEC16_MOE=1). */
 void backend_cuda_set_dec16_moe(struct backend *be, bool on);
-/* Tests: whether routed experts loaded from now on get dec16 copies of gate, up and down, and the
- * one-token MoE half of a layer runs as one chained kernel (cuda_moe_chain.cu;
- * MOESERVE_MOE_CHAIN=1; only where the device has bf16 mma). */
-void backend_cuda_set_moe_chain(struct backend *be, bool on);
 /* The most rows an NVFP4 linear takes through the tensor-core GEMV (1..8; default 8). */
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say

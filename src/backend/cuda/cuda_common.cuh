@@ -196,49 +196,6 @@ __device__ __forceinline__ double block_sum_double(double v)
     return s;
 }
 
-/* dst[0 .. n) = src[0 .. n) (+ add[0 .. n) where add is not NULL, rounded as the add op) through L2
- * (other blocks wrote them in this launch), by threads tid0, tid0 + stride, ...: all of a
- * thread's loads (up to 8 float4 of each) are issued before the first store, so a staging costs
- * one round trip, not one per element. n % 4 == 0, all 16-byte aligned. */
-__device__ __forceinline__ void stage_cg(float *dst, const float *src, int n, int tid0, int stride,
-                                         const float *add = nullptr)
-{
-    constexpr int B = 8;
-    const float4 *s4 = (const float4 *)src, *a4 = (const float4 *)add;
-    float4 *d4 = (float4 *)dst;
-    for (int base = tid0; base < n / 4; base += B * stride) {
-        float4 v[B], w[B];
-#pragma unroll
-        for (int b = 0; b < B; b++)
-            if (base + b * stride < n / 4) {
-                v[b] = __ldcg(s4 + base + b * stride);
-                if (add)
-                    w[b] = __ldcg(a4 + base + b * stride);
-            }
-#pragma unroll
-        for (int b = 0; b < B; b++)
-            if (base + b * stride < n / 4)
-                d4[base + b * stride] = add ? f4_add_rn(v[b], w[b]) : v[b];
-    }
-}
-
-/* xs[0 .. D) = rmsnorm(h (+ delta)) * w, rounded as cuda_norm.cu / the CPU do (h + delta as the
- * add op); h and delta read through L2 (another block of the launch may have written them).
- * Every thread of the block calls it. */
-__device__ __forceinline__ void block_rmsnorm(float *xs, const float *h, const float *delta, const float *w,
-                                              float eps, int D)
-{
-    stage_cg(xs, h, D, threadIdx.x, blockDim.x, delta);
-    __syncthreads();
-    double ss = 0;
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        ss += (double)xs[i] * xs[i];
-    const float inv = dev_rms_inv(block_sum_double(ss), D, eps);
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        xs[i] = __fmul_rn(w[i], __fmul_rn(xs[i], inv));
-    __syncthreads();
-}
-
 /* order[0 .. k) = the slots 0 .. k-1 by ascending expert id ids[slot], ties in slot order (an
  * insertion sort: k is small): the order in which the CPU adds a token's expert outputs, which
  * the decode MoE kernels keep. One thread. */

@@ -22,9 +22,7 @@
  *          (cuda_decode_mma.cu); cuda_dec16_shape_ok(), cuda_dec16_pack(), cuda_dec16_smem_bytes(),
  *          cuda_dec16_supported(), cuda_dec16_gemv() (cuda_dec16.cu); cuda_moe_decode_fp8_supported(),
  * cuda_moe_fp8_emulate(), cuda_moe_decode_fp8() (cuda_decode_fp8.cu); struct cuda_layer_decode_args,
- * cuda_layer_decode_supported(), cuda_layer_decode() (cuda_layer_decode.cu); struct
- *          cuda_moe_chain_args, cuda_moe_chain_counter_words(), cuda_moe_chain_smem_bytes(),
- *          cuda_moe_chain_supported(), cuda_moe_chain() (cuda_moe_chain.cu); cuda_stream_dense(),
+ * cuda_layer_decode_supported(), cuda_layer_decode() (cuda_layer_decode.cu); cuda_stream_dense(),
  *          cuda_stream_moe() (cuda_decode_stream.cu); cuda_attn_prep(), cuda_argmax_workspace_bytes(),
  *          cuda_argmax() (cuda_fused.cu);
  *          cuda_mla_store(), cuda_mla_absorb_q(), cuda_mla_expand_o(), cuda_mla_attention_fit(),
@@ -404,45 +402,6 @@ int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales, const floa
 cudaError_t cuda_moe_decode_fp8(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
                                 const float *weights, int n_used, float *act, float *out, int residual, int pdl);
-
-/* ---- cuda_moe_chain.cu (the routed-MoE half of a one-token layer in one chained kernel) ---- */
-/* Everything it reads and writes; device pointers. */
-struct cuda_moe_chain_args {
-    int D, I, E, n_used; /* d_model, d_expert, experts, k */
-    float eps;
-    float *h;                  /* (D) residual stream: h += delta, then h += MoE(rmsnorm(h) * norm_w) */
-    const float *delta;        /* (D) the pending output of the half before, or NULL */
-    const float *norm_w;       /* (D) */
-    const void *router;        /* BF16 (E, D) */
-    const float *router_bias;  /* (E) or NULL */
-    const struct route_args *route; /* host struct; its correction bias is device memory */
-    const struct cuda_wdev *gate, *up, *down; /* E entries each: the experts' dec16 copies */
-    float *logits, *act;       /* scratch: E, n_used x I floats */
-    int32_t *ids;              /* (n_used) the routing, written for the caller */
-    float *weights;            /* (n_used) */
-    unsigned *count;           /* cuda_moe_chain_counter_words(), zero before first use; left zero */
-    unsigned long long *trace; /* NULL, or cuda_moe_chain_trace_entries() zeroed (phase marks) */
-};
-/* Words of the arrival counters. */
-size_t cuda_moe_chain_counter_words(void);
-/* Dynamic shared memory of one block on a grid of `blocks` (0: the shape has no dec16 form). */
-size_t cuda_moe_chain_smem_bytes(int D, int I, int n_used, int blocks);
-/* Whether cuda_moe_chain takes the shape on sm_count blocks within smem_budget: D % 64 == 0,
- * I % 64 == 0, D <= 8192, <= 256 experts, 1 <= k <= 16, routing without groups (the caller
- * checks the formats: dec16 copies of every expert, a BF16 router). */
-int cuda_moe_chain_supported(const struct cuda_moe_chain_args *a, int sm_count, size_t smem_budget);
-/* Entries of a trace buffer (MOESERVE_MOE_CHAIN_TRACE=1). */
-size_t cuda_moe_chain_trace_entries(void);
-/* Mean microseconds over the traced launches in host copy t: out[0 .. 13) block 0 from one mark to
- * the next (start -> PDL wait done -> norm -> router + arrival -> x fragments -> P1 wait -> route ->
- * copies issued -> first pair landed -> gate/up + arrival -> P2 wait -> act staged -> down's
- * copies landed -> down + combine), out[13] and [14]: from the last block's P0 (P1) arrival to
- * block 0's end of the P1 (P2) wait, out[15] block 0's whole launch; returns the launches. */
-enum { CUDA_MOE_CHAIN_SPANS = 16 };
-int cuda_moe_chain_trace_summary(const unsigned long long *t, double out[CUDA_MOE_CHAIN_SPANS]);
-/* Runs it on sm_count blocks, one an SM (all resident: the phases wait on each other). */
-cudaError_t cuda_moe_chain(cudaStream_t stream, const struct cuda_moe_chain_args *a, int sm_count,
-                           size_t smem_budget, int pdl);
 
 /* ---- cuda_layer_decode.cu (one decoder layer of one token in one kernel) ---- */
 /* Everything one GQA + routed-MoE layer reads and writes; device pointers. */

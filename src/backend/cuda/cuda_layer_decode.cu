@@ -133,6 +133,42 @@ __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned long long *
     __syncthreads();
 }
 
+/* dst[0 .. n) = src[0 .. n) through L2 (other blocks wrote src in this launch), by threads
+ * tid0, tid0 + stride, ...: all of a thread's loads (up to 8 float4) are issued before the first
+ * store, so a staging costs one round trip, not one per element. n % 4 == 0, both 16-byte
+ * aligned. */
+__device__ __forceinline__ void stage_cg(float *dst, const float *src, int n, int tid0, int stride)
+{
+    constexpr int B = 8;
+    const float4 *s4 = (const float4 *)src;
+    float4 *d4 = (float4 *)dst;
+    for (int base = tid0; base < n / 4; base += B * stride) {
+        float4 v[B];
+#pragma unroll
+        for (int b = 0; b < B; b++)
+            if (base + b * stride < n / 4)
+                v[b] = __ldcg(s4 + base + b * stride);
+#pragma unroll
+        for (int b = 0; b < B; b++)
+            if (base + b * stride < n / 4)
+                d4[base + b * stride] = v[b];
+    }
+}
+
+/* xs[0 .. D) = rmsnorm(h) * w, rounded as cuda_norm.cu / the CPU do; h read through L2. */
+__device__ __forceinline__ void block_rmsnorm(float *xs, const float *h, const float *w, float eps, int D)
+{
+    stage_cg(xs, h, D, threadIdx.x, blockDim.x);
+    __syncthreads();
+    double ss = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        ss += (double)xs[i] * xs[i];
+    const float inv = dev_rms_inv(block_sum_double(ss), D, eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        xs[i] = __fmul_rn(w[i], __fmul_rn(xs[i], inv));
+    __syncthreads();
+}
+
 /* y_j[0 .. N_j) (+)= x W_j^T for up to 3 NVFP4 weights sharing x (fragments xf, K): 8-row tiles,
  * a block-unit = LD_WARPS / ks tiles x ks slices of K summed in order through shared memory. */
 struct gemv_jobs {
@@ -220,7 +256,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     }
     /* 1. q/k/v */
     xfrag_zeros_init(); /* the zero A fragments of chunk_mma, read after the next barrier */
-    block_rmsnorm(xs, p.h, nullptr, p.attn_norm, p.eps, p.D);
+    block_rmsnorm(xs, p.h, p.attn_norm, p.eps, p.D);
     xfrag_stage(xf, xs, p.D, threadIdx.x, LD_THREADS);
     __syncthreads();
     {
@@ -272,7 +308,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
     trace_mark(p, slot, 4);
 
     /* 5. ffn norm (kept in xs for phase 6) and the router logits, a warp a row */
-    block_rmsnorm(xs, p.h, nullptr, p.ffn_norm, p.eps, p.D);
+    block_rmsnorm(xs, p.h, p.ffn_norm, p.eps, p.D);
     for (int e = blockIdx.x * LD_WARPS + warp; e < p.E; e += gridDim.x * LD_WARPS) {
         const uint4 *row = (const uint4 *)(p.router + (size_t)e * p.D);
         float acc = 0.0f;

@@ -170,12 +170,11 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
  * max, the selection keys, the ranks (trace builds). Every thread of the block calls it. */
 enum { ROUTE_RANK_THREADS = 512, ROUTE_RANK_MAX_E = 256, ROUTE_RANK_MAX_K = 64 };
 
-template <int EP, typename Mark = route_no_mark, int THREADS = ROUTE_RANK_THREADS>
+template <int EP, typename Mark = route_no_mark>
 __device__ __forceinline__ void route_rank_block(const float *lg, const route_warp_args a, int32_t *ids, float *wout,
                                                  Mark mark = Mark{})
 {
-    static_assert(THREADS % EP == 0 && THREADS >= EP, "a thread (or several) an expert");
-    constexpr int P = THREADS / EP, SPAN = EP / P;
+    constexpr int P = ROUTE_RANK_THREADS / EP, SPAN = EP / P;
     __shared__ unsigned long long s_key[EP];
     __shared__ int s_rank[P][EP];
     __shared__ float s_p[ROUTE_RANK_MAX_K];
