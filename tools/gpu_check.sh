@@ -8,7 +8,7 @@
 #    and the golden fixtures with each switch that is off by default: MOESERVE_FUSE=attn,moe +
 #    MOESERVE_PDL=1, MOESERVE_FUSE=attn (the pending delta through the fused GEMVs),
 #    MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the session-6
-#    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_DEC16=1 and _MOE=1, MOESERVE_LAYER_KERNEL=1,
+#    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_DEC16=1 and _MOE=1, MOESERVE_LAYER_KERNEL=1, MOESERVE_LINEAR_DEQUANT=0,
 #    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1 and =cluster
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
@@ -85,6 +85,8 @@ golden "MOESERVE_MOE_SMEM=1" golden_moe_smem.log MOESERVE_MOE_SMEM=1
 golden "MOESERVE_MOE_SMEM_DOWN=1" golden_moe_smem_down.log MOESERVE_MOE_SMEM_DOWN=1
 golden "MOESERVE_DEC16=1" golden_dec16.log MOESERVE_DEC16=1
 golden "MOESERVE_DEC16_MOE=1" golden_dec16_moe.log MOESERVE_DEC16_MOE=1
+# NVFP4 linears on our GEMMs instead of bf16 copies through cuBLAS (the default from session 12)
+golden "MOESERVE_LINEAR_DEQUANT=0" golden_linear_dequant_off.log MOESERVE_LINEAR_DEQUANT=0
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"

@@ -751,11 +751,40 @@ static enum plan_math library_math(const struct device_caps *caps)
     return PLAN_MATH_FP32_FMA;
 }
 
-/* A linear op: cuBLAS for 16-bit weights, our kernels for quantised ones. */
+/* A weight-only NVFP4 linear through a bf16 library GEMM: each call expands the weight to bf16
+ * (read 0.5625 bytes a weight, write 2, the GEMM reads 2 again) and the GEMM runs over 2 x rows
+ * columns (x as bf16 hi + lo). */
+static void gemm_work_expanded(struct cand *c, const struct gemm_problem *g)
+{
+    for (int i = 0; i < g->n_parts; i++) {
+        double n = g->n[i], k = g->k[i], rows = g->groups * g->rows;
+        double bytes = g->groups * n * k * (wf_bytes(g->wf) + 4) + 2 * rows * k * 2 + 2 * rows * n * 4;
+        cand_part(c, 2 * 2 * rows * n * k, bytes, bytes, g->groups * ceil_div(n, 128) * ceil_div(2 * rows, 128));
+    }
+}
+
+/* A linear op: cuBLAS for 16-bit weights, our kernels for quantised ones (weight-only NVFP4:
+ * cuBLAS on a bf16 copy made per call). */
 static enum status plan_gemm_op(struct plan_ctx *x, const char *op, const struct gemm_problem *g, bool moe,
                                 const char *note, struct err *err)
 {
     bool plain = g->wf == WEIGHT_BF16 || g->wf == WEIGHT_F16 || g->wf == WEIGHT_F32;
+    if (!moe && g->wf == WEIGHT_NVFP4 && !x->w.fp4_activations) {
+        /* Measured on the H200 (session 12, tools/decode_iter.sh, Qwen3-30B-A3B NVFP4): the whole
+         * prefill 1.44x at 32 tokens, 1.68x at 128, 1.48x at 256, 1.32x at 512, 1.12x at 2048
+         * against gemm_nvfp4_wo_wgmma (weights dequantised in registers, ~0.11 of the bf16 rate at
+         * 2048 rows). The experts stay on our grouped GEMMs: a per-call copy of every expert would
+         * cost more than their GEMM. */
+        struct cand *c = cand_add(x, "cublas_dequant_bf16", library_math(x->caps), 0);
+        c->library = true;
+        c->portable = false;
+        c->threads = 0;
+        gemm_work_expanded(c, g);
+        return plan_choose(x, op, g->wf,
+                           "weight-only NVFP4, from 9 rows: weight expanded to bf16 per call (exact), cuBLAS on x "
+                           "hi + lo; H200: prefill 1.12-1.68x the in-register dequant GEMM",
+                           err);
+    }
     if (plain && !moe) {
         const char *k = strcmp(op, "lm_head") == 0 ? "cublas_bf16" : "cublaslt_bf16";
         struct cand *c = cand_add(x, k, library_math(x->caps), 0);

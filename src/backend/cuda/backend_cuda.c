@@ -129,6 +129,7 @@ struct cuda_backend {
     int moe_decode_max_tokens; /* up to this many tokens the MoE block runs pair by pair (no sort) */
     bool moe_mma, linear_mma;  /* the plan chose the bf16 mma.sync GEMM (cuda_gemm_mma.cu) */
     bool moe_wgmma, linear_wgmma; /* ... or the Hopper wgmma GEMM (cuda_gemm_wgmma.cu) */
+    int linear_dequant_rows;      /* NVFP4 linears of >= this many rows: bf16 copy + cuBLAS (0: never) */
     struct cuda_wgmma_tile wg_moe, wg_linear; /* its planned tiles, fitted per call */
     bool wg_image; /* ... reading x pre-split once into the scratch buffer (cuda_gemm_wgmma_image) */
     int moe_rows_gate_up, moe_rows_down; /* output rows per warp of the MoE decode kernels */
@@ -407,6 +408,33 @@ static bool aligned16(const void *p)
 static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *const *ws, const float *x, int m,
                        float *const *ys, const struct cuda_gemv_fuse *fz);
 
+/* Scratch bytes of linear_cublas_bf16 for m rows of K into N. */
+static size_t cublas_split_bytes(int m, int N, int K)
+{
+    size_t xn = (size_t)m * (size_t)K;
+    return (2 * xn * sizeof(uint16_t) + 255) / 256 * 256 + 2 * (size_t)m * (size_t)N * sizeof(float);
+}
+
+/* y = alpha x W^T (+ bias) through cuBLAS for a bf16 W (N x K, row-major, at wdata), s: scratch of
+ * cublas_split_bytes(). x = hi + lo (two bf16 rows per activation row): one GEMM over 2m columns
+ * reads W once, and y = W hi + W lo is within ~1e-5 of the fp32 product (bf16 alone: ~1e-2). */
+static void linear_cublas_bf16(struct cuda_backend *c, const void *wdata, float alpha, const float *bias,
+                               const float *x, int m, int N, int K, float *y, char *s)
+{
+    const float zero = 0.0f;
+    size_t xn = (size_t)m * (size_t)K, x_bytes = (2 * xn * sizeof(uint16_t) + 255) / 256 * 256;
+    uint16_t *xb = (uint16_t *)s;
+    float *y2 = (float *)(s + x_bytes); /* (2m, N): W hi rows, then W lo rows */
+    ASSERT(2 * (int64_t)m <= INT_MAX);
+    if (!CHECK(c, cuda_f32_to_bf16_split(c->stream, x, xb, xb + xn, xn)))
+        return;
+    /* column-major view: Y^T (N x 2m) = W (K x N)^T . X^T (K x 2m) */
+    if (!CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, 2 * m, K, &alpha, wdata, CUDA_R_16BF, K, xb,
+                               CUDA_R_16BF, K, &zero, y2, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+        return;
+    CHECK(c, cuda_sum_halves(c->stream, y2, y2 + (size_t)m * (size_t)N, bias, m, N, y));
+}
+
 static void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
 {
     struct cuda_backend *c = ctx(be);
@@ -427,23 +455,18 @@ static void cu_linear(struct backend *be, const struct weight *w, const float *x
         return;
     }
     if (w->format == WEIGHT_BF16) {
-        /* x = hi + lo (two bf16 rows per activation row): one GEMM over 2m columns reads W once,
-         * and y = W hi + W lo is within ~1e-5 of the fp32 product (bf16 alone: ~1e-2) */
-        size_t xn = (size_t)m * (size_t)K, x_bytes = (2 * xn * sizeof(uint16_t) + 255) / 256 * 256;
-        char *s = scratch_get(c, x_bytes + 2 * (size_t)m * (size_t)N * sizeof(float));
-        if (!s)
-            return;
-        uint16_t *xb = (uint16_t *)s;
-        float *y2 = (float *)(s + x_bytes); /* (2m, N): W hi rows, then W lo rows */
-        ASSERT(2 * (int64_t)m <= INT_MAX);
-        if (!CHECK(c, cuda_f32_to_bf16_split(c->stream, x, xb, xb + xn, xn)))
-            return;
-        /* column-major view: Y^T (N x 2m) = W (K x N)^T . X^T (K x 2m) */
-        if (!CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, 2 * m, K, &one, w->data, CUDA_R_16BF,
-                                   K, xb, CUDA_R_16BF, K, &zero, y2, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT)))
-            return;
-        CHECK(c, cuda_sum_halves(c->stream, y2, y2 + (size_t)m * (size_t)N, w->bias, m, N, y));
+        char *s = scratch_get(c, cublas_split_bytes(m, N, K));
+        if (s)
+            linear_cublas_bf16(c, w->data, 1.0f, w->bias, x, m, N, K, y, s);
+        return;
+    } else if (w->format == WEIGHT_NVFP4 && c->linear_dequant_rows > 0 && m >= c->linear_dequant_rows) {
+        /* the weight expanded to bf16 in scratch (exact; its global scale as the GEMM's alpha),
+         * then cuBLAS as for a bf16 weight (MOESERVE_LINEAR_DEQUANT) */
+        size_t w_bytes = ((size_t)N * (size_t)K * sizeof(uint16_t) + 255) / 256 * 256;
+        char *s = scratch_get(c, w_bytes + cublas_split_bytes(m, N, K));
+        struct cuda_wdev wd = wdev_of(w);
+        if (s && CHECK(c, cuda_nvfp4_to_bf16(c->stream, &wd, N, K, (uint16_t *)s)))
+            linear_cublas_bf16(c, s, w->scale2, w->bias, x, m, N, K, y, s + w_bytes);
         return;
     } else if (w->format == WEIGHT_F32) {
         if (!CHECK(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, m, K, &one, w->data, K, x, K, &zero,
@@ -1595,6 +1618,13 @@ static void configure_from_plan(struct cuda_backend *c)
      * tok/s with gate/up from the copies, session 11). */
     /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
      * copying one pre-split image */
+    /* NVFP4 linears the GEMV does not take (above gemv_mma_tokens rows) expand their weight to
+     * bf16 in scratch and run cuBLAS (the plan's "linear" for weight-only NVFP4,
+     * cublas_dequant_bf16; H200, session 12: the whole prefill 1.44x at 32 tokens, 1.68x at 128,
+     * 1.12x at 2048 against the wgmma GEMM). MOESERVE_LINEAR_DEQUANT=0: never (our GEMMs, which
+     * dequantise in registers); =ROWS: from ROWS rows. */
+    const char *ldq = getenv("MOESERVE_LINEAR_DEQUANT");
+    c->linear_dequant_rows = ldq ? (atoi(ldq) > 0 ? atoi(ldq) : 0) : 1;
     const char *wgi = getenv("MOESERVE_WG_IMAGE");
     c->wg_image = !(wgi && strcmp(wgi, "0") == 0);
     const char *d16m = getenv("MOESERVE_DEC16_MOE");
@@ -1843,10 +1873,11 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
     configure_from_plan(c);
     LOG_DEBUG("cuda: %s", cuda_build_arch_list());
     LOG_INFO("cuda: device %d (%s), %d SMs, shared-memory budget %zu bytes/block; attention prefill %dx%d "
-             "(%d threads), decode %d keys (%d threads); quantised GEMMs: experts %s, linears %s (tile %d rows)",
+             "(%d threads), decode %d keys (%d threads); quantised GEMMs: experts %s, linears %s%s (tile %d rows)",
              device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows,
              c->attn_prefill.keys, c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads,
              c->moe_wgmma ? "bf16 wgmma (else mma)" : c->moe_mma ? "bf16 mma" : "fp32 fma",
+             c->linear_dequant_rows ? "NVFP4 as bf16 copies through cuBLAS, others " : "",
              c->linear_wgmma ? "bf16 wgmma (else mma)" : c->linear_mma ? "bf16 mma" : "fp32 fma",
              cuda_gemm_tile_rows(c->tile_moe));
     be->ops = &CUDA_OPS;
@@ -1900,6 +1931,16 @@ void backend_cuda_set_dec16_moe(struct backend *be, bool on)
 {
     struct cuda_backend *c = ctx(be);
     c->dec16_moe = on && c->plan.caps.bf16_mma;
+}
+
+void backend_cuda_set_linear_dequant(struct backend *be, int rows)
+{
+    ctx(be)->linear_dequant_rows = rows > 0 ? rows : 0;
+}
+
+int backend_cuda_linear_dequant_rows(struct backend *be)
+{
+    return ctx(be)->linear_dequant_rows;
 }
 
 void backend_cuda_set_dec16(struct backend *be, bool on)

@@ -71,6 +71,11 @@ void backend_cuda_set_dec16(struct backend *be, bool on);
 /* Tests: whether routed experts loaded from now on (WEIGHT_LOAD_EXPERT) get dec16 copies of gate
  * and up, and one-token MoE reads them (cuda_dec16_moe_gate_up; MOESERVE_DEC16_MOE=1). */
 void backend_cuda_set_dec16_moe(struct backend *be, bool on);
+/* Tests: NVFP4 linears of at least `rows` rows expand the weight to bf16 and run cuBLAS
+ * (MOESERVE_LINEAR_DEQUANT=rows; 0: never). */
+void backend_cuda_set_linear_dequant(struct backend *be, int rows);
+/* ... and the rows it is set to (0: never). */
+int backend_cuda_linear_dequant_rows(struct backend *be);
 /* The most rows an NVFP4 linear takes through the tensor-core GEMV (1..8; default 8). */
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say

@@ -1,6 +1,6 @@
 /* cuda_elementwise.cu — memory-bound element-wise ops: embedding gather, add,
  * SiLU * up, bias add, fp32 -> bf16 hi + lo split and the sum of the two
- * halves of a split GEMM, paged KV store.
+ * halves of a split GEMM, NVFP4 weights expanded to bf16, paged KV store.
  *
  * Grid-stride loops, 256 threads; no shared memory. Rounding matches the
  * CPU reference exactly (no fused multiply-adds where the CPU has none).
@@ -95,6 +95,25 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const floa
     }
 }
 
+/* Eight weights a thread (one 32-bit word of E2M1 codes, low nibble first, one block scale):
+ * E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688], so every product is exact
+ * in bf16; the tensor's global scale is left to the caller (the GEMM's alpha). */
+__global__ void nvfp4_to_bf16_kernel(const uint32_t *data, const uint8_t *scale, size_t words, uint4 *out)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t u = __ldg(data + i);
+        const float s = dev_e4m3(__ldg(scale + i / 2)); /* 16 weights a scale, 8 a word */
+        uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float lo = dev_e2m1((u >> (8 * j)) & 15u) * s, hi = dev_e2m1((u >> (8 * j + 4)) & 15u) * s;
+            h[j] = (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); /* exact: no rounding */
+        }
+        out[i] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+
 } // namespace
 
 extern "C" cudaError_t cuda_embed(cudaStream_t stream, enum weight_format fmt, const void *table, int64_t dim,
@@ -153,6 +172,18 @@ extern "C" cudaError_t cuda_sum_halves(cudaStream_t stream, const float *a, cons
         return cudaSuccess;
     sum_halves_kernel<<<cuda_blocks((size_t)rows * (size_t)cols, 256), 256, 0, stream>>>(a, b, bias, rows,
                                                                                          cols, y);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K,
+                                          uint16_t *out)
+{
+    if (N <= 0 || K <= 0 || K % 16 || !w->data || !w->scale || (uintptr_t)w->data % 4 || (uintptr_t)out % 16)
+        return cudaErrorInvalidValue;
+    const size_t words = (size_t)N * (size_t)K / 8;
+    nvfp4_to_bf16_kernel<<<cuda_blocks(words, 256), 256, 0, stream>>>((const uint32_t *)w->data,
+                                                                      (const uint8_t *)w->scale, words,
+                                                                      (uint4 *)out);
     return CUDA_LAUNCH_RESULT();
 }
 

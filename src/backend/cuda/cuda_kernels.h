@@ -7,6 +7,7 @@
  *
  * defines: struct cuda_wdev, struct cuda_attn_cfg, enum cuda_gemm_tile,
  *          cuda_embed(), cuda_add(), cuda_silu_mul(), cuda_bias_add(), cuda_f32_to_bf16_split(),
+ *          cuda_nvfp4_to_bf16(),
  *          cuda_sum_halves(), cuda_kv_store() (cuda_elementwise.cu); cuda_rmsnorm(), cuda_add_rmsnorm()
  * (cuda_norm.cu); cuda_rope() (cuda_rope.cu); cuda_attention_fit(), cuda_attention_workspace_floats(),
  *          cuda_attention() (cuda_attention.cu); struct cuda_attn_mma_cfg, cuda_attention_mma_smem(),
@@ -84,6 +85,9 @@ cudaError_t cuda_bias_add(cudaStream_t stream, float *y, const float *bias, int 
 /* x[i] ~= hi[i] + lo[i] in bf16: hi = bf16(x), lo = bf16(x - hi) (nearest even; about 16
  * significant bits together, where bf16 alone keeps 8) */
 cudaError_t cuda_f32_to_bf16_split(cudaStream_t stream, const float *x, uint16_t *hi, uint16_t *lo, size_t n);
+/* out (N x K bf16, row-major) = the NVFP4 weight w's values without its global scale (scale2):
+ * exact, since an E2M1 value times an E4M3 scale fits bf16 (K % 16 == 0) */
+cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K, uint16_t *out);
 /* y[r, c] = a[r, c] + b[r, c] (+ bias[c]) for (rows, cols); y may be a */
 cudaError_t cuda_sum_halves(cudaStream_t stream, const float *a, const float *b, const float *bias, int rows,
                             int64_t cols, float *y);
