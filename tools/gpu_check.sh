@@ -11,7 +11,11 @@
 #    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_DEC16=1 and _MOE=1, MOESERVE_LAYER_KERNEL=1, MOESERVE_LINEAR_DEQUANT=0,
 #    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1 and =cluster
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
-# 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise)
+# 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise), NVFP4 linears on our GEMMs
+#    (MOESERVE_LINEAR_DEQUANT=0): through cuBLAS they run its sm_90 nvjet_* kernels, in which
+#    racecheck reports shared-memory hazards of their own (session 12; --kernel-name-exclude
+#    kns=nvjet made the sanitizer fail with an internal error); the path's own kernel
+#    (nvfp4_to_bf16) has no shared memory
 # then a short table. Logs go to $OUT when it is set (the device tool's output folder), else to
 # BUILD_DIR/gpu_check/. GPU_CHECK_TIMEOUT=SECONDS bounds each step. Exit status: 0 when every
 # step passed.
@@ -91,7 +95,8 @@ if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
     step "racecheck test_ops_cuda" racecheck.log \
-        env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool racecheck --error-exitcode 1 "$ops"
+        env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 MOESERVE_LINEAR_DEQUANT=0 "$sanitizer" --tool racecheck \
+        --error-exitcode 1 "$ops"
 else
     names+=("compute-sanitizer"); results+=("not found"); times+=(0)
 fi

@@ -878,7 +878,8 @@ static void test_linear(void **state)
             if (shapes[s].K % 16 == 0)
                 for (size_t i = 3; i < 6; i++)
                     run_linear(p, WEIGHT_NVFP4, shapes[s].N, shapes[s].K, ms[i], (i + s) % 2 == 0, &rng);
-        run_linear(p, WEIGHT_NVFP4, 4096, 2048, 64, false, &rng);
+        if (!getenv("MOESERVE_OPS_QUICK")) /* not under compute-sanitizer: minutes there */
+            run_linear(p, WEIGHT_NVFP4, 4096, 2048, 64, false, &rng);
     }
     backend_cuda_set_linear_dequant(&p->gpu, def);
 }
