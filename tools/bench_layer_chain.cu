@@ -51,8 +51,20 @@ namespace
 
 /* Qwen3-30B-A3B at batch 1 */
 enum {
-    LC_D = 2048, LC_QKV = 5120, LC_Q = 4096, LC_I = 768, LC_E = 128, LC_K = 8, LC_HEADS = 32, LC_KVH = 4,
-    LC_HD = 128, LC_CTX = 256, LC_SPLIT = 4, LC_LAYERS = 48, LC_THREADS = DQ_THREADS, LC_WARPS = DQ_WARPS
+    LC_D = 2048,
+    LC_QKV = 5120,
+    LC_Q = 4096,
+    LC_I = 768,
+    LC_E = 128,
+    LC_K = 8,
+    LC_HEADS = 32,
+    LC_KVH = 4,
+    LC_HD = 128,
+    LC_CTX = 256,
+    LC_SPLIT = 4,
+    LC_LAYERS = 48,
+    LC_THREADS = DQ_THREADS,
+    LC_WARPS = DQ_WARPS
 };
 /* dec16 tile bytes: K / 64 segments of 512 data bytes and 64 scale bytes */
 __host__ __device__ constexpr size_t tile_bytes(int K)
@@ -75,7 +87,8 @@ struct layer_w {
 struct lc_params {
     const layer_w *layers; /* LC_LAYERS (device) */
     float *x;              /* (D) the residual stream */
-    float *qkv, *attn, *mid, *logits, *act; /* phase outputs: (QKV), (HEADS, SPLIT, APART), (D), (E), (K, I) */
+    float *qkv, *attn, *mid, *logits,
+        *act;              /* phase outputs: (QKV), (HEADS, SPLIT, APART), (D), (E), (K, I) */
     unsigned *count;       /* (LC_LAYERS, LC_PHASES) arrivals, zeroed */
     int ahead;             /* 1: copy the next phase's weights before its wait; 0: after */
     int fixed;             /* with ahead: experts 0..7 every layer, their copies issued right after
@@ -442,8 +455,9 @@ __global__ void __launch_bounds__(LC_THREADS, 1) lc_kernel(const __grid_constant
 __global__ void __launch_bounds__(LC_THREADS, 1) lc_sync_kernel(const __grid_constant__ lc_params p)
 {
     const int b = blockIdx.x, nb = gridDim.x;
-    const unsigned arrive_n[LC_PHASES] = {(unsigned)nb, LC_HEADS * LC_SPLIT, LC_O_TILES, LC_E, (unsigned)nb,
-                                          (unsigned)(LC_DN_TILES < nb ? LC_DN_TILES : nb)};
+    const unsigned arrive_n[LC_PHASES] = {(unsigned)nb, LC_HEADS * LC_SPLIT,
+                                          LC_O_TILES,   LC_E,
+                                          (unsigned)nb, (unsigned)(LC_DN_TILES < nb ? LC_DN_TILES : nb)};
     for (int l = 0; l < LC_LAYERS; l++) {
         unsigned *cnt = p.count + (size_t)l * LC_PHASES;
         for (int k = 0; k < LC_PHASES; k++) {

@@ -268,9 +268,10 @@ struct backend_ops {
      * (delta: the pending output of the half before, or NULL), x = rmsnorm(h) * norm_w, logits =
      * x router^T, ids/weights = route(logits), h += experts(x). x, logits, ids, weights and work
      * are scratch as for the separate ops. */
-    bool (*moe_block_residual)(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
-                               const struct weight *router, const struct route_args *ra, const struct moe_args *ma,
-                               int m, float *x, float *logits, int32_t *ids, float *weights, float *work);
+    bool (*moe_block_residual)(struct backend *be, float *h, const float *delta, const float *norm_w,
+                               float eps, const struct weight *router, const struct route_args *ra,
+                               const struct moe_args *ma, int m, float *x, float *logits, int32_t *ids,
+                               float *weights, float *work);
     /* The whole layer of a one-token pass (struct decode_layer_args); false, having run nothing,
      * when the backend does not take the shape. */
     bool (*decode_layer)(struct backend *be, const struct decode_layer_args *a);

@@ -486,8 +486,9 @@ static bool forward_ffn_fused(struct forward *f, int l, int n, bool *pending)
     struct moe_args ma;
     forward_moe_args(f, l, &ra, &ma);
     forward_prefetch_next_layer(f, l);
-    if (!be->ops->moe_block_residual(be, f->h, *pending ? f->delta : NULL, lw->ffn_norm, d->norm_eps, &lw->router,
-                                     &ra, &ma, n, f->x, f->router, f->route_ids, f->route_w, f->moe_work))
+    if (!be->ops->moe_block_residual(be, f->h, *pending ? f->delta : NULL, lw->ffn_norm, d->norm_eps,
+                                     &lw->router, &ra, &ma, n, f->x, f->router, f->route_ids, f->route_w,
+                                     f->moe_work))
         return false;
     *pending = false;
     return true;

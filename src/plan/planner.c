@@ -759,7 +759,8 @@ static void gemm_work_expanded(struct cand *c, const struct gemm_problem *g)
     for (int i = 0; i < g->n_parts; i++) {
         double n = g->n[i], k = g->k[i], rows = g->groups * g->rows;
         double bytes = g->groups * n * k * (wf_bytes(g->wf) + 4) + 2 * rows * k * 2 + 2 * rows * n * 4;
-        cand_part(c, 2 * 2 * rows * n * k, bytes, bytes, g->groups * ceil_div(n, 128) * ceil_div(2 * rows, 128));
+        cand_part(c, 2 * 2 * rows * n * k, bytes, bytes,
+                  g->groups * ceil_div(n, 128) * ceil_div(2 * rows, 128));
     }
 }
 
@@ -780,10 +781,11 @@ static enum status plan_gemm_op(struct plan_ctx *x, const char *op, const struct
         c->portable = false;
         c->threads = 0;
         gemm_work_expanded(c, g);
-        return plan_choose(x, op, g->wf,
-                           "weight-only NVFP4, from 9 rows: weight expanded to bf16 per call (exact), cuBLAS on x "
-                           "hi + lo; H200: prefill 1.12-1.68x the in-register dequant GEMM",
-                           err);
+        return plan_choose(
+            x, op, g->wf,
+            "weight-only NVFP4, from 9 rows: weight expanded to bf16 per call (exact), cuBLAS on x "
+            "hi + lo; H200: prefill 1.12-1.68x the in-register dequant GEMM",
+            err);
     }
     if (plain && !moe) {
         const char *k = strcmp(op, "lm_head") == 0 ? "cublas_bf16" : "cublaslt_bf16";

@@ -843,8 +843,9 @@ static void run_linear(struct pair *p, enum weight_format fmt, int64_t N, int64_
     snprintf(what, sizeof what, "linear %s N=%lld K=%lld m=%d%s", weight_format_name(fmt), (long long)N,
              (long long)K, m, bias ? " +bias" : "");
     /* cuBLAS on bf16 hi + lo activations: BF16 weights, NVFP4 ones expanded to bf16 */
-    const bool split = fmt == WEIGHT_BF16 || (fmt == WEIGHT_NVFP4 && m >= backend_cuda_linear_dequant_rows(&p->gpu) &&
-                                              backend_cuda_linear_dequant_rows(&p->gpu) > 0);
+    const bool split =
+        fmt == WEIGHT_BF16 || (fmt == WEIGHT_NVFP4 && m >= backend_cuda_linear_dequant_rows(&p->gpu) &&
+                               backend_cuda_linear_dequant_rows(&p->gpu) > 0);
     check_close(what, got, want, yn, split ? TOL_BF16 : TOL_F32);
     free(got), free(x), free(want);
     p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dy);

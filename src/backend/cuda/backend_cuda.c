@@ -429,8 +429,9 @@ static void linear_cublas_bf16(struct cuda_backend *c, const void *wdata, float 
     if (!CHECK(c, cuda_f32_to_bf16_split(c->stream, x, xb, xb + xn, xn)))
         return;
     /* column-major view: Y^T (N x 2m) = W (K x N)^T . X^T (K x 2m) */
-    if (!CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, 2 * m, K, &alpha, wdata, CUDA_R_16BF, K, xb,
-                               CUDA_R_16BF, K, &zero, y2, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+    if (!CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, 2 * m, K, &alpha, wdata, CUDA_R_16BF, K,
+                               xb, CUDA_R_16BF, K, &zero, y2, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT)))
         return;
     CHECK(c, cuda_sum_halves(c->stream, y2, y2 + (size_t)m * (size_t)N, bias, m, N, y));
 }
@@ -1207,9 +1208,10 @@ static bool cu_decode_layer(struct backend *be, const struct decode_layer_args *
 
 /* Router GEMV with the norm in its prologue, then the pair-by-pair MoE that routes for itself and
  * adds into h: three kernels where the composed ops take five (cuda_decode.cu). */
-static bool cu_moe_block_residual(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
-                                  const struct weight *router, const struct route_args *ra, const struct moe_args *a,
-                                  int m, float *x, float *logits, int32_t *ids, float *weights, float *work)
+static bool cu_moe_block_residual(struct backend *be, float *h, const float *delta, const float *norm_w,
+                                  float eps, const struct weight *router, const struct route_args *ra,
+                                  const struct moe_args *a, int m, float *x, float *logits, int32_t *ids,
+                                  float *weights, float *work)
 {
     struct cuda_backend *c = ctx(be);
     enum weight_format fmt = a->gate[0].format;
@@ -1609,15 +1611,6 @@ static void configure_from_plan(struct cuda_backend *c)
     c->dec16_make = c->plan.caps.bf16_mma && d16 && (strcmp(d16, "1") == 0 || strcmp(d16, "qkv") == 0);
     c->dec16 = c->dec16_make;
     c->dec16_multi_only = d16 && strcmp(d16, "qkv") == 0; /* =qkv: only launches of several weights */
-    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts' gate and up also in the dec16 layout (a
-     * second copy: the experts' memory grows by two thirds), read by the one-token gate/up
-     * (cuda_dec16_moe_gate_up; its weights load only after the routing is known, where the
-     * layout's cheaper dot showed in tools/bench_dot.cu: the gate/up shape 8.3 vs 9.9 us). No
-     * down copy: a dec16 down kernel (branch next/dec16-down, a 16-row tile a block, a warp a
-     * slot) was correct but slower than the mma down on the H200 (406.7 / 410.8 vs 420.2 / 418.5
-     * tok/s with gate/up from the copies, session 11). */
-    /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
-     * copying one pre-split image */
     /* NVFP4 linears the GEMV does not take (above gemv_mma_tokens rows) expand their weight to
      * bf16 in scratch and run cuBLAS (the plan's "linear" for weight-only NVFP4,
      * cublas_dequant_bf16; H200, session 12: the whole prefill 1.44x at 32 tokens, 1.68x at 128,
@@ -1625,8 +1618,17 @@ static void configure_from_plan(struct cuda_backend *c)
      * dequantise in registers); =ROWS: from ROWS rows. */
     const char *ldq = getenv("MOESERVE_LINEAR_DEQUANT");
     c->linear_dequant_rows = ldq ? (atoi(ldq) > 0 ? atoi(ldq) : 0) : 1;
+    /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
+     * copying one pre-split image */
     const char *wgi = getenv("MOESERVE_WG_IMAGE");
     c->wg_image = !(wgi && strcmp(wgi, "0") == 0);
+    /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts' gate and up also in the dec16 layout (a
+     * second copy: the experts' memory grows by two thirds), read by the one-token gate/up
+     * (cuda_dec16_moe_gate_up; its weights load only after the routing is known, where the
+     * layout's cheaper dot showed in tools/bench_dot.cu: the gate/up shape 8.3 vs 9.9 us). No
+     * down copy: a dec16 down kernel (branch next/dec16-down, a 16-row tile a block, a warp a
+     * slot) was correct but slower than the mma down on the H200 (406.7 / 410.8 vs 420.2 / 418.5
+     * tok/s with gate/up from the copies, session 11). */
     const char *d16m = getenv("MOESERVE_DEC16_MOE");
     c->dec16_moe = c->plan.caps.bf16_mma && d16m && strcmp(d16m, "1") == 0;
     /* MOESERVE_GEMV_MMA_TOKENS=N (1..8, default 8): NVFP4 linears of 2..N rows through the same
@@ -1872,14 +1874,19 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
         c->sm_count = 1;
     configure_from_plan(c);
     LOG_DEBUG("cuda: %s", cuda_build_arch_list());
-    LOG_INFO("cuda: device %d (%s), %d SMs, shared-memory budget %zu bytes/block; attention prefill %dx%d "
-             "(%d threads), decode %d keys (%d threads); quantised GEMMs: experts %s, linears %s%s (tile %d rows)",
-             device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows,
-             c->attn_prefill.keys, c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads,
-             c->moe_wgmma ? "bf16 wgmma (else mma)" : c->moe_mma ? "bf16 mma" : "fp32 fma",
-             c->linear_dequant_rows ? "NVFP4 as bf16 copies through cuBLAS, others " : "",
-             c->linear_wgmma ? "bf16 wgmma (else mma)" : c->linear_mma ? "bf16 mma" : "fp32 fma",
-             cuda_gemm_tile_rows(c->tile_moe));
+    LOG_INFO(
+        "cuda: device %d (%s), %d SMs, shared-memory budget %zu bytes/block; attention prefill %dx%d "
+        "(%d threads), decode %d keys (%d threads); quantised GEMMs: experts %s, linears %s%s (tile %d rows)",
+        device, c->plan.caps.name, c->sm_count, c->smem_budget, c->attn_prefill.rows, c->attn_prefill.keys,
+        c->attn_prefill.threads, c->attn_decode.keys, c->attn_decode.threads,
+        c->moe_wgmma ? "bf16 wgmma (else mma)"
+        : c->moe_mma ? "bf16 mma"
+                     : "fp32 fma",
+        c->linear_dequant_rows ? "NVFP4 as bf16 copies through cuBLAS, others " : "",
+        c->linear_wgmma ? "bf16 wgmma (else mma)"
+        : c->linear_mma ? "bf16 mma"
+                        : "fp32 fma",
+        cuda_gemm_tile_rows(c->tile_moe));
     be->ops = &CUDA_OPS;
     be->impl = c;
     return STATUS_OK;

@@ -175,15 +175,14 @@ extern "C" cudaError_t cuda_sum_halves(cudaStream_t stream, const float *a, cons
     return CUDA_LAUNCH_RESULT();
 }
 
-extern "C" cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K,
-                                          uint16_t *out)
+extern "C" cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda_wdev *w, int64_t N,
+                                          int64_t K, uint16_t *out)
 {
     if (N <= 0 || K <= 0 || K % 16 || !w->data || !w->scale || (uintptr_t)w->data % 4 || (uintptr_t)out % 16)
         return cudaErrorInvalidValue;
     const size_t words = (size_t)N * (size_t)K / 8;
-    nvfp4_to_bf16_kernel<<<cuda_blocks(words, 256), 256, 0, stream>>>((const uint32_t *)w->data,
-                                                                      (const uint8_t *)w->scale, words,
-                                                                      (uint4 *)out);
+    nvfp4_to_bf16_kernel<<<cuda_blocks(words, 256), 256, 0, stream>>>(
+        (const uint32_t *)w->data, (const uint8_t *)w->scale, words, (uint4 *)out);
     return CUDA_LAUNCH_RESULT();
 }
 

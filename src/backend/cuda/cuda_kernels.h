@@ -87,7 +87,8 @@ cudaError_t cuda_bias_add(cudaStream_t stream, float *y, const float *bias, int 
 cudaError_t cuda_f32_to_bf16_split(cudaStream_t stream, const float *x, uint16_t *hi, uint16_t *lo, size_t n);
 /* out (N x K bf16, row-major) = the NVFP4 weight w's values without its global scale (scale2):
  * exact, since an E2M1 value times an E4M3 scale fits bf16 (K % 16 == 0) */
-cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K, uint16_t *out);
+cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K,
+                               uint16_t *out);
 /* y[r, c] = a[r, c] + b[r, c] (+ bias[c]) for (rows, cols); y may be a */
 cudaError_t cuda_sum_halves(cudaStream_t stream, const float *a, const float *b, const float *bias, int rows,
                             int64_t cols, float *y);
