@@ -185,6 +185,26 @@ static void test_nvfp4_expert_gemm_choice(void **state)
     free(p);
 }
 
+/* Weight-only NVFP4 linears: a bf16 copy through cuBLAS on every profile (the backend's path from
+ * 9 rows); with fp4 activations (W4A4) the native GEMM where the device has one; the experts
+ * stay on our grouped GEMMs either way. */
+static void test_nvfp4_linear_choice(void **state)
+{
+    (void)state;
+    struct plan *p = malloc(sizeof *p);
+    const char *all[] = {"a100", "h200", "b200", "rtx-pro-6000"};
+    for (int i = 0; i < 4; i++) {
+        build(p, all[i], WEIGHT_NVFP4, false, 0, NULL);
+        const struct op_plan *l = plan_find(p, "linear");
+        assert_string_equal(l->kernel, "cublas_dequant_bf16");
+        assert_non_null(strstr(l->reason, "expanded to bf16"));
+        assert_null(strstr(experts(p)->kernel, "cublas"));
+    }
+    build(p, "rtx-pro-6000", WEIGHT_NVFP4, true, 0, NULL);
+    assert_string_equal(plan_find(p, "linear")->kernel, "gemm_nvfp4_fp4_mma");
+    free(p);
+}
+
 /* The H200 with the sm_120 budget keeps its own instructions but sm_120-sized tiles. */
 static void test_h200_sm120_budget(void **state)
 {
@@ -496,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_profile_caps),
         cmocka_unit_test(test_unknown_profile),
         cmocka_unit_test(test_nvfp4_expert_gemm_choice),
+        cmocka_unit_test(test_nvfp4_linear_choice),
         cmocka_unit_test(test_h200_sm120_budget),
         cmocka_unit_test(test_smem_formulas),
         cmocka_unit_test(test_unknown_cc_is_portable),
