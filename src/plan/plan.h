@@ -209,6 +209,10 @@ size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
 /* KV chunks for an attention_decode launch of n_seqs sequences whose longest context is max_ctx:
  * enough blocks for two per SM, each chunk a multiple of tile_n. */
 int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);
+/* The most tokens a MoE block runs pair by pair (each (token, slot) pair streaming its expert, no
+ * sort) before the sorted grouped GEMM: while the pairs average at most 2 an expert, at least 8
+ * tokens, at most 64. */
+int plan_moe_pair_max_tokens(int n_experts, int n_used);
 const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
 struct json *plan_to_json(const struct plan *p);

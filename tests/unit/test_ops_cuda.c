@@ -843,9 +843,11 @@ static void run_linear(struct pair *p, enum weight_format fmt, int64_t N, int64_
     snprintf(what, sizeof what, "linear %s N=%lld K=%lld m=%d%s", weight_format_name(fmt), (long long)N,
              (long long)K, m, bias ? " +bias" : "");
     /* cuBLAS on bf16 hi + lo activations: BF16 weights, NVFP4 ones expanded to bf16 */
-    const bool split =
-        fmt == WEIGHT_BF16 || (fmt == WEIGHT_NVFP4 && m >= backend_cuda_linear_dequant_rows(&p->gpu) &&
-                               backend_cuda_linear_dequant_rows(&p->gpu) > 0);
+    const bool chunked =
+        fmt == WEIGHT_NVFP4 && K % 128 == 0 && m <= 8 * backend_cuda_gemv_mma_chunks(&p->gpu);
+    const bool split = fmt == WEIGHT_BF16 ||
+                       (fmt == WEIGHT_NVFP4 && !chunked && m >= backend_cuda_linear_dequant_rows(&p->gpu) &&
+                        backend_cuda_linear_dequant_rows(&p->gpu) > 0);
     check_close(what, got, want, yn, split ? TOL_BF16 : TOL_F32);
     free(got), free(x), free(want);
     p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dy);
@@ -883,6 +885,15 @@ static void test_linear(void **state)
             run_linear(p, WEIGHT_NVFP4, 4096, 2048, 64, false, &rng);
     }
     backend_cuda_set_linear_dequant(&p->gpu, def);
+    /* NVFP4 of 9..32 rows as chunks of the tensor-core GEMV (MOESERVE_GEMV_MMA_CHUNKS=4): fp32
+     * accuracy, every chunk's rows at their own offsets */
+    const int chunks = backend_cuda_gemv_mma_chunks(&p->gpu);
+    backend_cuda_set_gemv_mma_chunks(&p->gpu, 4);
+    int cms[] = {9, 13, 24, 32, 33};
+    for (size_t i = 0; i < 5; i++)
+        run_linear(p, WEIGHT_NVFP4, 200, 512, cms[i], i % 2 == 0, &rng);
+    run_linear(p, WEIGHT_NVFP4, 4096, 2048, 16, false, &rng);
+    backend_cuda_set_gemv_mma_chunks(&p->gpu, chunks);
 }
 
 /* ---------------------------------------------------------------- experts */
@@ -1023,6 +1034,24 @@ static void test_moe_experts(void **state)
     run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng); /* more tokens: the usual kernels */
     backend_cuda_set_dec16_moe(&p->gpu, false);
+    /* the pair kernels past 8 tokens (MOESERVE_MOE_DECODE_MAX=32): batch 9..32 decode */
+    const int dmax = backend_cuda_moe_decode_max(&p->gpu);
+    backend_cuda_set_moe_decode_max(&p->gpu, 32);
+    run_moe(p, WEIGHT_NVFP4, 12, 32, 8, 512, 256, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 32, 16, 4, 1024, 384, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 20, 64, 8, 2048, 768, false, &rng);
+    backend_cuda_set_moe_decode_max(&p->gpu, dmax);
+    /* prefill experts through bf16 copies and cuBLAS (MOESERVE_MOE_BF16): one pass, then one
+     * expert a pass (a 1-byte pass budget), skewed loads (padding rows), real widths */
+    const int bf16_rows = backend_cuda_moe_bf16_rows(&p->gpu);
+    backend_cuda_set_moe_bf16(&p->gpu, 1, 0);
+    run_moe_tol(p, WEIGHT_NVFP4, 70, 16, 4, 64, 48, false, TOL_BF16, &rng);
+    run_moe_tol(p, WEIGHT_NVFP4, 150, 8, 2, 128, 96, true, TOL_BF16, &rng);
+    backend_cuda_set_moe_bf16(&p->gpu, 1, 1);
+    run_moe_tol(p, WEIGHT_NVFP4, 40, 8, 3, 128, 96, false, TOL_BF16, &rng);
+    backend_cuda_set_moe_bf16(&p->gpu, 1, (size_t)1 << 30);
+    run_moe_tol(p, WEIGHT_NVFP4, 200, 32, 8, 2048, 768, false, TOL_BF16, &rng);
+    backend_cuda_set_moe_bf16(&p->gpu, bf16_rows, (size_t)1 << 30);
 }
 
 /* ---------------------------------------------------------------- fused decode ops */
@@ -1033,35 +1062,44 @@ static void test_linear_multi(void **state)
     uint64_t rng = 21;
     enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
     int64_t K = 512, N[3] = {256, 64, 72};
-    int ms[] = {1, 2, 5, 8}; /* NVFP4 up to 8 rows: the tokens share cuda_gemv_mma's mma */
-    for (size_t f = 0; f < 5; f++)
-        for (size_t mi = 0; mi < 4; mi++) {
-            int m = ms[mi];
-            struct test_weight t[3];
-            const struct weight *hw[3], *dw[3];
-            float *want[3], *dy[3];
-            float *x = rand_floats((size_t)m * K, 1.0f, &rng), *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4);
-            for (int j = 0; j < 3; j++) {
-                weight_make(&t[j], p, fmts[f], N[j], K, j == 1, &rng);
-                hw[j] = &t[j].host, dw[j] = &t[j].dev;
-                want[j] = malloc((size_t)m * N[j] * 4);
-                p->cpu.ops->linear(&p->cpu, hw[j], x, m, want[j]);
-                dy[j] = dev_nan(&p->gpu, (size_t)m * N[j]);
+    /* NVFP4 up to 8 rows: the tokens share cuda_gemv_mma's mma; 13 and 24: chunks of it where
+     * MOESERVE_GEMV_MMA_CHUNKS allows (the last two rounds), else the GEMMs */
+    int ms[] = {1, 2, 5, 8, 13, 24};
+    const int chunks = backend_cuda_gemv_mma_chunks(&p->gpu);
+    for (int round = 0; round < 2; round++)
+        for (size_t f = 0; f < 5; f++)
+            for (size_t mi = 0; mi < (round ? 6u : 4u); mi++) {
+                backend_cuda_set_gemv_mma_chunks(&p->gpu, round ? 4 : chunks);
+                int m = ms[mi];
+                struct test_weight t[3];
+                const struct weight *hw[3], *dw[3];
+                float *want[3], *dy[3];
+                float *x = rand_floats((size_t)m * K, 1.0f, &rng),
+                      *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4);
+                for (int j = 0; j < 3; j++) {
+                    weight_make(&t[j], p, fmts[f], N[j], K, j == 1, &rng);
+                    hw[j] = &t[j].host, dw[j] = &t[j].dev;
+                    want[j] = malloc((size_t)m * N[j] * 4);
+                    p->cpu.ops->linear(&p->cpu, hw[j], x, m, want[j]);
+                    dy[j] = dev_nan(&p->gpu, (size_t)m * N[j]);
+                }
+                p->gpu.ops->linear_multi(&p->gpu, 3, dw, dx, m, dy);
+                gpu_ok(&p->gpu);
+                for (int j = 0; j < 3; j++) {
+                    float *got = fetch(&p->gpu, dy[j], (size_t)m * N[j]);
+                    char what[128];
+                    snprintf(what, sizeof what, "linear_multi %s m=%d weight %d", weight_format_name(fmts[f]),
+                             m, j);
+                    check_close(what, got, want[j], (size_t)m * N[j],
+                                fmts[f] == WEIGHT_BF16 ? TOL_BF16 : TOL_F32);
+                    free(got), free(want[j]);
+                    p->gpu.ops->free(&p->gpu, dy[j]);
+                    weight_free(&t[j], p);
+                }
+                free(x);
+                p->gpu.ops->free(&p->gpu, dx);
             }
-            p->gpu.ops->linear_multi(&p->gpu, 3, dw, dx, m, dy);
-            gpu_ok(&p->gpu);
-            for (int j = 0; j < 3; j++) {
-                float *got = fetch(&p->gpu, dy[j], (size_t)m * N[j]);
-                char what[128];
-                snprintf(what, sizeof what, "linear_multi %s m=%d weight %d", weight_format_name(fmts[f]), m, j);
-                check_close(what, got, want[j], (size_t)m * N[j], fmts[f] == WEIGHT_BF16 ? TOL_BF16 : TOL_F32);
-                free(got), free(want[j]);
-                p->gpu.ops->free(&p->gpu, dy[j]);
-                weight_free(&t[j], p);
-            }
-            free(x);
-            p->gpu.ops->free(&p->gpu, dx);
-        }
+    backend_cuda_set_gemv_mma_chunks(&p->gpu, chunks);
 }
 
 /* attn_prep against the ops it fuses: rmsnorm q, rmsnorm k, rope q, rope k, kv_store; at 5 tokens

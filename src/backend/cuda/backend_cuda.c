@@ -93,6 +93,9 @@ struct cuda_backend {
     bool dec16_multi_only; /* ... only launches of several weights (q/k/v; MOESERVE_DEC16=qkv) */
     bool dec16_moe;        /* routed NVFP4 experts get dec16 copies; one-token gate/up reads them */
     int gemv_mma_tokens;   /* ... and the NVFP4 linears of up to this many rows (2..8) */
+    int gemv_mma_chunks;   /* ... and up to this many such launches for more rows (1: none) */
+    int moe_bf16_rows;     /* NVFP4 experts from this many rows an expert: bf16 copies + cuBLAS (0: never) */
+    size_t moe_bf16_bytes; /* ... in passes of at most this much scratch */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
     bool attn_push;        /* ... the splits pushing their partials to the leader (else pulled) */
@@ -126,7 +129,7 @@ struct cuda_backend {
     int n_tables, cap_tables;
     struct cuda_wdev *tmp; /* (tmp_cap) host scratch for building a table */
     size_t tmp_cap;
-    int moe_decode_max_tokens; /* up to this many tokens the MoE block runs pair by pair (no sort) */
+    int moe_decode_max_tokens; /* up to this many tokens the MoE block runs pair by pair (0: the plan's) */
     bool moe_mma, linear_mma;  /* the plan chose the bf16 mma.sync GEMM (cuda_gemm_mma.cu) */
     bool moe_wgmma, linear_wgmma; /* ... or the Hopper wgmma GEMM (cuda_gemm_wgmma.cu) */
     int linear_dequant_rows;      /* NVFP4 linears of >= this many rows: bf16 copy + cuBLAS (0: never) */
@@ -499,7 +502,7 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
 {
     if (m < 1 || n_w < 1 || n_w > 3 || !cuda_gemv1_supported(ws[0]->format, ws[0]->cols, x, c->smem_budget))
         return false;
-    if (m > 1 && (m > c->gemv_mma_tokens || fz->norm_w || fz->residual || fz->pending ||
+    if (m > 1 && (m > c->gemv_mma_tokens * c->gemv_mma_chunks || fz->norm_w || fz->residual || fz->pending ||
                   !c->decode_mma_dense || ws[0]->format != WEIGHT_NVFP4))
         return false;
     if (fz->norm_w && (!aligned16(fz->norm_w) || !aligned16(fz->x_out) || ws[0]->cols % 4))
@@ -526,10 +529,22 @@ static bool gemv_fused(struct cuda_backend *c, int n_w, const struct weight *con
             return true;
         }
     }
+    /* more rows than one launch shares: near-equal chunks, each reading the weights once more
+     * (still far fewer bytes than a bf16 copy of them; MOESERVE_GEMV_MMA_CHUNKS) */
+    const int chunks = (m + c->gemv_mma_tokens - 1) / c->gemv_mma_tokens, rows = (m + chunks - 1) / chunks;
     if (c->decode_mma_dense && ws[0]->format == WEIGHT_NVFP4 &&
-        cuda_gemv_mma_supported(n_w, wd, ws[0]->cols, fz->norm_w != NULL, m, c->smem_budget) &&
+        cuda_gemv_mma_supported(n_w, wd, ws[0]->cols, fz->norm_w != NULL, rows, c->smem_budget) &&
         (!fz->norm_w || ((uintptr_t)x | (uintptr_t)fz->norm_w | (uintptr_t)fz->x_out) % 8 == 0)) {
-        CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, ws[0]->cols, x, m, ys, fz, c->sm_count, c->pdl));
+        for (int r0 = 0; r0 < m; r0 += rows) {
+            const int n = m - r0 < rows ? m - r0 : rows;
+            float *yc[3];
+            for (int j = 0; j < n_w; j++)
+                yc[j] = ys[j] + (size_t)r0 * (size_t)N[j];
+            if (!CHECK(c,
+                       cuda_gemv_mma(c->stream, n_w, wd, N, ws[0]->cols, x + (size_t)r0 * (size_t)ws[0]->cols,
+                                     n, yc, fz, c->sm_count, c->pdl)))
+                break;
+        }
         return true;
     }
     if (m > 1)
@@ -858,6 +873,13 @@ static bool expert_prefetch_from(struct cuda_backend *c, const struct moe_args *
     return true;
 }
 
+/* The most tokens the MoE block of n_experts, top n_used, runs pair by pair. */
+static int moe_pair_max(const struct cuda_backend *c, int n_experts, int n_used)
+{
+    return c->moe_decode_max_tokens > 0 ? c->moe_decode_max_tokens
+                                        : plan_moe_pair_max_tokens(n_experts, n_used);
+}
+
 /* A few tokens: the router GEMV and the routing in one kernel (cuda_router_route.cu), unless the
  * routing is asked to prefetch experts (that lives in the routing kernel). */
 static bool cu_router_route(struct backend *be, const struct weight *router, const float *x, int n_tokens,
@@ -865,8 +887,8 @@ static bool cu_router_route(struct backend *be, const struct weight *router, con
 {
     struct cuda_backend *c = ctx(be);
     struct cuda_expert_prefetch pf;
-    if (!c->router_route || n_tokens > c->moe_decode_max_tokens || n_tokens < c->router_min_tokens ||
-        expert_prefetch_from(c, args->experts, &pf) ||
+    if (!c->router_route || n_tokens > moe_pair_max(c, args->n_experts, args->n_used) ||
+        n_tokens < c->router_min_tokens || expert_prefetch_from(c, args->experts, &pf) ||
         !cuda_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(x))
         return false;
     int *sem = sem_get(c, 1);
@@ -886,7 +908,7 @@ static bool cu_norm_router_route(struct backend *be, float *h, const float *delt
 {
     struct cuda_backend *c = ctx(be);
     struct cuda_expert_prefetch pf;
-    if (!c->router_route || !c->router_cluster || n_tokens > c->moe_decode_max_tokens ||
+    if (!c->router_route || !c->router_cluster || n_tokens > moe_pair_max(c, args->n_experts, args->n_used) ||
         n_tokens < c->router_min_tokens || expert_prefetch_from(c, args->experts, &pf) ||
         !cuda_norm_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(h) ||
         !aligned16(delta) || !aligned16(norm_w) || !aligned16(x))
@@ -1021,6 +1043,115 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
     return 0;
 }
 
+/* Prefill experts as cuBLAS GEMMs on bf16 copies of the used NVFP4 experts (cuda_moe_bf16.cu):
+ * sort, read the segments on the host (one sync: never inside a capture), then per pass of
+ * experts: copy, gather x, gate+up GEMM, SiLU, down GEMM, rows back in sorted order; the usual
+ * combine. False where it does not apply (the caller's kernels run instead). */
+static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *table, const struct moe_args *a,
+                             const float *x, int n_tokens, const int32_t *ids, const float *weights,
+                             float *work, float *out)
+{
+    const int64_t pairs64 = (int64_t)n_tokens * a->n_used;
+    if (c->capturing || c->moe_bf16_rows <= 0 || pairs64 < (int64_t)c->moe_bf16_rows * a->n_experts ||
+        a->gate[0].format != WEIGHT_NVFP4 || a->up[0].format != WEIGHT_NVFP4 ||
+        a->down[0].format != WEIGHT_NVFP4 || a->d_model % 16 || a->d_expert % 16)
+        return false;
+    const int pairs = (int)pairs64, E = a->n_experts;
+    const size_t D = (size_t)a->d_model, I = (size_t)a->d_expert;
+    /* the workspace's layout as in cu_moe_experts: only yg and the sort's arrays are used */
+    float *yg = work + (size_t)pairs * 2 * I;
+    int32_t *sorted_pair = (int32_t *)(yg + (size_t)pairs * D);
+    int32_t *row_of_pair = sorted_pair + pairs;
+    int32_t *n_tiles = row_of_pair + pairs;
+    int32_t *tiles = n_tiles + 1;
+    const int max_tiles = cuda_moe_max_tiles(pairs, E, pairs);
+    int32_t *h = malloc((1 + 3 * (size_t)max_tiles) * sizeof *h);
+    if (!h)
+        PANIC("cuda: out of host memory");
+    bool ok = CHECK(c, cuda_moe_sort(c->stream, ids, pairs, E, pairs, sorted_pair, row_of_pair, tiles,
+                                     n_tiles, max_tiles)) &&
+              CHECK(c, cudaMemcpyAsync(h, n_tiles, (1 + 3 * (size_t)max_tiles) * sizeof *h,
+                                       cudaMemcpyDeviceToHost, c->stream)) &&
+              CHECK(c, cudaStreamSynchronize(c->stream));
+    int n_seg = ok ? h[0] : 0, m_max = 0;
+    for (int i = 0; i < n_seg; i++)
+        m_max = h[1 + 3 * i + 2] > m_max ? h[1 + 3 * i + 2] : m_max;
+    free(h);
+    if (!ok)
+        return true; /* the error is recorded */
+    /* a segment's bytes: its weights, activations (x, then the SiLU's) and GEMM outputs */
+    const int m_pad = (m_max + 15) / 16 * 16;
+    const size_t w_seg = 3 * I * D * 2, a_seg = 2 * (size_t)m_pad * (D > I ? D : I) * 2,
+                 y_seg = 2 * (size_t)m_pad * (2 * I > D ? 2 * I : D) * 4, seg = w_seg + a_seg + y_seg;
+    int group = (int)(c->moe_bf16_bytes / seg);
+    group = group < 1 ? 1 : group > n_seg ? n_seg : group;
+    char *s = scratch_get(c, (size_t)group * seg);
+    if (!s)
+        return true;
+    uint16_t *wgu = (uint16_t *)s, *wd = wgu + (size_t)group * 2 * I * D, *ab = wd + (size_t)group * D * I;
+    float *y = (float *)(s + (size_t)group * (w_seg + a_seg));
+    const float one = 1.0f, zero = 0.0f;
+    /* MOESERVE_MOE_BF16_TIMES=1: each stage's time (events; a diagnostic, it syncs every pass) */
+    static const char *const stage[] = {"copy", "gather", "gemm1", "act", "gemm2", "rows", "combine"};
+    enum { N_EV = 8 };
+    cudaEvent_t ev[N_EV] = {0};
+    float ms[N_EV - 1] = {0};
+    const bool timed = getenv("MOESERVE_MOE_BF16_TIMES") != NULL;
+    for (int i = 0; timed && i < N_EV; i++)
+        CHECK(c, cudaEventCreate(&ev[i]));
+#define STAGE(i) (!timed || CHECK(c, cudaEventRecord(ev[i], c->stream)))
+    for (int s0 = 0; s0 < n_seg && ok; s0 += group) {
+        const int ns = n_seg - s0 < group ? n_seg - s0 : group, n2 = 2 * m_pad;
+        /* column-major views, as in linear_cublas_bf16: Y^T (N x 2 m_pad) = W (K x N)^T . X^T */
+        ok =
+            STAGE(0) &&
+            CHECK(c, cuda_moe_bf16_experts(c->stream, table, E, (int64_t)D, (int64_t)I, tiles, s0, ns, wgu,
+                                           wd)) &&
+            STAGE(1) &&
+            CHECK(c, cuda_moe_bf16_gather(c->stream, x, (int64_t)D, sorted_pair, a->n_used, tiles, s0, ns,
+                                          m_pad, ab)) &&
+            STAGE(2) &&
+            CHECK(c, cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)(2 * I), n2, (int)D,
+                                                &one, wgu, CUDA_R_16BF, (int)D, (long long)(2 * I * D), ab,
+                                                CUDA_R_16BF, (int)D, (long long)n2 * (long long)D, &zero, y,
+                                                CUDA_R_32F, (int)(2 * I), (long long)n2 * (long long)(2 * I),
+                                                ns, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)) &&
+            STAGE(3) &&
+            CHECK(c, cuda_moe_bf16_act(c->stream, table, E, y, (int64_t)I, tiles, s0, ns, m_pad, ab)) &&
+            STAGE(4) &&
+            CHECK(c, cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)D, n2, (int)I, &one,
+                                                wd, CUDA_R_16BF, (int)I, (long long)(D * I), ab, CUDA_R_16BF,
+                                                (int)I, (long long)n2 * (long long)I, &zero, y, CUDA_R_32F,
+                                                (int)D, (long long)n2 * (long long)D, ns, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT)) &&
+            STAGE(5) &&
+            CHECK(c, cuda_moe_bf16_down_rows(c->stream, table, E, y, (int64_t)D, tiles, s0, ns, m_pad, yg)) &&
+            STAGE(6);
+        for (int i = 0; ok && timed && i < N_EV - 2; i++) {
+            float t = 0.0f;
+            if (CHECK(c, cudaEventSynchronize(ev[i + 1])) &&
+                CHECK(c, cudaEventElapsedTime(&t, ev[i], ev[i + 1])))
+                ms[i] += t;
+        }
+    }
+    if (ok)
+        ok = CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg,
+                                       out)) &&
+             STAGE(7);
+    if (timed) {
+        if (ok && CHECK(c, cudaEventSynchronize(ev[7])))
+            CHECK(c, cudaEventElapsedTime(&ms[6], ev[6], ev[7]));
+        LOG_INFO("moe_bf16: %d tokens, %d experts in passes of %d, %d rows an expert at most (padded to %d); "
+                 "ms: %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f",
+                 n_tokens, n_seg, group, m_max, m_pad, stage[0], ms[0], stage[1], ms[1], stage[2], ms[2],
+                 stage[3], ms[3], stage[4], ms[4], stage[5], ms[5], stage[6], ms[6]);
+        for (int i = 0; i < N_EV; i++)
+            CHECK(c, cudaEventDestroy(ev[i]));
+    }
+#undef STAGE
+    return true;
+}
+
 static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
                            const float *weights, const struct moe_args *a, float *work, float *out)
 {
@@ -1040,8 +1171,9 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                  c->stream_smem_down, c->pdl));
         return;
     }
-    if (n_tokens <= c->moe_decode_max_tokens && c->decode_fp8 && a->gate[0].format == WEIGHT_NVFP4 &&
-        a->up[0].format == WEIGHT_NVFP4 && a->down[0].format == WEIGHT_NVFP4 &&
+    if (n_tokens <= moe_pair_max(c, a->n_experts, a->n_used) && c->decode_fp8 &&
+        a->gate[0].format == WEIGHT_NVFP4 && a->up[0].format == WEIGHT_NVFP4 &&
+        a->down[0].format == WEIGHT_NVFP4 &&
         cuda_moe_decode_fp8_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
         CHECK(c, cuda_moe_decode_fp8(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
                                      weights, a->n_used, work, out, 0, c->pdl));
@@ -1060,8 +1192,9 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                               c->moe_mma_unroll == 4 ? 4 : 8));
         return;
     }
-    if (n_tokens <= c->moe_decode_max_tokens && c->decode_mma && a->gate[0].format == WEIGHT_NVFP4 &&
-        a->up[0].format == WEIGHT_NVFP4 && a->down[0].format == WEIGHT_NVFP4 &&
+    if (n_tokens <= moe_pair_max(c, a->n_experts, a->n_used) && c->decode_mma &&
+        a->gate[0].format == WEIGHT_NVFP4 && a->up[0].format == WEIGHT_NVFP4 &&
+        a->down[0].format == WEIGHT_NVFP4 &&
         cuda_moe_decode_mma_supported(WEIGHT_NVFP4, a->d_model, a->d_expert, a->n_used, c->smem_budget)) {
         struct cuda_l2_ranges pf;
         CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, (int64_t)D, (int64_t)I, x, n_tokens, ids,
@@ -1070,7 +1203,7 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                      c->moe_l2_down, c->moe_early, moe_smem_tpw(c, a, n_tokens)));
         return;
     }
-    if (n_tokens <= c->moe_decode_max_tokens &&
+    if (n_tokens <= moe_pair_max(c, a->n_experts, a->n_used) &&
         cuda_moe_decode_supported(a->gate[0].format, a->d_model, a->d_expert, a->n_used, c->smem_budget) &&
         a->up[0].format == a->gate[0].format && a->down[0].format == a->gate[0].format) {
         /* few tokens: every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
@@ -1079,6 +1212,8 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                  c->moe_rows_gate_up, c->moe_rows_down, c->pdl, NULL));
         return;
     }
+    if (moe_experts_bf16(c, table, a, x, n_tokens, ids, weights, work, out))
+        return;
     double rows_per_expert = (double)pairs / (double)(a->n_experts < pairs ? a->n_experts : pairs);
     enum cuda_gemm_tile tile = tile_for_rows(c->tile_moe, rows_per_expert);
     enum weight_format fmt = a->gate[0].format;
@@ -1531,10 +1666,17 @@ static void configure_from_plan(struct cuda_backend *c)
     } else {
         LOG_WARN("cuda: the plan has no attention_decode entry; using 64 keys per step");
     }
-    /* Pair by pair re-reads an expert for each token routed to it; the sorted grouped GEMM reads it
-     * once. With 8 tokens x k slots over >= 64 experts, repeats are rare: the memory-bound pair
-     * kernels win; past that the grouped GEMM does. */
-    c->moe_decode_max_tokens = 8;
+    /* Pair by pair (no sort) up to plan_moe_pair_max_tokens() tokens for the model's experts
+     * (moe_pair_max()); MOESERVE_MOE_DECODE_MAX=N (1..64): up to N tokens whatever the model */
+    c->moe_decode_max_tokens = 0;
+    /* MOESERVE_MOE_BF16=ROWS: NVFP4 experts through bf16 copies and cuBLAS from ROWS rows an
+     * expert on average (pairs / experts; 0: never); MOESERVE_MOE_BF16_MB: scratch a pass */
+    const char *mb = getenv("MOESERVE_MOE_BF16"), *mbm = getenv("MOESERVE_MOE_BF16_MB");
+    c->moe_bf16_rows = mb && atoi(mb) > 0 ? atoi(mb) : 0;
+    c->moe_bf16_bytes = (size_t)(mbm && atoi(mbm) > 0 ? atoi(mbm) : 1024) << 20;
+    const char *mdm = getenv("MOESERVE_MOE_DECODE_MAX");
+    if (mdm && atoi(mdm) >= 1 && atoi(mdm) <= 64)
+        c->moe_decode_max_tokens = atoi(mdm);
     /* Decode kernels overlap their start with the previous kernel's end where the device has
      * programmatic dependent launch (caps "pdl"). Measured on the H200 (Qwen3-30B-A3B NVFP4,
      * batch 1, one call each, session 4): with the multi-wave kernels triggering late (see
@@ -1635,6 +1777,10 @@ static void configure_from_plan(struct cuda_backend *c)
      * kernel, the tokens sharing each mma (before session 8: the tiled GEMM of cuda_gemm.cu) */
     const char *gmt = getenv("MOESERVE_GEMV_MMA_TOKENS");
     c->gemv_mma_tokens = gmt && atoi(gmt) >= 1 && atoi(gmt) <= 8 ? atoi(gmt) : 8;
+    /* MOESERVE_GEMV_MMA_CHUNKS=N (1..8): NVFP4 linears of up to N x gemv_mma_tokens rows through
+     * N launches of that kernel instead of a bf16 copy of the weight and cuBLAS */
+    const char *gmc = getenv("MOESERVE_GEMV_MMA_CHUNKS");
+    c->gemv_mma_chunks = gmc && atoi(gmc) >= 1 && atoi(gmc) <= 8 ? atoi(gmc) : 1;
     /* MOESERVE_ATTN_PREWAIT=0: the split decode attention issues its old keys after the PDL
      * wait instead of before it (see cuda_attn_decode's prewait) */
     const char *apw = getenv("MOESERVE_ATTN_PREWAIT");
@@ -1932,6 +2078,38 @@ void backend_cuda_set_moe_smem(struct backend *be, int min_tokens, bool down_bel
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n)
 {
     ctx(be)->gemv_mma_tokens = n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+void backend_cuda_set_gemv_mma_chunks(struct backend *be, int n)
+{
+    ctx(be)->gemv_mma_chunks = n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
+int backend_cuda_gemv_mma_chunks(struct backend *be)
+{
+    return ctx(be)->gemv_mma_chunks;
+}
+
+void backend_cuda_set_moe_bf16(struct backend *be, int rows, size_t pass_bytes)
+{
+    ctx(be)->moe_bf16_rows = rows > 0 ? rows : 0;
+    if (pass_bytes)
+        ctx(be)->moe_bf16_bytes = pass_bytes;
+}
+
+int backend_cuda_moe_bf16_rows(struct backend *be)
+{
+    return ctx(be)->moe_bf16_rows;
+}
+
+void backend_cuda_set_moe_decode_max(struct backend *be, int n)
+{
+    ctx(be)->moe_decode_max_tokens = n < 0 ? 0 : n > 64 ? 64 : n;
+}
+
+int backend_cuda_moe_decode_max(struct backend *be)
+{
+    return ctx(be)->moe_decode_max_tokens;
 }
 
 void backend_cuda_set_dec16_moe(struct backend *be, bool on)

@@ -78,6 +78,19 @@ void backend_cuda_set_linear_dequant(struct backend *be, int rows);
 int backend_cuda_linear_dequant_rows(struct backend *be);
 /* The most rows an NVFP4 linear takes through the tensor-core GEMV (1..8; default 8). */
 void backend_cuda_set_gemv_mma_tokens(struct backend *be, int n);
+/* Launches of that GEMV an NVFP4 linear of more rows may take, in chunks (1..8; default 1:
+ * none, the bf16 copy + cuBLAS instead; MOESERVE_GEMV_MMA_CHUNKS), and the number set. */
+void backend_cuda_set_gemv_mma_chunks(struct backend *be, int n);
+int backend_cuda_gemv_mma_chunks(struct backend *be);
+/* NVFP4 experts from `rows` rows an expert on average through bf16 copies and cuBLAS (0: never;
+ * MOESERVE_MOE_BF16), in passes of at most pass_bytes of scratch (0: unchanged;
+ * MOESERVE_MOE_BF16_MB), and the rows set. */
+void backend_cuda_set_moe_bf16(struct backend *be, int rows, size_t pass_bytes);
+int backend_cuda_moe_bf16_rows(struct backend *be);
+/* The most tokens the MoE block runs pair by pair, without the sort (1..64; 0, the default:
+ * plan_moe_pair_max_tokens() for the model; MOESERVE_MOE_DECODE_MAX), and the number set. */
+void backend_cuda_set_moe_decode_max(struct backend *be, int n);
+int backend_cuda_moe_decode_max(struct backend *be);
 /* Tests: the few-token NVFP4 MoE on e4m3 tensor cores (cuda_decode_fp8.cu) where caps say
  * fp8_mma (MOESERVE_DECODE_FP8=1 does the same). */
 void backend_cuda_set_decode_fp8(struct backend *be, bool on);

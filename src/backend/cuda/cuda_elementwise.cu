@@ -37,9 +37,7 @@ __global__ void silu_mul_kernel(const float *gate, const float *up, size_t n, fl
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        /* g / (1 + expf(-g)) * up, rounded step by step as the CPU does */
-        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        out[i] = dev_silu_mul(gate[i], up[i]);
     }
 }
 
@@ -49,15 +47,6 @@ __global__ void bias_add_kernel(float *y, const float *bias, int rows, int64_t c
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] = __fadd_rn(y[i], bias[i % (size_t)cols]);
-}
-
-/* Nearest even, as f32_to_bf16() of base/dtype.h; NaN stays a quiet NaN. */
-__device__ __forceinline__ uint16_t dev_to_bf16(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 __global__ void f32_to_bf16_split_kernel(const float *x, uint16_t *hi, uint16_t *lo, size_t n)
@@ -102,15 +91,8 @@ __global__ void nvfp4_to_bf16_kernel(const uint32_t *data, const uint8_t *scale,
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
          i += (size_t)gridDim.x * blockDim.x) {
-        const uint32_t u = __ldg(data + i);
-        const float s = dev_e4m3(__ldg(scale + i / 2)); /* 16 weights a scale, 8 a word */
-        uint32_t h[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float lo = dev_e2m1((u >> (8 * j)) & 15u) * s, hi = dev_e2m1((u >> (8 * j + 4)) & 15u) * s;
-            h[j] = (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); /* exact: no rounding */
-        }
-        out[i] = make_uint4(h[0], h[1], h[2], h[3]);
+        /* 16 weights a scale, 8 a word */
+        out[i] = dev_nvfp4_word_bf16(__ldg(data + i), dev_e4m3(__ldg(scale + i / 2)));
     }
 }
 
