@@ -96,6 +96,7 @@ struct cuda_backend {
     int gemv_mma_chunks;   /* ... and up to this many such launches for more rows (1: none) */
     int moe_bf16_rows;     /* NVFP4 experts from this many rows an expert: bf16 copies + cuBLAS (0: never) */
     size_t moe_bf16_bytes; /* ... in passes of at most this much scratch */
+    bool moe_bf16_grouped; /* ... a grouped cuBLAS GEMM a pass (false: a GEMM an expert) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
     bool attn_push;        /* ... the splits pushing their partials to the leader (else pulled) */
@@ -1045,8 +1046,10 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
 
 /* Prefill experts as cuBLAS GEMMs on bf16 copies of the used NVFP4 experts (cuda_moe_bf16.cu):
  * sort, read the segments on the host (one sync: never inside a capture), then per pass of
- * experts: copy, gather x, gate+up GEMM, SiLU, down GEMM, rows back in sorted order; the usual
- * combine. False where it does not apply (the caller's kernels run instead). */
+ * experts: copy, gather x, gate+up GEMMs, SiLU, down GEMMs, rows back in sorted order; the usual
+ * combine. A GEMM a segment (its own row count, no padding): one grouped cuBLAS call a pass, or a
+ * call a segment (MOESERVE_MOE_BF16_GEMM=loop). False where it does not apply (the caller's
+ * kernels run instead). */
 static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *table, const struct moe_args *a,
                              const float *x, int n_tokens, const int32_t *ids, const float *weights,
                              float *work, float *out)
@@ -1054,7 +1057,7 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
     const int64_t pairs64 = (int64_t)n_tokens * a->n_used;
     if (c->capturing || c->moe_bf16_rows <= 0 || pairs64 < (int64_t)c->moe_bf16_rows * a->n_experts ||
         a->gate[0].format != WEIGHT_NVFP4 || a->up[0].format != WEIGHT_NVFP4 ||
-        a->down[0].format != WEIGHT_NVFP4 || a->d_model % 16 || a->d_expert % 16)
+        a->down[0].format != WEIGHT_NVFP4 || a->d_model % 16 || a->d_expert % 16 || 2 * pairs64 > INT_MAX / 8)
         return false;
     const int pairs = (int)pairs64, E = a->n_experts;
     const size_t D = (size_t)a->d_model, I = (size_t)a->d_expert;
@@ -1073,24 +1076,51 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
               CHECK(c, cudaMemcpyAsync(h, n_tiles, (1 + 3 * (size_t)max_tiles) * sizeof *h,
                                        cudaMemcpyDeviceToHost, c->stream)) &&
               CHECK(c, cudaStreamSynchronize(c->stream));
-    int n_seg = ok ? h[0] : 0, m_max = 0;
+    const int n_seg = ok ? h[0] : 0;
+    const int32_t *seg = h + 1;
+    int m_max = 0;
     for (int i = 0; i < n_seg; i++)
-        m_max = h[1 + 3 * i + 2] > m_max ? h[1 + 3 * i + 2] : m_max;
-    free(h);
-    if (!ok)
-        return true; /* the error is recorded */
-    /* a segment's bytes: its weights, activations (x, then the SiLU's) and GEMM outputs */
-    const int m_pad = (m_max + 15) / 16 * 16;
-    const size_t w_seg = 3 * I * D * 2, a_seg = 2 * (size_t)m_pad * (D > I ? D : I) * 2,
-                 y_seg = 2 * (size_t)m_pad * (2 * I > D ? 2 * I : D) * 4, seg = w_seg + a_seg + y_seg;
-    int group = (int)(c->moe_bf16_bytes / seg);
+        m_max = seg[3 * i + 2] > m_max ? seg[3 * i + 2] : m_max;
+        /* scratch: a pass's expert copies, the activations (x, then the SiLU's; rows doubled: hi,
+         * lo), the GEMM outputs and the GEMMs' pointer arrays */
+#define AL(n) (((n) + 255) / 256 * 256)
+    const size_t w_exp = 3 * I * D * 2, act = AL(2 * (size_t)pairs * (D > I ? D : I) * 2),
+                 ybytes = AL(2 * (size_t)pairs * (2 * I > D ? 2 * I : D) * 4),
+                 pbytes = AL(6 * (size_t)n_seg * sizeof(void *)), fixed = act + ybytes + pbytes;
+#undef AL
+    int group = c->moe_bf16_bytes > fixed ? (int)((c->moe_bf16_bytes - fixed) / w_exp) : 1;
     group = group < 1 ? 1 : group > n_seg ? n_seg : group;
-    char *s = scratch_get(c, (size_t)group * seg);
-    if (!s)
-        return true;
-    uint16_t *wgu = (uint16_t *)s, *wd = wgu + (size_t)group * 2 * I * D, *ab = wd + (size_t)group * D * I;
-    float *y = (float *)(s + (size_t)group * (w_seg + a_seg));
-    const float one = 1.0f, zero = 0.0f;
+    char *s = ok && n_seg ? scratch_get(c, (size_t)group * w_exp + fixed) : NULL;
+    const void **hp = s ? malloc(6 * (size_t)n_seg * sizeof *hp) : NULL;
+    int *hi = hp ? malloc(8 * (size_t)n_seg * sizeof *hi) : NULL;
+    if (!s || !hp || !hi) {
+        free(h), free(hp), free(hi);
+        if (ok && n_seg && s)
+            PANIC("cuda: out of host memory");
+        return true; /* an error is recorded, or no pairs */
+    }
+    uint16_t *wgu = (uint16_t *)s, *wd = wgu + (size_t)group * 2 * I * D;
+    uint16_t *xb = (uint16_t *)(s + (size_t)group * w_exp); /* x rows, later the activations */
+    float *y = (float *)((char *)xb + act);
+    const void **dp = (const void **)((char *)y + ybytes);
+    /* per segment: A, B, C of gate+up, then of down; m / n / k / ld arrays; one group each */
+    cublasOperation_t *tr = malloc(2 * (size_t)n_seg * sizeof *tr);
+    float *ab = malloc(2 * (size_t)n_seg * sizeof *ab);
+    if (!tr || !ab)
+        PANIC("cuda: out of host memory");
+    int *ncol = hi, *m1 = hi + n_seg, *k1 = hi + 2 * n_seg, *m2 = hi + 3 * n_seg, *k2 = hi + 4 * n_seg,
+        *one_each = hi + 5 * n_seg, *ld1c = hi + 6 * n_seg, *ld2c = hi + 7 * n_seg;
+    for (int i = 0; i < n_seg; i++) {
+        const size_t start = (size_t)seg[3 * i + 1], ii = (size_t)(i % group);
+        hp[i] = wgu + ii * 2 * I * D, hp[n_seg + i] = xb + 2 * start * D,
+        hp[2 * n_seg + i] = y + 2 * start * 2 * I;
+        hp[3 * n_seg + i] = wd + ii * D * I, hp[4 * n_seg + i] = xb + 2 * start * I;
+        hp[5 * n_seg + i] = y + 2 * start * D;
+        ncol[i] = 2 * seg[3 * i + 2], m1[i] = (int)(2 * I), k1[i] = (int)D, m2[i] = (int)D, k2[i] = (int)I;
+        one_each[i] = 1, ld1c[i] = (int)(2 * I), ld2c[i] = (int)D;
+        tr[i] = CUBLAS_OP_T, tr[n_seg + i] = CUBLAS_OP_N, ab[i] = 1.0f, ab[n_seg + i] = 0.0f;
+    }
+    ok = CHECK(c, cudaMemcpyAsync(dp, hp, 6 * (size_t)n_seg * sizeof *dp, cudaMemcpyHostToDevice, c->stream));
     /* MOESERVE_MOE_BF16_TIMES=1: each stage's time (events; a diagnostic, it syncs every pass) */
     static const char *const stage[] = {"copy", "gather", "gemm1", "act", "gemm2", "rows", "combine"};
     enum { N_EV = 8 };
@@ -1101,31 +1131,43 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
         CHECK(c, cudaEventCreate(&ev[i]));
 #define STAGE(i) (!timed || CHECK(c, cudaEventRecord(ev[i], c->stream)))
     for (int s0 = 0; s0 < n_seg && ok; s0 += group) {
-        const int ns = n_seg - s0 < group ? n_seg - s0 : group, n2 = 2 * m_pad;
-        /* column-major views, as in linear_cublas_bf16: Y^T (N x 2 m_pad) = W (K x N)^T . X^T */
+        const int ns = n_seg - s0 < group ? n_seg - s0 : group;
+        ok = STAGE(0) &&
+             CHECK(c, cuda_moe_bf16_experts(c->stream, table, E, (int64_t)D, (int64_t)I, tiles, s0, ns, wgu,
+                                            wd)) &&
+             STAGE(1) &&
+             CHECK(c, cuda_moe_bf16_gather(c->stream, x, (int64_t)D, sorted_pair, a->n_used, tiles, s0, ns,
+                                           m_max, xb)) &&
+             STAGE(2);
+        /* column-major views, as in linear_cublas_bf16: Y^T (N x 2 rows) = W (K x N)^T . X^T */
+        if (ok && c->moe_bf16_grouped)
+            ok = CHECK(c, cublasGemmGroupedBatchedEx(c->blas, tr + s0, tr + n_seg + s0, m1 + s0, ncol + s0,
+                                                     k1 + s0, ab + s0, dp + s0, CUDA_R_16BF, k1 + s0,
+                                                     dp + n_seg + s0, CUDA_R_16BF, k1 + s0, ab + n_seg + s0,
+                                                     (void *const *)(dp + 2 * n_seg + s0), CUDA_R_32F,
+                                                     ld1c + s0, ns, one_each + s0, CUBLAS_COMPUTE_32F));
+        for (int i = s0; ok && !c->moe_bf16_grouped && i < s0 + ns; i++)
+            ok = CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m1[i], ncol[i], k1[i], &ab[i],
+                                       hp[i], CUDA_R_16BF, k1[i], hp[n_seg + i], CUDA_R_16BF, k1[i],
+                                       &ab[n_seg + i], (void *)hp[2 * n_seg + i], CUDA_R_32F, ld1c[i],
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        ok = ok && STAGE(3) &&
+             CHECK(c, cuda_moe_bf16_act(c->stream, table, E, y, (int64_t)I, tiles, s0, ns, m_max, xb)) &&
+             STAGE(4);
+        if (ok && c->moe_bf16_grouped)
+            ok = CHECK(c, cublasGemmGroupedBatchedEx(
+                              c->blas, tr + s0, tr + n_seg + s0, m2 + s0, ncol + s0, k2 + s0, ab + s0,
+                              dp + 3 * n_seg + s0, CUDA_R_16BF, k2 + s0, dp + 4 * n_seg + s0, CUDA_R_16BF,
+                              k2 + s0, ab + n_seg + s0, (void *const *)(dp + 5 * n_seg + s0), CUDA_R_32F,
+                              ld2c + s0, ns, one_each + s0, CUBLAS_COMPUTE_32F));
+        for (int i = s0; ok && !c->moe_bf16_grouped && i < s0 + ns; i++)
+            ok = CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m2[i], ncol[i], k2[i], &ab[i],
+                                       hp[3 * n_seg + i], CUDA_R_16BF, k2[i], hp[4 * n_seg + i], CUDA_R_16BF,
+                                       k2[i], &ab[n_seg + i], (void *)hp[5 * n_seg + i], CUDA_R_32F, ld2c[i],
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         ok =
-            STAGE(0) &&
-            CHECK(c, cuda_moe_bf16_experts(c->stream, table, E, (int64_t)D, (int64_t)I, tiles, s0, ns, wgu,
-                                           wd)) &&
-            STAGE(1) &&
-            CHECK(c, cuda_moe_bf16_gather(c->stream, x, (int64_t)D, sorted_pair, a->n_used, tiles, s0, ns,
-                                          m_pad, ab)) &&
-            STAGE(2) &&
-            CHECK(c, cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)(2 * I), n2, (int)D,
-                                                &one, wgu, CUDA_R_16BF, (int)D, (long long)(2 * I * D), ab,
-                                                CUDA_R_16BF, (int)D, (long long)n2 * (long long)D, &zero, y,
-                                                CUDA_R_32F, (int)(2 * I), (long long)n2 * (long long)(2 * I),
-                                                ns, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)) &&
-            STAGE(3) &&
-            CHECK(c, cuda_moe_bf16_act(c->stream, table, E, y, (int64_t)I, tiles, s0, ns, m_pad, ab)) &&
-            STAGE(4) &&
-            CHECK(c, cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)D, n2, (int)I, &one,
-                                                wd, CUDA_R_16BF, (int)I, (long long)(D * I), ab, CUDA_R_16BF,
-                                                (int)I, (long long)n2 * (long long)I, &zero, y, CUDA_R_32F,
-                                                (int)D, (long long)n2 * (long long)D, ns, CUBLAS_COMPUTE_32F,
-                                                CUBLAS_GEMM_DEFAULT)) &&
-            STAGE(5) &&
-            CHECK(c, cuda_moe_bf16_down_rows(c->stream, table, E, y, (int64_t)D, tiles, s0, ns, m_pad, yg)) &&
+            ok && STAGE(5) &&
+            CHECK(c, cuda_moe_bf16_down_rows(c->stream, table, E, y, (int64_t)D, tiles, s0, ns, m_max, yg)) &&
             STAGE(6);
         for (int i = 0; ok && timed && i < N_EV - 2; i++) {
             float t = 0.0f;
@@ -1141,14 +1183,17 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
     if (timed) {
         if (ok && CHECK(c, cudaEventSynchronize(ev[7])))
             CHECK(c, cudaEventElapsedTime(&ms[6], ev[6], ev[7]));
-        LOG_INFO("moe_bf16: %d tokens, %d experts in passes of %d, %d rows an expert at most (padded to %d); "
-                 "ms: %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f",
-                 n_tokens, n_seg, group, m_max, m_pad, stage[0], ms[0], stage[1], ms[1], stage[2], ms[2],
-                 stage[3], ms[3], stage[4], ms[4], stage[5], ms[5], stage[6], ms[6]);
+        LOG_INFO("moe_bf16: %d tokens, %d experts in passes of %d, %d rows an expert at most; ms: %s %.3f, "
+                 "%s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f, %s %.3f",
+                 n_tokens, n_seg, group, m_max, stage[0], ms[0], stage[1], ms[1], stage[2], ms[2], stage[3],
+                 ms[3], stage[4], ms[4], stage[5], ms[5], stage[6], ms[6]);
         for (int i = 0; i < N_EV; i++)
             CHECK(c, cudaEventDestroy(ev[i]));
     }
 #undef STAGE
+    /* the pointer upload was staged when the call returned (pageable source); the arrays of
+     * sizes are read by cuBLAS while it enqueues */
+    free(h), free(hp), free(hi), free(tr), free(ab);
     return true;
 }
 
@@ -1674,6 +1719,8 @@ static void configure_from_plan(struct cuda_backend *c)
     const char *mb = getenv("MOESERVE_MOE_BF16"), *mbm = getenv("MOESERVE_MOE_BF16_MB");
     c->moe_bf16_rows = mb && atoi(mb) > 0 ? atoi(mb) : 0;
     c->moe_bf16_bytes = (size_t)(mbm && atoi(mbm) > 0 ? atoi(mbm) : 1024) << 20;
+    const char *mbg = getenv("MOESERVE_MOE_BF16_GEMM");
+    c->moe_bf16_grouped = !(mbg && strcmp(mbg, "loop") == 0);
     const char *mdm = getenv("MOESERVE_MOE_DECODE_MAX");
     if (mdm && atoi(mdm) >= 1 && atoi(mdm) <= 64)
         c->moe_decode_max_tokens = atoi(mdm);
@@ -2095,6 +2142,11 @@ void backend_cuda_set_moe_bf16(struct backend *be, int rows, size_t pass_bytes)
     ctx(be)->moe_bf16_rows = rows > 0 ? rows : 0;
     if (pass_bytes)
         ctx(be)->moe_bf16_bytes = pass_bytes;
+}
+
+void backend_cuda_set_moe_bf16_grouped(struct backend *be, bool grouped)
+{
+    ctx(be)->moe_bf16_grouped = grouped;
 }
 
 int backend_cuda_moe_bf16_rows(struct backend *be)

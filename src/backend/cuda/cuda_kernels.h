@@ -270,24 +270,25 @@ cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const floa
 
 /* ---- cuda_moe_bf16.cu (prefill experts through cuBLAS on bf16 copies; see the file) ---- */
 /* segs: (expert, first sorted row, rows) per used expert, on the device (cuda_moe_sort's tiles
- * with one tile an expert); a pass covers segments seg0 .. seg0 + n_seg - 1, each padded to
- * m_pad rows. Experts' NVFP4 gate and up as bf16 (2I x D) a segment into wgu, down (D x I) into
- * wd, without the global scales (D, I multiples of 16). */
+ * with one tile an expert); a pass covers segments seg0 .. seg0 + n_seg - 1, m_max: their most
+ * rows. Activation rows: segment i's hi rows at 2 start_i .., then its lo rows. Experts' NVFP4
+ * gate and up as bf16 (2I x D) a segment into wgu, down (D x I) into wd, without the global
+ * scales (D, I multiples of 16). */
 cudaError_t cuda_moe_bf16_experts(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                   int64_t D, int64_t I, const int32_t *segs, int seg0, int n_seg,
                                   uint16_t *wgu, uint16_t *wd);
-/* xb (a segment: m_pad hi rows, m_pad lo rows, of D bf16) from x's rows of the sorted pairs */
+/* xb (rows of D bf16) from x's rows of the sorted pairs */
 cudaError_t cuda_moe_bf16_gather(cudaStream_t stream, const float *x, int64_t D, const int32_t *sorted_pair,
-                                 int n_used, const int32_t *segs, int seg0, int n_seg, int m_pad,
+                                 int n_used, const int32_t *segs, int seg0, int n_seg, int m_max,
                                  uint16_t *xb);
-/* ab (as xb, rows of I) = silu(gate) * up from y1 (a segment: 2 m_pad rows of 2I f32) */
+/* ab (rows of I bf16) = silu(gate) * up from y1 (rows of 2I f32: gate, up) */
 cudaError_t cuda_moe_bf16_act(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                              const float *y1, int64_t I, const int32_t *segs, int seg0, int n_seg, int m_pad,
+                              const float *y1, int64_t I, const int32_t *segs, int seg0, int n_seg, int m_max,
                               uint16_t *ab);
-/* yg's sorted rows (D f32) from y2 (a segment: 2 m_pad rows of D f32), times down's scale2 */
+/* yg's sorted rows (D f32) from y2 (rows of D f32: hi + lo), times down's scale2 */
 cudaError_t cuda_moe_bf16_down_rows(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                     const float *y2, int64_t D, const int32_t *segs, int seg0, int n_seg,
-                                    int m_pad, float *yg);
+                                    int m_max, float *yg);
 
 /* ---- cuda_gemm_mma.cu (bf16 tensor cores; NVFP4 and BF16 weights) ---- */
 int cuda_gemm_mma_supported(enum weight_format fmt, int64_t K, const float *x);

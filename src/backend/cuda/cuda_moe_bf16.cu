@@ -8,9 +8,9 @@
  * ~fp32 accuracy. The tensors' global scales (scale2) are applied where the halves are summed.
  *
  * A segment is one used expert's run of sorted rows: segs[3 i] = expert, segs[3 i + 1] = first
- * sorted row, segs[3 i + 2] = rows (cuda_moe_sort with one tile an expert). The GEMMs are
- * strided-batched over segments, each padded to m_pad rows: segment i's activations are rows
- * [i * 2 m_pad, i * 2 m_pad + m_pad) (hi) and the next m_pad (lo); padding rows are zero.
+ * sorted row, segs[3 i + 2] = rows (cuda_moe_sort with one tile an expert). Activations keep the
+ * sorted order with each row doubled: segment i's rows sit at 2 start .. 2 start + rows - 1 (hi)
+ * and the next `rows` (lo), so one GEMM a segment reads its expert's weights once for both.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -39,58 +39,54 @@ __global__ void experts_bf16_kernel(const cuda_wdev *table, int n_experts, const
     }
 }
 
-/* One padded row a block: the row's token's x as bf16 hi and lo (zero past the segment's rows). */
+/* One sorted row a block: the row's token's x as bf16 hi and lo. */
 __global__ void gather_split_kernel(const float *x, int64_t D, const int32_t *sorted_pair, int n_used,
-                                    const int32_t *segs, int seg0, int m_pad, uint16_t *xb)
+                                    const int32_t *segs, int seg0, uint16_t *xb)
 {
     const int s = blockIdx.y, j = blockIdx.x;
     const int start = segs[3 * (seg0 + s) + 1], m = segs[3 * (seg0 + s) + 2];
-    uint16_t *hi = xb + ((size_t)s * 2 * m_pad + j) * (size_t)D, *lo = hi + (size_t)m_pad * (size_t)D;
-    const float *row = j < m ? x + (size_t)(sorted_pair[start + j] / n_used) * (size_t)D : NULL;
+    if (j >= m)
+        return;
+    uint16_t *hi = xb + ((size_t)2 * start + j) * (size_t)D, *lo = hi + (size_t)m * (size_t)D;
+    const float *row = x + (size_t)(sorted_pair[start + j] / n_used) * (size_t)D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        uint16_t h = 0, l = 0;
-        if (row) {
-            const float v = row[d];
-            h = dev_to_bf16(v);
-            l = dev_to_bf16(__fsub_rn(v, dev_bf16(h)));
-        }
-        hi[d] = h, lo[d] = l;
+        const float v = row[d];
+        const uint16_t h = dev_to_bf16(v);
+        hi[d] = h, lo[d] = dev_to_bf16(__fsub_rn(v, dev_bf16(h)));
     }
 }
 
-/* y1: per segment 2 m_pad rows of 2I (gate then up, hi rows then lo rows). The activation
- * silu(gate * s_gate) * (up * s_up) as bf16 hi and lo rows of I into ab. */
+/* y1: a row of 2I (gate then up) for each activation row. The activation silu(gate * s_gate) *
+ * (up * s_up) as bf16 hi and lo rows of I into ab. */
 __global__ void act_split_kernel(const cuda_wdev *table, int n_experts, const float *y1, int64_t I,
-                                 const int32_t *segs, int seg0, int m_pad, uint16_t *ab)
+                                 const int32_t *segs, int seg0, uint16_t *ab)
 {
     const int s = blockIdx.y, j = blockIdx.x;
-    const int e = segs[3 * (seg0 + s)], m = segs[3 * (seg0 + s) + 2];
+    const int e = segs[3 * (seg0 + s)], start = segs[3 * (seg0 + s) + 1], m = segs[3 * (seg0 + s) + 2];
+    if (j >= m)
+        return;
     const float sg = table[e].scale2, su = table[(size_t)n_experts + e].scale2;
-    const float *yh = y1 + ((size_t)s * 2 * m_pad + j) * (size_t)(2 * I), *yl = yh + (size_t)m_pad * (size_t)(2 * I);
-    uint16_t *hi = ab + ((size_t)s * 2 * m_pad + j) * (size_t)I, *lo = hi + (size_t)m_pad * (size_t)I;
+    const float *yh = y1 + ((size_t)2 * start + j) * (size_t)(2 * I), *yl = yh + (size_t)m * (size_t)(2 * I);
+    uint16_t *hi = ab + ((size_t)2 * start + j) * (size_t)I, *lo = hi + (size_t)m * (size_t)I;
     for (int64_t c = threadIdx.x; c < I; c += blockDim.x) {
-        uint16_t h = 0, l = 0;
-        if (j < m) {
-            const float g = __fmul_rn(__fadd_rn(yh[c], yl[c]), sg);
-            const float u = __fmul_rn(__fadd_rn(yh[I + c], yl[I + c]), su);
-            const float a = dev_silu_mul(g, u);
-            h = dev_to_bf16(a);
-            l = dev_to_bf16(__fsub_rn(a, dev_bf16(h)));
-        }
-        hi[c] = h, lo[c] = l;
+        const float g = __fmul_rn(__fadd_rn(yh[c], yl[c]), sg);
+        const float u = __fmul_rn(__fadd_rn(yh[I + c], yl[I + c]), su);
+        const float a = dev_silu_mul(g, u);
+        const uint16_t h = dev_to_bf16(a);
+        hi[c] = h, lo[c] = dev_to_bf16(__fsub_rn(a, dev_bf16(h)));
     }
 }
 
-/* y2: per segment 2 m_pad rows of D (hi, lo). Sorted row start + j of yg = (hi + lo) * s_down. */
+/* y2: a row of D for each activation row. Sorted row start + j of yg = (hi + lo) * s_down. */
 __global__ void down_rows_kernel(const cuda_wdev *table, int n_experts, const float *y2, int64_t D,
-                                 const int32_t *segs, int seg0, int m_pad, float *yg)
+                                 const int32_t *segs, int seg0, float *yg)
 {
     const int s = blockIdx.y, j = blockIdx.x;
     const int e = segs[3 * (seg0 + s)], start = segs[3 * (seg0 + s) + 1], m = segs[3 * (seg0 + s) + 2];
     if (j >= m)
         return;
     const float sd = table[2 * (size_t)n_experts + e].scale2;
-    const float *yh = y2 + ((size_t)s * 2 * m_pad + j) * (size_t)D, *yl = yh + (size_t)m_pad * (size_t)D;
+    const float *yh = y2 + ((size_t)2 * start + j) * (size_t)D, *yl = yh + (size_t)m * (size_t)D;
     float *out = yg + (size_t)(start + j) * (size_t)D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
         out[d] = __fmul_rn(__fadd_rn(yh[d], yl[d]), sd);
@@ -114,41 +110,41 @@ extern "C" cudaError_t cuda_moe_bf16_experts(cudaStream_t stream, const struct c
     return CUDA_LAUNCH_RESULT();
 }
 
-extern "C" cudaError_t cuda_moe_bf16_gather(cudaStream_t stream, const float *x, int64_t D, const int32_t *sorted_pair,
-                                            int n_used, const int32_t *segs, int seg0, int n_seg, int m_pad,
-                                            uint16_t *xb)
+extern "C" cudaError_t cuda_moe_bf16_gather(cudaStream_t stream, const float *x, int64_t D,
+                                            const int32_t *sorted_pair, int n_used, const int32_t *segs,
+                                            int seg0, int n_seg, int m_max, uint16_t *xb)
 {
-    if (n_seg <= 0 || m_pad <= 0)
+    if (n_seg <= 0 || m_max <= 0)
         return cudaSuccess;
     if (n_seg > 65535 || n_used < 1)
         return cudaErrorInvalidValue;
-    gather_split_kernel<<<dim3((unsigned)m_pad, (unsigned)n_seg), ROW_THREADS, 0, stream>>>(
-        x, D, sorted_pair, n_used, segs, seg0, m_pad, xb);
+    gather_split_kernel<<<dim3((unsigned)m_max, (unsigned)n_seg), ROW_THREADS, 0, stream>>>(
+        x, D, sorted_pair, n_used, segs, seg0, xb);
     return CUDA_LAUNCH_RESULT();
 }
 
 extern "C" cudaError_t cuda_moe_bf16_act(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                          const float *y1, int64_t I, const int32_t *segs, int seg0, int n_seg,
-                                         int m_pad, uint16_t *ab)
+                                         int m_max, uint16_t *ab)
 {
-    if (n_seg <= 0 || m_pad <= 0)
+    if (n_seg <= 0 || m_max <= 0)
         return cudaSuccess;
     if (n_seg > 65535)
         return cudaErrorInvalidValue;
-    act_split_kernel<<<dim3((unsigned)m_pad, (unsigned)n_seg), ROW_THREADS, 0, stream>>>(table, n_experts, y1, I,
-                                                                                         segs, seg0, m_pad, ab);
+    act_split_kernel<<<dim3((unsigned)m_max, (unsigned)n_seg), ROW_THREADS, 0, stream>>>(table, n_experts, y1,
+                                                                                         I, segs, seg0, ab);
     return CUDA_LAUNCH_RESULT();
 }
 
-extern "C" cudaError_t cuda_moe_bf16_down_rows(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                               const float *y2, int64_t D, const int32_t *segs, int seg0,
-                                               int n_seg, int m_pad, float *yg)
+extern "C" cudaError_t cuda_moe_bf16_down_rows(cudaStream_t stream, const struct cuda_wdev *table,
+                                               int n_experts, const float *y2, int64_t D, const int32_t *segs,
+                                               int seg0, int n_seg, int m_max, float *yg)
 {
-    if (n_seg <= 0 || m_pad <= 0)
+    if (n_seg <= 0 || m_max <= 0)
         return cudaSuccess;
     if (n_seg > 65535)
         return cudaErrorInvalidValue;
-    down_rows_kernel<<<dim3((unsigned)m_pad, (unsigned)n_seg), ROW_THREADS, 0, stream>>>(table, n_experts, y2, D,
-                                                                                         segs, seg0, m_pad, yg);
+    down_rows_kernel<<<dim3((unsigned)m_max, (unsigned)n_seg), ROW_THREADS, 0, stream>>>(table, n_experts, y2,
+                                                                                         D, segs, seg0, yg);
     return CUDA_LAUNCH_RESULT();
 }
