@@ -94,9 +94,9 @@ struct cuda_backend {
     bool dec16_moe;        /* routed NVFP4 experts get dec16 copies; one-token gate/up reads them */
     int gemv_mma_tokens;   /* ... and the NVFP4 linears of up to this many rows (2..8) */
     int gemv_mma_chunks;   /* ... and up to this many such launches for more rows (1: none) */
+    bool wg_split;         /* grouped wgmma GEMMs of few used tiles split K in two (MOESERVE_WG_SPLIT) */
     int moe_bf16_rows;     /* NVFP4 experts from this many rows an expert: bf16 copies + cuBLAS (0: never) */
     size_t moe_bf16_bytes; /* ... in passes of at most this much scratch */
-    bool moe_bf16_grouped; /* ... a grouped cuBLAS GEMM a pass (false: a GEMM an expert) */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
     bool attn_cluster;     /* decode attention: splits merged in a cluster's shared memory */
     bool attn_push;        /* ... the splits pushing their partials to the leader (else pulled) */
@@ -1046,10 +1046,10 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
 
 /* Prefill experts as cuBLAS GEMMs on bf16 copies of the used NVFP4 experts (cuda_moe_bf16.cu):
  * sort, read the segments on the host (one sync: never inside a capture), then per pass of
- * experts: copy, gather x, gate+up GEMMs, SiLU, down GEMMs, rows back in sorted order; the usual
- * combine. A GEMM a segment (its own row count, no padding): one grouped cuBLAS call a pass, or a
- * call a segment (MOESERVE_MOE_BF16_GEMM=loop). False where it does not apply (the caller's
- * kernels run instead). */
+ * experts: copy, gather x, a gate+up GEMM a segment (its own rows, no padding), SiLU, a down GEMM
+ * a segment, rows back in sorted order; the usual combine. (cublasGemmGroupedBatchedEx would
+ * take a pass in one call, but answers NOT_SUPPORTED for bf16 inputs with f32 outputs: H200,
+ * cuBLAS of CUDA 13.0.) False where it does not apply: the caller's kernels run instead. */
 static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *table, const struct moe_args *a,
                              const float *x, int n_tokens, const int32_t *ids, const float *weights,
                              float *work, float *out)
@@ -1081,46 +1081,21 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
     int m_max = 0;
     for (int i = 0; i < n_seg; i++)
         m_max = seg[3 * i + 2] > m_max ? seg[3 * i + 2] : m_max;
-        /* scratch: a pass's expert copies, the activations (x, then the SiLU's; rows doubled: hi,
-         * lo), the GEMM outputs and the GEMMs' pointer arrays */
-#define AL(n) (((n) + 255) / 256 * 256)
-    const size_t w_exp = 3 * I * D * 2, act = AL(2 * (size_t)pairs * (D > I ? D : I) * 2),
-                 ybytes = AL(2 * (size_t)pairs * (2 * I > D ? 2 * I : D) * 4),
-                 pbytes = AL(6 * (size_t)n_seg * sizeof(void *)), fixed = act + ybytes + pbytes;
-#undef AL
+    /* scratch: a pass's expert copies, the activations (x, then the SiLU's; rows doubled: hi,
+     * lo) and the GEMM outputs */
+    const size_t w_exp = 3 * I * D * 2, act = (2 * (size_t)pairs * (D > I ? D : I) * 2 + 255) / 256 * 256,
+                 fixed = act + 2 * (size_t)pairs * (2 * I > D ? 2 * I : D) * 4;
     int group = c->moe_bf16_bytes > fixed ? (int)((c->moe_bf16_bytes - fixed) / w_exp) : 1;
     group = group < 1 ? 1 : group > n_seg ? n_seg : group;
     char *s = ok && n_seg ? scratch_get(c, (size_t)group * w_exp + fixed) : NULL;
-    const void **hp = s ? malloc(6 * (size_t)n_seg * sizeof *hp) : NULL;
-    int *hi = hp ? malloc(8 * (size_t)n_seg * sizeof *hi) : NULL;
-    if (!s || !hp || !hi) {
-        free(h), free(hp), free(hi);
-        if (ok && n_seg && s)
-            PANIC("cuda: out of host memory");
+    if (!s) {
+        free(h);
         return true; /* an error is recorded, or no pairs */
     }
     uint16_t *wgu = (uint16_t *)s, *wd = wgu + (size_t)group * 2 * I * D;
     uint16_t *xb = (uint16_t *)(s + (size_t)group * w_exp); /* x rows, later the activations */
     float *y = (float *)((char *)xb + act);
-    const void **dp = (const void **)((char *)y + ybytes);
-    /* per segment: A, B, C of gate+up, then of down; m / n / k / ld arrays; one group each */
-    cublasOperation_t *tr = malloc(2 * (size_t)n_seg * sizeof *tr);
-    float *ab = malloc(2 * (size_t)n_seg * sizeof *ab);
-    if (!tr || !ab)
-        PANIC("cuda: out of host memory");
-    int *ncol = hi, *m1 = hi + n_seg, *k1 = hi + 2 * n_seg, *m2 = hi + 3 * n_seg, *k2 = hi + 4 * n_seg,
-        *one_each = hi + 5 * n_seg, *ld1c = hi + 6 * n_seg, *ld2c = hi + 7 * n_seg;
-    for (int i = 0; i < n_seg; i++) {
-        const size_t start = (size_t)seg[3 * i + 1], ii = (size_t)(i % group);
-        hp[i] = wgu + ii * 2 * I * D, hp[n_seg + i] = xb + 2 * start * D,
-        hp[2 * n_seg + i] = y + 2 * start * 2 * I;
-        hp[3 * n_seg + i] = wd + ii * D * I, hp[4 * n_seg + i] = xb + 2 * start * I;
-        hp[5 * n_seg + i] = y + 2 * start * D;
-        ncol[i] = 2 * seg[3 * i + 2], m1[i] = (int)(2 * I), k1[i] = (int)D, m2[i] = (int)D, k2[i] = (int)I;
-        one_each[i] = 1, ld1c[i] = (int)(2 * I), ld2c[i] = (int)D;
-        tr[i] = CUBLAS_OP_T, tr[n_seg + i] = CUBLAS_OP_N, ab[i] = 1.0f, ab[n_seg + i] = 0.0f;
-    }
-    ok = CHECK(c, cudaMemcpyAsync(dp, hp, 6 * (size_t)n_seg * sizeof *dp, cudaMemcpyHostToDevice, c->stream));
+    const float one = 1.0f, zero = 0.0f;
     /* MOESERVE_MOE_BF16_TIMES=1: each stage's time (events; a diagnostic, it syncs every pass) */
     static const char *const stage[] = {"copy", "gather", "gemm1", "act", "gemm2", "rows", "combine"};
     enum { N_EV = 8 };
@@ -1139,32 +1114,25 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
              CHECK(c, cuda_moe_bf16_gather(c->stream, x, (int64_t)D, sorted_pair, a->n_used, tiles, s0, ns,
                                            m_max, xb)) &&
              STAGE(2);
-        /* column-major views, as in linear_cublas_bf16: Y^T (N x 2 rows) = W (K x N)^T . X^T */
-        if (ok && c->moe_bf16_grouped)
-            ok = CHECK(c, cublasGemmGroupedBatchedEx(c->blas, tr + s0, tr + n_seg + s0, m1 + s0, ncol + s0,
-                                                     k1 + s0, ab + s0, dp + s0, CUDA_R_16BF, k1 + s0,
-                                                     dp + n_seg + s0, CUDA_R_16BF, k1 + s0, ab + n_seg + s0,
-                                                     (void *const *)(dp + 2 * n_seg + s0), CUDA_R_32F,
-                                                     ld1c + s0, ns, one_each + s0, CUBLAS_COMPUTE_32F));
-        for (int i = s0; ok && !c->moe_bf16_grouped && i < s0 + ns; i++)
-            ok = CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m1[i], ncol[i], k1[i], &ab[i],
-                                       hp[i], CUDA_R_16BF, k1[i], hp[n_seg + i], CUDA_R_16BF, k1[i],
-                                       &ab[n_seg + i], (void *)hp[2 * n_seg + i], CUDA_R_32F, ld1c[i],
-                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        /* column-major views, as in linear_cublas_bf16: Y^T (N x 2 rows) = W (K x N)^T . X^T; a
+         * segment's rows start at twice its first sorted row (hi rows, then lo rows) */
+        for (int i = s0; ok && i < s0 + ns; i++) {
+            const size_t r = 2 * (size_t)seg[3 * i + 1];
+            ok = CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)(2 * I), 2 * seg[3 * i + 2],
+                                       (int)D, &one, wgu + (size_t)(i - s0) * 2 * I * D, CUDA_R_16BF, (int)D,
+                                       xb + r * D, CUDA_R_16BF, (int)D, &zero, y + r * 2 * I, CUDA_R_32F,
+                                       (int)(2 * I), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
         ok = ok && STAGE(3) &&
              CHECK(c, cuda_moe_bf16_act(c->stream, table, E, y, (int64_t)I, tiles, s0, ns, m_max, xb)) &&
              STAGE(4);
-        if (ok && c->moe_bf16_grouped)
-            ok = CHECK(c, cublasGemmGroupedBatchedEx(
-                              c->blas, tr + s0, tr + n_seg + s0, m2 + s0, ncol + s0, k2 + s0, ab + s0,
-                              dp + 3 * n_seg + s0, CUDA_R_16BF, k2 + s0, dp + 4 * n_seg + s0, CUDA_R_16BF,
-                              k2 + s0, ab + n_seg + s0, (void *const *)(dp + 5 * n_seg + s0), CUDA_R_32F,
-                              ld2c + s0, ns, one_each + s0, CUBLAS_COMPUTE_32F));
-        for (int i = s0; ok && !c->moe_bf16_grouped && i < s0 + ns; i++)
-            ok = CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m2[i], ncol[i], k2[i], &ab[i],
-                                       hp[3 * n_seg + i], CUDA_R_16BF, k2[i], hp[4 * n_seg + i], CUDA_R_16BF,
-                                       k2[i], &ab[n_seg + i], (void *)hp[5 * n_seg + i], CUDA_R_32F, ld2c[i],
+        for (int i = s0; ok && i < s0 + ns; i++) {
+            const size_t r = 2 * (size_t)seg[3 * i + 1];
+            ok = CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)D, 2 * seg[3 * i + 2], (int)I,
+                                       &one, wd + (size_t)(i - s0) * D * I, CUDA_R_16BF, (int)I, xb + r * I,
+                                       CUDA_R_16BF, (int)I, &zero, y + r * D, CUDA_R_32F, (int)D,
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
         ok =
             ok && STAGE(5) &&
             CHECK(c, cuda_moe_bf16_down_rows(c->stream, table, E, y, (int64_t)D, tiles, s0, ns, m_max, yg)) &&
@@ -1191,9 +1159,7 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
             CHECK(c, cudaEventDestroy(ev[i]));
     }
 #undef STAGE
-    /* the pointer upload was staged when the call returned (pageable source); the arrays of
-     * sizes are read by cuBLAS while it enqueues */
-    free(h), free(hp), free(hi), free(tr), free(ab);
+    free(h);
     return true;
 }
 
@@ -1284,19 +1250,24 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                 n_tiles, max_tiles)))
         return;
     if (wg) {
-        /* gate and up read one image of x; down one of the activations (the same scratch) */
+        /* gate and up read one image of x; down one of the activations (the same scratch). Up to
+         * 8 pairs an SM (decode batches, short prompts) the GEMMs may split K in two where the
+         * used tiles leave SMs idle (routing known only on the device: the kernel decides) */
+        const int split = c->wg_split && pairs <= 8 * c->sm_count ? c->sm_count : 0;
         void *img;
         if (!wg_image_make(c, x, n_tokens, (int64_t)D, &wt_in, &img) ||
             !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
-                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img)) ||
-            !CHECK(c,
-                   cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x, sorted_pair,
-                                           a->n_used, tiles, n_tiles, max_tiles, up, &wt_in, img)) ||
+                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img, pairs,
+                                              split)) ||
+            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x,
+                                              sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, &wt_in,
+                                              img, pairs, split)) ||
             !CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)))
             return;
         if (!wg_image_make(c, gate, pairs, (int64_t)I, &wt_out, &img) ||
-            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate,
-                                              NULL, 1, tiles, n_tiles, max_tiles, yg, &wt_out, img)))
+            !CHECK(c,
+                   cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL,
+                                           1, tiles, n_tiles, max_tiles, yg, &wt_out, img, pairs, split)))
             return;
         CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
         return;
@@ -1714,13 +1685,14 @@ static void configure_from_plan(struct cuda_backend *c)
     /* Pair by pair (no sort) up to plan_moe_pair_max_tokens() tokens for the model's experts
      * (moe_pair_max()); MOESERVE_MOE_DECODE_MAX=N (1..64): up to N tokens whatever the model */
     c->moe_decode_max_tokens = 0;
+    /* MOESERVE_WG_SPLIT=0: the grouped wgmma GEMMs never split K (see cu_moe_experts) */
+    const char *wsp = getenv("MOESERVE_WG_SPLIT");
+    c->wg_split = !(wsp && strcmp(wsp, "0") == 0);
     /* MOESERVE_MOE_BF16=ROWS: NVFP4 experts through bf16 copies and cuBLAS from ROWS rows an
      * expert on average (pairs / experts; 0: never); MOESERVE_MOE_BF16_MB: scratch a pass */
     const char *mb = getenv("MOESERVE_MOE_BF16"), *mbm = getenv("MOESERVE_MOE_BF16_MB");
     c->moe_bf16_rows = mb && atoi(mb) > 0 ? atoi(mb) : 0;
     c->moe_bf16_bytes = (size_t)(mbm && atoi(mbm) > 0 ? atoi(mbm) : 1024) << 20;
-    const char *mbg = getenv("MOESERVE_MOE_BF16_GEMM");
-    c->moe_bf16_grouped = !(mbg && strcmp(mbg, "loop") == 0);
     const char *mdm = getenv("MOESERVE_MOE_DECODE_MAX");
     if (mdm && atoi(mdm) >= 1 && atoi(mdm) <= 64)
         c->moe_decode_max_tokens = atoi(mdm);
@@ -2142,11 +2114,6 @@ void backend_cuda_set_moe_bf16(struct backend *be, int rows, size_t pass_bytes)
     ctx(be)->moe_bf16_rows = rows > 0 ? rows : 0;
     if (pass_bytes)
         ctx(be)->moe_bf16_bytes = pass_bytes;
-}
-
-void backend_cuda_set_moe_bf16_grouped(struct backend *be, bool grouped)
-{
-    ctx(be)->moe_bf16_grouped = grouped;
 }
 
 int backend_cuda_moe_bf16_rows(struct backend *be)

@@ -87,9 +87,6 @@ int backend_cuda_gemv_mma_chunks(struct backend *be);
  * MOESERVE_MOE_BF16_MB), and the rows set. */
 void backend_cuda_set_moe_bf16(struct backend *be, int rows, size_t pass_bytes);
 int backend_cuda_moe_bf16_rows(struct backend *be);
-/* ... its GEMMs as one grouped cuBLAS call a pass (default) or a call an expert
- * (MOESERVE_MOE_BF16_GEMM=loop). */
-void backend_cuda_set_moe_bf16_grouped(struct backend *be, bool grouped);
 /* The most tokens the MoE block runs pair by pair, without the sort (1..64; 0, the default:
  * plan_moe_pair_max_tokens() for the model; MOESERVE_MOE_DECODE_MAX), and the number set. */
 void backend_cuda_set_moe_decode_max(struct backend *be, int n);
