@@ -94,7 +94,6 @@ struct cuda_backend {
     bool dec16_moe;        /* routed NVFP4 experts get dec16 copies; one-token gate/up reads them */
     int gemv_mma_tokens;   /* ... and the NVFP4 linears of up to this many rows (2..8) */
     int gemv_mma_chunks;   /* ... and up to this many such launches for more rows (1: none) */
-    bool wg_split;         /* grouped wgmma GEMMs of few used tiles split K in two (MOESERVE_WG_SPLIT) */
     int moe_bf16_rows;     /* NVFP4 experts from this many rows an expert: bf16 copies + cuBLAS (0: never) */
     size_t moe_bf16_bytes; /* ... in passes of at most this much scratch */
     bool attn_prewait;     /* decode attention: old keys issued before the PDL wait */
@@ -1250,15 +1249,13 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
                                 n_tiles, max_tiles)))
         return;
     if (wg) {
-        /* gate and up read one image of x; down one of the activations (the same scratch). Up to
-         * 8 pairs an SM (decode batches, short prompts) the GEMMs may split K in two where the
-         * used tiles leave SMs idle (routing known only on the device: the kernel decides) */
-        const int split = c->wg_split && pairs <= 8 * c->sm_count ? c->sm_count : 0;
+        /* gate and up read one image of x; down one of the activations (the same scratch). (K
+         * split in two where the used tiles leave SMs idle was measured in session 13: no gain at
+         * batch 33-64 or in prefill; commit 8af39d1 has it.) */
         void *img;
         if (!wg_image_make(c, x, n_tokens, (int64_t)D, &wt_in, &img) ||
             !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
-                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img, pairs,
-                                              split)) ||
+                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img)) ||
             !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x,
                                               sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, &wt_in,
                                               img, pairs, split)) ||
@@ -1685,9 +1682,6 @@ static void configure_from_plan(struct cuda_backend *c)
     /* Pair by pair (no sort) up to plan_moe_pair_max_tokens() tokens for the model's experts
      * (moe_pair_max()); MOESERVE_MOE_DECODE_MAX=N (1..64): up to N tokens whatever the model */
     c->moe_decode_max_tokens = 0;
-    /* MOESERVE_WG_SPLIT=0: the grouped wgmma GEMMs never split K (see cu_moe_experts) */
-    const char *wsp = getenv("MOESERVE_WG_SPLIT");
-    c->wg_split = !(wsp && strcmp(wsp, "0") == 0);
     /* MOESERVE_MOE_BF16=ROWS: NVFP4 experts through bf16 copies and cuBLAS from ROWS rows an
      * expert on average (pairs / experts; 0: never); MOESERVE_MOE_BF16_MB: scratch a pass */
     const char *mb = getenv("MOESERVE_MOE_BF16"), *mbm = getenv("MOESERVE_MOE_BF16_MB");

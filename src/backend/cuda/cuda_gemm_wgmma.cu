@@ -59,8 +59,6 @@ struct wg_params {
     const int32_t *tiles;
     const int32_t *n_tiles;
     float *y;
-    int split_below; /* > 0: y is zeroed and grid.z = 2; K is split in two where the used tiles
-                      * times the column tiles are at most this many blocks (else z = 1 exits) */
 };
 
 /* Shared memory of a tile: dynamic (the x stages) and static (source rows, e2m1 table). */
@@ -269,15 +267,6 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         row0 = blockIdx.x * TM;
         nrows = p.m - row0 < TM ? p.m - row0 : TM;
     }
-    /* few blocks (a skewed or small MoE batch): two blocks a tile, each half of K, adding into
-     * the zeroed y (0 + a + b rounds the same in either order: deterministic) */
-    int ks = 1;
-    if (p.split_below > 0)
-        ks = (int64_t)(p.tiles ? *p.n_tiles : (int)gridDim.x) * gridDim.y <= p.split_below ? 2 : 1;
-    const int kt_n = (int)((p.K + BK - 1) / BK), kt_half = (kt_n + ks - 1) / ks;
-    const int kt_lo = (int)blockIdx.z * kt_half, kt_hi = kt_lo + kt_half < kt_n ? kt_lo + kt_half : kt_n;
-    if ((int)blockIdx.z >= ks || kt_lo >= kt_hi)
-        return;
     const cuda_wdev w = p.table ? p.table[expert] : p.w;
     const int64_t N = p.N, K = p.K;
     const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, c = lane % 4;
@@ -339,6 +328,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         }
     };
 
+    const int kt_n = (int)((K + BK - 1) / BK);
     /* IMG: k-step kt of every token's pre-split row (wg_image_kernel: BK * 4 bytes a row and
      * k-step, hi chunks then lo chunks, chunk cc = 2s + h already in the stage's order) copied
      * into stage stg with cp.async. A warp's 32 copies are 8 tokens x 4 consecutive chunks: 64
@@ -370,20 +360,20 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(wg_smem);
     wg_wraw<FMT, BK> wcur, wnext;
-    wcur.load(w, m0, (int64_t)kt_lo * BK + KC * c, N, K);
+    wcur.load(w, m0, (int64_t)KC * c, N, K);
     if constexpr (IMG) {
-        copy_x(kt_lo, 0);
+        copy_x(0, 0);
         cp_async_wait_upto(0);
     } else {
-        load_x((int64_t)kt_lo * BK);
+        load_x(0);
         store_x(0);
     }
     wg_fence_proxy();
     __syncthreads();
 
     int st = 0;
-    for (int kt = kt_lo; kt < kt_hi; kt++) {
-        const bool more = kt + 1 < kt_hi;
+    for (int kt = 0; kt < kt_n; kt++) {
+        const bool more = kt + 1 < kt_n;
         if (more) { /* in flight during this k-step's wgmmas */
             const int64_t k0 = (int64_t)(kt + 1) * BK;
             /* IMG: the next stage was last read by k-step kt - 2, whose wgmmas every warpgroup
@@ -450,14 +440,8 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 #pragma unroll
             for (int v = 0; v < 2; v++) {
                 int t = 8 * j + 2 * c + v; /* token */
-                if (t >= nrows)
-                    continue;
-                float *dst = p.y + (size_t)(row0 + t) * (size_t)N + (size_t)n;
-                const float val = acc[4 * j + 2 * h + v] * s2 + (blockIdx.z == 0 ? b : 0.0f);
-                if (ks == 2)
-                    atomicAdd(dst, val);
-                else
-                    *dst = val;
+                if (t < nrows)
+                    p.y[(size_t)(row0 + t) * (size_t)N + (size_t)n] = acc[4 * j + 2 * h + v] * s2 + b;
             }
     }
 #endif /* not an sm_90a image: an empty body with no shared memory (see the file comment) */
@@ -525,7 +509,7 @@ cudaError_t wg_launch(cudaStream_t stream, const wg_params &p, int row_tiles)
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    dim3 grid((unsigned)row_tiles, (unsigned)col_tiles, p.split_below > 0 ? 2u : 1u);
+    dim3 grid((unsigned)row_tiles, (unsigned)col_tiles);
     kernel<<<grid, 128 * NWG, smem, stream>>>(p);
     return CUDA_LAUNCH_RESULT();
 }
@@ -667,18 +651,10 @@ extern "C" cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_
                                                const struct cuda_wdev *table, int64_t N, int64_t K,
                                                const float *x, const int32_t *x_rows, int x_row_div,
                                                const int32_t *tiles, const int32_t *n_tiles, int max_tiles,
-                                               float *y, const struct cuda_wgmma_tile *t, const void *img,
-                                               int64_t y_rows, int split_below)
+                                               float *y, const struct cuda_wgmma_tile *t, const void *img)
 {
     if (N <= 0 || max_tiles <= 0)
         return cudaSuccess;
-    if (split_below > 0 && y_rows > 0) {
-        cudaError_t e = cudaMemsetAsync(y, 0, (size_t)y_rows * (size_t)N * sizeof(float), stream);
-        if (e != cudaSuccess)
-            return e;
-    } else {
-        split_below = 0;
-    }
     if (!cuda_gemm_wgmma_supported(fmt, K, x) || x_row_div < 1)
         return cudaErrorInvalidValue;
     wg_params p = {};
@@ -692,6 +668,5 @@ extern "C" cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_
     p.tiles = tiles;
     p.n_tiles = n_tiles;
     p.y = y;
-    p.split_below = split_below;
     return wg_run(stream, fmt, p, max_tiles, t);
 }

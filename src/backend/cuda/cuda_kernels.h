@@ -333,15 +333,11 @@ cudaError_t cuda_gemm_wgmma_image(cudaStream_t stream, const float *x, int64_t r
 cudaError_t cuda_gemm_wgmma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w, int64_t N,
                             int64_t K, const float *x, int m, float *y, const struct cuda_wgmma_tile *t,
                             const void *img);
-/* split_below > 0: y (y_rows x N) is zeroed first, and where the used tiles times the column
- * tiles are at most split_below blocks, two blocks share each tile's K (atomic adds of two
- * partial sums: deterministic); 0: plain stores. */
 cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_format fmt,
                                     const struct cuda_wdev *table, int64_t N, int64_t K, const float *x,
                                     const int32_t *x_rows, int x_row_div, const int32_t *tiles,
                                     const int32_t *n_tiles, int max_tiles, float *y,
-                                    const struct cuda_wgmma_tile *t, const void *img, int64_t y_rows,
-                                    int split_below);
+                                    const struct cuda_wgmma_tile *t, const void *img);
 
 /* ---- cuda_decode.cu (one activation row: decode) ---- */
 /* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned;
