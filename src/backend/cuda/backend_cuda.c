@@ -1256,15 +1256,14 @@ static void cu_moe_experts(struct backend *be, const float *x, int n_tokens, con
         if (!wg_image_make(c, x, n_tokens, (int64_t)D, &wt_in, &img) ||
             !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
                                               a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img)) ||
-            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x,
-                                              sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, &wt_in,
-                                              img, pairs, split)) ||
+            !CHECK(c,
+                   cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                           a->n_used, tiles, n_tiles, max_tiles, up, &wt_in, img)) ||
             !CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)))
             return;
         if (!wg_image_make(c, gate, pairs, (int64_t)I, &wt_out, &img) ||
-            !CHECK(c,
-                   cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL,
-                                           1, tiles, n_tiles, max_tiles, yg, &wt_out, img, pairs, split)))
+            !CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate,
+                                              NULL, 1, tiles, n_tiles, max_tiles, yg, &wt_out, img)))
             return;
         CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
         return;
