@@ -477,6 +477,23 @@ static void test_decode_splits(void **state)
     free(p);
 }
 
+/* The pair-by-pair MoE range: tokens while the (token, slot) pairs average at most 2 an expert,
+ * within 8..64 tokens. */
+static void test_moe_pair_max_tokens(void **state)
+{
+    (void)state;
+    for (int e = 1; e <= 1024; e *= 2)
+        for (int k = 1; k <= 16 && k <= e; k *= 2) {
+            const int t = plan_moe_pair_max_tokens(e, k);
+            assert_in_range(t, 8, 64);
+            if (t > 8 && t < 64) {
+                assert_true((int64_t)t * k <= 2 * (int64_t)e);
+                assert_true((int64_t)(t + 1) * k > 2 * (int64_t)e);
+            }
+        }
+    assert_int_equal(plan_moe_pair_max_tokens(128, 0), 8); /* no routing: the floor */
+}
+
 static void test_probe(void **state)
 {
     (void)state;
@@ -525,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_variant_loads),
         cmocka_unit_test(test_json_shape),
         cmocka_unit_test(test_decode_splits),
+        cmocka_unit_test(test_moe_pair_max_tokens),
         cmocka_unit_test(test_probe),
         cmocka_unit_test(test_bad_caps),
     };
