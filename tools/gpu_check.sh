@@ -9,7 +9,8 @@
 #    MOESERVE_PDL=1, MOESERVE_FUSE=attn (the pending delta through the fused GEMVs),
 #    MOESERVE_STREAM=1, MOESERVE_DECODE_MMA_DENSE=0 + MOESERVE_ATTN_PREWAIT=0 (the session-6
 #    defaults), MOESERVE_L2_PREFETCH, MOESERVE_DECODE_FP8=1, MOESERVE_DEC16=1 and _MOE=1, MOESERVE_LAYER_KERNEL=1, MOESERVE_LINEAR_DEQUANT=0,
-#    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1 and =cluster
+#    MOESERVE_ROUTER_ROUTE=1 and =cluster, MOESERVE_PREP_ATTN=1 and =cluster,
+#    MOESERVE_MOE_DECODE_MAX=8, MOESERVE_GEMV_MMA_CHUNKS=4, MOESERVE_MOE_BF16=1
 # 3. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
 # 4. compute-sanitizer --tool racecheck on test_ops_cuda (likewise), NVFP4 linears on our GEMMs
 #    (MOESERVE_LINEAR_DEQUANT=0): through cuBLAS they run its sm_90 nvjet_* kernels, in which
@@ -91,6 +92,9 @@ golden "MOESERVE_DEC16=1" golden_dec16.log MOESERVE_DEC16=1
 golden "MOESERVE_DEC16_MOE=1" golden_dec16_moe.log MOESERVE_DEC16_MOE=1
 # NVFP4 linears on our GEMMs instead of bf16 copies through cuBLAS (the default from session 12)
 golden "MOESERVE_LINEAR_DEQUANT=0" golden_linear_dequant_off.log MOESERVE_LINEAR_DEQUANT=0
+golden "MOESERVE_MOE_DECODE_MAX=8" golden_moe_decode_max8.log MOESERVE_MOE_DECODE_MAX=8
+golden "MOESERVE_GEMV_MMA_CHUNKS=4" golden_gemv_chunks.log MOESERVE_GEMV_MMA_CHUNKS=4
+golden "MOESERVE_MOE_BF16=1" golden_moe_bf16.log MOESERVE_MOE_BF16=1
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
