@@ -1042,7 +1042,11 @@ static void test_moe_experts(void **state)
     run_moe(p, WEIGHT_NVFP4, 20, 64, 8, 2048, 768, false, &rng);
     backend_cuda_set_moe_decode_max(&p->gpu, dmax);
     /* prefill experts through bf16 copies and cuBLAS (MOESERVE_MOE_BF16): one pass, then one
-     * expert a pass (a 1-byte pass budget), skewed loads (padding rows), real widths */
+     * expert a pass (a 1-byte pass budget), skewed loads, real widths. Not under racecheck
+     * (MOESERVE_OPS_NO_CUBLAS=1): cuBLAS's own sm_90 kernels report hazards there, and take
+     * minutes. */
+    if (getenv("MOESERVE_OPS_NO_CUBLAS"))
+        return;
     const int bf16_rows = backend_cuda_moe_bf16_rows(&p->gpu);
     backend_cuda_set_moe_bf16(&p->gpu, 1, 0);
     run_moe_tol(p, WEIGHT_NVFP4, 70, 16, 4, 64, 48, false, TOL_BF16, &rng);
