@@ -275,7 +275,7 @@ __device__ __forceinline__ void silu_pair_store(float2 r, float sg, float su, co
             gv += gbias[n];
         if (ubias)
             uv += ubias[n];
-        out[n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
+        out[n] = dev_silu_mul(gv, uv);
     }
 }
 

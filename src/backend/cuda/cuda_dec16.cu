@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(DQ_THREADS)
             gvl += wg.bias[n];
         if (wu.bias)
             uvl += wu.bias[n];
-        out[n] = __fmul_rn(__fdiv_rn(gvl, __fadd_rn(1.0f, expf(-gvl))), uvl); /* as cuda_silu_mul */
+        out[n] = dev_silu_mul(gvl, uvl);
     }
 }
 

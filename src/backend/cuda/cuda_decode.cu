@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
             gv += wg.bias[n0 + lane];
         if (wu.bias)
             uv += wu.bias[n0 + lane];
-        out[n0 + lane] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
+        out[n0 + lane] = dev_silu_mul(gv, uv);
     }
 }
 

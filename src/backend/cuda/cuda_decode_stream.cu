@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(ST_THREADS, 2) stream_kernel(const __grid_cons
                     gv += rg.w->bias[rg.n];
                 if (ru.w->bias)
                     uv += ru.w->bias[ru.n];
-                a = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv); /* as cuda_silu_mul */
+                a = dev_silu_mul(gv, uv);
             }
             p.out[v0 + i] = a; /* act is [pair, I]: row v = pair * I + n */
         }

@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(LD_THREADS, 3) layer_decode_kernel(const __gri
                         gv += w.bias[n];
                     if (wu.bias)
                         uv += wu.bias[n];
-                    p.act[(size_t)pair * p.I + n] = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
+                    p.act[(size_t)pair * p.I + n] = dev_silu_mul(gv, uv);
                 }
             }
         }
