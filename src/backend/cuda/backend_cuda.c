@@ -134,6 +134,7 @@ struct cuda_backend {
     bool moe_wgmma, linear_wgmma; /* ... or the Hopper wgmma GEMM (cuda_gemm_wgmma.cu) */
     int linear_dequant_rows;      /* NVFP4 linears of >= this many rows: bf16 copy + cuBLAS (0: never) */
     struct cuda_wgmma_tile wg_moe, wg_linear; /* its planned tiles, fitted per call */
+    int wg_stages; /* 4: two k-steps in flight where compiled (MOESERVE_WG_STAGES=4), else 3 */
     bool wg_image; /* ... reading x pre-split once into the scratch buffer (cuda_gemm_wgmma_image) */
     int moe_rows_gate_up, moe_rows_down; /* output rows per warp of the MoE decode kernels */
     struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
@@ -1774,6 +1775,10 @@ static void configure_from_plan(struct cuda_backend *c)
     c->linear_dequant_rows = ldq ? (atoi(ldq) > 0 ? atoi(ldq) : 0) : 1;
     /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
      * copying one pre-split image */
+    /* MOESERVE_WG_STAGES=4: the wgmma GEMMs keep two k-steps of x and weights in flight (a
+     * 4-stage ring, NVFP4 64-token tiles reading x's image) instead of one */
+    const char *wgs = getenv("MOESERVE_WG_STAGES");
+    c->wg_stages = wgs && atoi(wgs) == 4 ? 4 : 3;
     const char *wgi = getenv("MOESERVE_WG_IMAGE");
     c->wg_image = !(wgi && strcmp(wgi, "0") == 0);
     /* MOESERVE_DEC16_MOE=1: the routed NVFP4 experts' gate and up also in the dec16 layout (a
@@ -1935,7 +1940,8 @@ static void configure_from_plan(struct cuda_backend *c)
         c->tile_moe = gemm_tile_from(op);
         c->moe_mma = strstr(op->kernel, "_mma") != NULL;
         c->moe_wgmma = strstr(op->kernel, "_wgmma") != NULL;
-        c->wg_moe = (struct cuda_wgmma_tile){.tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k};
+        c->wg_moe = (struct cuda_wgmma_tile){
+            .tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k, .stages = c->wg_stages};
         c->moe_mma |= c->moe_wgmma; /* where no wgmma tile fits: mma.sync, the same numerics */
     } else {
         LOG_WARN("cuda: the plan has no moe_experts_gemm entry; using the 64x64 fp32 tile");
@@ -1949,7 +1955,8 @@ static void configure_from_plan(struct cuda_backend *c)
         c->tile_linear = gemm_tile_from(op);
         c->linear_mma = strstr(op->kernel, "_mma") != NULL;
         c->linear_wgmma = strstr(op->kernel, "_wgmma") != NULL;
-        c->wg_linear = (struct cuda_wgmma_tile){.tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k};
+        c->wg_linear = (struct cuda_wgmma_tile){
+            .tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k, .stages = c->wg_stages};
         c->linear_mma |= c->linear_wgmma;
     }
 }

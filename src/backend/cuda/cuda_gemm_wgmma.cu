@@ -45,7 +45,7 @@
 namespace
 {
 
-enum { WG_STAGES = 3 };
+enum { WG_STAGES = 3 }; /* the default ring: one k-step of x in flight (a 4-stage ring: two) */
 
 struct wg_params {
     cuda_wdev w;            /* the weight when table == NULL */
@@ -62,9 +62,9 @@ struct wg_params {
 };
 
 /* Shared memory of a tile: dynamic (the x stages) and static (source rows, e2m1 table). */
-constexpr size_t wg_dyn_smem(int tm, int bk)
+constexpr size_t wg_dyn_smem(int tm, int bk, int stages)
 {
-    return (size_t)WG_STAGES * 2 * (size_t)tm * (size_t)bk * 2;
+    return (size_t)stages * 2 * (size_t)tm * (size_t)bk * 2;
 }
 
 constexpr size_t wg_static_smem(int fmt, int tm)
@@ -245,9 +245,11 @@ struct wg_wraw {
 
 #endif
 
-template <int FMT, int TM, int NWG, int BK, bool IMG>
+template <int FMT, int TM, int NWG, int BK, bool IMG, int ST = WG_STAGES>
 __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
 {
+    /* ST = 4 (x's image only): k-step kt + 2's x copy and weights are issued during k-step kt */
+    static_assert(ST == WG_STAGES || (ST == 4 && IMG), "a 4-stage ring reads x's image");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int THREADS = 128 * NWG, STEPS = BK / 16, KC = BK / 4, SC = BK / 64;
     constexpr int UNITS = TM * STEPS, UPT = (UNITS + THREADS - 1) / THREADS; /* x: (token, k16 step) */
@@ -359,9 +361,16 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         acc[i] = 0.0f;
 
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(wg_smem);
-    wg_wraw<FMT, BK> wcur, wnext;
+    wg_wraw<FMT, BK> wcur, wnext, wnext2;
     wcur.load(w, m0, (int64_t)KC * c, N, K);
-    if constexpr (IMG) {
+    if constexpr (ST == 4) {
+        copy_x(0, 0);
+        if (kt_n > 1) {
+            copy_x(1, 1);
+            wnext.load(w, m0, (int64_t)BK + KC * c, N, K);
+        }
+        cp_async_wait_upto(kt_n > 1 ? 1 : 0); /* stage 0 landed; stage 1 may still be in flight */
+    } else if constexpr (IMG) {
         copy_x(0, 0);
         cp_async_wait_upto(0);
     } else {
@@ -374,7 +383,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
     int st = 0;
     for (int kt = 0; kt < kt_n; kt++) {
         const bool more = kt + 1 < kt_n;
-        if (more) { /* in flight during this k-step's wgmmas */
+        if constexpr (ST == 4) {
+            /* stage (st + 2) % 4 was last read by k-step kt - 2, retired everywhere as below */
+            if (kt + 2 < kt_n) {
+                copy_x(kt + 2, (st + 2) % 4);
+                wnext2.load(w, m0, (int64_t)(kt + 2) * BK + KC * c, N, K);
+            }
+        } else if (more) { /* in flight during this k-step's wgmmas */
             const int64_t k0 = (int64_t)(kt + 1) * BK;
             /* IMG: the next stage was last read by k-step kt - 2, whose wgmmas every warpgroup
              * retired in k-step kt - 1 (its first wait), before the barrier that ended it */
@@ -415,7 +430,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
             wg_commit();
             wg_wait<1>();
         }
-        if (more) {
+        if (more && ST == 4) {
+            st = (st + 1) % 4;
+            cp_async_wait_upto(kt + 2 < kt_n ? 1 : 0); /* k-step kt + 1's stage landed */
+            wg_fence_proxy();
+            wcur = wnext;
+            wnext = wnext2;
+        } else if (more) {
             st = st + 1 == WG_STAGES ? 0 : st + 1; /* last read by k-step kt - 2: retired everywhere */
             store_x(st);
             if constexpr (IMG)
@@ -481,28 +502,36 @@ __global__ void wg_image_kernel(const float *x, int64_t rows, int64_t K, int bk,
 
 /* The compiled tiles; the first that matches a fitted tile runs. */
 struct wg_config {
-    int fmt, tm, nwg, bk;
+    int fmt, tm, nwg, bk, st;
 };
 
 const wg_config WG_CONFIGS[] = {
-    {WEIGHT_BF16, 64, 2, 64},   {WEIGHT_BF16, 64, 4, 64},   {WEIGHT_BF16, 128, 2, 64},
-    {WEIGHT_NVFP4, 64, 2, 64},  {WEIGHT_NVFP4, 64, 4, 64},  {WEIGHT_NVFP4, 128, 2, 64},
-    {WEIGHT_NVFP4, 64, 2, 128}, {WEIGHT_NVFP4, 64, 4, 128},
+    {WEIGHT_BF16, 64, 2, 64, 3},   {WEIGHT_BF16, 64, 4, 64, 3},   {WEIGHT_BF16, 128, 2, 64, 3},
+    {WEIGHT_NVFP4, 64, 2, 64, 3},  {WEIGHT_NVFP4, 64, 4, 64, 3},  {WEIGHT_NVFP4, 128, 2, 64, 3},
+    {WEIGHT_NVFP4, 64, 2, 128, 3}, {WEIGHT_NVFP4, 64, 4, 128, 3}, {WEIGHT_NVFP4, 64, 2, 64, 4},
+    {WEIGHT_NVFP4, 64, 4, 64, 4},
 };
 
-template <int FMT, int TM, int NWG, int BK>
-cudaError_t wg_attrs(cudaFuncAttributes *a)
+template <int FMT, int TM, int NWG, int BK, int ST> cudaError_t wg_attrs(cudaFuncAttributes *a)
 {
-    cudaError_t e = cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK, true>);
-    return e != cudaSuccess ? e : cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK, false>);
+    cudaError_t e = cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK, true, ST>);
+    if constexpr (ST != WG_STAGES)
+        return e;
+    else
+        return e != cudaSuccess ? e : cudaFuncGetAttributes(a, gemm_wgmma_kernel<FMT, TM, NWG, BK, false>);
 }
 
-template <int FMT, int TM, int NWG, int BK>
+template <int FMT, int TM, int NWG, int BK, int ST>
 cudaError_t wg_launch(cudaStream_t stream, const wg_params &p, int row_tiles)
 {
-    auto kernel =
-        p.img ? gemm_wgmma_kernel<FMT, TM, NWG, BK, true> : gemm_wgmma_kernel<FMT, TM, NWG, BK, false>;
-    const size_t smem = wg_dyn_smem(TM, BK);
+    auto kernel = gemm_wgmma_kernel<FMT, TM, NWG, BK, true, ST>;
+    if constexpr (ST == WG_STAGES) {
+        if (!p.img)
+            kernel = gemm_wgmma_kernel<FMT, TM, NWG, BK, false>;
+    } else if (!p.img) {
+        return cudaErrorInvalidValue; /* wg_run picks a 3-stage config without an image */
+    }
+    const size_t smem = wg_dyn_smem(TM, BK, ST);
     int64_t col_tiles = (p.N + 64 * NWG - 1) / (64 * NWG);
     if (col_tiles > 65535)
         return cudaErrorInvalidValue;
@@ -518,41 +547,56 @@ cudaError_t wg_launch(cudaStream_t stream, const wg_params &p, int row_tiles)
 cudaError_t wg_dispatch(const wg_config &cfg, cudaFuncAttributes *a, cudaStream_t stream, const wg_params *p,
                         int row_tiles)
 {
-#define WG_CASE(F, TM, NWG, BK)                                                                              \
-    if (cfg.fmt == F && cfg.tm == TM && cfg.nwg == NWG && cfg.bk == BK)                                      \
-        return a ? wg_attrs<F, TM, NWG, BK>(a) : wg_launch<F, TM, NWG, BK>(stream, *p, row_tiles);
-    WG_CASE(WEIGHT_BF16, 64, 2, 64)
-    WG_CASE(WEIGHT_BF16, 64, 4, 64)
-    WG_CASE(WEIGHT_BF16, 128, 2, 64)
-    WG_CASE(WEIGHT_NVFP4, 64, 2, 64)
-    WG_CASE(WEIGHT_NVFP4, 64, 4, 64)
-    WG_CASE(WEIGHT_NVFP4, 128, 2, 64)
-    WG_CASE(WEIGHT_NVFP4, 64, 2, 128)
-    WG_CASE(WEIGHT_NVFP4, 64, 4, 128)
+#define WG_CASE(F, TM, NWG, BK, ST)                                                                          \
+    if (cfg.fmt == F && cfg.tm == TM && cfg.nwg == NWG && cfg.bk == BK && cfg.st == ST)                      \
+        return a ? wg_attrs<F, TM, NWG, BK, ST>(a) : wg_launch<F, TM, NWG, BK, ST>(stream, *p, row_tiles);
+    WG_CASE(WEIGHT_BF16, 64, 2, 64, 3)
+    WG_CASE(WEIGHT_BF16, 64, 4, 64, 3)
+    WG_CASE(WEIGHT_BF16, 128, 2, 64, 3)
+    WG_CASE(WEIGHT_NVFP4, 64, 2, 64, 3)
+    WG_CASE(WEIGHT_NVFP4, 64, 4, 64, 3)
+    WG_CASE(WEIGHT_NVFP4, 128, 2, 64, 3)
+    WG_CASE(WEIGHT_NVFP4, 64, 2, 128, 3)
+    WG_CASE(WEIGHT_NVFP4, 64, 4, 128, 3)
+    WG_CASE(WEIGHT_NVFP4, 64, 2, 64, 4)
+    WG_CASE(WEIGHT_NVFP4, 64, 4, 64, 4)
 #undef WG_CASE
     return cudaErrorInvalidValue;
 }
 
-bool wg_find(enum weight_format fmt, const cuda_wgmma_tile *t, wg_config *out)
+/* t's stages: 4 where asked for and compiled, else 3 */
+int wg_stages(enum weight_format fmt, const cuda_wgmma_tile *t)
+{
+    if (t->stages == 4)
+        for (const wg_config &cfg : WG_CONFIGS)
+            if (cfg.st == 4 && cfg.fmt == (int)fmt && cfg.tm == t->tokens && 64 * cfg.nwg == t->rows &&
+                cfg.bk == t->k)
+                return 4;
+    return WG_STAGES;
+}
+
+bool wg_find(enum weight_format fmt, const cuda_wgmma_tile *t, int stages, wg_config *out)
 {
     for (const wg_config &cfg : WG_CONFIGS)
-        if (cfg.fmt == (int)fmt && cfg.tm == t->tokens && 64 * cfg.nwg == t->rows && cfg.bk == t->k) {
+        if (cfg.fmt == (int)fmt && cfg.tm == t->tokens && 64 * cfg.nwg == t->rows && cfg.bk == t->k &&
+            cfg.st == stages) {
             *out = cfg;
             return true;
         }
     return false;
 }
 
-size_t wg_smem_bytes(enum weight_format fmt, int tm, int bk)
+size_t wg_smem_bytes(enum weight_format fmt, int tm, int bk, int stages)
 {
-    return wg_dyn_smem(tm, bk) + wg_static_smem(fmt, tm);
+    return wg_dyn_smem(tm, bk, stages) + wg_static_smem(fmt, tm);
 }
 
 cudaError_t wg_run(cudaStream_t stream, enum weight_format fmt, const wg_params &p, int row_tiles,
                    const cuda_wgmma_tile *t)
 {
     wg_config cfg;
-    if (!wg_find(fmt, t, &cfg) || (fmt == WEIGHT_NVFP4 && t->k == 128 && p.K % 128))
+    const int stages = p.img ? wg_stages(fmt, t) : WG_STAGES; /* 4 stages read x's image */
+    if (!wg_find(fmt, t, stages, &cfg) || (fmt == WEIGHT_NVFP4 && t->k == 128 && p.K % 128))
         return cudaErrorInvalidValue;
     if (row_tiles <= 0)
         return cudaSuccess;
@@ -594,7 +638,7 @@ extern "C" int cuda_gemm_wgmma_fit(struct cuda_wgmma_tile *t, enum weight_format
     int tm = t->tokens >= 128 && rows_hint > 64 ? 128 : 64;
     int nwg = t->rows >= 256 && tm == 64 ? 4 : 2;
     int bk = fmt == WEIGHT_NVFP4 && t->k >= 128 && K % 128 == 0 && tm == 64 ? 128 : 64;
-    while (wg_smem_bytes(fmt, tm, bk) > budget) {
+    while (wg_smem_bytes(fmt, tm, bk, WG_STAGES) > budget) {
         if (bk > 64)
             bk = 64;
         else if (tm > 64)
@@ -605,7 +649,9 @@ extern "C" int cuda_gemm_wgmma_fit(struct cuda_wgmma_tile *t, enum weight_format
     t->tokens = tm;
     t->rows = 64 * nwg;
     t->k = bk;
-    t->smem_bytes = wg_smem_bytes(fmt, tm, bk);
+    /* a 4-stage ring where asked for, compiled for this tile and within the budget */
+    t->stages = wg_stages(fmt, t) == 4 && wg_smem_bytes(fmt, tm, bk, 4) <= budget ? 4 : WG_STAGES;
+    t->smem_bytes = wg_smem_bytes(fmt, tm, bk, t->stages);
     return 1;
 }
 

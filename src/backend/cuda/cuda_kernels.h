@@ -309,6 +309,8 @@ struct cuda_wgmma_tile {
     int tokens;
     int rows;
     int k;
+    int stages; /* x stages in shared memory: 4 keeps two k-steps of x and weights in flight (NVFP4,
+                 * 64 tokens, with x's image only); anything else: 3, one k-step in flight */
     size_t smem_bytes;
 };
 /* Whether device runs the wgmma kernels (makes it current): every one has an image for it
