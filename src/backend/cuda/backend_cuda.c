@@ -1090,7 +1090,10 @@ static bool moe_experts_bf16(struct cuda_backend *c, const struct cuda_wdev *tab
     char *s = ok && n_seg ? scratch_get(c, (size_t)group * w_exp + fixed) : NULL;
     if (!s) {
         free(h);
-        return true; /* an error is recorded, or no pairs */
+        if (ok && !n_seg) /* no valid expert id at all: the combine writes zeros */
+            CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg,
+                                      out));
+        return true; /* else an error is recorded */
     }
     uint16_t *wgu = (uint16_t *)s, *wd = wgu + (size_t)group * 2 * I * D;
     uint16_t *xb = (uint16_t *)(s + (size_t)group * w_exp); /* x rows, later the activations */
