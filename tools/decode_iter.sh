@@ -29,10 +29,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     summary+=("ctest -L gpu: rc $rc ($((SECONDS - t0)) s); $(grep -cE '^\[  FAILED  \]|^\[  ERROR   \]' "$logs/ctest_gpu.log") failed cases")
     grep -E "FAILED|ERROR|not written|rel err [0-9.e+-]* > |mismatches [1-9]" "$logs/ctest_gpu.log" | head -30
 fi
-want="qwen3-30b-a3b nvfp4 layers=48"
+# SYNTH_ARGS: more make_synth_checkpoint options, e.g. "--embed-scale 200" (routing spread as a
+# trained model's; give it its own SYNTH_DIR)
+want="qwen3-30b-a3b nvfp4 layers=48${SYNTH_ARGS:+ $SYNTH_ARGS}"
 if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
     rm -rf "$synth" && mkdir -p "$synth"
-    "$build/make_synth_checkpoint" --out "$synth" --preset qwen3-30b-a3b --format nvfp4 >"$logs/synth.log" 2>&1 &&
+    # shellcheck disable=SC2086
+    "$build/make_synth_checkpoint" --out "$synth" --preset qwen3-30b-a3b --format nvfp4 ${SYNTH_ARGS:-} >"$logs/synth.log" 2>&1 &&
         echo "$want" >"$synth/.complete"
 fi
 variants=${VARIANTS:-"default"}

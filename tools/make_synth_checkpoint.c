@@ -37,6 +37,15 @@
  * weights: 448 * block amax / tensor amax); weight_scale_2 is then chosen so
  * the dequantized weights have std 1/sqrt(fan_in) as well.
  *
+ * Routing: in a random model the residual stream soon carries a component common to every
+ * token (the layers' outputs are ~45x the embeddings' norm, and attention over random keys
+ * averages the values), so deeper layers route nearly every token to the same ~30 experts
+ * (cpu-bench, 256 tokens: 64 experts used in layer 0, 29-32 in layers 4-7, up to 256 rows an
+ * expert; qwen3-30b-a3b on the H200: 29-34 of 128). --embed-scale X multiplies the embeddings,
+ * keeping each token's own direction in the stream: at 200, cpu-bench's 8 layers all use 64 of
+ * 64 experts with at most 42-49 rows an expert (32 on average), as a load-balanced trained model
+ * would. The default (1) is the checkpoint of sessions 2-13's benchmarks.
+ *
  * Speed: the 30B preset is ~17 GB in NVFP4 (~61 GB in BF16), a glm5-slice
  * MoE layer 5.6 GB in NVFP4, so data is made by all OpenMP threads into a
  * 64 MiB buffer and written with one fwrite per buffer; the disk is the
@@ -47,7 +56,8 @@
  * that runs them.
  *
  * usage: make_synth_checkpoint --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice]
- *                              [--format bf16|nvfp4] [--layers N] [--seed S] [--config-only]
+ *                              [--format bf16|nvfp4] [--layers N] [--seed S] [--embed-scale X]
+ *                              [--config-only]
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -129,6 +139,7 @@ struct synth {
     size_t n, cap;
     uint64_t data_bytes;
     float nvfp4_scale2_unit; /* weight_scale_2 * sqrt(fan_in): see synth_nvfp4_unit() */
+    float embed_scale;       /* --embed-scale: see "Routing" above */
 };
 
 static uint64_t rng_next(uint64_t *s)
@@ -267,7 +278,7 @@ static int synth_plan_qwen3_moe(struct synth *sy)
     const struct shape_preset *s = &sy->s;
     int64_t D = s->d_model, qd = (int64_t)s->n_heads * s->head_dim, kvd = (int64_t)s->n_kv * s->head_dim;
     char p[160];
-    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D),
+    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sy->embed_scale * sqrtf(3.0f / (float)D),
                        "model.embed_tokens.weight");
     for (int l = 0; l < s->n_layers && !rc; l++) {
         snprintf(p, sizeof p, "model.layers.%d.input_layernorm.weight", l);
@@ -340,7 +351,7 @@ static int synth_plan_glm_moe_dsa(struct synth *sy)
 {
     const struct shape_preset *s = &sy->s;
     int64_t D = s->d_model;
-    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sqrtf(3.0f / (float)D),
+    int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sy->embed_scale * sqrtf(3.0f / (float)D),
                        "model.embed_tokens.weight");
     for (int l = 0; l < s->n_layers && !rc; l++)
         rc = synth_plan_glm_layer(sy, l);
@@ -632,7 +643,7 @@ static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice] [--format bf16|nvfp4] "
-            "[--layers N] [--seed S] [--config-only]\n",
+            "[--layers N] [--seed S] [--embed-scale X] [--config-only]\n",
             argv0);
     return 2;
 }
@@ -641,6 +652,7 @@ int main(int argc, char **argv)
 {
     const char *out = NULL, *preset = "cpu-bench", *format = "bf16";
     int layers = 0;
+    double embed_scale = 1.0;
     bool config_only = false;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -654,7 +666,15 @@ int main(int argc, char **argv)
             layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--config-only"))
+        else if (!strcmp(argv[i], "--embed-scale") && i + 1 < argc) {
+            char *end = NULL;
+            embed_scale = strtod(argv[++i], &end);
+            if (!end || *end || !(embed_scale > 0.0) || !isfinite(embed_scale) || embed_scale > 1e4) {
+                fprintf(stderr, "make_synth_checkpoint: --embed-scale %s: expected a number in (0, 10000]\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--config-only"))
             config_only = true;
         else
             return usage(argv[0]);
@@ -676,6 +696,7 @@ int main(int argc, char **argv)
         return 2;
     }
     sy.s = *p;
+    sy.embed_scale = (float)embed_scale;
     if (layers > 0)
         sy.s.n_layers = layers;
     sy.nvfp4_scale2_unit = synth_nvfp4_unit();

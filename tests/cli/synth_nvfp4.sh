@@ -2,7 +2,8 @@
 # tools/make_synth_checkpoint through the real binaries: a 2-layer tiny checkpoint written
 # directly in ModelOpt NVFP4 layout loads (`info`: nvfp4 attention and experts, bf16 embedding,
 # router and lm_head), generates, and benches at two batch sizes; its bytes do not depend on the
-# thread count; the bf16 layout of the same preset generates too; a bad --format is a usage error;
+# thread count; the bf16 layout of the same preset generates too; --embed-scale changes only the
+# embedding; a bad --format or --embed-scale is a usage error;
 # the glm5-slice preset plans GLM-5's tensors and config (--config-only: no weights written).
 # Usage: synth_nvfp4.sh MOESERVE SRC_DIR WORK_DIR
 set -u
@@ -78,6 +79,39 @@ fi
     [ ! -e "$work/nvfp4_t2/hf_quant_config.json" ] &&
     "$bin" generate --model "$work/nvfp4_t2" --tokens 5,6 -n 2 >/dev/null 2>"$work/gen_bf16.log" &&
     ok "bf16 layout over an nvfp4 one: generates, no hf_quant_config.json" || bad "bf16 layout: $(tail -n 2 "$work/gen_bf16.log")"
+
+# 5b. --embed-scale (spreads routing): only the embedding's bytes change, and the model runs
+e=$work/embed
+if "$synth" --out "$e" --preset tiny --layers 2 --format nvfp4 --embed-scale 200 2>"$work/embed.log" &&
+    "$bin" generate --model "$e" --tokens 1,2,3 -n 2 >/dev/null 2>>"$work/embed.log"; then
+    if command -v python3 >/dev/null; then
+        if python3 - "$m/model.safetensors" "$e/model.safetensors" <<'PY' >"$work/embed_cmp.txt" 2>&1; then
+import json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in hdr.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys()
+changed = sorted(k for k in a if a[k] != b[k])
+assert changed == ["model.embed_tokens.weight"], changed
+print("only model.embed_tokens.weight differs")
+PY
+            ok "--embed-scale 200: $(cat "$work/embed_cmp.txt"); generates"
+        else
+            bad "--embed-scale 200: $(tail -n 3 "$work/embed_cmp.txt")"
+        fi
+    else
+        cmp -s "$m/model.safetensors" "$e/model.safetensors" && bad "--embed-scale 200 wrote the same bytes" ||
+            ok "--embed-scale 200: other bytes than the default (no python3: cmp); generates"
+    fi
+else
+    bad "--embed-scale 200: $(tr '\r' '\n' <"$work/embed.log" | tail -n 2)"
+fi
+"$synth" --out "$work/x" --preset tiny --embed-scale 0 >/dev/null 2>&1
+[ $? = 2 ] && ok "--embed-scale 0 is a usage error (exit 2)" || bad "--embed-scale 0 did not exit 2"
 
 # 6. the glm5-slice preset, config only (its weights are 5.6 GB a MoE layer): the size it would
 #    write, GLM-5's keys as transformers writes them, quantize's excludes
