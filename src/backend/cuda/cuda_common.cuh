@@ -77,6 +77,14 @@ __device__ __forceinline__ uint16_t dev_to_bf16(float f)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* v ~= hi + lo in bf16: hi = bf16(v), lo = bf16(v - hi) (the residual is exact, rounded once more). */
+__device__ __forceinline__ void dev_bf16_split(float v, uint16_t *hi, uint16_t *lo)
+{
+    const uint16_t h = dev_to_bf16(v);
+    *hi = h;
+    *lo = dev_to_bf16(__fsub_rn(v, dev_bf16(h)));
+}
+
 /* One 32-bit word of E2M1 codes (low nibble first) times its block scale s, as 8 bf16: exact, since
  * E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688]. */
 __device__ __forceinline__ uint4 dev_nvfp4_word_bf16(uint32_t u, float s)

@@ -53,10 +53,7 @@ __global__ void f32_to_bf16_split_kernel(const float *x, uint16_t *hi, uint16_t 
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = x[i];
-        uint16_t h = dev_to_bf16(v);
-        hi[i] = h;
-        lo[i] = dev_to_bf16(__fsub_rn(v, dev_bf16(h))); /* exact residual, rounded once more */
+        dev_bf16_split(x[i], &hi[i], &lo[i]);
     }
 }
 

@@ -19,12 +19,23 @@ namespace
 
 enum { ROW_THREADS = 256 };
 
+/* Segment s of the pass starting at seg0: its expert, first sorted row and rows. */
+struct seg_info {
+    int e, start, m;
+};
+
+__device__ __forceinline__ seg_info seg_of(const int32_t *segs, int seg0, int s)
+{
+    const int32_t *g = segs + 3 * (seg0 + s);
+    return {g[0], g[1], g[2]};
+}
+
 /* Segment s (of the pass starting at seg0): gate rows then up rows into wgu (2I x D), down into
  * wd (D x I), all bf16 without the global scales. */
 __global__ void experts_bf16_kernel(const cuda_wdev *table, int n_experts, const int32_t *segs, int seg0,
                                     size_t words_id, uint4 *wgu, uint4 *wd)
 {
-    const int s = blockIdx.y, e = segs[3 * (seg0 + s)];
+    const int s = blockIdx.y, e = seg_of(segs, seg0, s).e;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < 3 * words_id;
          i += (size_t)gridDim.x * blockDim.x) {
         const int mat = (int)(i / words_id); /* 0 gate, 1 up, 2 down */
@@ -43,17 +54,14 @@ __global__ void experts_bf16_kernel(const cuda_wdev *table, int n_experts, const
 __global__ void gather_split_kernel(const float *x, int64_t D, const int32_t *sorted_pair, int n_used,
                                     const int32_t *segs, int seg0, uint16_t *xb)
 {
-    const int s = blockIdx.y, j = blockIdx.x;
-    const int start = segs[3 * (seg0 + s) + 1], m = segs[3 * (seg0 + s) + 2];
-    if (j >= m)
+    const int j = blockIdx.x;
+    const seg_info g = seg_of(segs, seg0, blockIdx.y);
+    if (j >= g.m)
         return;
-    uint16_t *hi = xb + ((size_t)2 * start + j) * (size_t)D, *lo = hi + (size_t)m * (size_t)D;
-    const float *row = x + (size_t)(sorted_pair[start + j] / n_used) * (size_t)D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        const float v = row[d];
-        const uint16_t h = dev_to_bf16(v);
-        hi[d] = h, lo[d] = dev_to_bf16(__fsub_rn(v, dev_bf16(h)));
-    }
+    uint16_t *hi = xb + ((size_t)2 * g.start + j) * (size_t)D, *lo = hi + (size_t)g.m * (size_t)D;
+    const float *row = x + (size_t)(sorted_pair[g.start + j] / n_used) * (size_t)D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+        dev_bf16_split(row[d], &hi[d], &lo[d]);
 }
 
 /* y1: a row of 2I (gate then up) for each activation row. The activation silu(gate * s_gate) *
@@ -61,19 +69,18 @@ __global__ void gather_split_kernel(const float *x, int64_t D, const int32_t *so
 __global__ void act_split_kernel(const cuda_wdev *table, int n_experts, const float *y1, int64_t I,
                                  const int32_t *segs, int seg0, uint16_t *ab)
 {
-    const int s = blockIdx.y, j = blockIdx.x;
-    const int e = segs[3 * (seg0 + s)], start = segs[3 * (seg0 + s) + 1], m = segs[3 * (seg0 + s) + 2];
-    if (j >= m)
+    const int j = blockIdx.x;
+    const seg_info g = seg_of(segs, seg0, blockIdx.y);
+    if (j >= g.m)
         return;
-    const float sg = table[e].scale2, su = table[(size_t)n_experts + e].scale2;
-    const float *yh = y1 + ((size_t)2 * start + j) * (size_t)(2 * I), *yl = yh + (size_t)m * (size_t)(2 * I);
-    uint16_t *hi = ab + ((size_t)2 * start + j) * (size_t)I, *lo = hi + (size_t)m * (size_t)I;
+    const float sg = table[g.e].scale2, su = table[(size_t)n_experts + g.e].scale2;
+    const float *yh = y1 + ((size_t)2 * g.start + j) * (size_t)(2 * I),
+                *yl = yh + (size_t)g.m * (size_t)(2 * I);
+    uint16_t *hi = ab + ((size_t)2 * g.start + j) * (size_t)I, *lo = hi + (size_t)g.m * (size_t)I;
     for (int64_t c = threadIdx.x; c < I; c += blockDim.x) {
-        const float g = __fmul_rn(__fadd_rn(yh[c], yl[c]), sg);
-        const float u = __fmul_rn(__fadd_rn(yh[I + c], yl[I + c]), su);
-        const float a = dev_silu_mul(g, u);
-        const uint16_t h = dev_to_bf16(a);
-        hi[c] = h, lo[c] = dev_to_bf16(__fsub_rn(a, dev_bf16(h)));
+        const float gv = __fmul_rn(__fadd_rn(yh[c], yl[c]), sg);
+        const float uv = __fmul_rn(__fadd_rn(yh[I + c], yl[I + c]), su);
+        dev_bf16_split(dev_silu_mul(gv, uv), &hi[c], &lo[c]);
     }
 }
 
@@ -81,13 +88,13 @@ __global__ void act_split_kernel(const cuda_wdev *table, int n_experts, const fl
 __global__ void down_rows_kernel(const cuda_wdev *table, int n_experts, const float *y2, int64_t D,
                                  const int32_t *segs, int seg0, float *yg)
 {
-    const int s = blockIdx.y, j = blockIdx.x;
-    const int e = segs[3 * (seg0 + s)], start = segs[3 * (seg0 + s) + 1], m = segs[3 * (seg0 + s) + 2];
-    if (j >= m)
+    const int j = blockIdx.x;
+    const seg_info g = seg_of(segs, seg0, blockIdx.y);
+    if (j >= g.m)
         return;
-    const float sd = table[2 * (size_t)n_experts + e].scale2;
-    const float *yh = y2 + ((size_t)2 * start + j) * (size_t)D, *yl = yh + (size_t)m * (size_t)D;
-    float *out = yg + (size_t)(start + j) * (size_t)D;
+    const float sd = table[2 * (size_t)n_experts + g.e].scale2;
+    const float *yh = y2 + ((size_t)2 * g.start + j) * (size_t)D, *yl = yh + (size_t)g.m * (size_t)D;
+    float *out = yg + (size_t)(g.start + j) * (size_t)D;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
         out[d] = __fmul_rn(__fadd_rn(yh[d], yl[d]), sd);
 }
