@@ -1066,8 +1066,8 @@ static void test_linear_multi(void **state)
     uint64_t rng = 21;
     enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
     int64_t K = 512, N[3] = {256, 64, 72};
-    /* NVFP4 up to 8 rows: the tokens share cuda_gemv_mma's mma; 13 and 24: chunks of it where
-     * MOESERVE_GEMV_MMA_CHUNKS allows (the last two rounds), else the GEMMs */
+    /* NVFP4 up to 8 rows: the tokens share cuda_gemv_mma's mma; 13 and 24 (second round only,
+     * MOESERVE_GEMV_MMA_CHUNKS=4): chunks of it; other formats there: the GEMMs */
     int ms[] = {1, 2, 5, 8, 13, 24};
     const int chunks = backend_cuda_gemv_mma_chunks(&p->gpu);
     for (int round = 0; round < 2; round++)
