@@ -96,6 +96,7 @@ golden "MOESERVE_LINEAR_DEQUANT=0" golden_linear_dequant_off.log MOESERVE_LINEAR
 golden "MOESERVE_MOE_DECODE_MAX=8" golden_moe_decode_max8.log MOESERVE_MOE_DECODE_MAX=8
 golden "MOESERVE_GEMV_MMA_CHUNKS=4" golden_gemv_chunks.log MOESERVE_GEMV_MMA_CHUNKS=4
 golden "MOESERVE_MOE_BF16=1" golden_moe_bf16.log MOESERVE_MOE_BF16=1
+golden "MOESERVE_WG_STAGES=3" golden_wg_stages3.log MOESERVE_WG_STAGES=3
 if [ -n "$sanitizer" ]; then
     step "memcheck test_ops_cuda" memcheck.log \
         env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
