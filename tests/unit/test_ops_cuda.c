@@ -38,6 +38,7 @@
 
 #define TOL_F32 1e-5
 #define TOL_BF16 1e-4 /* BF16 linear: cuBLAS on bf16 hi + lo activations (one bf16 rounding alone: 2e-2) */
+#define TOL_BF16_ROUNDED 2e-2 /* operands rounded once to bf16: the bound for bf16 paths */
 
 struct pair {
     struct backend cpu;

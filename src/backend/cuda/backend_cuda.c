@@ -1671,6 +1671,11 @@ static void configure_from_plan(struct cuda_backend *c)
     } else {
         LOG_WARN("cuda: the plan has no attention_prefill entry; using the portable 64x64 tile");
     }
+    /* MOESERVE_ATTN_PREC=pv_bf16|bf16: the tensor-core prefill attention at head_dim 128 with P
+     * and V as single bf16, or everything single bf16 (fewer products, bf16-grade error); by
+     * default q, K, V and P are split into hi + lo (fp32-grade). */
+    const char *aprec = getenv("MOESERVE_ATTN_PREC");
+    c->attn_mma.prec = !aprec ? 0 : !strcmp(aprec, "bf16") ? 2 : !strcmp(aprec, "pv_bf16") ? 1 : 0;
     c->attn_decode = (struct cuda_attn_cfg){.rows = 0, .keys = 64, .threads = 128};
     if ((op = plan_find(&c->plan, "attention_decode"))) {
         if (op->tile_m > 0)

@@ -14,8 +14,12 @@
  * mix of V rows). A CPU emulation of this arithmetic on uniform [-1, 1) inputs (the ops
  * test's) gave 6.6e-6 of max |out| at worst (rows of 1..8 keys), 8.2e-6 without P V's lo x lo,
  * against the fp32 tolerance of 1e-5. The error of S grows with |scores| (q and k each
- * carry ~2^-17): with 16x larger q it reached 4e-5. Tensor cores have throughput to spare;
- * shared-memory traffic (4 bytes per element, as fp32) is the expected bound (not measured).
+ * carry ~2^-17): with 16x larger q it reached 4e-5.
+ * Two lower precisions (cfg->prec, head_dim 128 only, MOESERVE_ATTN_PREC; off by default):
+ *   1 "pv_bf16": S as above, O += Phi Vhi (P and V single bf16; one P V product of four);
+ *   2 "bf16": S = Qhi Khi, O += Phi Vhi (what a bf16 engine computes; two products of seven).
+ * ncu on the 2048-token prefill (session 11): tensor pipe 31%, issue 36%, the largest stall
+ * "wait" (the accumulator chains of the seven products): the product count is the lever.
  *
  * Tile: `rows` query rows (16 per warp) x `keys` keys per step. Shared memory (bytes):
  *   Q hi/lo 4 x rows x hd | K, V hi/lo 4 x keys x 2hd | stages 2: K, V fp32 4 x keys x 2hd |
@@ -85,14 +89,16 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t &hi, uint32_t 
     lo = *(uint32_t *)&l;
 }
 
-/* 4 consecutive elements (off % 4 == 0) into the hi and lo tiles */
+/* 4 consecutive elements (off % 4 == 0) into the hi and (LO) lo tiles */
+template <bool LO = true>
 __device__ __forceinline__ void store_split4(uint16_t *hi, uint16_t *lo, int off, float4 v)
 {
     uint32_t h0, h1, l0, l1;
     split2(v.x, v.y, h0, l0);
     split2(v.z, v.w, h1, l1);
     *(uint2 *)(hi + off) = make_uint2(h0, h1);
-    *(uint2 *)(lo + off) = make_uint2(l0, l1);
+    if constexpr (LO)
+        *(uint2 *)(lo + off) = make_uint2(l0, l1);
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -162,9 +168,10 @@ __device__ __forceinline__ void kv_fetch_async(const am_params &p, const int32_t
     cp_async_commit();
 }
 
-/* The step's K and V as hi/lo tiles, rows nk..keys-1 zero (their P is 0, but 0 x NaN is not):
- * from the fp32 copy in kf / vf when there is one, else straight from the cache. */
-template <int HD>
+/* The step's K and V as hi/lo tiles (lo only where QK_LO / PV_LO), rows nk..keys-1 zero (their
+ * P is 0, but 0 x NaN is not): from the fp32 copy in kf / vf when there is one, else straight
+ * from the cache. */
+template <int HD, bool QK_LO, bool PV_LO>
 __device__ __forceinline__ void kv_stage(const am_params &p, const int32_t *blocks, int kvh, int k0, int nk,
                                          const float *kf, const float *vf, uint16_t *kh, uint16_t *kl,
                                          uint16_t *vh, uint16_t *vl)
@@ -182,8 +189,8 @@ __device__ __forceinline__ void kv_stage(const am_params &p, const int32_t *bloc
             v = __ldg((const float4 *)(p.vc + src));
         }
         int off = swz<HD>(j, d);
-        store_split4(kh, kl, off, k);
-        store_split4(vh, vl, off, v);
+        store_split4<QK_LO>(kh, kl, off, k);
+        store_split4<PV_LO>(vh, vl, off, v);
     }
 }
 
@@ -199,7 +206,7 @@ struct am_state {
 /* One warp, its 16 query rows (from qrow0) against tile keys [c0, c0 + KC) of the staged step
  * whose first key is k0; keys from lim on are not live. pa / pb: the positions of this thread's
  * two rows in this pass (-1: not in it). */
-template <int HD, int KC>
+template <int HD, int KC, bool QK_LO, bool PV_LO>
 __device__ __forceinline__ void attend_chunk(am_state<HD> &st, const uint16_t *qh, const uint16_t *ql,
                                              const uint16_t *kh, const uint16_t *kl, const uint16_t *vh,
                                              const uint16_t *vl, int qrow0, int k0, int c0, int lim, int pa,
@@ -222,16 +229,22 @@ __device__ __forceinline__ void attend_chunk(am_state<HD> &st, const uint16_t *q
     for (int ks = 0; ks < HD / 16; ks++) {
         uint32_t ah[4], al[4];
         ldsm_x4(ah, qh + swz<HD>(a_row, 16 * ks + a_col));
-        ldsm_x4(al, ql + swz<HD>(a_row, 16 * ks + a_col));
+        if constexpr (QK_LO)
+            ldsm_x4(al, ql + swz<HD>(a_row, 16 * ks + a_col));
 #pragma unroll
         for (int jp = 0; jp < KC / 16; jp++) {
             if (16 * jp >= live)
                 continue;
             uint32_t bh[4], bl[4];
             ldsm_x4(bh, kh + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
-            ldsm_x4(bl, kl + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
-            mma_split<false>(s[2 * jp], ah, al, bh, bl);
-            mma_split<false>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
+            if constexpr (QK_LO) {
+                ldsm_x4(bl, kl + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
+                mma_split<false>(s[2 * jp], ah, al, bh, bl);
+                mma_split<false>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
+            } else {
+                mma_bf16(s[2 * jp], ah, bh);
+                mma_bf16(s[2 * jp + 1], ah, bh + 2);
+            }
         }
     }
 
@@ -289,14 +302,19 @@ __device__ __forceinline__ void attend_chunk(am_state<HD> &st, const uint16_t *q
         for (int np = 0; np < HD / 16; np++) {
             uint32_t bh[4], bl[4];
             ldsm_x4_trans(bh, vh + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
-            ldsm_x4_trans(bl, vl + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
-            mma_split<AM_PV_LO_LO>(st.o[2 * np], ph, pl, bh, bl);
-            mma_split<AM_PV_LO_LO>(st.o[2 * np + 1], ph, pl, bh + 2, bl + 2);
+            if constexpr (PV_LO) {
+                ldsm_x4_trans(bl, vl + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
+                mma_split<AM_PV_LO_LO>(st.o[2 * np], ph, pl, bh, bl);
+                mma_split<AM_PV_LO_LO>(st.o[2 * np + 1], ph, pl, bh + 2, bl + 2);
+            } else {
+                mma_bf16(st.o[2 * np], ph, bh);
+                mma_bf16(st.o[2 * np + 1], ph, bh + 2);
+            }
         }
     }
 }
 
-template <int HD>
+template <int HD, bool QK_LO = true, bool PV_LO = true>
 __global__ void __launch_bounds__(AM_MAX_THREADS) attn_mma_kernel(am_params p)
 {
     constexpr int KC = HD >= 256 ? 16 : 64; /* keys per softmax chunk: S is KC / 2 registers */
@@ -329,7 +347,7 @@ __global__ void __launch_bounds__(AM_MAX_THREADS) attn_mma_kernel(am_params p)
             int t = (int)(rg / p.group), h = kvh * p.group + (int)(rg % p.group);
             v = __ldg((const float4 *)(p.q + ((size_t)t * p.n_heads + h) * HD + d));
         }
-        store_split4(qh, ql, swz<HD>(r, d), v);
+        store_split4<QK_LO>(qh, ql, swz<HD>(r, d), v);
     }
 
     am_state<HD> st;
@@ -371,14 +389,14 @@ __global__ void __launch_bounds__(AM_MAX_THREADS) attn_mma_kernel(am_params p)
             if (kf)
                 cp_async_wait_all();
             __syncthreads(); /* this step's fp32 copy landed; every warp is done with the last tiles */
-            kv_stage<HD>(p, blocks, kvh, k0, nk, kf, vf, kh, kl, vh, vl);
+            kv_stage<HD, QK_LO, PV_LO>(p, blocks, kvh, k0, nk, kf, vf, kh, kl, vh, vl);
             __syncthreads(); /* tiles ready; the fp32 copy is free again */
             if (kf && k0 + TN < klen)
                 kv_fetch_async<HD>(p, blocks, kvh, k0 + TN, min(TN, klen - k0 - TN), kf, vf);
             const int lim = min(nk, wend - k0);
             for (int c0 = 0; c0 < lim; c0 += KC)
-                attend_chunk<HD, KC>(st, qh, ql, kh, kl, vh, vl, warp * 16, k0, c0, lim, pa, pb,
-                                     p.scale_log2);
+                attend_chunk<HD, KC, QK_LO, PV_LO>(st, qh, ql, kh, kl, vh, vl, warp * 16, k0, c0, lim, pa, pb,
+                                                   p.scale_log2);
         }
         __syncthreads(); /* every thread has read rdone for this pass */
         for (int r = tid; r < R; r += blockDim.x)
@@ -403,16 +421,17 @@ __global__ void __launch_bounds__(AM_MAX_THREADS) attn_mma_kernel(am_params p)
     }
 }
 
-template <int HD>
+template <int HD, bool QK_LO = true, bool PV_LO = true>
 cudaError_t launch_hd(cudaStream_t stream, const am_params &p, const cuda_attn_mma_cfg *cfg, dim3 grid)
 {
+    auto kernel = attn_mma_kernel<HD, QK_LO, PV_LO>;
     if (cfg->smem_bytes > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)cfg->smem_bytes);
+        cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg->smem_bytes);
         if (e != cudaSuccess)
             return e;
     }
-    attn_mma_kernel<HD><<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
+    kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
     return CUDA_LAUNCH_RESULT();
 }
 
@@ -503,7 +522,11 @@ extern "C" cudaError_t cuda_attention_mma(cudaStream_t stream, const float *q, c
     dim3 grid((unsigned)row_tiles, (unsigned)p.n_kv);
     switch (hd) {
     case 64: return launch_hd<64>(stream, p, cfg, grid);
-    case 128: return launch_hd<128>(stream, p, cfg, grid);
+    case 128:
+        /* the lower precisions only for head_dim 128 (Qwen3, GLM-4.5): fewer kernels to build */
+        return cfg->prec == 2   ? launch_hd<128, false, false>(stream, p, cfg, grid)
+               : cfg->prec == 1 ? launch_hd<128, true, false>(stream, p, cfg, grid)
+                                : launch_hd<128>(stream, p, cfg, grid);
     default: return launch_hd<256>(stream, p, cfg, grid);
     }
 }

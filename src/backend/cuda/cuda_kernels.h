@@ -182,6 +182,8 @@ struct cuda_attn_mma_cfg {
     int rows;
     int keys;
     int stages;
+    int prec;          /* 0: q, K, V, P as bf16 hi + lo (fp32-grade); 1: P and V single bf16;
+                        * 2: all single bf16 (bf16-grade); 1 and 2 for head_dim 128 only */
     int threads;       /* rows / 16 * 32, set by cuda_attention_mma_fit() */
     size_t smem_bytes; /* set by cuda_attention_mma_fit() */
 };
