@@ -509,7 +509,7 @@ const wg_config WG_CONFIGS[] = {
     {WEIGHT_BF16, 64, 2, 64, 3},   {WEIGHT_BF16, 64, 4, 64, 3},   {WEIGHT_BF16, 128, 2, 64, 3},
     {WEIGHT_NVFP4, 64, 2, 64, 3},  {WEIGHT_NVFP4, 64, 4, 64, 3},  {WEIGHT_NVFP4, 128, 2, 64, 3},
     {WEIGHT_NVFP4, 64, 2, 128, 3}, {WEIGHT_NVFP4, 64, 4, 128, 3}, {WEIGHT_NVFP4, 64, 2, 64, 4},
-    {WEIGHT_NVFP4, 64, 4, 64, 4},
+    {WEIGHT_NVFP4, 64, 4, 64, 4},  {WEIGHT_NVFP4, 128, 2, 64, 4},
 };
 
 template <int FMT, int TM, int NWG, int BK, int ST> cudaError_t wg_attrs(cudaFuncAttributes *a)
@@ -560,6 +560,7 @@ cudaError_t wg_dispatch(const wg_config &cfg, cudaFuncAttributes *a, cudaStream_
     WG_CASE(WEIGHT_NVFP4, 64, 4, 128, 3)
     WG_CASE(WEIGHT_NVFP4, 64, 2, 64, 4)
     WG_CASE(WEIGHT_NVFP4, 64, 4, 64, 4)
+    WG_CASE(WEIGHT_NVFP4, 128, 2, 64, 4)
 #undef WG_CASE
     return cudaErrorInvalidValue;
 }
