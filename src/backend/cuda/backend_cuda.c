@@ -1969,12 +1969,6 @@ static void configure_from_plan(struct cuda_backend *c)
             .tokens = op->tile_m, .rows = op->tile_n, .k = op->tile_k, .stages = c->wg_stages};
         c->linear_mma |= c->linear_wgmma;
     }
-    /* MOESERVE_WG_TOKENS=128: the experts' wgmma tile takes 128 tokens where the experts average
-     * more than 64 rows (prefill): every weight fragment is dequantised once per 128 rows instead
-     * of per 64 (a measurement; off) */
-    const char *wgt = getenv("MOESERVE_WG_TOKENS");
-    if (wgt && atoi(wgt) == 128)
-        c->wg_moe.tokens = 128;
 }
 
 /* The plan's variant filter: the variants this backend has kernels for, the wgmma GEMMs only where
