@@ -1783,9 +1783,9 @@ static void configure_from_plan(struct cuda_backend *c)
     c->linear_dequant_rows = ldq ? (atoi(ldq) > 0 ? atoi(ldq) : 0) : 1;
     /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
      * copying one pre-split image */
-    /* The wgmma GEMMs keep two k-steps of x and weights in flight (a 4-stage ring, NVFP4
-     * 64-token tiles reading x's image, where it fits the budget) instead of one: decode batch
-     * 33 / 64 +2.6% / +2.5%, a 512-token prefill +1.8%, 2048 equal (H200, session 14).
+    /* The wgmma GEMMs keep two k-steps of x and weights in flight (a 4-stage ring, NVFP4 tiles
+     * of 64-wide k reading x's image, where it fits the budget) instead of one: decode batch 33 /
+     * 64 +2.6% / +2.5%, prefill 512 / 2048 +1.8% / +2.0% (H200, session 14).
      * MOESERVE_WG_STAGES=3: the 3-stage ring everywhere. */
     const char *wgs = getenv("MOESERVE_WG_STAGES");
     c->wg_stages = wgs && atoi(wgs) == 3 ? 3 : 4;

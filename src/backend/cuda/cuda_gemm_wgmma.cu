@@ -29,9 +29,10 @@
  * shared-memory stage (three: after a block barrier a warpgroup may still be reading the previous
  * stage) and fenced for the async proxy; one barrier per k-step. NVFP4 fragments: bit moves turn a
  * byte into its two e2m1 values as bf16x2 (wg_e2m1x2), one bf16x2 multiply applies the block scale.
- * Shared memory: 3 x 2 x TM x BK x 2 bytes plus the source rows, at most 98816 bytes
- * (within the sm_120 budget too); the plan's stage count is not used (the tile is fitted to the
- * budget by cuda_gemm_wgmma_fit()).
+ * Shared memory: stages x 2 x TM x BK x 2 bytes plus the source rows: with 3 stages at most
+ * 98816 bytes (within the sm_120 budget too); the 4-stage ring (NVFP4, BK 64, x's image; the
+ * default where it fits) up to 131600 for 128 tokens, else the tile keeps 3. The plan's stage
+ * count is not used (the tile is fitted to the budget by cuda_gemm_wgmma_fit()).
  *
  * The kernel bodies exist only in the sm_90a image (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere they are
  * empty and declare no shared memory, which is how cuda_gemm_wgmma_loadable() tells them apart.

@@ -312,7 +312,7 @@ struct cuda_wgmma_tile {
     int rows;
     int k;
     int stages; /* x stages in shared memory: 4 keeps two k-steps of x and weights in flight (NVFP4,
-                 * 64 tokens, with x's image only); anything else: 3, one k-step in flight */
+                 * 64-wide k, with x's image only; where it fits the budget); else 3, one k-step */
     size_t smem_bytes;
 };
 /* Whether device runs the wgmma kernels (makes it current): every one has an image for it
