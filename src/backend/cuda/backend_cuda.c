@@ -1676,6 +1676,12 @@ static void configure_from_plan(struct cuda_backend *c)
      * default q, K, V and P are split into hi + lo (fp32-grade). */
     const char *aprec = getenv("MOESERVE_ATTN_PREC");
     c->attn_mma.prec = !aprec ? 0 : !strcmp(aprec, "bf16") ? 2 : !strcmp(aprec, "pv_bf16") ? 1 : 0;
+    /* MOESERVE_ATTN_SPLITS=none: never split the attention's keys. A test switch: the golden
+     * fixtures' short prompts give fewer blocks than SMs, so they otherwise run only the split
+     * kernels and never reach the prefill ones (the tensor-core kernel included). */
+    const char *asp = getenv("MOESERVE_ATTN_SPLITS");
+    if (asp && !strcmp(asp, "none"))
+        c->force_splits = -1;
     c->attn_decode = (struct cuda_attn_cfg){.rows = 0, .keys = 64, .threads = 128};
     if ((op = plan_find(&c->plan, "attention_decode"))) {
         if (op->tile_m > 0)
