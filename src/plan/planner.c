@@ -24,6 +24,9 @@
  *       A = activations (bf16 in memory, quantised to fp4/fp8 on the way into smem where the
  *       family computes in fp4/fp8), B = weights as stored; weight-only families dequantise B
  *       in registers. The epilogue writes from registers: no C tile in smem.
+ *       wgmma with the weights as A from registers (gemm_nvfp4_wo_wgmma, *_bf16_wgmma;
+ *       cuda_gemm_wgmma.cu): stages x 2 x tile_m x tile_k x 2 + tile_m x 4 + 16 (x as bf16 hi + lo
+ *       per stage, the source-row table), among the tiles that file compiles (REG_A_TILES)
  *   attention_prefill (D = qk dim, Dv = v dim):  2 x (tile_m x D + stages x tile_n x (D + Dv))
  *       (Q tile once, K and V tiles per stage, bf16; portable adds the fp32 score tile tile_m x tile_n x 4)
  *       mma (attn_prefill_mma_bf16): 4 x (tile_m x D + stages x tile_n x (D + Dv)) + 16 x tile_m, stages
@@ -307,7 +310,9 @@ static bool cand_preferred(const struct cand *a, const struct cand *b)
         return aa > ba;
     if (a->tk != b->tk)
         return a->tk > b->tk;
-    if (a->stages != b->stages)
+    /* stage counts only compare tiles of one kernel: across families the list order (the
+     * stronger instruction family first) decides */
+    if (a->stages != b->stages && strcmp(a->kernel, b->kernel) == 0)
         return a->stages > b->stages;
     return false; /* list order: the earlier one stays */
 }
@@ -518,8 +523,29 @@ struct gemm_family {
     enum fam_kind kind;
     bool fp4_act; /* needs activations quantised to fp4 (W4A4 checkpoints) */
     bool dequant; /* weight-only: B dequantised in registers */
+    bool reg_a;   /* cuda_gemm_wgmma.cu: weights as wgmma's A from registers, only x in smem */
     int tk[3];    /* tile_k options, 0-terminated */
 };
+
+/* The tiles cuda_gemm_wgmma.cu compiles (its WG_CONFIGS; tile_m = tokens, tile_n = weight rows,
+ * 64 a warpgroup): the reg_a families plan among these only, so that the plan's tile is one the
+ * kernel runs (the backend shrinks tile_m per call when an expert has few rows). test_ops_cuda's
+ * wgmma test checks that fitting a planned tile keeps it. */
+struct reg_a_tile {
+    int tm, tn, tk, stages;
+    bool nvfp4_only;
+};
+static const struct reg_a_tile REG_A_TILES[] = {
+    {128, 128, 64, 4, true}, {64, 128, 64, 4, true},  {64, 256, 64, 4, true},  {128, 128, 64, 3, false},
+    {64, 128, 64, 3, false}, {64, 256, 64, 3, false}, {64, 128, 128, 3, true}, {64, 256, 128, 3, true},
+};
+
+/* Shared memory of a reg_a tile: x's bf16 hi + lo for each stage, plus the block's source-row
+ * table (cuda_gemm_wgmma.cu: wg_dyn_smem + wg_static_smem). */
+static size_t reg_a_smem(int tm, int tk, int stages)
+{
+    return (size_t)stages * 2 * (size_t)tm * (size_t)tk * 2 + (size_t)tm * 4 + 16;
+}
 
 static const struct gemm_family FAM_NVFP4[] = {
     {.moe_kernel = "moe_gemm_nvfp4_fp4_tcgen05",
@@ -548,6 +574,7 @@ static const struct gemm_family FAM_NVFP4[] = {
      .b = OPD_FP4,
      .kind = FAM_WGMMA,
      .dequant = true,
+     .reg_a = true,
      .tk = {128, 64}},
     {.moe_kernel = "moe_gemm_nvfp4_wo_mma",
      .linear_kernel = "gemm_nvfp4_wo_mma",
@@ -623,6 +650,7 @@ static const struct gemm_family FAM_BF16[] = {
      .a = OPD_BF16,
      .b = OPD_BF16,
      .kind = FAM_WGMMA,
+     .reg_a = true,
      .tk = {64}},
     {.moe_kernel = "moe_gemm_bf16_mma",
      .linear_kernel = NULL,
@@ -666,9 +694,37 @@ static void gemm_work(struct cand *c, const struct gemm_problem *g)
     }
 }
 
+/* The reg_a family's candidates: the compiled tiles for this weight format. The kernel issues two
+ * wgmmas a k16 step (x's hi and lo) and keeps only x in shared memory, so the feed is x's bytes. */
+static void reg_a_cands(struct plan_ctx *x, const struct gemm_family *f, bool moe,
+                        const struct gemm_problem *g)
+{
+    const char *kernel = moe ? f->moe_kernel : f->linear_kernel;
+    for (size_t i = 0; i < sizeof REG_A_TILES / sizeof REG_A_TILES[0]; i++) {
+        const struct reg_a_tile *t = &REG_A_TILES[i];
+        if (t->nvfp4_only && f->b != OPD_FP4)
+            continue;
+        struct cand *c = cand_add(x, kernel, f->math, f->needs);
+        c->tm = t->tm, c->tn = t->tn, c->tk = t->tk, c->stages = t->stages;
+        c->note = f->dequant ? "weight-only: weights dequantised in registers (wgmma's A), x in smem as bf16 "
+                               "hi + lo"
+                             : "weights as wgmma's A from registers, x in smem as bf16 hi + lo";
+        c->smem = reg_a_smem(t->tm, t->tk, t->stages);
+        c->threads = 2 * t->tn; /* a warpgroup of 128 threads per 64 weight rows */
+        c->regs = t->tm / 2 + 48 + (f->dequant ? 16 : 0);
+        double kflops = 2.0 * t->tm * t->tn * t->tk;
+        c->feed = SMEM_BYTES_PER_CLK * kflops / (double)(2 * t->tm * t->tk * 2);
+        gemm_work(c, g);
+    }
+}
+
 static void gemm_family_cands(struct plan_ctx *x, const struct gemm_family *f, bool moe,
                               const struct gemm_problem *g)
 {
+    if (f->reg_a) {
+        reg_a_cands(x, f, moe, g);
+        return;
+    }
     static const int TM_TC[] = {128, 64}, TN_MMA[] = {128, 64, 32}, TN_WG[] = {256, 128, 64},
                      TN_TC05[] = {256, 128}, T_FP32[] = {64, 32, 16};
     static const int ST_MMA[] = {4, 3, 2}, ST_WG[] = {5, 4, 3, 2}, ST_TC05[] = {6, 5, 4, 3, 2},
