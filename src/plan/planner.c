@@ -820,13 +820,27 @@ static void gemm_work_expanded(struct cand *c, const struct gemm_problem *g)
     }
 }
 
-/* A linear op: cuBLAS for 16-bit weights, our kernels for quantised ones (weight-only NVFP4:
- * cuBLAS on a bf16 copy made per call). */
+/* Whether some NVFP4 family that takes fp4 activations can run here: its features on the device
+ * and, where the request has a filter, a kernel the backend has. */
+static bool fp4_activations_usable(const struct plan_ctx *x, bool moe)
+{
+    for (size_t i = 0; i < sizeof FAM_NVFP4 / sizeof FAM_NVFP4[0]; i++) {
+        const struct gemm_family *f = &FAM_NVFP4[i];
+        const char *kernel = moe ? f->moe_kernel : f->linear_kernel;
+        if (f->fp4_act && !(f->needs & ~caps_features(x->caps)) &&
+            (!x->req->variant_loads || x->req->variant_loads(x->req->variant_ctx, kernel)))
+            return true;
+    }
+    return false;
+}
+
+/* A linear op: cuBLAS for 16-bit weights, our kernels for quantised ones (weight-only NVFP4,
+ * or W4A4 where no fp4-activation kernel can run: cuBLAS on a bf16 copy made per call). */
 static enum status plan_gemm_op(struct plan_ctx *x, const char *op, const struct gemm_problem *g, bool moe,
                                 const char *note, struct err *err)
 {
     bool plain = g->wf == WEIGHT_BF16 || g->wf == WEIGHT_F16 || g->wf == WEIGHT_F32;
-    if (!moe && g->wf == WEIGHT_NVFP4 && !x->w.fp4_activations) {
+    if (!moe && g->wf == WEIGHT_NVFP4 && (!x->w.fp4_activations || !fp4_activations_usable(x, moe))) {
         /* Measured on the H200 (session 12, tools/decode_iter.sh, Qwen3-30B-A3B NVFP4): the whole
          * prefill 1.44x at 32 tokens, 1.68x at 128, 1.48x at 256, 1.32x at 512, 1.12x at 2048
          * against gemm_nvfp4_wo_wgmma (weights dequantised in registers, ~0.11 of the bf16 rate at
@@ -837,11 +851,14 @@ static enum status plan_gemm_op(struct plan_ctx *x, const char *op, const struct
         c->portable = false;
         c->threads = 0;
         gemm_work_expanded(c, g);
-        return plan_choose(
-            x, op, g->wf,
-            "weight-only NVFP4, from 9 rows: weight expanded to bf16 per call (exact), cuBLAS on x "
-            "hi + lo; H200: prefill 1.12-1.68x the in-register dequant GEMM",
-            err);
+        return plan_choose(x, op, g->wf,
+                           x->w.fp4_activations
+                               ? "W4A4 NVFP4 without an fp4-activation kernel here, so weight-only: from 9 "
+                                 "rows weight expanded to bf16 per call (exact), cuBLAS on x hi + lo; H200: "
+                                 "prefill 1.12-1.68x the in-register dequant GEMM"
+                               : "weight-only NVFP4, from 9 rows: weight expanded to bf16 per call (exact), "
+                                 "cuBLAS on x hi + lo; H200: prefill 1.12-1.68x the in-register dequant GEMM",
+                           err);
     }
     if (plain && !moe) {
         const char *k = strcmp(op, "lm_head") == 0 ? "cublas_bf16" : "cublaslt_bf16";
