@@ -29,6 +29,10 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     enum status st = model_desc_load(&s->desc, dir, err);
     if (st)
         goto fail;
+    /* before the backend: a CUDA backend plans for these weight formats */
+    st = quant_config_load(&s->qc, dir, err);
+    if (st)
+        goto fail;
     if (strcmp(def.backend, "cpu") == 0) {
         struct backend_cpu_opts co = {.batch_invariant = o && o->batch_invariant};
         st = backend_cpu_create_opts(&s->be, &co, err);
@@ -39,7 +43,9 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
                      def.backend);
 #ifdef MOESERVE_HAVE_CUDA
     } else if (strcmp(def.backend, "cuda") == 0) {
-        st = backend_cuda_create(&s->be, 0, o ? o->smem_budget : 0, err);
+        struct plan_weights pw;
+        plan_weights_from_quant(&pw, &s->qc, &s->desc);
+        st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &s->desc, &pw, err);
     } else {
         st = err_set(err, STATUS_UNSUPPORTED, "backend \"%s\" is not available in this build (have: cpu, cuda)",
                      def.backend);
@@ -49,9 +55,6 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
                      def.backend);
 #endif
     }
-    if (st)
-        goto fail;
-    st = quant_config_load(&s->qc, dir, err);
     if (st)
         goto fail;
     st = checkpoint_open(&s->ck, dir, err);

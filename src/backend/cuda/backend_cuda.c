@@ -1786,7 +1786,11 @@ static void configure_from_plan(struct cuda_backend *c)
      * 1.12x at 2048 against the wgmma GEMM). MOESERVE_LINEAR_DEQUANT=0: never (our GEMMs, which
      * dequantise in registers); =ROWS: from ROWS rows. */
     const char *ldq = getenv("MOESERVE_LINEAR_DEQUANT");
-    c->linear_dequant_rows = ldq ? (atoi(ldq) > 0 ? atoi(ldq) : 0) : 1;
+    const struct op_plan *lin = plan_find(&c->plan, "linear");
+    /* a plan for NVFP4 linears names its choice; a generic (bf16) plan leaves the copy on */
+    bool dq_planned =
+        c->plan.weights.attn != WEIGHT_NVFP4 || !lin || !strcmp(lin->kernel, "cublas_dequant_bf16");
+    c->linear_dequant_rows = ldq ? (atoi(ldq) > 0 ? atoi(ldq) : 0) : dq_planned ? 1 : 0;
     /* MOESERVE_WG_IMAGE=0: the wgmma GEMMs split x in every block (before session 11) instead of
      * copying one pre-split image */
     /* The wgmma GEMMs keep two k-steps of x and weights in flight (a 4-stage ring, NVFP4 tiles
@@ -1941,7 +1945,8 @@ static void configure_from_plan(struct cuda_backend *c)
             c->mla_attn.threads = op->threads;
         c->mla_attn.stages = op->stages;
     } else {
-        LOG_WARN("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
+        /* a plan for a model without MLA layers has none */
+        LOG_DEBUG("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
     }
     c->dsa = (struct cuda_dsa_cfg){.keys = 128, .stages = 1};
     if ((op = plan_find(&c->plan, "dsa_index"))) {
@@ -1949,7 +1954,7 @@ static void configure_from_plan(struct cuda_backend *c)
             c->dsa.keys = op->tile_n;
         c->dsa.stages = op->stages;
     } else {
-        LOG_WARN("cuda: the plan has no dsa_index entry; using 128 keys per block");
+        LOG_DEBUG("cuda: the plan has no dsa_index entry (no DSA layers); using 128 keys per block");
     }
     c->tile_moe = CUDA_GEMM_64x64;
     if ((op = plan_find(&c->plan, "moe_experts_gemm"))) {
@@ -2013,6 +2018,13 @@ int backend_cuda_device_count(void)
 
 enum status backend_cuda_create(struct backend *be, int device, size_t smem_budget, struct err *err)
 {
+    return backend_cuda_create_for(be, device, smem_budget, NULL, NULL, err);
+}
+
+enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_budget,
+                                    const struct model_desc *desc, const struct plan_weights *weights,
+                                    struct err *err)
+{
     memset(be, 0, sizeof *be);
     int n = backend_cuda_device_count();
     if (device < 0 || device >= n)
@@ -2027,8 +2039,13 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
     c->device = device;
     struct device_caps caps;
     bool wgmma_loads = cuda_gemm_wgmma_loadable(device);
-    struct plan_request req = {
-        .smem_budget = smem_budget, .variant_loads = variant_loads, .variant_ctx = &wgmma_loads};
+    const char *generic = getenv("MOESERVE_PLAN_GENERIC");
+    bool model = !(generic && strcmp(generic, "1") == 0);
+    struct plan_request req = {.desc = model ? desc : NULL,
+                               .weights = model ? weights : NULL,
+                               .smem_budget = smem_budget,
+                               .variant_loads = variant_loads,
+                               .variant_ctx = &wgmma_loads};
     if ((st = plan_caps_probe(&caps, device, err)) || (st = plan_build_request(&c->plan, &caps, &req, err))) {
         err_prefix(err, "cuda: planning for device %d", device);
         free(c);

@@ -9,8 +9,8 @@
  * Errors: ops return nothing, so the first failing CUDA/cuBLAS call is
  * recorded (with file:line) and logged; backend_cuda_status() returns it.
  *
- * defines: backend_cuda_create(), backend_cuda_device_count(), backend_cuda_status(),
- *          backend_cuda_plan(), backend_cuda_set_attention_splits(),
+ * defines: backend_cuda_create(), backend_cuda_create_for(), backend_cuda_device_count(),
+ * backend_cuda_status(), backend_cuda_plan(), backend_cuda_set_attention_splits(),
  *          backend_cuda_set_legacy_decode(), backend_cuda_set_stream(),
  *          backend_cuda_set_decode_mma_dense(), backend_cuda_set_decode_fp8(),
  *          backend_cuda_set_router_route(), backend_cuda_set_fuse_moe(),
@@ -29,6 +29,14 @@
  * an sm_120 would get; 0 = the environment variable MOESERVE_SMEM_BUDGET if
  * set, else the device's own opt-in limit. */
 enum status backend_cuda_create(struct backend *be, int device, size_t smem_budget, struct err *err);
+
+/* As backend_cuda_create, planned for this model's shapes and weight formats (desc and
+ * weights borrowed for the call), so that the plan `moeserve plan --model DIR` prints is the
+ * plan that runs; NULL for either: generic shapes / bf16 weights. MOESERVE_PLAN_GENERIC=1
+ * ignores them (the generic plan, for comparisons). */
+enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_budget,
+                                    const struct model_desc *desc, const struct plan_weights *weights,
+                                    struct err *err);
 
 /* Usable CUDA devices; 0 without a driver or a GPU (never fails). */
 int backend_cuda_device_count(void);
