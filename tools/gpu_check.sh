@@ -97,6 +97,7 @@ golden "MOESERVE_MOE_DECODE_MAX=8" golden_moe_decode_max8.log MOESERVE_MOE_DECOD
 golden "MOESERVE_GEMV_MMA_CHUNKS=4" golden_gemv_chunks.log MOESERVE_GEMV_MMA_CHUNKS=4
 golden "MOESERVE_MOE_BF16=1" golden_moe_bf16.log MOESERVE_MOE_BF16=1
 golden "MOESERVE_WG_STAGES=3" golden_wg_stages3.log MOESERVE_WG_STAGES=3
+golden "MOESERVE_PLAN_GENERIC=1" golden_plan_generic.log MOESERVE_PLAN_GENERIC=1
 # the prefill attention kernels (the tensor-core one included): unsplit, the fixtures' short
 # prompts reach them (MOESERVE_ATTN_PREC=bf16 is not run here: bf16-grade, it fails the
 # fixtures' fp32-grade incremental-vs-one-pass check by design; see NOTES, session 14)

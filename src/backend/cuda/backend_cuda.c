@@ -17,7 +17,8 @@
  * combines), with no host synchronisation.
  *
  * Tile sizes come from the plan built at creation (plan_build_request with
- * the device's caps, the shared-memory budget, and a filter that admits only
+ * the device's caps, the model's shapes and weight formats where the caller
+ * gives them (backend_cuda_create_for), the shared-memory budget, and a filter that admits only
  * the variants this backend has: cuda_variants.c, the wgmma GEMMs only where
  * their sm_90a image loaded on the device); nothing here
  * compares compute capabilities. A plan entry that does not fit this kernel's own
