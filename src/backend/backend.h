@@ -8,7 +8,7 @@
  * against, op by op (tests/unit/test_ops*.c).
  *
  * defines: struct backend, struct backend_ops, struct paged_kv, struct attn_batch,
- *          struct rope_args, struct route_args, struct moe_args, struct decode_layer_args,
+ *          struct rope_args, struct route_args, struct moe_args,
  *          struct sample_row,
  *          backend_moe_workspace_floats(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/weight.h"
+#include "format/weight.h"
 #include "base/status.h"
 
 struct backend;
@@ -55,8 +55,6 @@ struct rope_args {
 
 enum route_score { ROUTE_SOFTMAX, ROUTE_SIGMOID };
 
-struct moe_args;
-
 struct route_args {
     int n_experts;
     int n_used;                 /* k */
@@ -66,9 +64,6 @@ struct route_args {
     bool normalize;             /* renormalise the k weights */
     float normalize_eps;        /* added to the denominator */
     float scaling;              /* multiplies the final weights */
-    /* The experts these ids select, or NULL: a hint that lets a backend start fetching the chosen
-     * experts' weights as soon as it knows the ids (results never depend on it). */
-    const struct moe_args *experts;
 };
 
 struct moe_args {
@@ -121,30 +116,9 @@ struct sample_row {
     float u;           /* the row's uniform draw in [0, 1) (engine/sampler.h: sampler_uniform) */
 };
 
-/* One GQA + routed-MoE decoder layer for ONE token, for a backend that runs it in one go
- * (backend op decode_layer). The residual stream h is updated in place; the scratch buffers are
- * the forward's own (sized as for the separate ops). */
-struct decode_layer_args {
-    float *h;
-    const float *attn_norm, *ffn_norm, *q_norm, *k_norm; /* q_norm/k_norm may be NULL */
-    float eps;
-    const struct weight *wq, *wk, *wv, *wo, *router;
-    int n_heads;
-    float attn_scale;
-    const struct rope_args *rope;
-    const struct paged_kv *kv;
-    const struct attn_batch *batch;
-    const int32_t *slots;
-    const struct route_args *route;
-    const struct moe_args *moe;
-    float *q, *k, *v, *attn, *logits, *moe_work;
-};
-
-/* weight_load flags. DENSE: the weight is read in full for every token (attention, a dense MLP,
- * a shared expert; not one of many routed experts), so a backend may keep a second copy laid out
- * for one-token decode (struct weight's dec_data). EXPERT: one of a layer's routed experts (a
- * backend may keep such a copy too, at the cost of the experts' memory); with EXPERT_DOWN, the
- * expert's down projection. */
+/* weight_load flags: the weight's role. DENSE: read in full for every token (attention, a dense
+ * MLP, a shared expert); EXPERT: one of a layer's routed experts; with EXPERT_DOWN, the expert's
+ * down projection. A backend may lay a weight out for its role at load. */
 enum { WEIGHT_LOAD_DENSE = 1u, WEIGHT_LOAD_EXPERT = 2u, WEIGHT_LOAD_EXPERT_DOWN = 4u };
 
 struct backend_ops {
@@ -245,36 +219,6 @@ struct backend_ops {
     void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,
                       const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope,
                       const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
-    /* Optional: attn_prep then attention in one step (q, k, v the raw projections, left as they
-     * are; the cache gets the new keys and values as attn_prep writes them). False, having run
-     * nothing, when it does not take the shape (the caller then runs the two ops). */
-    bool (*prep_attention)(struct backend *be, const float *q, const float *k, const float *v, int n_tokens,
-                           int n_heads, const float *q_norm, const float *k_norm, float eps,
-                           const struct rope_args *rope, const int32_t *pos, const struct paged_kv *kv,
-                           const int32_t *slots, const struct attn_batch *b, float scale, float *out);
-    /* Decode fusions: each returns false, having run nothing, when it does not take the shape
-     * (the forward then composes the ops above), true when done.
-     * x_out[m, K] = rmsnorm(h + delta) * norm_w, then ys[j] = x_out ws[j]^T for j < n_w <= 3;
-     * delta (or NULL) is the residual stream's pending output, added as the add op would, h is
-     * left as it is (the next linear_residual takes the same delta). */
-    bool (*norm_linear_multi)(struct backend *be, int n_w, const struct weight *const *ws, const float *h,
-                              const float *delta, const float *norm_w, float eps, int m, float *x_out,
-                              float *const *ys);
-    /* h[m, w->rows] = (h + delta) + x w^T (+ bias), delta NULL: h += x w^T: the output projection
-     * with the residual add (and the pending delta the norm before it read). */
-    bool (*linear_residual)(struct backend *be, const struct weight *w, const float *x, int m, float *h,
-                            const float *delta);
-    /* The routed-MoE half of a layer without shared experts, residual included: h += delta
-     * (delta: the pending output of the half before, or NULL), x = rmsnorm(h) * norm_w, logits =
-     * x router^T, ids/weights = route(logits), h += experts(x). x, logits, ids, weights and work
-     * are scratch as for the separate ops. */
-    bool (*moe_block_residual)(struct backend *be, float *h, const float *delta, const float *norm_w,
-                               float eps, const struct weight *router, const struct route_args *ra,
-                               const struct moe_args *ma, int m, float *x, float *logits, int32_t *ids,
-                               float *weights, float *work);
-    /* The whole layer of a one-token pass (struct decode_layer_args); false, having run nothing,
-     * when the backend does not take the shape. */
-    bool (*decode_layer)(struct backend *be, const struct decode_layer_args *a);
     /* ids[r] = argmax of logits[r, :vocab] (lowest id on ties), -1 if the row holds a NaN. */
     void (*argmax)(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
     /* ids[r] = a token drawn with params[r] (backend memory) from softmax(logits[r] / T) cut to
@@ -282,10 +226,6 @@ struct backend_ops {
      * when T == 0; -1 if the row holds a NaN. */
     void (*sample)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
                    int32_t *ids);
-    /* A hint: the ops after the next few read ws[0 .. n) (n <= 4). A backend may start moving
-     * them closer (CUDA: the next kernel that takes such hints asks L2 for them while it runs);
-     * a later call replaces a pending hint, and results never depend on it. */
-    void (*prefetch)(struct backend *be, const struct weight *const *ws, int n);
     /* Replays the op sequence captured under key; false when there is none. */
     bool (*graph_replay)(struct backend *be, uint64_t key);
     /* Starts recording the ops that follow instead of running them; false if not possible. */

@@ -526,7 +526,7 @@ int cmd_bench_serve(int argc, char **argv)
     t.vocab = (int)vocab;
     t.seed = (uint64_t)seed;
     t.timeout = timeout;
-    t.api_key = cli_get(opts, n, "api-key", getenv("MOESERVE_API_KEY"));
+    t.api_key = cli_get(opts, n, "api-key", cli_env_api_key());
     char model[256];
     t.model = cli_get(opts, n, "model", NULL);
     if (!t.model) {

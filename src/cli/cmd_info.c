@@ -13,6 +13,7 @@
 #include "base/json.h"
 #include "engine/kv_cache.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "format/checkpoint.h"
@@ -21,8 +22,18 @@
 
 const char *cli_default_model(void)
 {
-    const char *env = getenv("MOESERVE_MODEL");
-    return env && *env ? env : MOESERVE_DEFAULT_MODEL;
+    struct options o;
+    struct err err;
+    if (options_read(&o, &err) == STATUS_OK && o.model)
+        return o.model;
+    return MOESERVE_DEFAULT_MODEL;
+}
+
+const char *cli_env_api_key(void)
+{
+    struct options o;
+    struct err err;
+    return options_read(&o, &err) == STATUS_OK ? o.api_key : NULL;
 }
 
 /* "bf16+nvfp4" from a bit set of formats. */

@@ -6,7 +6,8 @@
  * exactly the tiles an sm_120 gets). Shapes come from --model DIR's
  * config.json and its quantization config, else Qwen3-30B-A3B-like
  * defaults; --weights overrides the weight format of experts and linears;
- * --runnable keeps to the variants the CUDA backend implements (what it runs).
+ * Only kernels the CUDA backend has are planned (backend/cuda/cuda_registry.c), in every
+ * build: the plan printed is the plan that runs.
  *
  * Deliberately not here: any choice; this only gathers inputs for
  * plan_build_request() and prints its plan (table, or --json).
@@ -15,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda_variants.h"
+#include "backend/cuda/cuda_registry.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "format/quant_config.h"
@@ -52,9 +54,6 @@ int cmd_plan(int argc, char **argv)
         {.name = "weights",
          .metavar = "FORMAT",
          .help = "weight format of experts and linears: bf16, fp8, nvfp4 (W4A4), nvfp4-w4a16"},
-        {.name = "runnable",
-         .help = "only the variants the CUDA backend has kernels for: the plan `--backend cuda` runs "
-                 "(default: every variant the device could run)"},
         {.name = "json", .help = "print JSON instead of a table"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -67,7 +66,7 @@ int cmd_plan(int argc, char **argv)
                  "expected bound and why.\nProfiles: %s.",
                  plan_profile_names());
         cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
-                       "[--weights FORMAT] [--runnable] [--json]",
+                       "[--weights FORMAT] [--json]",
                        about, opts, n);
         return 0;
     }
@@ -129,9 +128,16 @@ int cmd_plan(int argc, char **argv)
         }
     }
 
+    struct options env;
+    if (options_read(&env, &err)) {
+        LOG_ERROR("plan: %s", err.msg);
+        model_desc_free(&d);
+        return 2;
+    }
+    const char *force = env.cuda_force[0] ? env.cuda_force : NULL;
     struct plan_request req = {
-        .desc = dir ? &d : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget,
-        .variant_loads = cli_flag(opts, n, "runnable") ? cuda_variant_implemented : NULL};
+        .desc = dir ? &d : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget, .kernels = &CUDA_KERNELS,
+        .force = force};
     struct plan *p = malloc(sizeof *p);
     int rc = 1;
     if (!p) {

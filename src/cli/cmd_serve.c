@@ -98,7 +98,7 @@ int cmd_serve(int argc, char **argv)
     char name[256];
     model_name_of(model, name, sizeof name);
     const char *served = cli_get(opts, n, "served-model-name", name);
-    const char *api_key = cli_get(opts, n, "api-key", getenv("MOESERVE_API_KEY"));
+    const char *api_key = cli_get(opts, n, "api-key", cli_env_api_key());
     if (api_key && !*api_key)
         api_key = NULL;
 

@@ -4,7 +4,8 @@
  * 0 success, 1 failure (message already printed), 2 usage error.
  *
  * defines: cmd_logits(), cmd_generate(), cmd_info(), cmd_bench(), cmd_bench_serve(), cmd_quantize(), cmd_tokenize(),
- *          cmd_detokenize(), cmd_perplexity(), cmd_serve(), cli_default_model(), cli_load_tokenizer()
+ *          cmd_detokenize(), cmd_perplexity(), cmd_serve(), cli_default_model(), cli_env_api_key(),
+ *          cli_load_tokenizer()
  */
 #ifndef MOESERVE_CLI_COMMANDS_H
 #define MOESERVE_CLI_COMMANDS_H
@@ -31,5 +32,7 @@ enum status cli_load_tokenizer(const char *model_dir, struct tokenizer **tok, st
 
 /* $MOESERVE_MODEL, else the small model shipped in the repository. */
 const char *cli_default_model(void);
+/* $MOESERVE_API_KEY (base/options.h), or NULL. */
+const char *cli_env_api_key(void);
 
 #endif

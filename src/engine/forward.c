@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "engine/forward_mla.h"
 #include "model/rope.h"
 
@@ -91,9 +92,13 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     f->d_table = f->d_slots + T;
     f->h_meta = malloc(forward_meta_ints(f) * sizeof(int32_t));
     f->graph_seen = calloc(FORWARD_MAX_GRAPH_KEYS, sizeof *f->graph_seen);
-    /* MOESERVE_NO_GRAPHS=1: every pass runs op by op (to measure what graphs save, or to debug) */
-    const char *ng = getenv("MOESERVE_NO_GRAPHS");
-    f->use_graphs = !(ng && *ng && strcmp(ng, "0") != 0);
+    struct options opt;
+    enum status ost = options_read(&opt, err);
+    if (ost) {
+        forward_free(f);
+        return ost;
+    }
+    f->use_graphs = !opt.no_graphs;
     if (!f->h_meta || !f->graph_seen) {
         forward_free(f);
         return err_set(err, STATUS_NOMEM, "forward: out of host memory");
@@ -180,53 +185,6 @@ static void forward_upload_batch(struct forward *f, const struct forward_batch *
     be->ops->upload(be, f->d_meta, f->h_meta, used * sizeof(int32_t));
 }
 
-/* Prefetch hints (backend op "prefetch", optional): which weights come after the attention of
- * layer l (the output projection and the FFN's first GEMV), and the next layer's q/k/v, given
- * while the MoE runs. The backend decides which of its kernels fetch them. */
-static void forward_prefetch_after_attention(struct forward *f, int l)
-{
-    if (!f->be->ops->prefetch)
-        return;
-    const struct layer_weights *lw = &f->w->layers[l];
-    const struct weight *ws[3];
-    int n = 0;
-    ws[n++] = &lw->wo;
-    if (f->d->layers[l].ffn == FFN_DENSE) {
-        ws[n++] = &lw->ffn_gate;
-        ws[n++] = &lw->ffn_up;
-    } else {
-        ws[n++] = &lw->router;
-    }
-    f->be->ops->prefetch(f->be, ws, n);
-}
-
-static void forward_prefetch_next_layer(struct forward *f, int l)
-{
-    if (!f->be->ops->prefetch || l + 1 >= f->d->n_layers || f->d->layers[l + 1].attn == ATTN_MLA)
-        return;
-    const struct layer_weights *lw = &f->w->layers[l + 1];
-    const struct weight *ws[3] = {&lw->wq, &lw->wk, &lw->wv};
-    f->be->ops->prefetch(f->be, ws, 3);
-}
-
-/* attn_prep then attention into f->attn: in one backend step where it has one, else the two ops
- * with the L2 hint for the output projection in between. */
-static void forward_prep_attention(struct forward *f, int l, int n, const struct rope_args *ra,
-                                   const struct paged_kv *kv, const struct attn_batch *ab)
-{
-    const struct model_desc *d = f->d;
-    const struct layer_weights *lw = &f->w->layers[l];
-    struct backend *be = f->be;
-    if (be->ops->prep_attention &&
-        be->ops->prep_attention(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, ra,
-                                f->d_pos, kv, f->d_slots, ab, d->attn_scale, f->attn))
-        return;
-    be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, ra, f->d_pos, kv,
-                       f->d_slots);
-    forward_prefetch_after_attention(f, l);
-    be->ops->attention(be, f->q, kv, ab, d->n_heads, d->attn_scale, f->attn);
-}
-
 static void forward_attention_gqa(struct forward *f, int l, int n)
 {
     const struct model_desc *d = f->d;
@@ -248,7 +206,9 @@ static void forward_attention_gqa(struct forward *f, int l, int n)
         be->ops->linear(be, &lw->wv, f->x, n, f->v);
     }
     if (be->ops->attn_prep) {
-        forward_prep_attention(f, l, n, &ra, kv, &ab);
+        be->ops->attn_prep(be, f->q, f->k, f->v, n, d->n_heads, lw->q_norm, lw->k_norm, d->norm_eps, &ra, f->d_pos,
+                           kv, f->d_slots);
+        be->ops->attention(be, f->q, kv, &ab, d->n_heads, d->attn_scale, f->attn);
         be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
         return;
     }
@@ -274,7 +234,7 @@ static void forward_mlp(struct forward *f, const struct layer_weights *lw, int n
     be->ops->linear(be, &lw->ffn_down, f->gate, n, out);
 }
 
-/* The routing and expert arguments of layer l's MoE (the composed and the fused path alike). */
+/* The routing and expert arguments of layer l's MoE. */
 static void forward_moe_args(const struct forward *f, int l, struct route_args *ra, struct moe_args *ma)
 {
     const struct model_desc *d = f->d;
@@ -293,7 +253,6 @@ static void forward_moe_args(const struct forward *f, int l, struct route_args *
     *ma = (struct moe_args){.n_experts = d->n_experts, .n_used = d->n_experts_used, .d_model = d->d_model,
                             .d_expert = d->d_expert, .gate = lw->exp_gate, .up = lw->exp_up,
                             .down = lw->exp_down};
-    ra->experts = ma; /* the routing may start fetching the experts it picks */
 }
 
 /* The FFN half of layer l on x. routed: a MoE layer whose routing is done already (ids and
@@ -315,7 +274,6 @@ static void forward_ffn(struct forward *f, int l, int n, bool routed)
         be->ops->linear(be, &lw->router, f->x, n, f->router);
         be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
     }
-    forward_prefetch_next_layer(f, l);
     be->ops->moe_experts(be, f->x, n, f->route_ids, f->route_w, &ma, f->moe_work, f->delta);
     if (lw->has_ffn) {
         forward_mlp(f, lw, n, f->tmp);
@@ -340,29 +298,6 @@ static bool forward_ffn_norm_routed(struct forward *f, int l, int n, bool *pendi
                                     &ra, f->x, f->router, f->route_ids, f->route_w))
         return false;
     *pending = false;
-    forward_ffn(f, l, n, true);
-    return true;
-}
-
-/* The norm before a MoE layer's FFN inside its router GEMV (norm_linear_multi: every block
- * normalises h itself, one leaves x for the experts), then the routing and the experts; false
- * (nothing run) where the backend does not take it or an output is still pending (h would have
- * to be written while the GEMV's blocks read it). */
-static bool forward_ffn_router_normed(struct forward *f, int l, int n, bool pending)
-{
-    const struct model_desc *d = f->d;
-    const struct layer_weights *lw = &f->w->layers[l];
-    struct backend *be = f->be;
-    if (pending || d->layers[l].ffn == FFN_DENSE || !be->ops->norm_linear_multi)
-        return false;
-    const struct weight *ws[1] = {&lw->router};
-    float *ys[1] = {f->router};
-    if (!be->ops->norm_linear_multi(be, 1, ws, f->h, NULL, lw->ffn_norm, d->norm_eps, n, f->x, ys))
-        return false;
-    struct route_args ra;
-    struct moe_args ma;
-    forward_moe_args(f, l, &ra, &ma);
-    be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
     forward_ffn(f, l, n, true);
     return true;
 }
@@ -439,88 +374,6 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     return STATUS_OK;
 }
 
-/* Attention through the backend's decode fusions: the q/k/v projection normalises h (plus the
- * pending delta) itself, the output projection adds the pending delta and its own output into h.
- * That takes both residual-stream kernels of the composed ops (add + norm) off the layer. False
- * (nothing run) when the backend does not take the shape. */
-static bool forward_attention_fused(struct forward *f, int l, int n, bool *pending)
-{
-    const struct model_desc *d = f->d;
-    const struct layer_weights *lw = &f->w->layers[l];
-    struct backend *be = f->be;
-    if (d->layers[l].attn == ATTN_MLA || !be->ops->norm_linear_multi || !be->ops->linear_residual ||
-        !be->ops->attn_prep)
-        return false;
-    const struct weight *ws[3] = {&lw->wq, &lw->wk, &lw->wv};
-    float *ys[3] = {f->q, f->k, f->v};
-    const float *delta = *pending ? f->delta : NULL;
-    if (!be->ops->norm_linear_multi(be, 3, ws, f->h, delta, lw->attn_norm, d->norm_eps, n, f->x, ys))
-        return false;
-    struct rope_args ra = {.dim = d->rope.dim, .offset = d->rope.offset,
-                           .interleaved = d->rope.layout == ROPE_INTERLEAVED,
-                           .attention_factor = d->rope.attention_factor, .inv_freq = f->inv_freq};
-    const struct paged_kv *kv = &f->kv->layers[l];
-    struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
-                            .max_blocks = f->max_blocks};
-    forward_prep_attention(f, l, n, &ra, kv, &ab);
-    if (!be->ops->linear_residual(be, &lw->wo, f->attn, n, f->h, delta)) {
-        if (delta) /* the pending delta joins h before the projection overwrites it */
-            be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
-        be->ops->linear(be, &lw->wo, f->attn, n, f->delta);
-        be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
-    }
-    *pending = false;
-    return true;
-}
-
-/* The routed-MoE half of a layer in the backend's fused op (the pending delta, norm, router,
- * routing, experts and the residual add); not for layers with a shared expert or a dense MLP. */
-static bool forward_ffn_fused(struct forward *f, int l, int n, bool *pending)
-{
-    const struct model_desc *d = f->d;
-    const struct layer_weights *lw = &f->w->layers[l];
-    struct backend *be = f->be;
-    if (d->layers[l].ffn == FFN_DENSE || lw->has_ffn || !be->ops->moe_block_residual)
-        return false;
-    struct route_args ra;
-    struct moe_args ma;
-    forward_moe_args(f, l, &ra, &ma);
-    forward_prefetch_next_layer(f, l);
-    if (!be->ops->moe_block_residual(be, f->h, *pending ? f->delta : NULL, lw->ffn_norm, d->norm_eps,
-                                     &lw->router, &ra, &ma, n, f->x, f->router, f->route_ids, f->route_w,
-                                     f->moe_work))
-        return false;
-    *pending = false;
-    return true;
-}
-
-/* Layer l of a one-token pass through the backend's whole-layer op (GQA attention + routed MoE
- * without a shared expert or dense MLP); false (nothing run) where it does not apply. */
-static bool forward_decode_layer(struct forward *f, int l, int n)
-{
-    const struct model_desc *d = f->d;
-    const struct layer_weights *lw = &f->w->layers[l];
-    struct backend *be = f->be;
-    if (n != 1 || !be->ops->decode_layer || d->layers[l].attn == ATTN_MLA || d->layers[l].ffn == FFN_DENSE ||
-        lw->has_ffn)
-        return false;
-    struct rope_args rope = {.dim = d->rope.dim, .offset = d->rope.offset,
-                             .interleaved = d->rope.layout == ROPE_INTERLEAVED,
-                             .attention_factor = d->rope.attention_factor, .inv_freq = f->inv_freq};
-    struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
-                            .max_blocks = f->max_blocks};
-    struct route_args ra;
-    struct moe_args ma;
-    forward_moe_args(f, l, &ra, &ma);
-    struct decode_layer_args a = {
-        .h = f->h, .attn_norm = lw->attn_norm, .ffn_norm = lw->ffn_norm, .q_norm = lw->q_norm,
-        .k_norm = lw->k_norm, .eps = d->norm_eps, .wq = &lw->wq, .wk = &lw->wk, .wv = &lw->wv, .wo = &lw->wo,
-        .router = &lw->router, .n_heads = d->n_heads, .attn_scale = d->attn_scale, .rope = &rope,
-        .kv = &f->kv->layers[l], .batch = &ab, .slots = f->d_slots, .route = &ra, .moe = &ma, .q = f->q,
-        .k = f->k, .v = f->v, .attn = f->attn, .logits = f->router, .moe_work = f->moe_work};
-    return be->ops->decode_layer(be, &a);
-}
-
 /* x = rmsnorm(h (+ delta when an output is still pending)) * w; the pending output joins h. */
 static void forward_norm(struct forward *f, const float *w, int n, bool *pending)
 {
@@ -533,8 +386,7 @@ static void forward_norm(struct forward *f, const float *w, int n, bool *pending
 }
 
 /* Every op of the pass up to the residual stream's last add (no host work, no copies). Each half
- * of a layer either runs fused (adding into h itself) or leaves its output in f->delta, pending
- * until the next norm adds it. */
+ * of a layer leaves its output in f->delta, pending until the next norm adds it. */
 static void forward_layers(struct forward *f, const struct forward_batch *b)
 {
     const struct model_desc *d = f->d;
@@ -544,23 +396,17 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
     be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
     for (int l = 0; l < d->n_layers; l++) {
         const struct layer_weights *lw = &f->w->layers[l];
-        if (!pending && forward_decode_layer(f, l, n))
-            continue;
-        if (!forward_attention_fused(f, l, n, &pending)) {
-            forward_norm(f, lw->attn_norm, n, &pending);
-            if (d->layers[l].attn == ATTN_MLA)
-                forward_mla_attention(f, n, l);
-            else
-                forward_attention_gqa(f, l, n);
-            pending = true;
+        forward_norm(f, lw->attn_norm, n, &pending);
+        if (d->layers[l].attn == ATTN_MLA)
+            forward_mla_attention(f, n, l);
+        else
+            forward_attention_gqa(f, l, n);
+        pending = true;
+        if (!forward_ffn_norm_routed(f, l, n, &pending)) {
+            forward_norm(f, lw->ffn_norm, n, &pending);
+            forward_ffn(f, l, n, false);
         }
-        if (!forward_ffn_fused(f, l, n, &pending)) {
-            if (!forward_ffn_norm_routed(f, l, n, &pending) && !forward_ffn_router_normed(f, l, n, pending)) {
-                forward_norm(f, lw->ffn_norm, n, &pending);
-                forward_ffn(f, l, n, false);
-            }
-            pending = true;
-        }
+        pending = true;
     }
     /* final residual add; the final norm is applied per selected row in forward_logits_chunk */
     if (pending)

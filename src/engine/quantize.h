@@ -21,7 +21,7 @@
 
 #include <stdbool.h>
 
-#include "backend/weight.h"
+#include "format/weight.h"
 #include "base/status.h"
 
 struct quantize_opts {

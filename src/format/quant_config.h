@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backend/weight.h"
+#include "format/weight.h"
 #include "base/json.h"
 #include "base/status.h"
 #include "base/strmap.h"

@@ -47,6 +47,8 @@
  *          plan_caps_apply_table(), plan_caps_table_warning(), plan_build(),
  *          plan_build_request(), plan_weights_default(), plan_weights_from_quant(),
  *          plan_find(), plan_decode_splits(), plan_math_name(), plan_to_json(),
+ *          enum plan_bucket, enum plan_op, struct plan_dispatch, plan_bucket_of(), plan_bucket_name(),
+ *          plan_op_name(), plan_dispatch_fill(), plan_dispatch_for(), plan_dispatch_pick(),
  *          plan_mla_attention_smem(), plan_dsa_index_smem(),
  *          plan_caps_to_json(), plan_print()
  */
@@ -57,10 +59,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/weight.h"
 #include "base/json.h"
 #include "base/status.h"
+#include "format/weight.h"
 #include "model/model_desc.h"
+#include "plan/kernel_desc.h"
 
 struct quant_config;
 
@@ -155,6 +158,34 @@ struct plan_weights {
     bool fp4_activations; /* W4A4 NVFP4 (calibrated input scales): activations may be FP4 */
 };
 
+/* Token-count buckets of a pass: the kernel a dispatched op runs may differ by bucket. */
+enum plan_bucket {
+    PLAN_BUCKET_1,     /* one token: decode at batch 1 */
+    PLAN_BUCKET_2_8,   /* 2-8 */
+    PLAN_BUCKET_9_32,  /* 9-32 */
+    PLAN_BUCKET_33_64, /* 33-64 */
+    PLAN_BUCKET_MORE,  /* 65 and more: prefill chunks, large batches */
+    PLAN_BUCKET_COUNT,
+};
+
+/* The ops whose kernel the plan chooses per bucket and weight format, and the backend
+ * dispatches from that choice alone. */
+enum plan_op {
+    PLAN_OP_LINEAR,      /* every linear: attention projections, dense MLP, shared experts, router, lm_head */
+    PLAN_OP_MOE_EXPERTS, /* the routed experts of a MoE layer */
+    PLAN_OP_COUNT,
+};
+
+#define PLAN_DISPATCH_MAX 6
+
+/* What runs for one (op, bucket, weight format): the first of kernels[] whose limits take the
+ * call (kernel_desc.fits, checked per call by the backend), in this order. */
+struct plan_dispatch {
+    const struct kernel_desc *kernels[PLAN_DISPATCH_MAX]; /* borrowed from the backend's table */
+    int n;                                                /* 0: not planned (no kernel table) */
+    char reason[224];
+};
+
 struct plan {
     struct device_caps caps;
     size_t smem_budget; /* min(caps, --smem-budget) */
@@ -164,6 +195,8 @@ struct plan {
     /* extensions */
     struct plan_shapes shapes;
     struct plan_weights weights;
+    /* per op, bucket and weight format; planned only when the request names a kernel table */
+    struct plan_dispatch dispatch[PLAN_OP_COUNT][PLAN_BUCKET_COUNT][WEIGHT_FORMAT_COUNT];
 };
 
 struct plan_request {
@@ -175,6 +208,13 @@ struct plan_request {
      * its own test (in its fatbin for this device, self-test passed). */
     bool (*variant_loads)(void *ctx, const char *kernel);
     void *variant_ctx;
+    /* The backend's kernels (NULL: plan every variant the cost model knows, no dispatch table):
+     * only these are planned, and the dispatch table is filled from them. */
+    const struct kernel_table *kernels;
+    /* "op[@bucket]:kernel,..." (MOESERVE_CUDA_FORCE) or NULL: these kernels first in the dispatch
+     * lists they name (every bucket without @), for measuring; refused unless the table has the
+     * kernel for that op and the device can run it. */
+    const char *force;
 };
 
 /* Fills caps for a named profile of spec/devices.md; STATUS_NOT_FOUND lists the names. */
@@ -201,6 +241,19 @@ void plan_weights_from_quant(struct plan_weights *w, const struct quant_config *
                              const struct model_desc *desc);
 
 const struct op_plan *plan_find(const struct plan *p, const char *op);
+/* The bucket of a pass of n_tokens tokens; its name ("1", "2-8", ...); "linear", "moe_experts". */
+enum plan_bucket plan_bucket_of(int n_tokens);
+const char *plan_bucket_name(enum plan_bucket b);
+const char *plan_op_name(enum plan_op op);
+/* The dispatch list for op at n_tokens and weight format f (n == 0: none planned). */
+const struct plan_dispatch *plan_dispatch_for(const struct plan *p, enum plan_op op, int n_tokens,
+                                              enum weight_format f);
+/* (Re)fills p->dispatch from req->kernels, req->variant_loads and req->force (p's per-op entries
+ * and shapes as plan_build_request left them; the other request fields are not read): all empty
+ * without a table. STATUS_INVALID names a force item the table or the device refuses. */
+enum status plan_dispatch_fill(struct plan *p, const struct plan_request *req, struct err *err);
+/* The first kernel of that list whose limits take shape s within the plan's budget, or NULL. */
+const struct kernel_desc *plan_dispatch_pick(const struct plan *p, enum plan_op op, const struct kernel_shape *s);
 /* Shared memory of the fp32 MLA latent attention tile and the DSA score tile (planner.c's
  * formulas; the CUDA kernels lay their shared memory out exactly so). stages 0: the variant
  * that reads its operands from global memory. */
@@ -210,8 +263,8 @@ size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
  * enough blocks for two per SM, each chunk a multiple of tile_n. */
 int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);
 /* The most tokens a MoE block runs pair by pair (each (token, slot) pair streaming its expert, no
- * sort) before the sorted grouped GEMM: while the pairs average at most 2 an expert, at least 8
- * tokens, at most 64. */
+ * sort) before the sorted grouped GEMM: while the pairs average at most 2 an expert, rounded down
+ * to a bucket's end (8, 32 or 64), so that a bucket never mixes the two. */
 int plan_moe_pair_max_tokens(int n_experts, int n_used);
 const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);

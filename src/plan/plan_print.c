@@ -92,7 +92,54 @@ struct json *plan_to_json(const struct plan *p)
         json_add(e, "bound", json_new_string(bound_name(o->bound)));
         json_add(e, "reason", json_new_string(o->reason));
     }
+    struct json *dis = json_add(root, "dispatch", json_new_array());
+    for (int op = 0; op < PLAN_OP_COUNT && dis; op++)
+        for (int b = 0; b < PLAN_BUCKET_COUNT; b++)
+            for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++) {
+                const struct plan_dispatch *d = &p->dispatch[op][b][f];
+                struct json *e = d->n ? json_append(dis, json_new_object()) : NULL;
+                if (!e)
+                    continue;
+                json_add(e, "op", json_new_string(plan_op_name((enum plan_op)op)));
+                json_add(e, "tokens", json_new_string(plan_bucket_name((enum plan_bucket)b)));
+                json_add(e, "weights", json_new_string(weight_format_name((enum weight_format)f)));
+                struct json *ks = json_add(e, "kernels", json_new_array());
+                for (int i = 0; i < d->n && ks; i++)
+                    json_append(ks, json_new_string(d->kernels[i]->name));
+                json_add(e, "reason", json_new_string(d->reason));
+            }
     return root;
+}
+
+/* The weight formats a model's linears use (the router is bf16 in every checkpoint we read). */
+static unsigned linear_formats(const struct plan_weights *w)
+{
+    return 1u << w->attn | 1u << w->ffn | 1u << w->lm_head | 1u << WEIGHT_BF16;
+}
+
+/* The dispatch table, for the formats this plan's weights use. */
+static void print_dispatch(const struct plan *p)
+{
+    const unsigned fmts[PLAN_OP_COUNT] = {linear_formats(&p->weights), 1u << p->weights.experts};
+    bool any = false;
+    for (int op = 0; op < PLAN_OP_COUNT; op++)
+        for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+            for (int b = 0; b < PLAN_BUCKET_COUNT; b++) {
+                const struct plan_dispatch *d = &p->dispatch[op][b][f];
+                if (!d->n || !(fmts[op] & (1u << f)) || (op == PLAN_OP_MOE_EXPERTS && p->shapes.n_experts <= 0))
+                    continue;
+                if (!any)
+                    printf("\ndispatch (op, tokens, weights: the first kernel that takes the call runs)\n");
+                any = true;
+                char list[256];
+                size_t o = 0;
+                list[0] = 0;
+                for (int i = 0; i < d->n && o < sizeof list; i++)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? " > " : "", d->kernels[i]->name);
+                printf("%-12s %-6s %-6s %-56s %s\n", plan_op_name((enum plan_op)op),
+                       plan_bucket_name((enum plan_bucket)b), weight_format_name((enum weight_format)f), list,
+                       d->reason);
+            }
 }
 
 void plan_print(const struct plan *p)
@@ -126,6 +173,7 @@ void plan_print(const struct plan *p)
         printf("%-18s %-28s %-21s %-13s %6d %8zu %-8s %s\n", o->op, o->kernel, o->math, tile, o->stages,
                o->smem_bytes, bound_name(o->bound), o->reason);
     }
+    print_dispatch(p);
     if (p->warnings[0]) {
         printf("\n");
         const char *line = p->warnings;

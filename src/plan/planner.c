@@ -24,9 +24,9 @@
  *       A = activations (bf16 in memory, quantised to fp4/fp8 on the way into smem where the
  *       family computes in fp4/fp8), B = weights as stored; weight-only families dequantise B
  *       in registers. The epilogue writes from registers: no C tile in smem.
- *       wgmma with the weights as A from registers (gemm_nvfp4_wo_wgmma, *_bf16_wgmma;
- *       cuda_gemm_wgmma.cu): stages x 2 x tile_m x tile_k x 2 + tile_m x 4 + 16 (x as bf16 hi + lo
- *       per stage, the source-row table), among the tiles that file compiles (REG_A_TILES)
+ *       wgmma with the weights as A from registers (gemm_nvfp4_wo_wgmma, *_bf16_wgmma): the
+ *       tiles and the shared-memory formula its kernel table declares (kernel_desc.tiles,
+ *       tile_smem; cuda_gemm_limits.h)
  *   attention_prefill (D = qk dim, Dv = v dim):  2 x (tile_m x D + stages x tile_n x (D + Dv))
  *       (Q tile once, K and V tiles per stage, bf16; portable adds the fp32 score tile tile_m x tile_n x 4)
  *       mma (attn_prefill_mma_bf16): 4 x (tile_m x D + stages x tile_n x (D + Dv)) + 16 x tile_m, stages
@@ -102,7 +102,7 @@ static const struct {
     {FEAT_BF16_MMA, "bf16 mma needs sm_80+ features: absent"},
 };
 
-enum drop { DROP_NONE, DROP_FEATURE, DROP_FORMAT, DROP_LOADS, DROP_REGS, DROP_SMEM };
+enum drop { DROP_NONE, DROP_FEATURE, DROP_FORMAT, DROP_NO_KERNEL, DROP_LOADS, DROP_REGS, DROP_SMEM };
 
 struct work {
     double flops;
@@ -289,6 +289,8 @@ static enum drop cand_check(const struct plan_ctx *x, const struct cand *c, size
         return DROP_FEATURE;
     if (c->refused)
         return DROP_FORMAT;
+    if (x->req->kernels && !kernel_table_find(x->req->kernels, c->kernel))
+        return DROP_NO_KERNEL;
     if (x->req->variant_loads && !x->req->variant_loads(x->req->variant_ctx, c->kernel))
         return DROP_LOADS;
     int regs_block = x->caps->regs_per_block > 0 ? x->caps->regs_per_block : 65536;
@@ -348,7 +350,7 @@ static void kernel_why_not(const struct plan_ctx *x, const char *k, size_t budge
     int best_ok = -1, smallest_smem = -1;
     unsigned missing = 0;
     const char *refused = NULL;
-    bool loads = false, regs = false;
+    bool loads = false, regs = false, no_kernel = false;
     for (int i = 0; i < x->n; i++) {
         const struct cand *c = &x->c[i];
         if (strcmp(c->kernel, k) != 0)
@@ -364,6 +366,7 @@ static void kernel_why_not(const struct plan_ctx *x, const char *k, size_t budge
             break;
         case DROP_FEATURE: missing |= c->needs & ~caps_features(x->caps); break;
         case DROP_FORMAT: refused = c->refused; break;
+        case DROP_NO_KERNEL: no_kernel = true; break;
         case DROP_LOADS: loads = true; break;
         case DROP_REGS: regs = true; break;
         }
@@ -378,6 +381,8 @@ static void kernel_why_not(const struct plan_ctx *x, const char *k, size_t budge
             }
     } else if (refused) {
         snprintf(buf, n, "%s", refused);
+    } else if (no_kernel) {
+        snprintf(buf, n, "%s: the %s backend has no such kernel", k, x->req->kernels->backend);
     } else if (loads) {
         snprintf(buf, n, "%s is not loadable here (not in the fatbin, or its self-test failed)", k);
     } else if (smallest_smem >= 0) {
@@ -527,26 +532,6 @@ struct gemm_family {
     int tk[3];    /* tile_k options, 0-terminated */
 };
 
-/* The tiles cuda_gemm_wgmma.cu compiles (its WG_CONFIGS; tile_m = tokens, tile_n = weight rows,
- * 64 a warpgroup): the reg_a families plan among these only, so that the plan's tile is one the
- * kernel runs (the backend shrinks tile_m per call when an expert has few rows). test_ops_cuda's
- * wgmma test checks that fitting a planned tile keeps it. */
-struct reg_a_tile {
-    int tm, tn, tk, stages;
-    bool nvfp4_only;
-};
-static const struct reg_a_tile REG_A_TILES[] = {
-    {128, 128, 64, 4, true}, {64, 128, 64, 4, true},  {64, 256, 64, 4, true},  {128, 128, 64, 3, false},
-    {64, 128, 64, 3, false}, {64, 256, 64, 3, false}, {64, 128, 128, 3, true}, {64, 256, 128, 3, true},
-};
-
-/* Shared memory of a reg_a tile: x's bf16 hi + lo for each stage, plus the block's source-row
- * table (cuda_gemm_wgmma.cu: wg_dyn_smem + wg_static_smem). */
-static size_t reg_a_smem(int tm, int tk, int stages)
-{
-    return (size_t)stages * 2 * (size_t)tm * (size_t)tk * 2 + (size_t)tm * 4 + 16;
-}
-
 static const struct gemm_family FAM_NVFP4[] = {
     {.moe_kernel = "moe_gemm_nvfp4_fp4_tcgen05",
      .linear_kernel = "gemm_nvfp4_fp4_tcgen05",
@@ -694,26 +679,30 @@ static void gemm_work(struct cand *c, const struct gemm_problem *g)
     }
 }
 
-/* The reg_a family's candidates: the compiled tiles for this weight format. The kernel issues two
- * wgmmas a k16 step (x's hi and lo) and keeps only x in shared memory, so the feed is x's bytes. */
+/* The reg_a family's candidates: the tiles its kernel compiles for this weight format, as the
+ * backend's table declares them (kernel_desc.tiles; none without a table), with the table's
+ * shared-memory formula. The kernel issues two wgmmas a k16 step (x's hi and lo) and keeps only x
+ * in shared memory, so the feed is x's bytes. */
 static void reg_a_cands(struct plan_ctx *x, const struct gemm_family *f, bool moe,
                         const struct gemm_problem *g)
 {
     const char *kernel = moe ? f->moe_kernel : f->linear_kernel;
-    for (size_t i = 0; i < sizeof REG_A_TILES / sizeof REG_A_TILES[0]; i++) {
-        const struct reg_a_tile *t = &REG_A_TILES[i];
-        if (t->nvfp4_only && f->b != OPD_FP4)
+    const struct kernel_desc *kd = x->req->kernels && kernel ? kernel_table_find(x->req->kernels, kernel) : NULL;
+    const enum weight_format wf = f->b == OPD_FP4 ? WEIGHT_NVFP4 : WEIGHT_BF16;
+    for (int i = 0; kd && kd->tile_smem && i < kd->n_tiles; i++) {
+        const struct kernel_tile *t = &kd->tiles[i];
+        if (t->format != wf)
             continue;
         struct cand *c = cand_add(x, kernel, f->math, f->needs);
-        c->tm = t->tm, c->tn = t->tn, c->tk = t->tk, c->stages = t->stages;
+        c->tm = t->m, c->tn = t->n, c->tk = t->k, c->stages = t->stages;
         c->note = f->dequant ? "weight-only: weights dequantised in registers (wgmma's A), x in smem as bf16 "
                                "hi + lo"
                              : "weights as wgmma's A from registers, x in smem as bf16 hi + lo";
-        c->smem = reg_a_smem(t->tm, t->tk, t->stages);
-        c->threads = 2 * t->tn; /* a warpgroup of 128 threads per 64 weight rows */
-        c->regs = t->tm / 2 + 48 + (f->dequant ? 16 : 0);
-        double kflops = 2.0 * t->tm * t->tn * t->tk;
-        c->feed = SMEM_BYTES_PER_CLK * kflops / (double)(2 * t->tm * t->tk * 2);
+        c->smem = kd->tile_smem(t);
+        c->threads = 2 * t->n; /* a warpgroup of 128 threads per 64 weight rows */
+        c->regs = t->m / 2 + 48 + (f->dequant ? 16 : 0);
+        double kflops = 2.0 * t->m * t->n * t->k;
+        c->feed = SMEM_BYTES_PER_CLK * kflops / (double)(2 * t->m * t->k * 2);
         gemm_work(c, g);
     }
 }
@@ -828,6 +817,7 @@ static bool fp4_activations_usable(const struct plan_ctx *x, bool moe)
         const struct gemm_family *f = &FAM_NVFP4[i];
         const char *kernel = moe ? f->moe_kernel : f->linear_kernel;
         if (f->fp4_act && !(f->needs & ~caps_features(x->caps)) &&
+            (!x->req->kernels || kernel_table_find(x->req->kernels, kernel)) &&
             (!x->req->variant_loads || x->req->variant_loads(x->req->variant_ctx, kernel)))
             return true;
     }
@@ -1054,7 +1044,7 @@ int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx)
 int plan_moe_pair_max_tokens(int n_experts, int n_used)
 {
     int t = n_used > 0 ? 2 * n_experts / n_used : 8;
-    return t < 8 ? 8 : t > 64 ? 64 : t;
+    return t >= 64 ? 64 : t >= 32 ? 32 : 8;
 }
 
 /* ---- MLA + DSA (glm_moe_dsa) ---- */
@@ -1581,7 +1571,7 @@ enum status plan_build_request(struct plan *p, const struct device_caps *caps, c
         !(st = plan_decode(&x, err)))
         st = plan_tail(&x, err);
     free(x.c);
-    if (st)
+    if (st || (st = plan_dispatch_fill(p, req, err)))
         return st;
     if (x.fallbacks[0])
         plan_warn(p, "portable fallback (no tensor-core variant eligible within %zu B of smem): %s",

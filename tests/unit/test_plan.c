@@ -18,6 +18,8 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "backend/cuda/cuda_registry.h"
+#include "model/model_desc.h"
 #include "plan/plan.h"
 
 static const char *PROFILES[] = {"a100", "rtx-a6000",    "l40s",     "h100",     "h200",
@@ -42,7 +44,7 @@ static void build(struct plan *p, const char *profile, enum weight_format wf, bo
     caps_for(profile, &caps);
     struct plan_weights w;
     plan_weights_default(&w, wf, fp4_act);
-    struct plan_request req = {.desc = desc, .weights = &w, .smem_budget = budget};
+    struct plan_request req = {.desc = desc, .weights = &w, .smem_budget = budget, .kernels = &CUDA_KERNELS};
     struct err err = {0};
     enum status st = plan_build_request(p, &caps, &req, &err);
     if (st)
@@ -87,7 +89,12 @@ static void test_every_profile_fits(void **state)
             build(p, PROFILES[i], W[w].wf, W[w].a4, 0, NULL);
             assert_int_equal(p->smem_budget, caps.smem_per_block_optin);
             check_plan(p, caps.smem_per_block_optin);
-            assert_string_equal(p->warnings, "");
+            /* no fp8 tensor-core GEMM exists (cuda_registry.c): FP8 linears and experts run the
+             * portable kernels, and the plan says so */
+            if (W[w].wf == WEIGHT_FP8_BLOCK)
+                assert_non_null(strstr(p->warnings, "portable fallback"));
+            else
+                assert_string_equal(p->warnings, "");
             /* the sm_120 budget on every device */
             build(p, PROFILES[i], W[w].wf, W[w].a4, 101376, NULL);
             check_plan(p, 101376);
@@ -143,11 +150,14 @@ static void test_nvfp4_expert_gemm_choice(void **state)
 {
     (void)state;
     struct plan *p = malloc(sizeof *p);
+    /* sm_120 has block-scaled fp4 mma, but the backend has no kernel dispatching it yet: the
+     * weight-only bf16 mma GEMM, and the reason says why */
     const char *sm120[] = {"rtx-pro-6000", "rtx-5090", "dgx-spark"};
     for (int i = 0; i < 3; i++) {
         build(p, sm120[i], WEIGHT_NVFP4, true, 0, NULL);
-        assert_string_equal(experts(p)->math, "fp4_block_scaled_mma");
-        assert_string_equal(experts(p)->kernel, "moe_gemm_nvfp4_fp4_mma");
+        assert_string_equal(experts(p)->math, "bf16_mma");
+        assert_string_equal(experts(p)->kernel, "moe_gemm_nvfp4_wo_mma");
+        assert_non_null(strstr(experts(p)->reason, "moe_gemm_nvfp4_fp4_mma: the cuda backend has no such kernel"));
         assert_int_equal(experts(p)->weight_format, WEIGHT_NVFP4);
         /* moe_align pads to the GEMM's row tile */
         assert_int_equal(plan_find(p, "moe_align")->tile_m, experts(p)->tile_m);
@@ -165,9 +175,9 @@ static void test_nvfp4_expert_gemm_choice(void **state)
     assert_string_equal(experts(p)->math, "bf16_mma");
     assert_non_null(strstr(experts(p)->reason, "wgmma needs sm_90a features: absent"));
 
-    build(p, "b200", WEIGHT_NVFP4, true, 0, NULL);
-    assert_string_equal(experts(p)->math, "fp4_tcgen05");
-    build(p, "b200", WEIGHT_NVFP4, false, 0, NULL); /* weight-only: no wgmma on sm_100, so mma */
+    build(p, "b200", WEIGHT_NVFP4, true, 0, NULL); /* no tcgen05 kernel yet, no wgmma on sm_100: mma */
+    assert_string_equal(experts(p)->kernel, "moe_gemm_nvfp4_wo_mma");
+    build(p, "b200", WEIGHT_NVFP4, false, 0, NULL);
     assert_string_equal(experts(p)->kernel, "moe_gemm_nvfp4_wo_mma");
 
     /* a W4A16 checkpoint never gets fp4 activations, even where the instruction exists */
@@ -178,16 +188,15 @@ static void test_nvfp4_expert_gemm_choice(void **state)
     /* bf16 and fp8 experts */
     build(p, "h200", WEIGHT_BF16, false, 0, NULL);
     assert_string_equal(experts(p)->kernel, "moe_gemm_bf16_wgmma");
-    build(p, "l40s", WEIGHT_FP8_BLOCK, false, 0, NULL);
-    assert_string_equal(experts(p)->math, "fp8_mma");
-    build(p, "a100", WEIGHT_FP8_BLOCK, false, 0, NULL);
-    assert_string_equal(experts(p)->kernel, "moe_gemm_fp8_wo_mma");
+    build(p, "l40s", WEIGHT_FP8_BLOCK, false, 0, NULL); /* no fp8 tensor-core GEMM yet */
+    assert_string_equal(experts(p)->kernel, "moe_gemm_fp8_wo_fp32");
+    assert_true(experts(p)->portable_fallback);
     free(p);
 }
 
 /* Weight-only NVFP4 linears: a bf16 copy through cuBLAS on every profile (the backend's path from
- * 9 rows); with fp4 activations (W4A4) the native GEMM where the device has one; the experts
- * stay on our grouped GEMMs either way. */
+ * 9 rows); with fp4 activations (W4A4) too while the backend has no fp4-activation GEMM; the
+ * experts stay on our grouped GEMMs either way. */
 static void test_nvfp4_linear_choice(void **state)
 {
     (void)state;
@@ -200,8 +209,10 @@ static void test_nvfp4_linear_choice(void **state)
         assert_non_null(strstr(l->reason, "expanded to bf16"));
         assert_null(strstr(experts(p)->kernel, "cublas"));
     }
+    /* W4A4 too, while no fp4-activation GEMM is dispatched */
     build(p, "rtx-pro-6000", WEIGHT_NVFP4, true, 0, NULL);
-    assert_string_equal(plan_find(p, "linear")->kernel, "gemm_nvfp4_fp4_mma");
+    assert_string_equal(plan_find(p, "linear")->kernel, "cublas_dequant_bf16");
+    assert_non_null(strstr(plan_find(p, "linear")->reason, "W4A4"));
     free(p);
 }
 
@@ -301,8 +312,8 @@ static void test_tiny_budget_falls_back_loudly(void **state)
     struct plan *p = malloc(sizeof *p);
     build(p, "rtx-pro-6000", WEIGHT_NVFP4, true, 4096, NULL);
     check_plan(p, 4096);
-    const char *fast[] = {"moe_experts_gemm", "attention_prefill", "attention_decode", "linear"};
-    for (int i = 0; i < 4; i++) {
+    const char *fast[] = {"moe_experts_gemm", "attention_prefill", "attention_decode"};
+    for (int i = 0; i < 3; i++) {
         const struct op_plan *o = plan_find(p, fast[i]);
         assert_string_equal(o->math, "fp32_fma");
         assert_true(o->portable_fallback);
@@ -310,7 +321,7 @@ static void test_tiny_budget_falls_back_loudly(void **state)
         assert_non_null(strstr(p->warnings, fast[i]));
     }
     assert_non_null(strstr(p->warnings, "portable fallback"));
-    assert_non_null(strstr(experts(p)->reason, "> budget 4096 B"));
+    assert_non_null(strstr(plan_find(p, "attention_prefill")->reason, "> budget 4096 B"));
     /* the stage-0 portable variants need no smem, but the small ops need a little: an absurd
      * budget is refused with the op and the size named */
     struct device_caps caps;
@@ -442,7 +453,7 @@ static void test_json_shape(void **state)
     int keys = 0;
     for (const struct json *m = json_child(j); m; m = json_next(m))
         keys++;
-    assert_int_equal(keys, 2);
+    assert_int_equal(keys, 3);
     const struct json *dev = json_get(j, "device"), *ops = json_get(j, "ops");
     assert_true(json_is_object(dev) && json_is_array(ops));
     assert_true(json_number(json_get(dev, "smem_budget")) == 101376);
@@ -517,6 +528,79 @@ static void test_probe(void **state)
 #endif
 }
 
+/* The op a registered kernel serves covers the plan op it was chosen for ("linear" serves the
+ * linear ops: linear, linear_ffn, lm_head). */
+static bool serves(const struct kernel_desc *k, const char *op)
+{
+    if (kernel_desc_serves(k, op))
+        return true;
+    return kernel_desc_serves(k, "linear") && (!strcmp(op, "linear_ffn") || !strcmp(op, "lm_head"));
+}
+
+/* Planned with the CUDA backend's table, every chosen kernel is one the backend has, for the op
+ * it was chosen for, with the math the table declares: on every profile, every weight format,
+ * the sm_120 budget, generic shapes and the shipped model's (GQA + MoE) and an MLA + DSA model's. */
+static void test_plan_uses_registered_kernels(void **state)
+{
+    (void)state;
+    const char *src = getenv("MOESERVE_SRC");
+    char dir[1024];
+    struct model_desc models[2];
+    int n_models = 0;
+    const char *names[] = {"models/moeserve-tiny", "tests/golden/dsa/dsa_basic"};
+    for (int i = 0; i < 2 && src; i++) {
+        struct err err = {0};
+        snprintf(dir, sizeof dir, "%s/%s", src, names[i]);
+        if (model_desc_load(&models[n_models], dir, &err) == STATUS_OK)
+            n_models++;
+        else
+            fail_msg("%s: %s", dir, err.msg);
+    }
+    const enum weight_format fmts[] = {WEIGHT_BF16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
+    struct plan *p = malloc(sizeof *p);
+    int checked = 0;
+    for (size_t pi = 0; pi < N_PROFILES; pi++)
+        for (size_t f = 0; f < 3; f++)
+            for (int fp4 = 0; fp4 < 2; fp4++)
+                for (int m = -1; m < n_models; m++)
+                    for (int small = 0; small < 2; small++) {
+                        struct device_caps caps;
+                        caps_for(PROFILES[pi], &caps);
+                        struct plan_weights w;
+                        plan_weights_default(&w, fmts[f], fp4 && fmts[f] == WEIGHT_NVFP4);
+                        struct plan_request req = {.desc = m < 0 ? NULL : &models[m],
+                                                   .weights = &w,
+                                                   .smem_budget = small ? 101376 : 0,
+                                                   .variant_loads = cuda_kernel_registered};
+                        struct err err = {0};
+                        if (plan_build_request(p, &caps, &req, &err))
+                            fail_msg("%s: %s", PROFILES[pi], err.msg);
+                        for (int i = 0; i < p->n_ops; i++) {
+                            const struct op_plan *o = &p->ops[i];
+                            const struct kernel_desc *k = kernel_table_find(&CUDA_KERNELS, o->kernel);
+                            if (!k)
+                                fail_msg("%s: op %s planned %s, which the CUDA backend does not have",
+                                         PROFILES[pi], o->op, o->kernel);
+                            if (!serves(k, o->op))
+                                fail_msg("%s: op %s planned %s, a kernel for %s", PROFILES[pi], o->op, o->kernel,
+                                         k->op);
+                            if (k->math && strcmp(k->math, o->math) != 0)
+                                fail_msg("%s: %s is %s in the plan, %s in the table", PROFILES[pi], o->kernel,
+                                         o->math, k->math);
+                            if (k->formats && o->weight_format < WEIGHT_FORMAT_COUNT &&
+                                !(k->formats & (1u << o->weight_format)))
+                                fail_msg("%s: op %s planned %s for %s weights, which it does not read",
+                                         PROFILES[pi], o->op, o->kernel, weight_format_name(o->weight_format));
+                            checked++;
+                        }
+                    }
+    print_message("    %d planned kernels checked against the CUDA table (%d entries)\n", checked, CUDA_KERNELS.n);
+    assert_true(checked > 1000);
+    for (int i = 0; i < n_models; i++)
+        model_desc_free(&models[i]);
+    free(p);
+}
+
 static void test_bad_caps(void **state)
 {
     (void)state;
@@ -549,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_moe_pair_max_tokens),
         cmocka_unit_test(test_probe),
         cmocka_unit_test(test_bad_caps),
+        cmocka_unit_test(test_plan_uses_registered_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

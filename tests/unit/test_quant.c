@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/weight.h"
+#include "format/weight.h"
 #include "base/dtype.h"
 #include "base/json.h"
 #include "base/log.h"

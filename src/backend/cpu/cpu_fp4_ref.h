@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/weight.h"
+#include "format/weight.h"
 
 /* How the decode global scale of the activations is chosen (the GPU's enum cuda_fp4_scale has
  * the same values in the same order). */

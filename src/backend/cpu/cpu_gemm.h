@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backend/weight.h"
+#include "format/weight.h"
 
 /* y[i*ldy + n] = sum_k x[i*ldx + k] * W[n, k] (+ w->bias[n])
  * for 0 <= i < m, 0 <= n < w->rows, 0 <= k < w->cols.

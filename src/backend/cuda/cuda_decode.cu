@@ -343,12 +343,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     }
 }
 
-/* K must split into whole 16-byte chunks for every format's vector loads. */
+/* K must split into whole 16-byte chunks for every format's vector loads (cuda_decode_limits.h). */
 bool k_ok(enum weight_format fmt, int64_t K)
 {
-    int c = fmt == WEIGHT_NVFP4 ? 32 : fmt == WEIGHT_FP8_BLOCK ? 16 : fmt == WEIGHT_F32 ? 4 : 8;
-    return K > 0 && K % c == 0;
+    return cuda_dec_k_ok(fmt, K);
 }
+static_assert(chunk<WEIGHT_NVFP4>::n == 32 && chunk<WEIGHT_FP8_BLOCK>::n == 16 && chunk<WEIGHT_F32>::n == 4 &&
+                  chunk<WEIGHT_BF16>::n == 8 && chunk<WEIGHT_F16>::n == 8,
+              "cuda_dec_chunk() states the chunk sizes");
 
 template <template <int> class L, typename... A>
 cudaError_t by_format(enum weight_format fmt, A... a)
@@ -466,12 +468,11 @@ struct launch_moe {
 
 extern "C" int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x, size_t smem_budget)
 {
-    return k_ok(fmt, K) && (uintptr_t)x % 16 == 0 && (size_t)K * sizeof(float) + 1024 <= smem_budget;
+    return cuda_gemv1_fits(fmt, K, smem_budget) && (uintptr_t)x % 16 == 0;
 }
 
 extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
-                                  const int64_t *N, int64_t K, const float *x, float *const *y, int pdl,
-                                  const struct cuda_gemv_fuse *fuse)
+                                  const int64_t *N, int64_t K, const float *x, float *const *y, int pdl)
 {
     if (n_w < 1 || n_w > MAX_JOBS || !k_ok(fmt, K) || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
@@ -479,17 +480,6 @@ extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, i
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
-    if (fuse) {
-        if (fuse->norm_w && ((uintptr_t)fuse->norm_w | (uintptr_t)fuse->x_out) % 16)
-            return cudaErrorInvalidValue;
-        p.norm_w = fuse->norm_w;
-        p.eps = fuse->eps;
-        p.x_out = fuse->x_out;
-        p.residual = fuse->residual;
-        p.pending = fuse->pending;
-        if ((p.pending && !p.norm_w && !p.residual) || (p.pending && p.norm_w && (uintptr_t)p.pending % 16))
-            return cudaErrorInvalidValue;
-    }
     int64_t rows = 0;
     for (int j = 0; j < n_w; j++) {
         p.job[j].w = w[j];
@@ -499,45 +489,28 @@ extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, i
     }
     if (!rows)
         return cudaSuccess;
-    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows, pdl != 0,
-                                   fuse ? fuse->rows_per_warp : 0);
+    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows, pdl != 0, 0);
 }
 
 extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                          size_t smem_budget)
 {
-    size_t smem = (size_t)(d_model > DEC_WARPS * d_expert ? d_model : DEC_WARPS * d_expert) * sizeof(float);
-    return k_ok(fmt, d_model) && k_ok(fmt, d_expert) && n_used >= 1 && n_used <= MAX_K_USED &&
-           smem + 2048 <= smem_budget;
-}
-
-extern "C" int cuda_moe_decode_can_route(const struct route_args *a)
-{
-    return cuda_route_warp_supported(a) && a->n_experts <= 8 * 32;
+    return cuda_moe_decode_fits(fmt, d_model, d_expert, n_used, smem_budget);
 }
 
 extern "C" cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                                        int n_experts, int64_t d_model, int64_t d_expert, const float *x,
                                        int n_tokens, int32_t *ids, float *weights, int n_used, float *act,
-                                       float *out, int rows_gate_up, int rows_down, int pdl,
-                                       const struct cuda_moe_fuse *fuse)
+                                       float *out, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
     if (!k_ok(fmt, d_model) || !k_ok(fmt, d_expert) || n_used < 1 || n_used > MAX_K_USED ||
         (int64_t)n_tokens * n_used > 65535)
         return cudaErrorInvalidValue;
-    moe_fuse_dev fz = {};
-    if (fuse) {
-        if (fuse->logits) {
-            if (!fuse->route || !cuda_moe_decode_can_route(fuse->route) || fuse->route->n_used != n_used ||
-                fuse->route->n_experts != n_experts)
-                return cudaErrorInvalidValue;
-            fz.logits = fuse->logits;
-            fz.ra = route_warp_args_from(fuse->route);
-        }
-        fz.residual = fuse->residual;
-    }
+    /* 2 gate/up rows and 4 down rows a warp: more spill at the 128 registers two blocks an SM
+     * allow (docs/lab/experiments.md) */
+    const moe_fuse_dev fz = {};
     return by_format<launch_moe>(fmt, stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                 n_used, act, out, rows_gate_up, rows_down, pdl != 0, (const moe_fuse_dev *)&fz);
+                                 n_used, act, out, 2, 4, pdl != 0, &fz);
 }

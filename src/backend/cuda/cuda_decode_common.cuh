@@ -7,11 +7,11 @@
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_COMMON_CUH
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_decode_limits.h"
 
 namespace
 {
 
-enum { DEC_THREADS = 256, DEC_WARPS = DEC_THREADS / 32, MAX_JOBS = 3, MAX_K_USED = 64 };
 
 constexpr float X_PRESCALE = 0x1p100f;
 constexpr float W_POSTSCALE = 0x1p26f; /* 2^126 / 2^100 */

@@ -48,7 +48,7 @@ namespace
  * twice the work of the other 72. KS = 2 (half the chunks each on twice the warps, to shorten
  * each warp's chain of ~160 instructions a 32-k chunk) measured slower (session 6: 352.6 against
  * 358.4 tok/s): the backend uses KS = 1 unless MOESERVE_MOE_MMA_KS=2. */
-enum { MG_THREADS = 128, MG_WARPS = MG_THREADS / 32, MOE_SMEM_BATCH = 4 };
+enum { MOE_SMEM_BATCH = 4 };
 
 /* NPL > 0: the kernel routes for itself from the router logits (MOESERVE_FUSE=moe): in every
  * block warp 0 runs its token's top-k (route_warp, as the routing kernel does) and keeps the
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(MD_THREADS, 3)
  * whole q/k/v row slice of Qwen3-30B-A3B (K 2048 in 2 slices: 8 groups of 128), so its dot
  * waits on no load after the wait; with 4 (session 7's first run) that dot took 4598 cycles in
  * the kernel trace against o's 2140, whose 4 groups were all in. */
-enum { MD_MAX_JOBS = 3, GM_U = 8, GM_MAX_TOKENS = 8 };
+enum { GM_U = 8 };
 
 struct gemv_mma_params {
     cuda_wdev w[MD_MAX_JOBS];
@@ -406,12 +406,10 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
 
 } // namespace
 
-extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm, int n_tokens,
+extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int n_tokens,
                                        size_t smem_budget)
 {
-    if (n_w < 1 || n_w > MD_MAX_JOBS || K <= 0 || K % 128 || n_tokens < 1 || n_tokens > GM_MAX_TOKENS ||
-        (norm && n_tokens != 1) || (size_t)n_tokens * (size_t)K * 4 + 1024 > smem_budget ||
-        (norm && K / 4 > XN_MAX_IT * MD_THREADS))
+    if (!cuda_gemv_mma_fits(n_w, K, n_tokens, smem_budget))
         return 0;
     for (int j = 0; j < n_w; j++)
         if ((uintptr_t)w[j].data % 16 || (uintptr_t)w[j].scale % 2)
@@ -421,27 +419,15 @@ extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64
 
 extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w,
                                      const int64_t *N, int64_t K, const float *x, int n_tokens,
-                                     float *const *y, const struct cuda_gemv_fuse *fz, int sm_count, int pdl)
+                                     float *const *y, int sm_count, int pdl)
 {
-    const bool norm = fz && fz->norm_w;
-    if (!cuda_gemv_mma_supported(n_w, w, K, norm, n_tokens, (size_t)-1) ||
-        (n_tokens > 1 && fz && (fz->residual || fz->pending)) ||
-        (norm && ((uintptr_t)x | (uintptr_t)fz->norm_w | (uintptr_t)fz->x_out) % 8))
+    if (!cuda_gemv_mma_supported(n_w, w, K, n_tokens, (size_t)-1))
         return cudaErrorInvalidValue;
     gemv_mma_params p = {};
     p.n_jobs = n_w;
     p.K = K;
     p.x = x;
     p.T = n_tokens;
-    if (fz) {
-        p.norm_w = fz->norm_w;
-        p.eps = fz->eps;
-        p.x_out = fz->x_out;
-        p.residual = fz->residual;
-        p.pending = fz->pending;
-        if ((p.pending && !p.norm_w && !p.residual) || (p.pending && p.norm_w && (uintptr_t)p.pending % 8))
-            return cudaErrorInvalidValue;
-    }
     const int64_t tiles = gemv_jobs_fill(p, n_w, w, N, y, 8);
     if (!tiles)
         return cudaSuccess;
@@ -458,30 +444,10 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
                            p);
 }
 
-extern "C" size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_expert, int tpw, int which)
-{
-    const size_t gu = (size_t)d_model * 4 + (size_t)MG_WARPS * (size_t)(d_model / 128) * RS8_GROUP_BYTES;
-    const size_t dn = (size_t)MD_WARPS * (size_t)d_expert * 4 +
-                      (size_t)MD_WARPS * (size_t)tpw * (size_t)(d_expert / 128) * RS8_GROUP_BYTES;
-    return which == 0 ? gu : dn;
-}
-
-extern "C" int cuda_moe_decode_mma_smem_supported(int64_t d_model, int64_t d_expert, int n_used, int tpw,
-                                                  size_t smem_budget)
-{
-    /* the static shared memory: the down kernel's order, ids, weights and two tiles' partials */
-    const size_t stat = 1024 + (size_t)MD_MAX_USED * (4 + 4 + 4 + 2 * 8 * 4) + 512;
-    return d_model % 128 == 0 && d_expert % 128 == 0 && n_used >= 1 && n_used <= MD_MAX_USED &&
-           (tpw == 1 || tpw == 2) && cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 0) + 1024 <= smem_budget &&
-           cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1) + stat <= smem_budget;
-}
-
 extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                              size_t smem_budget)
 {
-    const size_t smem = (size_t)(d_model > MD_WARPS * d_expert ? d_model : MD_WARPS * d_expert) * 4;
-    return fmt == WEIGHT_NVFP4 && d_model % 128 == 0 && d_expert % 128 == 0 && n_used >= 1 &&
-           n_used <= MD_MAX_USED && smem + 1024 <= smem_budget;
+    return cuda_moe_decode_mma_fits(fmt, d_model, d_expert, n_used, smem_budget);
 }
 
 namespace
@@ -568,97 +534,20 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
 extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
-                                           float *out, int residual, int pdl, const struct cuda_l2_ranges *pf,
-                                           int unroll, int ks, int l2_down, int early, int smem_tpw)
+                                           float *out, int pdl, int smem_tpw)
 {
     const cuda_l2_ranges none = {};
     gu_route rt = {};
-    rt.l2_down = l2_down;
-    rt.early = early;
     if (n_tokens <= 0)
         return cudaSuccess;
-    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
-        (unroll != 4 && unroll != 8 && unroll != 16) || (ks != 1 && ks != 2))
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535)
         return cudaErrorInvalidValue;
     if (smem_tpw) {
-        const int tpw = smem_tpw < 0 ? -smem_tpw : smem_tpw;
-        if (!cuda_moe_decode_mma_smem_supported(d_model, d_expert, n_used, tpw, (size_t)-1))
+        if (!cuda_moe_decode_mma_smem_fits(d_model, d_expert, n_used, smem_tpw, (size_t)-1))
             return cudaErrorInvalidValue;
-        if (smem_tpw < 0)
-            return ks == 2
-                       ? moe_smem_launch<2, false>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
-                                                   ids, weights, n_used, act, out, residual, pdl, tpw)
-                       : moe_smem_launch<1, false>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
-                                                   ids, weights, n_used, act, out, residual, pdl, tpw);
-        return ks == 2 ? moe_smem_launch<2, true>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
-                                                  ids, weights, n_used, act, out, residual, pdl, tpw)
-                       : moe_smem_launch<1, true>(stream, table, n_experts, d_model, d_expert, x, n_tokens,
-                                                  ids, weights, n_used, act, out, residual, pdl, tpw);
+        return moe_smem_launch<1, true>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
+                                        n_used, act, out, 0, pdl, smem_tpw);
     }
-    const cuda_l2_ranges &p = pf ? *pf : none;
-    if (unroll == 16 && ks == 1) /* a 2048-wide gate/up row: all 16 groups in flight at once */
-        return moe_mma_launch<16, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
-                                     act, out, residual, pdl, p, rt);
-    if (unroll == 8)
-        return ks == 2 ? moe_mma_launch<8, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                              n_used, act, out, residual, pdl, p, rt)
-                       : moe_mma_launch<8, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                              n_used, act, out, residual, pdl, p, rt);
-    return ks == 2 ? moe_mma_launch<4, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                          n_used, act, out, residual, pdl, p, rt)
-                   : moe_mma_launch<4, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                          n_used, act, out, residual, pdl, p, rt);
-}
-
-extern "C" cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struct cuda_wdev *table,
-                                                int n_experts, int64_t d_model, int64_t d_expert,
-                                                int n_tokens, const int32_t *ids, const float *weights,
-                                                int n_used, float *act, float *out, int residual, int pdl,
-                                                const struct cuda_l2_ranges *pf, int unroll)
-{
-    if (n_tokens <= 0)
-        return cudaSuccess;
-    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (unroll != 4 && unroll != 8))
-        return cudaErrorInvalidValue;
-    const cuda_l2_ranges none = {};
-    const size_t smem = (size_t)MD_WARPS * (size_t)d_expert * 4;
-    auto kernel = unroll == 8 ? moe_down_mma_kernel<8, false> : moe_down_mma_kernel<4, false>;
-    return launch_pdl_smem(pdl != 0, kernel, dim3((unsigned)((d_model + 7) / 8), (unsigned)n_tokens),
-                           dim3(MD_THREADS), smem, stream, table, n_experts, d_model, d_expert,
-                           (const float *)act, ids, weights, n_used, out, residual, pf ? *pf : none);
-}
-
-extern "C" int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used)
-{
-    return cuda_route_warp_supported(ra) && ra->n_experts == n_experts && ra->n_used == n_used && n_experts <= 512;
-}
-
-extern "C" cudaError_t cuda_moe_decode_mma_routed(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                                  int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                                                  const float *logits, const struct route_args *ra, int32_t *ids,
-                                                  float *weights, int n_used, float *act, float *out, int residual,
-                                                  int pdl)
-{
-    if (n_tokens <= 0)
-        return cudaSuccess;
-    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535 ||
-        !cuda_moe_decode_mma_can_route(ra, n_experts, n_used))
-        return cudaErrorInvalidValue;
-    const cuda_l2_ranges none = {};
-    gu_route rt = {};
-    rt.logits = logits;
-    rt.ra = route_warp_args_from(ra);
-    rt.ids = ids;
-    rt.weights = weights;
-    if (n_experts <= 64)
-        return moe_mma_launch<8, 1, 2>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
-                                       act, out, residual, pdl, none, rt);
-    if (n_experts <= 128)
-        return moe_mma_launch<8, 1, 4>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
-                                       act, out, residual, pdl, none, rt);
-    if (n_experts <= 256)
-        return moe_mma_launch<8, 1, 8>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
-                                       act, out, residual, pdl, none, rt);
-    return moe_mma_launch<8, 1, 16>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
-                                    act, out, residual, pdl, none, rt);
+    return moe_mma_launch<8, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act,
+                                out, 0, pdl, none, rt);
 }

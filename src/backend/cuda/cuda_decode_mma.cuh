@@ -7,11 +7,12 @@
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_decode_limits.h"
 
 namespace
 {
 
-enum { MD_THREADS = 256, MD_WARPS = MD_THREADS / 32, MD_MAX_USED = 64, MD_U = 4 };
+enum { MD_U = 4 };
 
 __device__ __forceinline__ uint32_t bf16x2_of(float lo, float hi)
 {
@@ -313,7 +314,6 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
  * chunk 4i + t of row g at [i][lane]: each lane reads back what it copied, 16 consecutive bytes
  * a lane, no bank conflict), then NG x 8 rows x 8 bytes of scales (row g's four chunks of group
  * i, copied by lane t = 0). RS8_GROUP_BYTES a group. */
-enum { RS8_GROUP_BYTES = 32 * 16 + 8 * 8 };
 
 /* The warp's rows (row g of weight w at `row`, ok: it exists) over chunk groups [g0, g1) into
  * its area `area` (RS8_GROUP_BYTES x (g1 - g0)), committed `batch` groups at a time: returns the

@@ -23,7 +23,7 @@
 namespace
 {
 
-enum { MMA_THREADS = 128, MMA_BN = 64, MMA_BK = 32, MMA_LD = MMA_BK + 8 };
+enum { MMA_THREADS = 128, MMA_BN = 64, MMA_BK = CUDA_GEMM_MMA_BK, MMA_LD = MMA_BK + 8 };
 
 struct mma_params {
     cuda_wdev w;            /* the weight when table == NULL */
@@ -264,8 +264,8 @@ cudaError_t launch_fmt(cudaStream_t stream, enum weight_format fmt, const mma_pa
 
 extern "C" int cuda_gemm_mma_supported(enum weight_format fmt, int64_t K, const float *x)
 {
-    /* whole 32-wide K steps, 16-byte x loads */
-    return (fmt == WEIGHT_BF16 || fmt == WEIGHT_NVFP4) && K > 0 && K % MMA_BK == 0 && (uintptr_t)x % 16 == 0;
+    /* whole 32-wide K steps (cuda_gemm_limits.h), 16-byte x loads */
+    return cuda_gemm_mma_fits(fmt, K) && (uintptr_t)x % 16 == 0;
 }
 
 extern "C" cudaError_t cuda_gemm_mma(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,

@@ -65,13 +65,12 @@ struct wg_params {
 /* Shared memory of a tile: dynamic (the x stages) and static (source rows, e2m1 table). */
 constexpr size_t wg_dyn_smem(int tm, int bk, int stages)
 {
-    return (size_t)stages * 2 * (size_t)tm * (size_t)bk * 2;
+    return (size_t)stages * 2 * (size_t)tm * (size_t)bk * 2; /* = cuda_wgmma_dyn_smem() */
 }
-
 constexpr size_t wg_static_smem(int fmt, int tm)
 {
     (void)fmt;
-    return (size_t)tm * 4 + 16;
+    return (size_t)tm * 4 + 16; /* = cuda_wgmma_static_smem() */
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -501,17 +500,24 @@ __global__ void wg_image_kernel(const float *x, int64_t rows, int64_t K, int bk,
     }
 }
 
-/* The compiled tiles; the first that matches a fitted tile runs. */
+/* The compiled tiles (CUDA_WGMMA_TILES, cuda_gemm_limits.h: the planner's list too), as the
+ * dispatch below matches them; the first that matches a fitted tile runs. */
 struct wg_config {
     int fmt, tm, nwg, bk, st;
 };
 
-const wg_config WG_CONFIGS[] = {
-    {WEIGHT_BF16, 64, 2, 64, 3},   {WEIGHT_BF16, 64, 4, 64, 3},   {WEIGHT_BF16, 128, 2, 64, 3},
-    {WEIGHT_NVFP4, 64, 2, 64, 3},  {WEIGHT_NVFP4, 64, 4, 64, 3},  {WEIGHT_NVFP4, 128, 2, 64, 3},
-    {WEIGHT_NVFP4, 64, 2, 128, 3}, {WEIGHT_NVFP4, 64, 4, 128, 3}, {WEIGHT_NVFP4, 64, 2, 64, 4},
-    {WEIGHT_NVFP4, 64, 4, 64, 4},  {WEIGHT_NVFP4, 128, 2, 64, 4},
+struct wg_configs {
+    wg_config c[CUDA_WGMMA_N_TILES];
+    wg_configs() : c()
+    {
+        for (int i = 0; i < CUDA_WGMMA_N_TILES; i++)
+            c[i] = wg_config{(int)CUDA_WGMMA_TILES[i].format, CUDA_WGMMA_TILES[i].m, CUDA_WGMMA_TILES[i].n / 64,
+                             CUDA_WGMMA_TILES[i].k, CUDA_WGMMA_TILES[i].stages};
+    }
+    const wg_config *begin() const { return c; }
+    const wg_config *end() const { return c + CUDA_WGMMA_N_TILES; }
 };
+const wg_configs WG_CONFIGS;
 
 template <int FMT, int TM, int NWG, int BK, int ST> cudaError_t wg_attrs(cudaFuncAttributes *a)
 {
@@ -627,8 +633,8 @@ extern "C" int cuda_gemm_wgmma_loadable(int device)
 
 extern "C" int cuda_gemm_wgmma_supported(enum weight_format fmt, int64_t K, const float *x)
 {
-    /* whole 16-wide k chunks, 16-byte x loads */
-    return (fmt == WEIGHT_BF16 || fmt == WEIGHT_NVFP4) && K >= 16 && K % 16 == 0 && (uintptr_t)x % 16 == 0;
+    /* whole 16-wide k chunks (cuda_gemm_limits.h), 16-byte x loads */
+    return cuda_gemm_wgmma_fits(fmt, K) && (uintptr_t)x % 16 == 0;
 }
 
 extern "C" int cuda_gemm_wgmma_fit(struct cuda_wgmma_tile *t, enum weight_format fmt, int64_t K,

@@ -41,6 +41,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_gemm_limits.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,14 +66,6 @@ struct cuda_l2_ranges {
     int n;
 };
 
-/* The routed experts' weights, which the routing kernel asks L2 for as soon as a token's ids are
- * known (the expert kernels that follow then read them from L2). */
-struct cuda_expert_prefetch {
-    const struct cuda_wdev *table;        /* 3 x n_experts: gate, up, down (the MoE table) */
-    int n_experts;
-    size_t data_bytes[3], scale_bytes[3]; /* one expert's gate, up, down: data and scales */
-    int blocks;                           /* blocks that share the asking (see cuda_moe_route.cu) */
-};
 
 /* ---- cuda_elementwise.cu ---- */
 /* out[i, :] = table[tokens[i], :]; table F32, BF16 or F16 [*, dim]. */
@@ -138,39 +131,19 @@ cudaError_t cuda_attention(cudaStream_t stream, const float *q, const struct pag
 /* Whether cuda_attn_decode() takes this shape: group <= 16 query heads per KV head, head_dim a
  * multiple of 4 up to 128, 1..64 splits, its static shared memory within smem_budget. */
 int cuda_attn_decode_supported(int group, int head_dim, int n_splits, size_t smem_budget);
-/* Whether cuda_attn_decode_prep takes this shape (as cuda_attn_decode, the RoPE slice inside the
- * head, its own shared memory within smem_budget). */
-int cuda_attn_decode_prep_supported(int group, int head_dim, int n_splits, const struct rope_args *rope,
-                                    size_t smem_budget);
-/* One token: attn_prep (per-head RMSNorm, RoPE, the cache write of the new key and value) and the
- * split decode attention in one kernel. q, k, v: the raw projections (read, not written); work
- * and sem as cuda_attn_decode; rope a host struct (inv_freq a device pointer). */
-cudaError_t cuda_attn_decode_prep(cudaStream_t stream, const float *q, const float *k, const float *v,
-                                  const struct paged_kv *kv, const struct attn_batch *b, int n_heads,
-                                  float scale, float *out, int n_splits, float *work, int *sem,
-                                  const float *q_norm, const float *k_norm, float eps,
-                                  const struct rope_args *rope, const int32_t *slots, int pdl, int cluster,
-                                  int push);
-/* Whether cuda_attn_decode_prep takes this shape with cluster = CUDA_ATTN_CLUSTER (caps
- * "clusters"): the cluster's blocks share the norm and RoPE of the group's heads (n_splits a
- * multiple of the cluster, at most 8 query heads a KV head), their shared memory (with push:
- * the push merge's too) within smem_budget. */
-int cuda_attn_decode_prep_cluster_supported(int group, int head_dim, int n_splits,
-                                            const struct rope_args *rope, int push, size_t smem_budget);
 /* Like cuda_attention() with n_splits > 1 (work as sized by cuda_attention_workspace_floats),
- * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. prewait:
- * with pdl, each block reads the batch metadata and its first round of old keys and values
+ * in one kernel: sem holds n_tokens * n_kv_heads zeroed counters and is left zeroed. With pdl,
+ * each block reads the batch metadata and its first round of old keys and values
  * before it waits for the kernel before it (keys below pos + 1 - n_tokens: no kernel of the pass
  * writes them). cluster: 1, or CUDA_ATTN_CLUSTER (caps "clusters", n_splits a multiple of it):
  * that many consecutive splits form a thread block cluster and merge in shared memory: push
  * (the splits store their partials into the cluster leader's shared memory,
  * cuda_attn_decode_push_smem bytes a block in all) or pull (the leader loads them from the
- * others'). pf (or NULL): weights of the next ops to ask L2 for. */
+ * others'). */
 enum { CUDA_ATTN_CLUSTER = 8 };
 cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, const struct paged_kv *kv,
                              const struct attn_batch *b, int n_heads, float scale, float *out, int n_splits,
-                             float *work, int *sem, int pdl, int prewait, int cluster, int push,
-                             const struct cuda_l2_ranges *pf);
+                             float *work, int *sem, int pdl, int cluster, int push);
 /* The shared memory (static and dynamic) of a cuda_attn_decode block with clusters and push. */
 size_t cuda_attn_decode_push_smem(int group, int head_dim);
 
@@ -231,11 +204,8 @@ cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, 
 
 /* ---- cuda_moe_route.cu ---- */
 /* args is a host struct; args->correction_bias is a device pointer (or NULL). */
-/* pf (or NULL): the routed experts' weights to ask L2 for once the ids are known (one-warp routing
- * only; other shapes ignore it). */
 cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
-                           const struct route_args *args, int32_t *ids, float *weights, int pdl,
-                           const struct cuda_expert_prefetch *pf);
+                           const struct route_args *args, int32_t *ids, float *weights, int pdl);
 
 /* ---- cuda_gemm.cu ---- */
 /* Tile shapes of the fp32-FMA GEMM (rows x output features, 256 threads): the
@@ -269,28 +239,6 @@ cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, in
  * weights[t, j] * y[row_of_pair[t * n_used + j], :] */
 cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const float *weights, int n_tokens,
                              int n_used, int dim, const int32_t *row_of_pair, const float *y, float *out);
-
-/* ---- cuda_moe_bf16.cu (prefill experts through cuBLAS on bf16 copies; see the file) ---- */
-/* segs: (expert, first sorted row, rows) per used expert, on the device (cuda_moe_sort's tiles
- * with one tile an expert); a pass covers segments seg0 .. seg0 + n_seg - 1, m_max: their most
- * rows. Activation rows: segment i's hi rows at 2 start_i .., then its lo rows. Experts' NVFP4
- * gate and up as bf16 (2I x D) a segment into wgu, down (D x I) into wd, without the global
- * scales (D, I multiples of 16). */
-cudaError_t cuda_moe_bf16_experts(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                  int64_t D, int64_t I, const int32_t *segs, int seg0, int n_seg,
-                                  uint16_t *wgu, uint16_t *wd);
-/* xb (rows of D bf16) from x's rows of the sorted pairs */
-cudaError_t cuda_moe_bf16_gather(cudaStream_t stream, const float *x, int64_t D, const int32_t *sorted_pair,
-                                 int n_used, const int32_t *segs, int seg0, int n_seg, int m_max,
-                                 uint16_t *xb);
-/* ab (rows of I bf16) = silu(gate) * up from y1 (rows of 2I f32: gate, up) */
-cudaError_t cuda_moe_bf16_act(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                              const float *y1, int64_t I, const int32_t *segs, int seg0, int n_seg, int m_max,
-                              uint16_t *ab);
-/* yg's sorted rows (D f32) from y2 (rows of D f32: hi + lo), times down's scale2 */
-cudaError_t cuda_moe_bf16_down_rows(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                    const float *y2, int64_t D, const int32_t *segs, int seg0, int n_seg,
-                                    int m_max, float *yg);
 
 /* ---- cuda_gemm_mma.cu (bf16 tensor cores; NVFP4 and BF16 weights) ---- */
 int cuda_gemm_mma_supported(enum weight_format fmt, int64_t K, const float *x);
@@ -347,195 +295,39 @@ cudaError_t cuda_gemm_wgmma_grouped(cudaStream_t stream, enum weight_format fmt,
 /* Whether cuda_gemv1 takes this format, K and x (K splits into 16-byte chunks; x 16-byte aligned;
  * x's K floats fit the block's shared memory). */
 int cuda_gemv1_supported(enum weight_format fmt, int64_t K, const float *x, size_t smem_budget);
-/* What a GEMV may do besides y = x W^T (NULL: nothing). */
-struct cuda_gemv_fuse {
-    const float *norm_w; /* not NULL: x is a residual row; the GEMV reads x' = rmsnorm(x) * norm_w */
-    float eps;
-    float *x_out;        /* with norm_w, not NULL: x' is also written here (K floats) */
-    int residual;        /* y += x W^T instead of y = x W^T (the residual add) */
-    /* not NULL: the residual row's pending output (a layer half's delta, K floats with norm_w, N
-     * with residual): with norm_w the GEMV reads rmsnorm(x + pending) * norm_w (x is not written:
-     * every block reads it), with residual y = (y + pending) + x W^T. The rounding is the
-     * composed ops' (add, then norm or add). Not for the stream kernels. */
-    const float *pending;
-    int rows_per_warp;   /* 2 or 4 for weights of >= 2048 rows (a tuning knob); 0: by shape */
-};
 /* y[j][:N[j]] = x[:K] W_j^T (+ bias) for j < n_w <= 3, every W_j in format fmt: one launch.
  * pdl: launched with programmatic dependent launch (device_caps.pdl), see cuda_common.cuh. */
 cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
-                       const int64_t *N, int64_t K, const float *x, float *const *y, int pdl,
-                       const struct cuda_gemv_fuse *fuse);
+                       const int64_t *N, int64_t K, const float *x, float *const *y, int pdl);
 int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                               size_t smem_budget);
-/* Whether cuda_moe_decode can route by itself with these arguments (no groups, <= 256 experts). */
-int cuda_moe_decode_can_route(const struct route_args *a);
-/* What a MoE decode may do besides the experts (NULL: nothing). */
-struct cuda_moe_fuse {
-    const float *logits;           /* not NULL: route from these router logits (route: how), */
-    const struct route_args *route; /* writing ids and weights instead of reading them */
-    int residual;                  /* out += the MoE output instead of out = it */
-};
 /* The MoE block for few tokens, pair by pair without a sort: act (n_tokens * n_used, d_expert)
  * = silu(x G_e^T) * (x U_e^T), then out[t] = sum over the token's slots in ascending expert id of
  * weights * (act D_e^T). table as for cuda_gemm_grouped: gate[n_experts], up[...], down[...].
- * rows_gate_up (2 or 4) and rows_down (4 or 8): output rows per warp. pdl as for cuda_gemv1. */
+ * pdl as for cuda_gemv1. */
 cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                             int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                            int32_t *ids, float *weights, int n_used, float *act, float *out, int rows_gate_up,
-                            int rows_down, int pdl, const struct cuda_moe_fuse *fuse);
+                            int32_t *ids, float *weights, int n_used, float *act, float *out, int pdl);
 
-/* ---- cuda_decode_mma.cu (few-token MoE for NVFP4 experts on bf16 tensor cores, sm_80+) ---- */
+/* ---- cuda_decode_mma.cu (few-token kernels on bf16 tensor cores, sm_80+) ---- */
 /* Whether cuda_moe_decode_mma takes this shape (NVFP4, both widths multiples of 128). */
 int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
                                   size_t smem_budget);
-/* As cuda_moe_decode (ids and weights read, not routed; residual: out +=), NVFP4 only. pf (or
- * NULL): weights of the ops after this one, asked of L2 by the down kernel's blocks. unroll: 4 or
- * 8 weight groups (128 k each) a warp keeps in flight; ks: 1 or 2 warps share a gate/up row tile
- * (K split). smem_tpw 1 or 2: instead, the form whose weights go through shared memory by
- * cp.async (few registers, every group in flight, each kernel triggering its dependent after its
- * wait), the down kernel's warps taking smem_tpw 8-row tiles each (pf, unroll, l2_down and early
- * unused); -1 or -2: only the down kernel in that form (-smem_tpw tiles a warp), gate/up through
- * registers, triggering it after its wait. The weights' data must be 16-byte and their scales
- * 8-byte aligned. */
+/* As cuda_moe_decode (ids and weights read, not routed), NVFP4 only: 8 weight groups (128 k
+ * each) in flight a warp. smem_tpw 1 or 2: instead, the form whose weights go through shared
+ * memory by cp.async (few registers, every group in flight, each kernel triggering its dependent
+ * after its wait), the down kernel's warps taking smem_tpw 8-row tiles each; its weights' data
+ * must be 16-byte and their scales 8-byte aligned. 0: the register form. */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
-                                const float *weights, int n_used, float *act, float *out, int residual, int pdl,
-                                const struct cuda_l2_ranges *pf, int unroll, int ks, int l2_down, int early,
-                                int smem_tpw);
-/* The shared-memory form's dynamic shared memory (which 0: gate/up, 1: down), and whether it
- * takes the shape within smem_budget. */
-size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_expert, int tpw, int which);
-int cuda_moe_decode_mma_smem_supported(int64_t d_model, int64_t d_expert, int n_used, int tpw, size_t smem_budget);
-
-/* cuda_moe_decode_mma's down kernel alone (register form, unroll 4 or 8), from act (n_tokens x
- * n_used x d_expert) that another gate/up kernel wrote. */
-cudaError_t cuda_moe_decode_mma_down(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                     int64_t d_model, int64_t d_expert, int n_tokens, const int32_t *ids,
-                                     const float *weights, int n_used, float *act, float *out, int residual,
-                                     int pdl, const struct cuda_l2_ranges *pf, int unroll);
-/* Whether cuda_moe_decode_mma_routed can route these (route_warp's shapes, the table's E and k). */
-int cuda_moe_decode_mma_can_route(const struct route_args *ra, int n_experts, int n_used);
-/* As cuda_moe_decode_mma (unroll 8, no K split, no L2 hint), but routing inside the gate/up kernel
- * from the router logits (ra: host struct, its correction bias a device pointer): ids and weights
- * are written for the down kernel (and the caller). */
-cudaError_t cuda_moe_decode_mma_routed(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                                       int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                                       const float *logits, const struct route_args *ra, int32_t *ids, float *weights,
-                                       int n_used, float *act, float *out, int residual, int pdl);
-
-/* ---- cuda_decode_fp8.cu (few-token NVFP4 MoE on e4m3 tensor cores, sm_89+) ---- */
-/* Whether cuda_moe_decode_fp8 takes this shape (NVFP4, both widths multiples of 128). */
-int cuda_moe_decode_fp8_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
-                                  size_t smem_budget);
-/* Tests, on the host: one warp's 8 rows (codes: 8 x K/2 bytes, scales: 8 x K/16 E4M3, no global
- * scale) dotted with x[0 .. K) by the kernels' own lane code through a model of the mma: out[n] =
- * row n . x. 0, or -1 for a K that is not a multiple of 128. */
-int cuda_moe_fp8_emulate(const uint8_t *codes, const uint8_t *scales, const float *x, int K, float *out);
-/* As cuda_moe_decode_mma, x and act in three e4m3 levels (see the file). */
-cudaError_t cuda_moe_decode_fp8(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
-                                int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
-                                const float *weights, int n_used, float *act, float *out, int residual, int pdl);
-
-/* ---- cuda_layer_decode.cu (one decoder layer of one token in one kernel) ---- */
-/* Everything one GQA + routed-MoE layer reads and writes; device pointers. */
-struct cuda_layer_decode_args {
-    int D, n_heads, n_kv, hd, E, n_used, I, n_splits;
-    float eps, attn_scale;
-    float *h; /* (D) residual stream, updated in place */
-    const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
-    struct cuda_wdev wq, wk, wv, wo; /* NVFP4 */
-    const void *router;              /* BF16 (E, D) */
-    const float *router_bias;        /* (E) or NULL */
-    const struct cuda_wdev *experts; /* 3 x E NVFP4: gate, up, down */
-    const struct route_args *route;
-    const struct rope_args *rope;
-    const struct paged_kv *kv;
-    const struct attn_batch *batch; /* one token */
-    const int32_t *slots;
-    float *q, *k, *v, *attn, *logits, *act; /* scratch: QD, KD, KD, QD, E, n_used x I floats */
-    float *attn_work;                       /* cuda_attention_workspace_floats(1, n_heads, hd, n_splits) */
-    int *sem;                               /* n_kv zeroed counters, left zeroed */
-    unsigned *bar;                          /* cuda_layer_decode_barrier_words(), zero before first use */
-    unsigned long long *trace;              /* NULL, or a phase trace (cuda_layer_decode_trace) */
-};
-/* Words of the barrier state (unsigned). */
-size_t cuda_layer_decode_barrier_words(void);
-/* Entries of a phase trace buffer for up to 4096 launches (zeroed by the caller). */
-size_t cuda_layer_decode_trace_entries(void);
-/* Mean microseconds of each phase over the launches traced in host copy t (of ..._entries()):
- * out[0 .. 7) = q/k/v, attn_prep, attention, o, router, gate/up, down (barrier included), out[7 ..
- * 13) the part of each but down from the last block's arrival to block 0's leaving (the
- * barrier's own cost; down ends the launch and counts to its last block's end); returns the
- * launches. */
-int cuda_layer_decode_trace_summary(const unsigned long long *t, double out[14]);
-/* Whether cuda_layer_decode takes the shape (head_dim 128, widths multiples of 128, <= 256
- * experts, k <= 16, <= 16 query heads per KV head; the caller checks formats: NVFP4 projections
- * and experts, BF16 router, softmax routing without groups). */
-int cuda_layer_decode_supported(const struct cuda_layer_decode_args *a, size_t smem_budget);
-/* Runs the layer on sm_count x min(occupancy, max_per_sm) resident blocks (cooperative launch). */
-cudaError_t cuda_layer_decode(cudaStream_t stream, const struct cuda_layer_decode_args *a, int sm_count,
-                              int max_per_sm, size_t smem_budget);
-
-/* Whether cuda_gemv_mma takes these NVFP4 weights (K % 128 == 0, x's fragments fit smem_budget;
- * norm: with the RMSNorm fused, K <= 4096). */
-int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int norm, int n_tokens,
-                            size_t smem_budget);
-/* y[j][t, :N[j]] (+)= x[t, :K] W_j^T for j < n_w <= 3 NVFP4 weights and t < n_tokens <= 8, on bf16
+                                const float *weights, int n_used, float *act, float *out, int pdl, int smem_tpw);
+/* Whether cuda_gemv_mma takes these weights and rows within smem_budget. */
+int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int n_tokens, size_t smem_budget);
+/* y[j][t, :N[j]] = x[t, :K] W_j^T for j < n_w <= 3 NVFP4 weights and t < n_tokens <= 8, on bf16
  * tensor cores: the tokens share each mma (rows of its A operand), so 8 tokens cost about what one
- * does. fz (or NULL, one token only): residual (y +=), pending, and norm_w / eps / x_out as for
- * cuda_gemv1 (rows_per_warp is not looked at). The backend's default for NVFP4 linears of 1-8
- * rows where the device has mma.sync. */
+ * does. The backend's default for NVFP4 linears of 1-8 rows where the device has mma.sync. */
 cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                          int64_t K, const float *x, int n_tokens, float *const *y,
-                          const struct cuda_gemv_fuse *fz, int sm_count, int pdl);
-
-/* ---- cuda_dec16.cu (one token, NVFP4 from a second copy in the decode layout "dec16") ---- */
-/* Whether an N x K NVFP4 weight has a dec16 form (N % 16 == 0, K % 64 == 0). */
-int cuda_dec16_shape_ok(int64_t N, int64_t K);
-/* Writes the dec16 form of w (checkpoint layout, N x K) into data (N K / 2 bytes, 16-byte
- * aligned) and scale (N K / 16 bytes, 8-byte aligned): the same sizes, reordered. */
-cudaError_t cuda_dec16_pack(cudaStream_t stream, const struct cuda_wdev *w, int64_t N, int64_t K, void *data,
-                            void *scale);
-/* Shared memory of a cuda_dec16_gemv block (x's fragments and the K slices' partials). */
-size_t cuda_dec16_smem_bytes(int64_t K);
-/* Whether cuda_dec16_gemv takes these weights (w[j].data / .scale: dec16 copies) and x. */
-int cuda_dec16_supported(int n_w, const struct cuda_wdev *w, const int64_t *N, int64_t K, const float *x,
-                         size_t smem_budget);
-/* y[j][:N[j]] = x[:K] W_j^T (+ bias) for one token and j < n_w <= 3 weights in dec16 form. */
-cudaError_t cuda_dec16_gemv(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                            int64_t K, const float *x, float *const *y, int sm_count, int pdl);
-
-/* Whether cuda_dec16_moe_gate_up takes this MoE (d_expert % 16 == 0, d_model % 64 == 0, x fits). */
-int cuda_dec16_moe_supported(int64_t d_model, int64_t d_expert, int n_used, size_t smem_budget);
-/* act[j, :d_expert] = silu(x G_e^T) * (x U_e^T), e = ids[j], for one token's n_used pairs, from
- * the experts' dec16 copies (gate[e], up[e]: n_experts entries each); an id outside [0,
- * n_experts) gives zeros. The down projection: cuda_moe_decode_mma_down. */
-cudaError_t cuda_dec16_moe_gate_up(cudaStream_t stream, const struct cuda_wdev *gate,
-                                   const struct cuda_wdev *up, int n_experts, int64_t d_model,
-                                   int64_t d_expert, const float *x, const int32_t *ids, int n_used,
-                                   float *act, int sm_count, int pdl);
-
-/* ---- cuda_decode_stream.cu (one token, one block per SM, weights through shared memory) ---- */
-/* Whether the dense stream GEMV takes these weights with `grid` blocks in `smem` bytes a block
- * (NVFP4 with K % 256 == 0, BF16 or F16; 16-byte aligned data, scales and x). */
-int cuda_stream_dense_supported(enum weight_format fmt, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                                int64_t K, const float *x, int grid, size_t smem);
-/* As cuda_gemv1 (fuse: norm prologue and residual add; rows_per_warp ignored), in one wave of
- * `grid` blocks whose weights are copied to shared memory before they wait (pdl). */
-cudaError_t cuda_stream_dense(cudaStream_t stream, enum weight_format fmt, int n_w, const struct cuda_wdev *w,
-                              const int64_t *N, int64_t K, const float *x, float *const *y,
-                              const struct cuda_gemv_fuse *fuse, int grid, size_t smem, int pdl);
-/* Whether cuda_stream_moe takes this shape: gate/up in smem_gate_up bytes a block, down in
- * smem_down. */
-int cuda_stream_moe_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used, int grid,
-                              size_t smem_gate_up, size_t smem_down);
-/* The MoE block of ONE token: act (n_used, d_expert) = silu(x G_e^T) * (x U_e^T) for e = ids[j],
- * then out (+)= sum over the slots in ascending expert id of weights[j] * (act_j D_e^T). ids and
- * weights must come from a kernel queued before this call (down reads ids before it waits). */
-cudaError_t cuda_stream_moe(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
-                            int n_experts, int64_t d_model, int64_t d_expert, const float *x, const int32_t *ids,
-                            const float *weights, int n_used, float *act, float *out, int residual, int grid,
-                            size_t smem_gate_up, size_t smem_down, int pdl);
+                          int64_t K, const float *x, int n_tokens, float *const *y, int sm_count, int pdl);
 
 /* ---- cuda_fused.cu ---- */
 /* backend_ops.attn_prep: q/k head RMSNorm (q_norm NULL: none), RoPE, K/V into the cache. */

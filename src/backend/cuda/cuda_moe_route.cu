@@ -159,57 +159,14 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
 /* The same routing for the common case without expert groups, one warp per token: a block's
  * k rounds of arg-max each cost two barriers, which made the routing of one decode token take
  * as long as an expert GEMV. See cuda_route_warp.cuh. */
-/* The chosen experts' weights into L2 (pf.table != NULL). One SM's bulk-copy unit moves a few
- * hundred bytes a clock (measured on the H200: one warp asking for 8 experts' 21 MB cost ~90 us
- * a layer), so the asking is spread: pf.blocks extra blocks after the routing ones each route the
- * first PF_TOKENS tokens again for themselves (a warp per token, nothing written) and ask for
- * their slice of every chosen expert range. Later tokens add little (their experts mostly
- * repeat) and the expert kernels start right after. */
-enum { PF_TOKENS = 8 };
-
-template <int NPL>
-__device__ __forceinline__ void route_prefetch(const float *logits, int n_tokens, const route_warp_args &a,
-                                               const cuda_expert_prefetch &pf, int part)
-{
-    __shared__ int pick[4][ROUTE_MAX_K]; /* 128 threads: 4 warps */
-    const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, warps = blockDim.x / 32;
-    const int nt = n_tokens < PF_TOKENS ? n_tokens : PF_TOKENS;
-    for (int t = wib; t < nt; t += warps) {
-        int id0 = -1, id1 = -1;
-        float w0, w1;
-        route_warp<NPL>(logits + (size_t)t * a.E, a, nullptr, nullptr, &id0, &w0, &id1, &w1);
-        __syncwarp();
-        pick[wib][lane] = id0;
-        pick[wib][lane + 32] = id1;
-        __syncwarp();
-        /* task (j, m, s): pick j's matrix m (gate, up, down), s = data or scales; a lane each */
-        for (int task = lane; task < a.k * 6; task += 32) {
-            const int j = task / 6, m = task % 6 / 2, s = task % 2;
-            const int e = pick[wib][j];
-            if (e < 0 || e >= pf.n_experts)
-                continue;
-            const cuda_wdev w = pf.table[(size_t)m * (size_t)pf.n_experts + (size_t)e];
-            const void *base = s ? w.scale : w.data;
-            if (base)
-                l2_prefetch_part(base, s ? pf.scale_bytes[m] : pf.data_bytes[m], part, pf.blocks, 0, 1);
-        }
-    }
-}
-
 template <int NPL>
 __global__ void __launch_bounds__(128)
-    moe_route_warp_kernel(const float *logits, int n_tokens, route_warp_args a, int32_t *ids, float *wout,
-                          const __grid_constant__ cuda_expert_prefetch pf)
+    moe_route_warp_kernel(const float *logits, int n_tokens, route_warp_args a, int32_t *ids, float *wout)
 {
     KT_BEGIN();
     pdl_trigger();
     pdl_wait();
     KT_MARK(1);
-    const int route_blocks = (n_tokens + 3) / 4;
-    if ((int)blockIdx.x >= route_blocks) {
-        route_prefetch<NPL>(logits, n_tokens, a, pf, (int)blockIdx.x - route_blocks);
-        return;
-    }
     const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (t >= n_tokens)
         return;
@@ -221,11 +178,11 @@ __global__ void __launch_bounds__(128)
 
 template <int NPL>
 cudaError_t route_warp_launch(cudaStream_t stream, const float *logits, int n_tokens, const struct route_args *a,
-                              int32_t *ids, float *weights, int pdl, const cuda_expert_prefetch &pf)
+                              int32_t *ids, float *weights, int pdl)
 {
-    unsigned blocks = (unsigned)((n_tokens + 3) / 4) + (pf.table ? (unsigned)pf.blocks : 0u);
+    unsigned blocks = (unsigned)((n_tokens + 3) / 4);
     return launch_pdl(pdl != 0, moe_route_warp_kernel<NPL>, dim3(blocks), dim3(128), 0, stream, logits, n_tokens,
-                      route_warp_args_from(a), ids, weights, pf);
+                      route_warp_args_from(a), ids, weights);
 }
 
 /* One token per block of ROUTE_RANK_THREADS threads (route_rank_block, cuda_route_warp.cuh),
@@ -257,14 +214,8 @@ static bool route_rank_supported(const struct route_args *a, int n_tokens)
 } // namespace
 
 extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, int n_tokens,
-                                      const struct route_args *a, int32_t *ids, float *weights, int pdl,
-                                      const struct cuda_expert_prefetch *pf)
+                                      const struct route_args *a, int32_t *ids, float *weights, int pdl)
 {
-    cuda_expert_prefetch p = {};
-    if (pf && pf->table && pf->blocks > 0)
-        p = *pf;
-    if (p.blocks > 1024)
-        p.blocks = 1024;
     if (n_tokens <= 0)
         return cudaSuccess;
     int n_group = a->n_group > 1 ? a->n_group : 1;
@@ -272,7 +223,7 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
         a->n_used > a->n_experts || n_group > ROUTE_MAX_G || a->n_experts % n_group ||
         (n_group > 1 && (a->topk_group < 1 || a->topk_group > n_group)))
         return cudaErrorInvalidValue;
-    if (!p.table && route_rank_supported(a, n_tokens)) { /* one block per token, ranks counted */
+    if (route_rank_supported(a, n_tokens)) { /* one block per token, ranks counted */
         route_warp_args ra = route_warp_args_from(a);
         if (a->n_experts <= 128)
             return launch_pdl(pdl != 0, moe_route_rank_kernel<128>, dim3((unsigned)n_tokens),
@@ -282,12 +233,12 @@ extern "C" cudaError_t cuda_moe_route(cudaStream_t stream, const float *logits, 
     }
     if (cuda_route_warp_supported(a)) { /* one warp per token */
         if (a->n_experts <= 64)
-            return route_warp_launch<2>(stream, logits, n_tokens, a, ids, weights, pdl, p);
+            return route_warp_launch<2>(stream, logits, n_tokens, a, ids, weights, pdl);
         if (a->n_experts <= 128)
-            return route_warp_launch<4>(stream, logits, n_tokens, a, ids, weights, pdl, p);
+            return route_warp_launch<4>(stream, logits, n_tokens, a, ids, weights, pdl);
         if (a->n_experts <= 256)
-            return route_warp_launch<8>(stream, logits, n_tokens, a, ids, weights, pdl, p);
-        return route_warp_launch<16>(stream, logits, n_tokens, a, ids, weights, pdl, p);
+            return route_warp_launch<8>(stream, logits, n_tokens, a, ids, weights, pdl);
+        return route_warp_launch<16>(stream, logits, n_tokens, a, ids, weights, pdl);
     }
     size_t smem = (size_t)a->n_experts * (2 * sizeof(float) + 1);
     /* the k rounds of arg-max are latency, not work: a small block syncs faster (one warp per

@@ -1,5 +1,5 @@
 /* weight.c — see weight.h. */
-#include "backend/weight.h"
+#include "format/weight.h"
 
 #include <string.h>
 

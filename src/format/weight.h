@@ -9,8 +9,8 @@
  *          weight_scale_bytes(), weight_bytes(),
  *          weight_dequant_row()
  */
-#ifndef MOESERVE_BACKEND_WEIGHT_H
-#define MOESERVE_BACKEND_WEIGHT_H
+#ifndef MOESERVE_FORMAT_WEIGHT_H
+#define MOESERVE_FORMAT_WEIGHT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,10 +32,6 @@ struct weight {
     const void *scale; /* FP8_BLOCK / NVFP4 block scales; NULL otherwise; borrowed */
     float scale2;      /* NVFP4 per-tensor global scale; 1 otherwise */
     const float *bias; /* (rows) f32 or NULL; borrowed */
-    /* A backend's second copy for one-token decode, in a layout of its own (CUDA: NVFP4 "dec16",
-     * cuda_dec16.cu), or NULL: weight_load makes it when asked (WEIGHT_LOAD_DENSE) and the
-     * backend's plan takes it. Same byte counts as data / scale; borrowed. */
-    const void *dec_data, *dec_scale;
 };
 
 const char *weight_format_name(enum weight_format f);

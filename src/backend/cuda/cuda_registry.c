@@ -1,0 +1,134 @@
+/* cuda_registry.c — see cuda_registry.h. One line per kernel the backend has; the order is not a
+ * preference (the planner ranks them). The fits functions are the kernels' own limits
+ * (cuda_decode_limits.h, cuda_gemm_limits.h), which their launchers check too. */
+#include "backend/cuda/cuda_registry.h"
+
+#include <stddef.h>
+
+#include "backend/cuda/cuda_decode_limits.h"
+#include "backend/cuda/cuda_gemm_limits.h"
+
+#define F(fmt) (1u << (fmt))
+#define ANY_WEIGHT (F(WEIGHT_F32) | F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_FP8_BLOCK) | F(WEIGHT_NVFP4))
+#define FP32 "fp32_fma"
+#define MMA "bf16_mma"
+#define WGMMA "bf16_wgmma"
+#define BMMA KERNEL_NEEDS_BF16_MMA
+#define WG KERNEL_NEEDS_WGMMA
+
+static bool fits_gemv_mma(const struct kernel_shape *s, size_t budget)
+{
+    return cuda_gemv_mma_fits(s->n_weights, s->k, s->tokens, budget);
+}
+
+static bool fits_gemv1(const struct kernel_shape *s, size_t budget)
+{
+    return s->tokens == 1 && s->n_weights <= MAX_JOBS && cuda_gemv1_fits(s->format, s->k, budget);
+}
+
+/* the tensor-core GEMMs: past the GEMVs' 8 rows (fewer rows waste most of a tile) */
+static bool fits_gemm_wgmma(const struct kernel_shape *s, size_t budget)
+{
+    return s->tokens > 8 && cuda_gemm_wgmma_fits(s->format, s->k) &&
+           cuda_wgmma_tile_smem(&CUDA_WGMMA_TILES[0]) <= budget;
+}
+
+static bool fits_gemm_mma(const struct kernel_shape *s, size_t budget)
+{
+    (void)budget;
+    return s->tokens > 8 && cuda_gemm_mma_fits(s->format, s->k);
+}
+
+static bool fits_moe_pair_mma(const struct kernel_shape *s, size_t budget)
+{
+    return (int64_t)s->tokens * s->n_used <= 65535 &&
+           cuda_moe_decode_mma_fits(s->format, s->d_model, s->d_expert, s->n_used, budget);
+}
+
+static bool fits_moe_pair(const struct kernel_shape *s, size_t budget)
+{
+    return (int64_t)s->tokens * s->n_used <= 65535 &&
+           cuda_moe_decode_fits(s->format, s->d_model, s->d_expert, s->n_used, budget);
+}
+
+static bool fits_moe_wgmma(const struct kernel_shape *s, size_t budget)
+{
+    return cuda_gemm_wgmma_fits(s->format, s->d_model) && cuda_gemm_wgmma_fits(s->format, s->d_expert) &&
+           cuda_wgmma_tile_smem(&CUDA_WGMMA_TILES[0]) <= budget;
+}
+
+static bool fits_moe_mma(const struct kernel_shape *s, size_t budget)
+{
+    (void)budget;
+    return cuda_gemm_mma_fits(s->format, s->d_model) && cuda_gemm_mma_fits(s->format, s->d_expert);
+}
+
+#define LIN "linear,linear_decode"
+#define MOE "moe_experts_gemm,moe_experts_decode"
+/* one kernel: name, ops, math, needed features, weight formats, file, dispatch id, limits */
+#define K(nm, op_, math_, needs_, fmts, file, id_, fits_)                                                     \
+    {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
+     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL}
+/* ... a tiled one: its compiled tiles and their shared memory */
+#define KT(...) KT_(__VA_ARGS__) /* WG_TILES expands to three arguments first */
+#define KT_(nm, op_, math_, needs_, fmts, file, id_, fits_, tiles_, n_, smem_)                                \
+    {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
+     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_}
+#define WG_TILES CUDA_WGMMA_TILES, CUDA_WGMMA_N_TILES, cuda_wgmma_tile_smem
+
+static const struct kernel_desc KERNELS[] = {
+    /* small ops: one kernel each */
+    K("embedding_gather_bf16", "embedding", FP32, 0, 0, "cuda_elementwise.cu", CK_FIXED, NULL),
+    K("rmsnorm_residual_warp", "rmsnorm", FP32, 0, 0, "cuda_norm.cu", CK_FIXED, NULL),
+    K("rmsnorm_residual_block", "rmsnorm", FP32, 0, 0, "cuda_norm.cu", CK_FIXED, NULL),
+    K("rope_bf16", "rope_qk_norm", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
+    K("rope_qk_norm_bf16", "rope_qk_norm", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
+    K("rope_mla_bf16", "rope_qk_norm", FP32, 0, 0, "cuda_rope.cu", CK_FIXED, NULL),
+    K("kv_cache_write_bf16", "kv_cache_write", FP32, 0, 0, "cuda_elementwise.cu", CK_FIXED, NULL),
+    K("sample_topk_topp", "sample", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
+    K("argmax_split", "argmax", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
+    /* attention */
+    K("attn_prefill_fp32", "attention_prefill", FP32, 0, 0, "cuda_attention.cu", CK_FIXED, NULL),
+    K("attn_prefill_mma_bf16", "attention_prefill", MMA, BMMA, 0, "cuda_attention_mma.cu", CK_FIXED, NULL),
+    K("attn_decode_split_fp32", "attention_decode", FP32, 0, 0, "cuda_attn_decode.cu", CK_FIXED, NULL),
+    K("mla_latent_attn_fp32", "mla_attention", FP32, 0, 0, "cuda_mla.cu", CK_FIXED, NULL),
+    K("dsa_index_score_fp32", "dsa_index", FP32, 0, 0, "cuda_dsa.cu", CK_FIXED, NULL),
+    /* routing */
+    K("moe_route_softmax_topk", "moe_route", FP32, 0, 0, "cuda_moe_route.cu", CK_FIXED, NULL),
+    K("moe_route_sigmoid_grouped_topk", "moe_route", FP32, 0, 0, "cuda_moe_route.cu", CK_FIXED, NULL),
+    K("moe_align_count_sort", "moe_align", FP32, 0, 0, "cuda_moe.cu", CK_FIXED, NULL),
+    K("moe_silu_mul_bf16", "moe_silu_mul", FP32, 0, 0, "cuda_elementwise.cu", CK_FIXED, NULL),
+    /* linears (the plan's linear, linear_ffn, lm_head and their few-token form) */
+    K("gemv_decode_mma_bf16", LIN, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_decode_mma.cu", CK_GEMV_MMA, fits_gemv_mma),
+    K("gemv_x_smem", LIN, FP32, 0, ANY_WEIGHT, "cuda_decode.cu", CK_GEMV1, fits_gemv1),
+    K("cublas_bf16", LIN, NULL, 0, F(WEIGHT_BF16), "backend_cuda.c", CK_CUBLAS_BF16, NULL),
+    K("cublaslt_bf16", LIN, NULL, 0, F(WEIGHT_BF16), "backend_cuda.c", CK_CUBLAS_BF16, NULL),
+    K("cublas_sgemm", LIN, NULL, 0, F(WEIGHT_F32), "backend_cuda.c", CK_CUBLAS_SGEMM, NULL),
+    K("cublas_dequant_bf16", LIN, NULL, 0, F(WEIGHT_NVFP4), "backend_cuda.c", CK_CUBLAS_DEQUANT, NULL),
+    KT("gemm_nvfp4_wo_wgmma", LIN, WGMMA, WG, F(WEIGHT_NVFP4), "cuda_gemm_wgmma.cu", CK_GEMM_WGMMA, fits_gemm_wgmma, WG_TILES),
+    K("gemm_nvfp4_wo_mma", LIN, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_gemm_mma.cu", CK_GEMM_MMA, fits_gemm_mma),
+    K("gemm_nvfp4_wo_fp32", LIN, FP32, 0, F(WEIGHT_NVFP4), "cuda_gemm.cu", CK_GEMM_FP32, NULL),
+    K("gemm_fp8_wo_fp32", LIN, FP32, 0, F(WEIGHT_FP8_BLOCK), "cuda_gemm.cu", CK_GEMM_FP32, NULL),
+    K("gemm_fp32_tiled", LIN, FP32, 0, ANY_WEIGHT, "cuda_gemm.cu", CK_GEMM_FP32, NULL),
+    /* routed experts: pair by pair at few tokens, sorted by expert above */
+    K("moe_pair_decode_mma_bf16", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_decode_mma.cu", CK_MOE_PAIR_MMA, fits_moe_pair_mma),
+    K("moe_pair_decode", MOE, FP32, 0, ANY_WEIGHT, "cuda_decode.cu", CK_MOE_PAIR, fits_moe_pair),
+    KT("moe_gemm_nvfp4_wo_wgmma", MOE, WGMMA, WG, F(WEIGHT_NVFP4), "cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES),
+    KT("moe_gemm_bf16_wgmma", MOE, WGMMA, WG, F(WEIGHT_BF16), "cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES),
+    K("moe_gemm_nvfp4_wo_mma", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma),
+    K("moe_gemm_bf16_mma", MOE, MMA, BMMA, F(WEIGHT_BF16), "cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma),
+    K("moe_gemm_nvfp4_wo_fp32", MOE, FP32, 0, F(WEIGHT_NVFP4), "cuda_gemm.cu", CK_MOE_FP32, NULL),
+    K("moe_gemm_fp8_wo_fp32", MOE, FP32, 0, F(WEIGHT_FP8_BLOCK), "cuda_gemm.cu", CK_MOE_FP32, NULL),
+    K("moe_gemm_bf16_fp32", MOE, FP32, 0, F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_F32), "cuda_gemm.cu", CK_MOE_FP32, NULL),
+    K("moe_experts_gemm_sorted", MOE, FP32, 0, ANY_WEIGHT, "cuda_gemm.cu", CK_MOE_FP32, NULL),
+
+};
+
+const struct kernel_table CUDA_KERNELS = {
+    .backend = "cuda", .kernels = KERNELS, .n = (int)(sizeof KERNELS / sizeof KERNELS[0])};
+
+bool cuda_kernel_registered(void *ctx, const char *kernel)
+{
+    (void)ctx;
+    return kernel_table_find(&CUDA_KERNELS, kernel) != NULL;
+}

@@ -1,0 +1,50 @@
+/* options.c — see options.h. The only reader of the environment besides main.c. */
+#include "base/options.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+enum status options_read(struct options *o, struct err *err)
+{
+    memset(o, 0, sizeof *o);
+    o->model = env("MOESERVE_MODEL");
+    o->api_key = getenv("MOESERVE_API_KEY");
+    const char *s = env("MOESERVE_SMEM_BUDGET");
+    if (s) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || !end || *end || v < 1024 || v > (1ull << 30))
+            return err_set(err, STATUS_INVALID, "MOESERVE_SMEM_BUDGET=\"%s\": expected a byte count >= 1024", s);
+        o->smem_budget = (size_t)v;
+    }
+    if ((s = env("MOESERVE_ATTN_SPLITS"))) {
+        if (strcmp(s, "none") != 0)
+            return err_set(err, STATUS_INVALID, "MOESERVE_ATTN_SPLITS=\"%s\": the only value is \"none\"", s);
+        o->attn_splits_none = true;
+    }
+    if ((s = env("MOESERVE_ATTN_PREC"))) {
+        if (!strcmp(s, "hi_lo"))
+            o->attn_prec = 0;
+        else if (!strcmp(s, "pv_bf16"))
+            o->attn_prec = 1;
+        else if (!strcmp(s, "bf16"))
+            o->attn_prec = 2;
+        else
+            return err_set(err, STATUS_INVALID, "MOESERVE_ATTN_PREC=\"%s\": expected hi_lo, pv_bf16 or bf16", s);
+    }
+    s = env("MOESERVE_NO_GRAPHS");
+    o->no_graphs = s && strcmp(s, "0") != 0;
+    s = env("MOESERVE_CUDA_FORCE");
+    o->cuda_force = s ? s : "";
+    s = env("MOESERVE_TRACE_OUT");
+    o->trace_out = s ? s : "";
+    return STATUS_OK;
+}

@@ -1,0 +1,46 @@
+/* options.h — every environment variable moeserve reads, read in one place.
+ *
+ * The environment carries only test and measurement switches and a few defaults for the
+ * command line; what a user chooses is a command-line flag. options_read() takes a snapshot
+ * of the variables below and validates them, so a bad value is an error naming the variable,
+ * not a silently ignored setting. Nothing else in src/ calls getenv (tests/cli/env_in_one_file.sh
+ * checks that), except main.c for MOESERVE_LOG before anything runs.
+ *
+ *   MOESERVE_MODEL        default for --model
+ *   MOESERVE_API_KEY      default for serve's --api-key
+ *   MOESERVE_SMEM_BUDGET  shared-memory budget per block in bytes (tests: the sm_120 tiles on a
+ *                         larger GPU); --smem-budget where a command has it
+ *   MOESERVE_ATTN_SPLITS  "none": never split the attention's keys (tests: the golden fixtures
+ *                         then reach the prefill attention kernels)
+ *   MOESERVE_ATTN_PREC    "hi_lo" (default) | "pv_bf16" | "bf16": operands of the prefill
+ *                         tensor-core attention (bf16 forms: faster, bf16-grade error)
+ *   MOESERVE_NO_GRAPHS    "1": every pass runs op by op (measuring what graphs save, debugging)
+ *   MOESERVE_CUDA_FORCE   "op[@bucket]:kernel,...": run these kernels instead of the plan's
+ *                         choice (measuring); validated against the kernel registry
+ *   MOESERVE_TRACE_OUT    FILE: the kernels' phase records (a -DMOESERVE_KERNEL_TRACE=ON build)
+ *
+ * defines: struct options, options_read()
+ */
+#ifndef MOESERVE_BASE_OPTIONS_H
+#define MOESERVE_BASE_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+
+struct options {
+    const char *model;      /* NULL when unset; borrowed from the environment */
+    const char *api_key;    /* NULL when unset; "" is kept (serve refuses it) */
+    size_t smem_budget;     /* 0: the device's own */
+    bool attn_splits_none;
+    int attn_prec;          /* 0 hi_lo, 1 pv_bf16, 2 bf16 */
+    bool no_graphs;
+    const char *cuda_force; /* "" when unset */
+    const char *trace_out;  /* "" when unset */
+};
+
+/* Fills o from the environment; STATUS_INVALID names the variable with a bad value. */
+enum status options_read(struct options *o, struct err *err);
+
+#endif
