@@ -21,7 +21,7 @@
  */
 /* the production kernels themselves, launched through their own launchers */
 #include "backend/cuda/cuda_dec16.cu"
-#include "backend/cuda/cuda_decode_mma.cu"
+#include "backend/cuda/decode/cuda_decode_mma.cu"
 
 #include <cmath>
 #include <cstdio>

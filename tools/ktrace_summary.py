@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ktrace_summary.py — reads the per-block phase records of a -DMOESERVE_KERNEL_TRACE=ON build
-(written at exit to $MOESERVE_TRACE_OUT, see src/backend/cuda/cuda_ktrace.cuh) and prints
+(written at exit to $MOESERVE_TRACE_OUT, see src/backend/cuda/common/cuda_ktrace.cuh) and prints
 
   1. per kernel: blocks recorded, launches, the median launch span in the graph (first block's
      start to last block's end, globaltimer ns) and the median cycles of each phase of a block

@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
-#include "format/chat_template.h"
+#include "template/chat_template.h"
 
 /* A deep copy through text: our JSON trees are built, not mutated. */
 static struct json *json_clone(const struct json *j)

@@ -15,7 +15,7 @@
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "engine/generate.h"
-#include "format/chat_template.h"
+#include "template/chat_template.h"
 #include "format/tokenizer.h"
 
 struct printer {

@@ -19,7 +19,7 @@
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "engine/scheduler.h"
-#include "format/chat_template.h"
+#include "template/chat_template.h"
 #include "format/tokenizer.h"
 #include "server/server.h"
 

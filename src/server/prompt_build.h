@@ -14,7 +14,7 @@
 #define MOESERVE_SERVER_PROMPT_BUILD_H
 
 #include "base/json.h"
-#include "format/chat_template.h"
+#include "template/chat_template.h"
 #include "format/tokenizer.h"
 #include "server/api_request.h"
 

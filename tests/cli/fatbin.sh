@@ -2,7 +2,7 @@
 # A CUDA build must carry code for every GPU family we serve (DESIGN.md decision 5):
 # sm_80, sm_90a, sm_100a, sm_120a. With cuobjdump (the GPU machine) the cubins are listed;
 # without it (CI) the architecture list nvcc recorded in the binary is read
-# (src/backend/cuda/cuda_build_info.cu). Skipped in a CPU-only build.
+# (src/backend/cuda/common/cuda_build_info.cu). Skipped in a CPU-only build.
 # Usage: fatbin.sh MOESERVE SRC_DIR WORK_DIR
 set -u
 bin=$1

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "format/chat_template.h"
+#include "template/chat_template.h"
 
 #define FUZZ_CHECK(cond)                                                                                     \
     do {                                                                                                     \

@@ -29,7 +29,7 @@
 
 #include "base/json.h"
 #include "base/mapped_file.h"
-#include "format/chat_template.h"
+#include "template/chat_template.h"
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 

@@ -36,7 +36,12 @@
 #include "test_rand.h"
 
 #ifdef MOESERVE_HAVE_CUDA
-#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/common/common.h"
+#include "backend/cuda/attention/attention.h"
+#include "backend/cuda/decode/decode.h"
+#include "backend/cuda/gemm/gemm.h"
+#include "backend/cuda/mla/mla.h"
+#include "backend/cuda/moe/moe.h"
 #endif
 
 /* Host buffers of quantised activations. */

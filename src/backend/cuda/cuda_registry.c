@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
-#include "backend/cuda/cuda_decode_limits.h"
-#include "backend/cuda/cuda_gemm_limits.h"
+#include "backend/cuda/decode/cuda_decode_limits.h"
+#include "backend/cuda/gemm/cuda_gemm_limits.h"
 
 #define F(fmt) (1u << (fmt))
 #define ANY_WEIGHT (F(WEIGHT_F32) | F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_FP8_BLOCK) | F(WEIGHT_NVFP4))

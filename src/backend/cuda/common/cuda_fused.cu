@@ -1,0 +1,399 @@
+/* cuda_fused.cu — small ops fused so that decode launches fewer kernels.
+ *
+ * attn_prep: per (token, head) block, the q/k per-head RMSNorm, RoPE and the
+ * KV-cache write that otherwise take five launches (rmsnorm q, rmsnorm k,
+ * rope q, rope k, kv_store). Each step rounds exactly as its stand-alone
+ * kernel does (cuda_norm.cu, cuda_rope.cu), so the fusion changes no bit.
+ *
+ * argmax: one block per row, lowest id on ties, -1 for a row with a NaN (the
+ * sampler's guard: a broken forward must not silently pick token 0).
+ *
+ * sample: temperature, top-k and top-p on the device, so a sampled decode
+ * step downloads one id per row instead of a vocabulary of logits. The kept
+ * set is the CPU sampler's (engine/sampler.c) up to ties at the cut; the
+ * draw walks it in id order (the CPU walks it by descending probability),
+ * so a seed gives a different but equally distributed text.
+ */
+#include "backend/cuda/common/common.h"
+#include "backend/cuda/common/cuda_attn_prep.cuh"
+#include "backend/cuda/common/cuda_ktrace.cuh"
+
+KT_MODULE(fused, "attn_prep")
+
+namespace
+{
+
+enum { ARGMAX_THREADS = 1024 };
+
+__global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
+                                 const float *q_norm, const float *k_norm, float eps, int dim, int offset,
+                                 int interleaved, float attention_factor, const float *inv_freq,
+                                 const int32_t *pos, float *kc, float *vc, const int32_t *slots)
+{
+    extern __shared__ float sv[]; /* (hd) the head after the norm */
+    KT_BEGIN();
+    pdl_trigger();
+    pdl_wait();
+    KT_MARK(1);
+    attn_prep_head(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, dim, offset, interleaved, attention_factor,
+                   inv_freq, pos, kc, vc, slots, blockIdx.x, blockIdx.y, sv);
+    KT_END(fused, 0);
+}
+
+/* attn_prep for many tokens: a warp a head, AP_HEADS heads a block (a block a head, as
+ * attn_prep_kernel, made 2048 tokens x 40 heads = 82k blocks of 128 threads: 116 us a layer of
+ * the H200's 2048-token prefill). */
+enum { AP_HEADS = 4, AP_WARP_MIN_TOKENS = 8 /* up to 8 tokens: the block kernel, as tuned for decode */ };
+
+__global__ void __launch_bounds__(AP_HEADS * 32)
+    attn_prep_warp_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
+                          const float *q_norm, const float *k_norm, float eps, int dim, int offset,
+                          int interleaved, float attention_factor, const float *inv_freq, const int32_t *pos,
+                          float *kc, float *vc, const int32_t *slots)
+{
+    extern __shared__ float sw[]; /* (AP_HEADS, hd) a warp's head after the norm */
+    pdl_trigger();
+    pdl_wait();
+    const int warp = threadIdx.x / 32, h = blockIdx.y * AP_HEADS + warp;
+    if (h < n_heads + 2 * n_kv)
+        attn_prep_head<true>(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, dim, offset, interleaved,
+                             attention_factor, inv_freq, pos, kc, vc, slots, blockIdx.x, h,
+                             sw + (size_t)warp * hd);
+}
+
+/* (v, i) beats (best, bid): larger, or as large with a lower id. */
+__device__ __forceinline__ bool arg_better(float v, int i, float best, int bid)
+{
+    return v > best || (v == best && i < bid);
+}
+
+/* The block's best (value, lowest id) from every thread's; thread 0 gets it. */
+__device__ __forceinline__ void block_argmax(float &best, int &bid)
+{
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bid, o);
+        if (arg_better(ov, oi, best, bid))
+            best = ov, bid = oi;
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads(); /* bv/bi may still be read by a previous call */
+    if (lane == 0)
+        bv[warp] = best, bi[warp] = bid;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int w = 1; w < (int)(blockDim.x / 32); w++)
+            if (arg_better(bv[w], bi[w], best, bid))
+                best = bv[w], bid = bi[w];
+}
+
+__global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *logits, int vocab, int32_t *ids)
+{
+    __shared__ int nan_seen;
+    const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    if (threadIdx.x == 0)
+        nan_seen = 0;
+    __syncthreads();
+    float best = -INFINITY;
+    int bid = 0x7fffffff, nan = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = row[i];
+        if (v != v)
+            nan = 1;
+        else if (arg_better(v, i, best, bid))
+            best = v, bid = i;
+    }
+    if (nan)
+        atomicExch(&nan_seen, 1);
+    block_argmax(best, bid);
+    if (threadIdx.x == 0) /* all -inf: the lowest id, as the CPU sampler picks */
+        ids[blockIdx.x] = nan_seen ? -1 : (bid == 0x7fffffff ? 0 : bid);
+}
+
+/* The same over many blocks a row: one block scanned a 151936-wide row in 64 us on the H200
+ * (ncu, session 5: 2% of a batch-1 decode step), a chain of ~150 dependent loads per thread.
+ * Block (s, r) takes slice s of row r, every thread's loads (up to AS_LOADS float4) issued at
+ * once; its partial goes to part[r][s]; the row's last block to count itself in on sem[r]
+ * reduces the partials in slice order and resets the counter. */
+enum { AS_THREADS = 256, AS_LOADS = 8, AS_SLICE = AS_THREADS * AS_LOADS * 4 };
+
+struct arg_part {
+    float v;
+    int i, nan;
+};
+
+__global__ void __launch_bounds__(AS_THREADS)
+    argmax_split_kernel(const float *logits, int vocab, int32_t *ids, arg_part *part, int *sem)
+{
+    __shared__ int nan_seen, s_last;
+    const int r = blockIdx.y, s = blockIdx.x, slices = gridDim.x;
+    const float *row = logits + (size_t)r * (size_t)vocab;
+    const int lo = s * AS_SLICE, hi = lo + AS_SLICE < vocab ? lo + AS_SLICE : vocab;
+    if (threadIdx.x == 0)
+        nan_seen = 0;
+    __syncthreads();
+    float best = -INFINITY;
+    int bid = 0x7fffffff, nan = 0;
+    float4 v[AS_LOADS];
+#pragma unroll
+    for (int b = 0; b < AS_LOADS; b++) {
+        const int i = lo + 4 * (threadIdx.x + b * AS_THREADS);
+        v[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i + 3 < hi)
+            v[b] = __ldg((const float4 *)(row + i));
+        else /* the row's ragged end, element by element (past it: skipped below) */
+            for (int k = 0; k < 4; k++)
+                if (i + k < hi)
+                    (&v[b].x)[k] = row[i + k];
+    }
+#pragma unroll
+    for (int b = 0; b < AS_LOADS; b++) {
+        const int i = lo + 4 * (threadIdx.x + b * AS_THREADS);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float x = (&v[b].x)[k];
+            if (i + k >= hi)
+                break;
+            if (x != x)
+                nan = 1;
+            else if (arg_better(x, i + k, best, bid))
+                best = x, bid = i + k;
+        }
+    }
+    if (nan)
+        atomicExch(&nan_seen, 1);
+    block_argmax(best, bid);
+    if (threadIdx.x == 0) {
+        part[(size_t)r * slices + s] = arg_part{best, bid, nan_seen};
+        __threadfence();
+        s_last = atomicAdd(sem + r, 1) == slices - 1;
+    }
+    __syncthreads();
+    if (!s_last || threadIdx.x != 0)
+        return;
+    __threadfence();
+    float fb = -INFINITY;
+    int fi = 0x7fffffff, fnan = 0;
+    for (int k = 0; k < slices; k++) {
+        const arg_part *q = part + (size_t)r * slices + k; /* other blocks wrote it: through L2 */
+        const float qv = __ldcg(&q->v);
+        const int qi = __ldcg(&q->i);
+        fnan |= __ldcg(&q->nan);
+        if (arg_better(qv, qi, fb, fi))
+            fb = qv, fi = qi;
+    }
+    ids[r] = fnan ? -1 : (fi == 0x7fffffff ? 0 : fi);
+    sem[r] = 0; /* ready for the next launch (graph replays reuse it) */
+}
+
+/* Block-wide sum (float) and count; every thread gets them. */
+__device__ __forceinline__ float block_sumf(float v, float *sh)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++)
+        s += sh[i];
+    return s;
+}
+
+/* One block per row. z_i = (l_i - max) / T, p_i = exp(z_i) <= 1. The kept set is
+ * {i : z_i >= tau}: tau is found by bisection in z (32 steps over [-88, 0], finer than any
+ * probability that matters): first the top-k cut (the largest tau keeping >= k tokens), then
+ * within it the top-p cut (the largest tau keeping >= top_p of the top-k mass). The draw
+ * walks the kept tokens in id order: thread t owns ids [t*C, (t+1)*C), an exclusive scan of
+ * the threads' kept mass finds the thread holding u * mass, which finds the token. */
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+    sample_kernel(const float *logits, int vocab, const sample_row *params, int32_t *ids)
+{
+    __shared__ float sh[32];
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    __shared__ int nan_seen, found;
+    const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    const sample_row P = params[blockIdx.x];
+    if (threadIdx.x == 0)
+        nan_seen = 0, found = -1;
+    __syncthreads();
+    /* argmax (lowest id on ties) and the NaN guard */
+    float best = -INFINITY;
+    int bid = 0x7fffffff, nan = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = row[i];
+        if (v != v)
+            nan = 1;
+        else if (v > best || (v == best && i < bid))
+            best = v, bid = i;
+    }
+    if (nan)
+        atomicExch(&nan_seen, 1);
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bid, o);
+        if (ov > best || (ov == best && oi < bid))
+            best = ov, bid = oi;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    if (lane == 0)
+        bv[warp] = best, bi[warp] = bid;
+    __syncthreads();
+    best = bv[0], bid = bi[0];
+    for (int w = 1; w < nw; w++)
+        if (bv[w] > best || (bv[w] == best && bi[w] < bid))
+            best = bv[w], bid = bi[w];
+    if (nan_seen || best == -INFINITY || !(P.temperature > 0.0f)) {
+        if (threadIdx.x == 0)
+            ids[blockIdx.x] = nan_seen ? -1 : (bid == 0x7fffffff ? 0 : bid);
+        return;
+    }
+    const float inv_t = 1.0f / P.temperature, mx = best;
+    /* tau_k */
+    float tau = -88.0f;
+    if (P.top_k > 0 && P.top_k < vocab) {
+        float lo = -88.0f, hi = 0.0f; /* count(z >= hi) >= 1 always (the max) */
+        for (int it = 0; it < 32; it++) {
+            float mid = 0.5f * (lo + hi);
+            float cnt = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+                cnt += (row[i] - mx) * inv_t >= mid ? 1.0f : 0.0f;
+            if (block_sumf(cnt, sh) >= (float)P.top_k)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        tau = lo;
+    }
+    /* tau_p within the top-k set */
+    if (P.top_p < 1.0f) {
+        float total = 0.0f;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            float z = (row[i] - mx) * inv_t;
+            total += z >= tau ? expf(z) : 0.0f;
+        }
+        total = block_sumf(total, sh);
+        float lo = tau, hi = 0.0f;
+        for (int it = 0; it < 32; it++) {
+            float mid = 0.5f * (lo + hi);
+            float m = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                float z = (row[i] - mx) * inv_t;
+                m += z >= mid ? expf(z) : 0.0f;
+            }
+            if (block_sumf(m, sh) >= P.top_p * total)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        tau = lo;
+    }
+    /* the draw, in id order over the kept set */
+    const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+    const int i0 = threadIdx.x * chunk, i1 = min(vocab, i0 + chunk);
+    float mine = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        float z = (row[i] - mx) * inv_t;
+        mine += z >= tau ? expf(z) : 0.0f;
+    }
+    /* inclusive scan of `mine` over the block: warp scan, then the warp totals */
+    float incl = mine;
+    for (int o = 1; o < 32; o <<= 1) {
+        float t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += t;
+    }
+    __syncthreads();
+    if (lane == 31)
+        sh[warp] = incl;
+    __syncthreads();
+    float before = 0.0f, mass = 0.0f;
+    for (int w = 0; w < nw; w++) {
+        if (w < warp)
+            before += sh[w];
+        mass += sh[w];
+    }
+    const float excl = before + incl - mine, target = P.u * mass;
+    if (mine > 0.0f && target >= excl && target < excl + mine) {
+        float acc = excl;
+        int pick = -1, last = -1;
+        for (int i = i0; i < i1 && pick < 0; i++) {
+            float z = (row[i] - mx) * inv_t;
+            if (z >= tau) {
+                last = i;
+                acc += expf(z);
+                if (target < acc)
+                    pick = i;
+            }
+        }
+        atomicMax(&found, pick >= 0 ? pick : last);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) /* rounding left the draw past every token: the most likely one */
+        ids[blockIdx.x] = found >= 0 ? found : bid;
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
+                                   const struct sample_row *params, int32_t *ids)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    if (vocab <= 0)
+        return cudaErrorInvalidValue;
+    sample_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, ids);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float *v, int n_tokens,
+                                      int n_heads, int n_kv, int head_dim, const float *q_norm, const float *k_norm,
+                                      float eps, const struct rope_args *a, const int32_t *pos,
+                                      const struct paged_kv *kv, const int32_t *slots, int pdl)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (n_heads + 2 * n_kv > 65535 || a->offset + a->dim > head_dim || a->dim % 2 || kv->head_dim != head_dim ||
+        kv->n_kv_heads != n_kv)
+        return cudaErrorInvalidValue;
+    if (n_tokens > AP_WARP_MIN_TOKENS) {
+        dim3 grid((unsigned)n_tokens, (unsigned)((n_heads + 2 * n_kv + AP_HEADS - 1) / AP_HEADS));
+        return launch_pdl_smem(pdl != 0, attn_prep_warp_kernel, grid, dim3(AP_HEADS * 32),
+                               (size_t)AP_HEADS * head_dim * sizeof(float), stream, q, k, v, n_heads, n_kv,
+                               head_dim, q_norm, k_norm, eps, a->dim, a->offset, a->interleaved ? 1 : 0,
+                               a->attention_factor, a->inv_freq, pos, kv->k, kv->v, slots);
+    }
+    unsigned threads = head_dim >= 256 ? 256u : head_dim >= 128 ? 128u : head_dim > 32 ? 64u : 32u;
+    dim3 grid((unsigned)n_tokens, (unsigned)(n_heads + 2 * n_kv));
+    return launch_pdl(pdl != 0, attn_prep_kernel, grid, dim3(threads), (size_t)head_dim * sizeof(float), stream, q,
+                      k, v, n_heads, n_kv, head_dim, q_norm, k_norm, eps, a->dim, a->offset, a->interleaved ? 1 : 0,
+                      a->attention_factor, a->inv_freq, pos, kv->k, kv->v, slots);
+}
+
+extern "C" size_t cuda_argmax_workspace_bytes(int rows, int vocab)
+{
+    const size_t slices = ((size_t)vocab + AS_SLICE - 1) / AS_SLICE;
+    return (size_t)rows * slices * sizeof(arg_part);
+}
+
+extern "C" cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids,
+                                   void *work, int *sem)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    if (vocab <= 0)
+        return cudaErrorInvalidValue;
+    const int slices = (int)(((size_t)vocab + AS_SLICE - 1) / AS_SLICE);
+    if (work && sem && slices > 1 && rows <= 65535 && (uintptr_t)logits % 16 == 0 && vocab % 4 == 0) {
+        argmax_split_kernel<<<dim3((unsigned)slices, (unsigned)rows), AS_THREADS, 0, stream>>>(
+            logits, vocab, ids, (arg_part *)work, sem);
+        return CUDA_LAUNCH_RESULT();
+    }
+    argmax_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, ids);
+    return CUDA_LAUNCH_RESULT();
+}

@@ -1,0 +1,148 @@
+/* cuda_backend_internal.h — inside the CUDA backend: its state and the pieces its files share.
+ *
+ * The backend is split by job: backend_cuda.c (the ops table, creation from the plan, teardown,
+ * test hooks), cuda_memory.c (device memory, scratch, weight upload, the experts' tables),
+ * cuda_graphs.c (decode steps captured and replayed), cuda_dispatch.c (the plan's dispatch
+ * table -> the launchers of the linears and the experts), cuda_ops.c (every other op). Nothing
+ * here is API: backend_cuda.h is.
+ *
+ * defines: struct cuda_backend, struct cuda_graph, struct moe_table, cuda_ctx(), CHECK(),
+ *          aligned16(), and the functions below
+ */
+#ifndef MOESERVE_BACKEND_CUDA_CUDA_BACKEND_INTERNAL_H
+#define MOESERVE_BACKEND_CUDA_CUDA_BACKEND_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/attention/attention.h"
+#include "backend/cuda/common/common.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode/decode.h"
+#include "backend/cuda/gemm/gemm.h"
+#include "backend/cuda/mla/mla.h"
+#include "backend/cuda/moe/moe.h"
+#include "plan/plan.h"
+
+/* One captured op sequence (a decode step of some batch size), replayed by key. */
+struct cuda_graph {
+    uint64_t key;
+    cudaGraphExec_t exec;
+};
+
+enum { CUDA_MAX_GRAPHS = 128 };
+
+/* The per-expert weight tables of one MoE layer in device memory: gate, up, down. */
+struct moe_table {
+    const struct weight *key; /* the layer's gate array (host), identifies the layer */
+    int n_experts;
+    struct cuda_wdev *host; /* (3 * n_experts) what dev holds, to detect a changed array */
+    struct cuda_wdev *dev;  /* (3 * n_experts) device */
+};
+
+struct cuda_backend {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    struct plan plan;
+    size_t smem_budget; /* bytes of shared memory a block may use */
+    int sm_count;
+    struct cuda_attn_cfg attn_prefill; /* as planned, fitted per head_dim at each call */
+    struct cuda_attn_cfg attn_decode;  /* rows == 0: one KV group of one token */
+    struct cuda_attn_mma_cfg attn_mma; /* the plan's attn_prefill_mma_bf16 tile; rows 0: not chosen */
+    enum cuda_gemm_tile tile_linear;
+    enum cuda_gemm_tile tile_moe;
+    int force_splits; /* tests: > 0 split count, -1 never split, 0 auto */
+    struct cuda_mla_cfg mla_attn; /* MLA latent attention as planned ("mla_attention"), fitted per call */
+    struct cuda_dsa_cfg dsa;      /* DSA score tile as planned ("dsa_index"), fitted per call */
+    void *scratch;    /* device: bf16 activations, attention partials */
+    size_t scratch_bytes;
+    int *sem;         /* device: arrival counters of the split decode attention, zero between launches */
+    size_t sem_count;
+    bool legacy_decode; /* tests: the older split attention + merge kernel pair */
+    bool pdl;           /* decode kernels use programmatic dependent launch (device_caps.pdl) */
+    bool attn_cluster;   /* decode attention: splits merged in a cluster's shared memory (caps "clusters") */
+    bool attn_push;      /* ... the splits pushing their partials to the leader where that fits (else pulled) */
+    int moe_smem_min;    /* MoE mma: the weights through shared memory from this many tokens on (0: never) */
+    bool router_route;     /* few tokens: router GEMV + routing in one kernel */
+    bool router_cluster;   /* ... in its thread-block-cluster form (caps "clusters") */
+    int router_min_tokens; /* ... from this many tokens of a pass */
+    int attn_prec;         /* prefill tensor-core attention operands: 0 hi + lo, 1 P and V bf16, 2 all bf16 */
+    void **owned; /* (n_owned) device allocations holding weights */
+    size_t n_owned, cap_owned;
+    struct moe_table *tables; /* (n_tables) */
+    int n_tables, cap_tables;
+    struct cuda_wdev *tmp; /* (tmp_cap) host scratch for building a table */
+    size_t tmp_cap;
+    struct cuda_wgmma_tile wg_moe, wg_linear; /* the planned wgmma tiles, fitted per call */
+    bool wgmma_loads;                         /* the wgmma GEMMs' sm_90a image loaded on this device */
+    struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
+    int n_graphs;
+    bool capturing;
+    bool capture_broken; /* an op could not be recorded: the capture must be thrown away */
+    struct cuda_error_sink sink;
+};
+
+static inline struct cuda_backend *cuda_ctx(struct backend *be)
+{
+    return (struct cuda_backend *)be->impl;
+}
+
+#define CHECK(c, call) CUDA_CHECK(&(c)->sink, call)
+
+static inline bool aligned16(const void *p)
+{
+    return (uintptr_t)p % 16 == 0;
+}
+
+/* ---- cuda_memory.c: the memory ops, scratch, weights ---- */
+void *cu_alloc(struct backend *be, size_t bytes);
+void cu_free(struct backend *be, void *p);
+void cu_upload(struct backend *be, void *dst, const void *src, size_t bytes);
+void cu_download(struct backend *be, void *dst, const void *src, size_t bytes);
+void cu_synchronize(struct backend *be);
+void *cuda_scratch_get(struct cuda_backend *c, size_t bytes);
+int *cuda_sem_get(struct cuda_backend *c, size_t n);
+enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out, unsigned flags, struct err *err);
+const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a);
+
+/* ---- cuda_graphs.c ---- */
+void cuda_graphs_drop(struct cuda_backend *c);
+bool cu_graph_replay(struct backend *be, uint64_t key);
+bool cu_graph_capture_begin(struct backend *be);
+bool cu_graph_capture_end(struct backend *be, uint64_t key);
+
+/* ---- cuda_dispatch.c: the plan's choice for the linears and the routed experts ---- */
+struct cuda_wdev cuda_wdev_of(const struct weight *w);
+void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y);
+void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m, float *const *ys);
+void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids, const float *weights, const struct moe_args *a, float *work, float *out);
+
+/* ---- cuda_ops.c ---- */
+void cu_embed(struct backend *be, const struct weight *table, const int32_t *tokens, int n, float *out);
+void cu_attn_prep(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads, const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope, const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
+void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
+void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params, int32_t *ids);
+void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps, float *y);
+void cu_add_rmsnorm(struct backend *be, float *h, const float *delta, const float *w, int rows, int dim, float eps, float *y);
+void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_stride, const struct rope_args *args, const int32_t *pos);
+void cu_kv_store(struct backend *be, const struct paged_kv *kv, const float *k, const float *v, int n_tokens, const int32_t *slots);
+void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv, const struct attn_batch *b, int n_heads, float scale, float *out);
+void cu_silu_mul(struct backend *be, const float *gate, const float *up, int rows, int dim, float *out);
+bool cu_router_route(struct backend *be, const struct weight *router, const float *x, int n_tokens, const struct route_args *args, float *logits, int32_t *ids, float *weights);
+bool cu_norm_router_route(struct backend *be, float *h, const float *delta, const float *norm_w, float eps, const struct weight *router, int n_tokens, const struct route_args *args, float *x, float *logits, int32_t *ids, float *weights);
+void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args, int32_t *ids, float *weights);
+void cu_add(struct backend *be, float *y, const float *x, size_t n);
+void cu_layernorm(struct backend *be, const float *x, const float *w, const float *b, int rows, int dim, float eps, float *y);
+void cu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w, float eps, const float *idx_k, int n_tokens, const int32_t *slots);
+void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *q, int n_tokens, float *q_abs);
+void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *o_lat, int n_tokens, float *out);
+void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged_latent *kv, const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale, float *o_lat);
+void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel);
+
+#endif

@@ -1,0 +1,340 @@
+/* cuda_dispatch.c — the linears and the routed experts run the first kernel of the plan's dispatch
+ * list (plan_dispatch_for) whose limits and launcher take the call; nothing here chooses otherwise
+ * (see cuda_backend_internal.h). */
+#include "backend/cuda/cuda_backend_internal.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_registry.h"
+#include "backend/cuda/decode/cuda_decode_limits.h"
+#include "base/log.h"
+
+/* The planned tile, or a shorter one when there are fewer rows than it has. */
+static enum cuda_gemm_tile tile_for_rows(enum cuda_gemm_tile planned, double rows)
+{
+    if (rows <= 16)
+        return CUDA_GEMM_16x64;
+    if (rows <= 32 && planned == CUDA_GEMM_64x64)
+        return CUDA_GEMM_32x64;
+    return planned;
+}
+
+/* The planned wgmma tile fitted to one GEMM (rows: its rows, or rows per expert), or false when
+ * the kernel cannot take these operands. */
+static bool wgmma_fit(const struct cuda_backend *c, const struct cuda_wgmma_tile *planned, enum weight_format fmt,
+                      int64_t K, const float *x, double rows, struct cuda_wgmma_tile *t)
+{
+    if (!cuda_gemm_wgmma_supported(fmt, K, x))
+        return false;
+    *t = *planned;
+    return cuda_gemm_wgmma_fit(t, fmt, K, rows, c->smem_budget);
+}
+
+/* *img: x (rows x K) pre-split for tile t in the scratch buffer (the wgmma GEMMs then copy it as
+ * it is), or NULL: no scratch (a capture that must grow it is spoiled by cuda_scratch_get and rerun
+ * directly); NULL makes the GEMM split x in every block. False when the split failed (recorded). */
+static bool wg_image_make(struct cuda_backend *c, const float *x, int64_t rows, int64_t K,
+                          const struct cuda_wgmma_tile *t, void **img)
+{
+    *img = cuda_scratch_get(c, cuda_gemm_wgmma_image_bytes(rows, K, t));
+    return !*img || CHECK(c, cuda_gemm_wgmma_image(c->stream, x, rows, K, t, *img));
+}
+
+struct cuda_wdev cuda_wdev_of(const struct weight *w)
+{
+    return (struct cuda_wdev){.data = w->data, .scale = w->scale, .bias = w->bias, .scale2 = w->scale2};
+}
+
+
+/* Scratch bytes of linear_cublas_bf16 for m rows of K into N. */
+static size_t cublas_split_bytes(int m, int N, int K)
+{
+    size_t xn = (size_t)m * (size_t)K;
+    return (2 * xn * sizeof(uint16_t) + 255) / 256 * 256 + 2 * (size_t)m * (size_t)N * sizeof(float);
+}
+
+/* y = alpha x W^T (+ bias) through cuBLAS for a bf16 W (N x K, row-major, at wdata), s: scratch of
+ * cublas_split_bytes(). x = hi + lo (two bf16 rows per activation row): one GEMM over 2m columns
+ * reads W once, and y = W hi + W lo is within ~1e-5 of the fp32 product (bf16 alone: ~1e-2). */
+static void linear_cublas_bf16(struct cuda_backend *c, const void *wdata, float alpha, const float *bias,
+                               const float *x, int m, int N, int K, float *y, char *s)
+{
+    const float zero = 0.0f;
+    size_t xn = (size_t)m * (size_t)K, x_bytes = (2 * xn * sizeof(uint16_t) + 255) / 256 * 256;
+    uint16_t *xb = (uint16_t *)s;
+    float *y2 = (float *)(s + x_bytes); /* (2m, N): W hi rows, then W lo rows */
+    ASSERT(2 * (int64_t)m <= INT_MAX);
+    if (!CHECK(c, cuda_f32_to_bf16_split(c->stream, x, xb, xb + xn, xn)))
+        return;
+    /* column-major view: Y^T (N x 2m) = W (K x N)^T . X^T (K x 2m) */
+    if (!CHECK(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, 2 * m, K, &alpha, wdata, CUDA_R_16BF, K,
+                               xb, CUDA_R_16BF, K, &zero, y2, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT)))
+        return;
+    CHECK(c, cuda_sum_halves(c->stream, y2, y2 + (size_t)m * (size_t)N, bias, m, N, y));
+}
+
+/* Kernel k (the plan's choice) on the linears ws[0 .. n_w) sharing x: one launch for the GEMVs,
+ * a weight at a time otherwise. False, having launched nothing, when its launcher does not take
+ * these pointers (alignment): the caller tries the plan's next kernel. */
+static bool linear_launch(struct cuda_backend *c, const struct kernel_desc *k, int n_w, const struct weight *const *ws,
+                          const float *x, int m, float *const *ys)
+{
+    const int K = (int)ws[0]->cols;
+    const enum weight_format fmt = ws[0]->format;
+    struct cuda_wdev wd[3];
+    int64_t N[3];
+    for (int j = 0; j < n_w; j++)
+        wd[j] = cuda_wdev_of(ws[j]), N[j] = ws[j]->rows;
+    switch ((enum cuda_kernel_id)k->id) {
+    case CK_GEMV_MMA:
+        if (!cuda_gemv_mma_supported(n_w, wd, K, m, c->smem_budget) || !aligned16(x))
+            return false;
+        CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, K, x, m, ys, c->sm_count, c->pdl));
+        return true;
+    case CK_GEMV1:
+        if (!cuda_gemv1_supported(fmt, K, x, c->smem_budget))
+            return false;
+        CHECK(c, cuda_gemv1(c->stream, fmt, n_w, wd, N, K, x, ys, c->pdl));
+        return true;
+    case CK_GEMM_WGMMA: {
+        struct cuda_wgmma_tile wt;
+        if (!wgmma_fit(c, &c->wg_linear, fmt, K, x, m, &wt))
+            return false;
+        for (int j = 0; j < n_w; j++) {
+            void *img;
+            if (wg_image_make(c, x, m, K, &wt, &img))
+                CHECK(c, cuda_gemm_wgmma(c->stream, fmt, &wd[j], N[j], K, x, m, ys[j], &wt, img));
+        }
+        return true;
+    }
+    case CK_GEMM_MMA:
+        if (!cuda_gemm_mma_supported(fmt, K, x))
+            return false;
+        for (int j = 0; j < n_w; j++)
+            CHECK(c, cuda_gemm_mma(c->stream, fmt, &wd[j], N[j], K, x, m, ys[j],
+                                   cuda_gemm_tile_rows(tile_for_rows(c->tile_linear, m))));
+        return true;
+    case CK_GEMM_FP32:
+        for (int j = 0; j < n_w; j++) /* the bias is added in the kernels' epilogue */
+            CHECK(c, cuda_gemm(c->stream, fmt, &wd[j], N[j], K, x, m, ys[j], tile_for_rows(c->tile_linear, m)));
+        return true;
+    case CK_CUBLAS_BF16:
+    case CK_CUBLAS_DEQUANT:
+    case CK_CUBLAS_SGEMM:
+        break;
+    default: return false;
+    }
+    for (int j = 0; j < n_w; j++) {
+        const int Nj = (int)N[j];
+        if (k->id == CK_CUBLAS_SGEMM) {
+            const float one = 1.0f, zero = 0.0f;
+            if (CHECK(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Nj, m, K, &one, ws[j]->data, K, x, K, &zero,
+                                     ys[j], Nj)) &&
+                ws[j]->bias)
+                CHECK(c, cuda_bias_add(c->stream, ys[j], ws[j]->bias, m, Nj));
+        } else if (k->id == CK_CUBLAS_BF16) {
+            char *s = cuda_scratch_get(c, cublas_split_bytes(m, Nj, K));
+            if (s)
+                linear_cublas_bf16(c, ws[j]->data, 1.0f, ws[j]->bias, x, m, Nj, K, ys[j], s);
+        } else {
+            /* the weight expanded to bf16 in scratch (exact; its global scale as the GEMM's alpha),
+             * then cuBLAS as for a bf16 weight */
+            size_t w_bytes = ((size_t)Nj * (size_t)K * sizeof(uint16_t) + 255) / 256 * 256;
+            char *s = cuda_scratch_get(c, w_bytes + cublas_split_bytes(m, Nj, K));
+            if (s && CHECK(c, cuda_nvfp4_to_bf16(c->stream, &wd[j], Nj, K, (uint16_t *)s)))
+                linear_cublas_bf16(c, s, ws[j]->scale2, ws[j]->bias, x, m, Nj, K, ys[j], s + w_bytes);
+        }
+    }
+    return true;
+}
+
+/* ws[0 .. n_w) (one format and width, sharing x) through the first kernel of the plan's list for
+ * this token count and format that takes the call (plan_dispatch_pick's rule, then the launcher's
+ * pointer checks). */
+static void linear_run(struct cuda_backend *c, int n_w, const struct weight *const *ws, const float *x, int m,
+                       float *const *ys)
+{
+    ASSERT(n_w >= 1 && n_w <= 3 && ws[0]->rows <= INT_MAX && ws[0]->cols <= INT_MAX);
+    struct kernel_shape sh = {.format = ws[0]->format, .tokens = m, .n_weights = n_w, .n = 0, .k = ws[0]->cols};
+    for (int j = 0; j < n_w; j++)
+        sh.n = ws[j]->rows > sh.n ? ws[j]->rows : sh.n;
+    const struct plan_dispatch *d = plan_dispatch_for(&c->plan, PLAN_OP_LINEAR, m, sh.format);
+    for (int i = 0; i < d->n; i++)
+        if ((!d->kernels[i]->fits || d->kernels[i]->fits(&sh, c->smem_budget)) &&
+            linear_launch(c, d->kernels[i], n_w, ws, x, m, ys))
+            return;
+    PANIC("cuda: no kernel of the plan takes a %s linear of %d rows, K %lld", weight_format_name(sh.format), m,
+          (long long)sh.k);
+}
+
+void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y)
+{
+    if (m > 0)
+        linear_run(cuda_ctx(be), 1, &w, x, m, &y);
+}
+
+void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m,
+                            float *const *ys)
+{
+    if (m <= 0)
+        return;
+    bool same = true;
+    for (int j = 1; j < n_w; j++)
+        same &= ws[j]->format == ws[0]->format && ws[j]->cols == ws[0]->cols;
+    if (same) {
+        linear_run(cuda_ctx(be), n_w, ws, x, m, ys);
+        return;
+    }
+    for (int j = 0; j < n_w; j++)
+        linear_run(cuda_ctx(be), 1, &ws[j], x, m, &ys[j]);
+}
+
+/* The down kernel's 8-row tiles a warp of the shared-memory MoE form takes (0: not that form):
+ * two where one tile a warp would give more blocks than SMs, so that the down kernel's whole grid
+ * can be resident beside gate/up's; one where two do not fit the budget. Its cp.async copies
+ * need every expert's data 16-byte and scales 8-byte aligned (c->tmp: the table just built). */
+static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, int n_tokens)
+{
+    if (!c->moe_smem_min || n_tokens < c->moe_smem_min)
+        return 0;
+    for (int e = 0; e < 3 * a->n_experts; e++)
+        if ((uintptr_t)c->tmp[e].data % 16 || (uintptr_t)c->tmp[e].scale % 8)
+            return 0;
+    int tpw = (a->d_model + 7) / 8 > c->sm_count ? 2 : 1;
+    for (; tpw >= 1; tpw--)
+        if (cuda_moe_decode_mma_smem_fits(a->d_model, a->d_expert, a->n_used, tpw, c->smem_budget))
+            return tpw;
+    return 0;
+}
+
+/* The sorted path with the GEMM kernel k: sort the (token, slot) pairs by expert into row tiles
+ * of the GEMM's height, gate/up, SiLU, down, combine. False, having launched nothing, when k's
+ * launcher does not take these operands (a wgmma tile that does not fit both GEMMs, misaligned
+ * x): the caller tries the plan's next kernel. */
+static bool moe_sorted(struct cuda_backend *c, const struct kernel_desc *k, const struct cuda_wdev *table,
+                       const struct moe_args *a, const float *x, int n_tokens, const int32_t *ids,
+                       const float *weights, float *work, float *out)
+{
+    const int pairs = n_tokens * a->n_used;
+    const size_t D = (size_t)a->d_model, I = (size_t)a->d_expert, n = (size_t)a->n_experts;
+    const enum weight_format fmt = a->gate[0].format;
+    const double rows_per_expert = (double)pairs / (double)(a->n_experts < pairs ? a->n_experts : pairs);
+    const enum cuda_gemm_tile tile = tile_for_rows(c->tile_moe, rows_per_expert);
+    /* compact layout inside the caller's workspace (backend_moe_workspace_floats) */
+    float *gate = work;
+    float *up = gate + (size_t)pairs * I;
+    float *yg = up + (size_t)pairs * I;
+    int32_t *sorted_pair = (int32_t *)(yg + (size_t)pairs * D);
+    int32_t *row_of_pair = sorted_pair + pairs;
+    int32_t *n_tiles = row_of_pair + pairs;
+    int32_t *tiles = n_tiles + 1;
+    /* wgmma: gate/up (K = D) and down (K = I) share the sort, so their tiles must hold as many rows */
+    struct cuda_wgmma_tile wt_in, wt_out;
+    int bm = cuda_gemm_tile_rows(tile);
+    if (k->id == CK_MOE_WGMMA) {
+        if (!wgmma_fit(c, &c->wg_moe, fmt, (int64_t)D, x, rows_per_expert, &wt_in) ||
+            !wgmma_fit(c, &c->wg_moe, fmt, (int64_t)I, work, rows_per_expert, &wt_out) ||
+            wt_in.tokens != wt_out.tokens)
+            return false;
+        bm = wt_in.tokens;
+    } else if (k->id == CK_MOE_MMA &&
+               (!cuda_gemm_mma_supported(fmt, (int64_t)D, x) || !cuda_gemm_mma_supported(fmt, (int64_t)I, gate))) {
+        return false;
+    }
+    const int max_tiles = cuda_moe_max_tiles(pairs, a->n_experts, bm);
+    size_t used = (size_t)pairs * (2 * I + D) + 2 * (size_t)pairs + 1 + 3 * (size_t)max_tiles;
+    ASSERT(used <= backend_moe_workspace_floats(n_tokens, a->n_used, a->d_model, a->d_expert));
+    if (!CHECK(c, cuda_moe_sort(c->stream, ids, pairs, a->n_experts, bm, sorted_pair, row_of_pair, tiles,
+                                n_tiles, max_tiles)))
+        return true;
+    bool ok = true;
+    if (k->id == CK_MOE_WGMMA) {
+        /* gate and up read one image of x; down one of the activations (the same scratch) */
+        void *img;
+        ok = wg_image_make(c, x, n_tokens, (int64_t)D, &wt_in, &img) &&
+             CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                              a->n_used, tiles, n_tiles, max_tiles, gate, &wt_in, img)) &&
+             CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                              a->n_used, tiles, n_tiles, max_tiles, up, &wt_in, img)) &&
+             CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) &&
+             wg_image_make(c, gate, pairs, (int64_t)I, &wt_out, &img) &&
+             CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL, 1,
+                                              tiles, n_tiles, max_tiles, yg, &wt_out, img));
+    } else if (k->id == CK_MOE_MMA) {
+        /* tensor cores: tiles of bm rows fit the kernel's 32- or 64-row tile */
+        ok = CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                            a->n_used, tiles, n_tiles, max_tiles, gate, bm)) &&
+             CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table + n, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                            a->n_used, tiles, n_tiles, max_tiles, up, bm)) &&
+             CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) &&
+             CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL, 1,
+                                            tiles, n_tiles, max_tiles, yg, bm));
+    } else {
+        ok = CHECK(c, cuda_gemm_grouped(c->stream, a->gate[0].format, table, (int64_t)I, (int64_t)D, x, sorted_pair,
+                                        a->n_used, tiles, n_tiles, max_tiles, gate, tile)) &&
+             CHECK(c, cuda_gemm_grouped(c->stream, a->up[0].format, table + n, (int64_t)I, (int64_t)D, x,
+                                        sorted_pair, a->n_used, tiles, n_tiles, max_tiles, up, tile)) &&
+             CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) &&
+             CHECK(c, cuda_gemm_grouped(c->stream, a->down[0].format, table + 2 * n, (int64_t)D, (int64_t)I, gate,
+                                        NULL, 1, tiles, n_tiles, max_tiles, yg, tile));
+    }
+    if (ok)
+        CHECK(c, cuda_moe_combine(c->stream, ids, weights, n_tokens, a->n_used, (int)D, row_of_pair, yg, out));
+    return true;
+}
+
+/* Kernel k (the plan's choice) on this MoE block; false as for moe_sorted. */
+static bool moe_launch(struct cuda_backend *c, const struct kernel_desc *k, const struct cuda_wdev *table,
+                       const struct moe_args *a, const float *x, int n_tokens, const int32_t *ids,
+                       const float *weights, float *work, float *out)
+{
+    const int64_t D = a->d_model, I = a->d_expert;
+    switch ((enum cuda_kernel_id)k->id) {
+    case CK_MOE_PAIR_MMA:
+        CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, D, I, x, n_tokens, ids, weights, a->n_used, work,
+                                     out, c->pdl, moe_smem_tpw(c, a, n_tokens)));
+        return true;
+    case CK_MOE_PAIR:
+        /* every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
+        CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, table, a->n_experts, D, I, x, n_tokens, (int32_t *)ids,
+                                 (float *)weights, a->n_used, work, out, c->pdl));
+        return true;
+    case CK_MOE_WGMMA:
+    case CK_MOE_MMA:
+    case CK_MOE_FP32: return moe_sorted(c, k, table, a, x, n_tokens, ids, weights, work, out);
+    default: return false;
+    }
+}
+
+void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
+                           const float *weights, const struct moe_args *a, float *work, float *out)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    if (n_tokens <= 0)
+        return;
+    ASSERT((int64_t)n_tokens * a->n_used < INT_MAX / 4);
+    const struct cuda_wdev *table = cuda_moe_table_get(c, a);
+    if (!table)
+        return;
+    const enum weight_format fmt = a->gate[0].format;
+    if (a->up[0].format != fmt || a->down[0].format != fmt) {
+        /* experts of mixed formats (no checkpoint we read has them): the portable grouped GEMM reads
+         * each projection in its own format */
+        const struct kernel_desc *k = kernel_table_find(&CUDA_KERNELS, "moe_experts_gemm_sorted");
+        moe_sorted(c, k, table, a, x, n_tokens, ids, weights, work, out);
+        return;
+    }
+    const struct kernel_shape sh = {.format = fmt, .tokens = n_tokens, .n_weights = 1, .d_model = a->d_model,
+                                    .d_expert = a->d_expert, .n_used = a->n_used, .n_experts = a->n_experts};
+    const struct plan_dispatch *d = plan_dispatch_for(&c->plan, PLAN_OP_MOE_EXPERTS, n_tokens, fmt);
+    for (int i = 0; i < d->n; i++)
+        if ((!d->kernels[i]->fits || d->kernels[i]->fits(&sh, c->smem_budget)) &&
+            moe_launch(c, d->kernels[i], table, a, x, n_tokens, ids, weights, work, out))
+            return;
+    PANIC("cuda: no kernel of the plan takes %s experts at %d tokens (d_model %d, d_expert %d)",
+          weight_format_name(fmt), n_tokens, a->d_model, a->d_expert);
+}

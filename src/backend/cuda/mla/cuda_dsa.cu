@@ -1,0 +1,301 @@
+/* cuda_dsa.cu — the DSA indexer of glm_moe_dsa: its key LayerNorm, scores and top-k, fp32.
+ *
+ *  - layernorm: one block per row, mean and variance in double (as the CPU takes them),
+ *    then w * ((x - mean) * inv) + b rounded step by step like the CPU's C code. The
+ *    indexer's k_norm is the only LayerNorm of the supported families, hence here.
+ *  - dsa_score: I(t, j) = sum_h (w[t, h] * head_scale) * relu(score_scale * q[t, h] . k_j),
+ *    one key per thread, `keys` keys staged per step, the query's heads and weights in
+ *    shared memory. Every sum runs in the CPU reference's order with fmaf, so the scores
+ *    are bit-identical to cpu_mla.c's and both backends select the same keys (a tie
+ *    broken differently would change a whole attention row). Rows whose query has at most
+ *    topk causal keys are not scored: every key is kept. Blocks stride over the keys, so
+ *    the grid does not depend on the context length.
+ *  - dsa_topk: one block per query row: a 4-pass radix select (8 bits per pass) over an
+ *    order-preserving integer image of the scores finds the topk-th largest value; keys
+ *    above it and the lowest-positioned keys equal to it are written in ascending
+ *    position order (two block-wide prefix sums), which is exactly the CPU's rule.
+ * Scores live in a scratch of (rows, ctx) floats, ctx = the longest context a block table
+ * can hold; the host runs the rows in chunks that keep it bounded.
+ *
+ * Shared memory of dsa_score (floats): q[H_I][D_I], w[H_I], K[keys][D_I + 1], or none
+ * for the unstaged variant — plan_dsa_index_smem() in the planner is the same formula.
+ */
+#include "backend/cuda/mla/mla.h"
+#include <math.h>
+
+#include "backend/cuda/common/cuda_common.cuh"
+extern "C" {
+#include "plan/plan.h"
+}
+
+namespace
+{
+
+constexpr int TOPK_THREADS = 1024;
+
+__global__ void layernorm_kernel(const float *x, const float *w, const float *b, int dim, float eps, float *y)
+{
+    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *yr = y + (size_t)blockIdx.x * dim;
+    double sum = 0;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x)
+        sum += (double)xr[j];
+    const float mean = (float)(block_sum_double(sum) / dim);
+    double ss = 0;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+        double c = (double)xr[j] - (double)mean;
+        ss += c * c;
+    }
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / dim), eps)));
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) /* x == y: each thread rereads only its own */
+        yr[j] = __fadd_rn(__fmul_rn(w[j], __fmul_rn(__fsub_rn(xr[j], mean), inv)), b[j]);
+}
+
+struct score_params {
+    const float *q;       /* (T, HI, DI) */
+    const float *w;       /* (T, HI) */
+    const float *index_k; /* (slots, DI) */
+    const int32_t *pos, *seq, *table;
+    int max_blocks, block_size;
+    int HI, DI, topk, keys;
+    float head_scale, score_scale;
+    int row0;      /* first token of this chunk */
+    int ctx;       /* scratch row length */
+    float *scores; /* (chunk rows, ctx) */
+};
+
+/* grid (key blocks, chunk rows); blockDim.x == keys. STAGED: the query's heads and weights
+ * and each step's keys in shared memory; otherwise everything is read from global memory. */
+template <bool STAGED>
+__global__ void dsa_score_kernel(score_params p)
+{
+    extern __shared__ float smem[];
+    const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
+    if (n <= p.topk)
+        return; /* every key is kept: dsa_topk writes 0..pos without scores */
+    const int HI = p.HI, DI = p.DI, TN = p.keys;
+    const float *q = p.q + (size_t)t * HI * DI, *wt = p.w + (size_t)t * HI;
+    float *qs = smem;
+    float *ws = qs + (size_t)HI * DI;
+    float *ks = ws + HI;
+    if (STAGED) {
+        for (int i = threadIdx.x; i < HI * DI; i += blockDim.x)
+            qs[i] = q[i];
+        for (int h = threadIdx.x; h < HI; h += blockDim.x)
+            ws[h] = __fmul_rn(wt[h], p.head_scale);
+    }
+    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
+    float *row = p.scores + (size_t)blockIdx.y * p.ctx;
+    for (int k0 = blockIdx.x * TN; k0 < n; k0 += gridDim.x * TN) {
+        const int nk = n - k0 < TN ? n - k0 : TN;
+        if (STAGED) {
+            __syncthreads(); /* the previous step's keys are consumed (and q, w are staged) */
+            for (int i = threadIdx.x; i < nk * DI; i += blockDim.x) {
+                int jj = i / DI, d = i % DI, kp = k0 + jj;
+                size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
+                ks[(size_t)jj * (DI + 1) + d] = p.index_k[slot * DI + d];
+            }
+            __syncthreads();
+        }
+        const int jj = threadIdx.x;
+        if (jj < nk) {
+            const float *k;
+            if (STAGED) {
+                k = ks + (size_t)jj * (DI + 1);
+            } else {
+                int kp = k0 + jj;
+                k = p.index_k + ((size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size)) * DI;
+            }
+            float s = 0.0f;
+            for (int h = 0; h < HI; h++) {
+                const float *qh = (STAGED ? qs : q) + (size_t)h * DI;
+                float dot = 0.0f;
+                for (int d = 0; d < DI; d++)
+                    dot = fmaf(qh[d], k[d], dot);
+                float r = __fmul_rn(dot, p.score_scale);
+                r = r > 0.0f ? r : 0.0f;
+                s = fmaf(STAGED ? ws[h] : __fmul_rn(wt[h], p.head_scale), r, s);
+            }
+            row[k0 + jj] = s;
+        }
+    }
+}
+
+/* Larger score -> larger key; -0 and +0 map to one key. */
+__device__ __forceinline__ uint32_t score_key(float s)
+{
+    uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Exclusive prefix sum over the block (blockDim.x a multiple of 32); every thread gets its own. */
+__device__ int block_exclusive_scan(int v, int *warp_tot)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o)
+            x += y;
+    }
+    __syncthreads(); /* warp_tot may still be read by a previous call */
+    if (lane == 31)
+        warp_tot[warp] = x;
+    __syncthreads();
+    int before = 0;
+    for (int i = 0; i < warp; i++)
+        before += warp_tot[i];
+    return before + x - v;
+}
+
+/* grid (chunk rows); blockDim.x == TOPK_THREADS. */
+__global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, int32_t *sel)
+{
+    __shared__ unsigned hist[256];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_remaining;
+    __shared__ int warp_tot[32];
+    const int t = row0 + blockIdx.x, n = pos[t] + 1;
+    int32_t *out = sel + (size_t)t * topk;
+    if (n <= topk) {
+        for (int i = threadIdx.x; i < topk; i += blockDim.x)
+            out[i] = i < n ? i : -1;
+        return;
+    }
+    const float *row = scores + (size_t)blockIdx.x * ctx;
+    uint32_t prefix = 0, mask = 0;
+    int remaining = topk; /* rank of the wanted value among those matching prefix */
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x)
+            hist[i] = 0;
+        __syncthreads();
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            uint32_t k = score_key(row[j]);
+            if ((k & mask) == prefix)
+                atomicAdd(&hist[(k >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int above = 0, bin = 0;
+            for (bin = 255; bin > 0; bin--) {
+                if (above + (int)hist[bin] >= remaining)
+                    break;
+                above += (int)hist[bin];
+            }
+            s_prefix = prefix | ((uint32_t)bin << shift);
+            s_remaining = remaining - above;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        remaining = s_remaining;
+        mask |= 255u << shift;
+    }
+    /* prefix: the topk-th largest key; take every key above it and the first `remaining` equal */
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
+    const int j1 = j0 + chunk < n ? j0 + chunk : n;
+    int gt = 0, eq = 0;
+    for (int j = j0; j < j1; j++) {
+        uint32_t k = score_key(row[j]);
+        gt += k > prefix;
+        eq += k == prefix;
+    }
+    const int eq_before = block_exclusive_scan(eq, warp_tot);
+    int take = remaining - eq_before;
+    take = take < 0 ? 0 : take > eq ? eq : take;
+    int o = block_exclusive_scan(gt + take, warp_tot);
+    for (int j = j0; j < j1; j++) {
+        uint32_t k = score_key(row[j]);
+        if (k > prefix) {
+            out[o++] = j;
+        } else if (k == prefix && take > 0) {
+            out[o++] = j;
+            take--;
+        }
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows,
+                                      int dim, float eps, float *y)
+{
+    if (rows <= 0 || dim <= 0)
+        return cudaSuccess;
+    unsigned threads = dim >= 512 ? 256u : dim >= 128 ? 128u : 32u;
+    layernorm_kernel<<<(unsigned)rows, threads, 0, stream>>>(x, w, b, dim, eps, y);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" int cuda_dsa_fit(struct cuda_dsa_cfg *cfg, int idx_heads, int idx_dim, size_t budget)
+{
+    int k = cfg->keys < 32 ? 32 : cfg->keys > 1024 ? 1024 : cfg->keys;
+    k = k / 32 * 32;
+    int st = cfg->stages > 0 ? 1 : 0;
+    budget = budget > 256 ? budget - 256 : 0;
+    while (plan_dsa_index_smem(k, idx_heads, idx_dim, st) > budget) {
+        if (k > 32)
+            k = k / 2 / 32 * 32;
+        else if (st)
+            st = 0, k = cfg->keys < 32 ? 32 : cfg->keys > 1024 ? 1024 : cfg->keys / 32 * 32;
+        else
+            return 0;
+    }
+    cfg->keys = k;
+    cfg->stages = st;
+    cfg->smem_bytes = plan_dsa_index_smem(k, idx_heads, idx_dim, st);
+    return 1;
+}
+
+extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, const float *w_idx,
+                                       const struct paged_latent *kv, const struct attn_batch *b,
+                                       const struct dsa_args *a, int row0, int n_rows, int ctx,
+                                       const struct cuda_dsa_cfg *cfg, int key_blocks, float *scores)
+{
+    if (n_rows <= 0)
+        return cudaSuccess;
+    int keys = cfg->keys;
+    size_t smem = cfg->smem_bytes;
+    if (n_rows > 65535 || key_blocks < 1 || keys < 32 || keys > 1024 || !kv->index_k ||
+        smem != plan_dsa_index_smem(keys, a->n_heads, a->head_dim, cfg->stages))
+        return cudaErrorInvalidValue;
+    score_params p;
+    p.q = q_idx;
+    p.w = w_idx;
+    p.index_k = kv->index_k;
+    p.pos = b->pos;
+    p.seq = b->seq;
+    p.table = b->block_table;
+    p.max_blocks = b->max_blocks;
+    p.block_size = kv->block_size;
+    p.HI = a->n_heads;
+    p.DI = a->head_dim;
+    p.topk = a->topk;
+    p.keys = keys;
+    p.head_scale = a->head_scale;
+    p.score_scale = a->score_scale;
+    p.row0 = row0;
+    p.ctx = ctx;
+    p.scores = scores;
+    void (*kernel)(score_params) = cfg->stages > 0 ? dsa_score_kernel<true> : dsa_score_kernel<false>;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return e;
+    }
+    dim3 grid((unsigned)key_blocks, (unsigned)n_rows);
+    kernel<<<grid, (unsigned)keys, smem, stream>>>(p);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
+                                     int row0, int n_rows, int topk, int32_t *sel)
+{
+    if (n_rows <= 0)
+        return cudaSuccess;
+    if (topk < 1)
+        return cudaErrorInvalidValue;
+    dsa_topk_kernel<<<(unsigned)n_rows, TOPK_THREADS, 0, stream>>>(scores, ctx, pos, row0, topk, sel);
+    return CUDA_LAUNCH_RESULT();
+}

@@ -1,0 +1,500 @@
+/* cuda_mla.cu — MLA (glm_moe_dsa) over the paged latent cache, fp32, absorbed weights.
+ *
+ * Four kernels, the same algorithm as the CPU reference (cpu_mla.c):
+ *  - mla_store: [w * rmsnorm(c_kv) | k_r] (+ the indexer key) into the cache slots; the
+ *    norm's sum of squares in double, as cuda_norm.cu and the CPU take it.
+ *  - mla_absorb: q_abs[t, h, :R] = W_uk_h^T q_nope[t, h] straight from kv_b_proj in its
+ *    stored format (one thread per latent column, a tile of tokens per block, the sum over
+ *    the nope dims in ascending order like the CPU), and the rope part copied after it.
+ *  - mla_attn: attention in latent space. A block takes `rows` heads of ONE token, walks
+ *    that token's keys (its DSA selection, or 0..pos) in steps of `keys`, staging each
+ *    key's latent row [c_kv | k_r] once in shared memory for all its heads; the values are
+ *    the c_kv part of the same staged rows. Online softmax; with n_splits > 1 each block
+ *    takes one contiguous share of the key list and mla_merge combines the partials (decode:
+ *    one token has too few heads to fill the GPU).
+ *  - mla_expand: out[t, h*v + j] = W_uv_h[j, :] . o_lat[t, h, :], one warp per output
+ *    feature for a tile of tokens, kv_b_proj read in its stored format.
+ * NVFP4's global scale is applied per element (e2m1 * e4m3 * scale2), exactly as
+ * weight_dequant_row does, so both backends see the same weight values.
+ *
+ * Shared memory of mla_attn (floats): Q[rows][Dk], O[rows][R], K[keys][Dk + 1] (+1: the
+ * lanes of a warp read different keys' rows without bank conflicts), P[warps][keys],
+ * m[rows], l[rows]; the unstaged variant (a budget too small for any tile) keeps only
+ * P, m, l and the step's key slots — plan_mla_attention_smem() is the same formula.
+ *
+ * Deliberately not here: tensor cores, a bf16 latent cache, an expanded-K/V prefill path.
+ */
+#include "backend/cuda/mla/mla.h"
+#include <math.h>
+
+#include "backend/cuda/common/cuda_common.cuh"
+extern "C" {
+#include "plan/plan.h"
+}
+
+namespace
+{
+
+constexpr int ABSORB_COLS = 128; /* threads (latent columns) per absorb block */
+constexpr int TOK_TILE = 8;      /* tokens per absorb / expand block */
+constexpr int EXPAND_WARPS = 8;
+
+struct mla_shape {
+    int H, nope, rope, v, R;
+};
+
+__global__ void mla_store_kernel(float *latent, float *index_k, int R, int rope, int idx_dim, const float *ckv,
+                                 const float *w, float eps, const float *idx_k, const int32_t *slots)
+{
+    const int t = blockIdx.x, row = R + rope;
+    const float *src = ckv + (size_t)t * row;
+    float *dst = latent + (size_t)slots[t] * row;
+    double ss = 0;
+    for (int c = threadIdx.x; c < R; c += blockDim.x)
+        ss += (double)src[c] * (double)src[c];
+    float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / R), eps)));
+    for (int c = threadIdx.x; c < R; c += blockDim.x)
+        dst[c] = __fmul_rn(w[c], __fmul_rn(src[c], inv));
+    for (int c = threadIdx.x; c < rope; c += blockDim.x)
+        dst[R + c] = src[R + c];
+    if (idx_k)
+        for (int c = threadIdx.x; c < idx_dim; c += blockDim.x)
+            index_k[(size_t)slots[t] * idx_dim + c] = idx_k[(size_t)t * idx_dim + c];
+}
+
+/* W[n, k] as weight_dequant_row gives it (NVFP4 with its global scale). */
+template <int FMT>
+__device__ __forceinline__ float w_value(const cuda_wdev &w, int64_t n, int64_t k, int64_t K)
+{
+    float v = w_load1<FMT>(w, n, k, K);
+    if constexpr (FMT == WEIGHT_NVFP4)
+        v = __fmul_rn(v, w.scale2);
+    return v;
+}
+
+/* grid (H, ceil(R / ABSORB_COLS), ceil(T / TOK_TILE)); smem qn[TOK_TILE][nope]. */
+template <int FMT>
+__global__ void mla_absorb_kernel(cuda_wdev w, mla_shape s, int n_tokens, const float *q, float *q_abs)
+{
+    extern __shared__ float qn[];
+    const int h = blockIdx.x, c = blockIdx.y * ABSORB_COLS + threadIdx.x, t0 = blockIdx.z * TOK_TILE;
+    const int nt = n_tokens - t0 < TOK_TILE ? n_tokens - t0 : TOK_TILE;
+    const int qd = s.nope + s.rope, ad = s.R + s.rope;
+    for (int i = threadIdx.x; i < nt * s.nope; i += blockDim.x) {
+        int tt = i / s.nope, d = i % s.nope;
+        qn[i] = q[((size_t)(t0 + tt) * s.H + h) * qd + d];
+    }
+    if (blockIdx.y == 0)
+        for (int i = threadIdx.x; i < nt * s.rope; i += blockDim.x) {
+            int tt = i / s.rope, d = i % s.rope;
+            q_abs[((size_t)(t0 + tt) * s.H + h) * ad + s.R + d] = q[((size_t)(t0 + tt) * s.H + h) * qd + s.nope + d];
+        }
+    __syncthreads();
+    if (c >= s.R)
+        return;
+    float acc[TOK_TILE];
+#pragma unroll
+    for (int tt = 0; tt < TOK_TILE; tt++)
+        acc[tt] = 0.0f;
+    const int64_t row0 = (int64_t)h * (s.nope + s.v);
+    for (int i = 0; i < s.nope; i++) {
+        float wv = w_value<FMT>(w, row0 + i, c, s.R);
+#pragma unroll
+        for (int tt = 0; tt < TOK_TILE; tt++)
+            if (tt < nt)
+                acc[tt] = fmaf(qn[tt * s.nope + i], wv, acc[tt]);
+    }
+#pragma unroll
+    for (int tt = 0; tt < TOK_TILE; tt++)
+        if (tt < nt)
+            q_abs[((size_t)(t0 + tt) * s.H + h) * ad + c] = acc[tt];
+}
+
+/* grid (H, ceil(v / EXPAND_WARPS), ceil(T / TOK_TILE)); smem ol[TOK_TILE][R]. */
+template <int FMT>
+__global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const float *o_lat, float *out)
+{
+    extern __shared__ float ol[];
+    const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int j = blockIdx.y * EXPAND_WARPS + warp, t0 = blockIdx.z * TOK_TILE;
+    const int nt = n_tokens - t0 < TOK_TILE ? n_tokens - t0 : TOK_TILE;
+    for (int i = threadIdx.x; i < nt * s.R; i += blockDim.x) {
+        int tt = i / s.R, c = i % s.R;
+        ol[i] = o_lat[((size_t)(t0 + tt) * s.H + h) * s.R + c];
+    }
+    __syncthreads();
+    if (j >= s.v)
+        return;
+    float acc[TOK_TILE];
+#pragma unroll
+    for (int tt = 0; tt < TOK_TILE; tt++)
+        acc[tt] = 0.0f;
+    const int64_t row = (int64_t)h * (s.nope + s.v) + s.nope + j;
+    for (int c = lane; c < s.R; c += 32) {
+        float wv = w_value<FMT>(w, row, c, s.R);
+#pragma unroll
+        for (int tt = 0; tt < TOK_TILE; tt++)
+            if (tt < nt)
+                acc[tt] = fmaf(wv, ol[tt * s.R + c], acc[tt]);
+    }
+#pragma unroll
+    for (int tt = 0; tt < TOK_TILE; tt++) {
+        float v = warp_sum(acc[tt]);
+        if (lane == 0 && tt < nt)
+            out[(size_t)(t0 + tt) * s.H * s.v + (size_t)h * s.v + j] = v;
+    }
+}
+
+struct attn_params {
+    const float *q;      /* (T, H, Dk) */
+    const float *latent; /* (slots, Dk) */
+    const int32_t *sel;  /* (T, sel_k) or NULL */
+    int sel_k;
+    const int32_t *pos, *seq, *table;
+    int max_blocks, block_size;
+    int n_tokens, H, Dk, R;
+    int rows, keys, head_blocks;
+    float scale;
+    int n_splits;
+    float *out;  /* (T, H, R) when n_splits == 1 */
+    float *part; /* (n_splits, T, H, R + 2) otherwise */
+};
+
+/* grid (T * head_blocks, n_splits): block (token t, heads h0 .. h0 + rows). STAGED: the
+ * queries, the accumulators and each step's keys in shared memory; otherwise queries and
+ * keys are read from global memory and each row accumulates in its output (or partial) row
+ * in global memory, which only the warp owning the row touches. */
+template <bool STAGED>
+__global__ void mla_attn_kernel(attn_params p)
+{
+    extern __shared__ float smem[];
+    const int Dk = p.Dk, R = p.R, RW = p.rows, TN = p.keys;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *Qs = smem, *Os = smem, *Ks = smem; /* STAGED only */
+    float *Ps;
+    if (STAGED) {
+        Os = Qs + (size_t)RW * Dk;
+        Ks = Os + (size_t)RW * R;
+        Ps = Ks + (size_t)TN * (Dk + 1);
+    } else {
+        Ps = smem;
+    }
+    float *Ms = Ps + (size_t)warps * TN;
+    float *Ls = Ms + RW;
+    int *slots = (int *)(Ls + RW); /* !STAGED: the step's key slots */
+
+    const int t = blockIdx.x / p.head_blocks, h0 = (blockIdx.x % p.head_blocks) * RW, split = blockIdx.y;
+    const int nh = p.H - h0 < RW ? p.H - h0 : RW;
+    const int pos = p.pos[t];
+    const int n_keys = p.sel ? (pos + 1 < p.sel_k ? pos + 1 : p.sel_k) : pos + 1;
+    int lo = 0, hi = n_keys;
+    if (p.n_splits > 1) {
+        int chunk = (n_keys + p.n_splits - 1) / p.n_splits;
+        lo = split * chunk < n_keys ? split * chunk : n_keys;
+        hi = lo + chunk < n_keys ? lo + chunk : n_keys;
+    }
+    /* where row r accumulates: shared memory, or its final place in global memory */
+    const size_t acc_stride = p.n_splits == 1 ? (size_t)R : (size_t)(R + 2);
+    float *acc_g = p.n_splits == 1 ? p.out + ((size_t)t * p.H + h0) * R
+                                   : p.part + ((size_t)split * p.n_tokens * p.H + (size_t)t * p.H + h0) * (R + 2) + 2;
+    if (STAGED) {
+        for (int i = threadIdx.x; i < RW * Dk; i += blockDim.x) {
+            int r = i / Dk, d = i % Dk;
+            Qs[i] = r < nh ? p.q[((size_t)t * p.H + h0 + r) * Dk + d] : 0.0f;
+        }
+        for (int i = threadIdx.x; i < RW * R; i += blockDim.x)
+            Os[i] = 0.0f;
+    } else {
+        for (int r = warp; r < nh; r += warps)
+            for (int d = lane; d < R; d += 32)
+                acc_g[r * acc_stride + d] = 0.0f;
+    }
+    for (int r = threadIdx.x; r < RW; r += blockDim.x) {
+        Ms[r] = -INFINITY;
+        Ls[r] = 0.0f;
+    }
+    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
+    const int32_t *sel = p.sel ? p.sel + (size_t)t * p.sel_k : nullptr;
+    for (int k0 = lo; k0 < hi; k0 += TN) {
+        const int nk = hi - k0 < TN ? hi - k0 : TN;
+        __syncthreads(); /* the previous step's keys are consumed (and the setup above is done) */
+        if (STAGED) {
+            for (int i = threadIdx.x; i < nk * Dk; i += blockDim.x) {
+                int jj = i / Dk, d = i % Dk, kp = sel ? sel[k0 + jj] : k0 + jj;
+                size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
+                Ks[(size_t)jj * (Dk + 1) + d] = p.latent[slot * Dk + d];
+            }
+        } else {
+            for (int jj = threadIdx.x; jj < nk; jj += blockDim.x) {
+                int kp = sel ? sel[k0 + jj] : k0 + jj;
+                slots[jj] = blocks[kp / p.block_size] * p.block_size + kp % p.block_size;
+            }
+        }
+        __syncthreads();
+        float *Pw = Ps + (size_t)warp * TN;
+        for (int r = warp; r < nh; r += warps) {
+            const float *qr = STAGED ? Qs + (size_t)r * Dk : p.q + ((size_t)t * p.H + h0 + r) * Dk;
+            float mloc = -INFINITY;
+            for (int jj = lane; jj < nk; jj += 32) {
+                const float *kr = STAGED ? Ks + (size_t)jj * (Dk + 1) : p.latent + (size_t)slots[jj] * Dk;
+                float dot = 0.0f;
+                for (int d = 0; d < Dk; d++)
+                    dot = fmaf(qr[d], kr[d], dot);
+                float sc = __fmul_rn(dot, p.scale);
+                Pw[jj] = sc;
+                mloc = fmaxf(mloc, sc);
+            }
+            mloc = warp_max(mloc);
+            const float m_old = Ms[r];
+            const float m_new = fmaxf(m_old, mloc);
+            const float alpha = expf(m_old - m_new); /* 0 on the first tile (m_old = -inf) */
+            float lsum = 0.0f;
+            for (int jj = lane; jj < nk; jj += 32) {
+                float e = expf(Pw[jj] - m_new);
+                Pw[jj] = e;
+                lsum += e;
+            }
+            lsum = warp_sum(lsum);
+            __syncwarp();
+            float *orow = STAGED ? Os + (size_t)r * R : acc_g + r * acc_stride;
+            for (int d = lane; d < R; d += 32) {
+                float a = orow[d] * alpha;
+                for (int jj = 0; jj < nk; jj++) {
+                    /* values: the c_kv part of the key's row */
+                    float v = STAGED ? Ks[(size_t)jj * (Dk + 1) + d] : p.latent[(size_t)slots[jj] * Dk + d];
+                    a = fmaf(Pw[jj], v, a);
+                }
+                orow[d] = a;
+            }
+            if (lane == 0) {
+                Ms[r] = m_new;
+                Ls[r] = Ls[r] * alpha + lsum;
+            }
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    if (STAGED) {
+        for (int i = threadIdx.x; i < nh * R; i += blockDim.x) {
+            int r = i / R, d = i % R;
+            acc_g[r * acc_stride + d] = p.n_splits == 1 ? Os[i] / Ls[r] : Os[i];
+        }
+    } else if (p.n_splits == 1) {
+        for (int r = warp; r < nh; r += warps)
+            for (int d = lane; d < R; d += 32)
+                acc_g[r * acc_stride + d] /= Ls[r];
+    }
+    if (p.n_splits > 1)
+        for (int r = threadIdx.x; r < nh; r += blockDim.x) {
+            acc_g[r * acc_stride - 2] = Ms[r];
+            acc_g[r * acc_stride - 1] = Ls[r];
+        }
+}
+
+/* o_lat[t, h, :] from the n_splits partials of (t, h); one block per (t, h). An empty
+ * split (no keys) has l = 0 and is skipped. */
+__global__ void mla_merge_kernel(const float *part, int n_splits, int n_th, int R, float *out)
+{
+    size_t th = blockIdx.x;
+    size_t stride = (size_t)n_th * (R + 2);
+    const float *p0 = part + th * (size_t)(R + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        if (p0[s * stride + 1] > 0.0f)
+            M = fmaxf(M, p0[s * stride]);
+    float l = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float *ps = p0 + s * stride;
+        if (ps[1] > 0.0f)
+            l += ps[1] * expf(ps[0] - M);
+    }
+    for (int d = threadIdx.x; d < R; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float *ps = p0 + s * stride;
+            if (ps[1] > 0.0f)
+                a += ps[2 + d] * expf(ps[0] - M);
+        }
+        out[th * R + d] = a / l;
+    }
+}
+
+template <int FMT>
+cudaError_t launch_absorb(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens, const float *q,
+                          float *q_abs)
+{
+    dim3 grid((unsigned)s.H, (unsigned)((s.R + ABSORB_COLS - 1) / ABSORB_COLS),
+              (unsigned)((n_tokens + TOK_TILE - 1) / TOK_TILE));
+    size_t smem = (size_t)TOK_TILE * s.nope * sizeof(float);
+    mla_absorb_kernel<FMT><<<grid, ABSORB_COLS, smem, stream>>>(w, s, n_tokens, q, q_abs);
+    return CUDA_LAUNCH_RESULT();
+}
+
+template <int FMT>
+cudaError_t launch_expand(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens,
+                          const float *o_lat, float *out)
+{
+    dim3 grid((unsigned)s.H, (unsigned)((s.v + EXPAND_WARPS - 1) / EXPAND_WARPS),
+              (unsigned)((n_tokens + TOK_TILE - 1) / TOK_TILE));
+    size_t smem = (size_t)TOK_TILE * s.R * sizeof(float);
+    mla_expand_kernel<FMT><<<grid, EXPAND_WARPS * 32, smem, stream>>>(w, s, n_tokens, o_lat, out);
+    return CUDA_LAUNCH_RESULT();
+}
+
+bool mla_shape_ok(const struct mla_dims *m, int n_tokens)
+{
+    return m->n_heads > 0 && m->n_heads <= 65535 && m->nope > 0 && m->rope >= 0 && m->v > 0 && m->kv_rank > 0 &&
+           (n_tokens + TOK_TILE - 1) / TOK_TILE <= 65535 &&
+           (size_t)TOK_TILE * (size_t)(m->nope > m->kv_rank ? m->nope : m->kv_rank) * sizeof(float) <= 48 * 1024;
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv,
+                                      const float *w, float eps, const float *idx_k, int n_tokens,
+                                      const int32_t *slots)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (idx_k && !kv->index_k)
+        idx_k = nullptr;
+    unsigned threads = kv->kv_rank >= 256 ? 256u : 64u;
+    mla_store_kernel<<<(unsigned)n_tokens, threads, 0, stream>>>(kv->latent, kv->index_k, kv->kv_rank, kv->rope_dim,
+                                                                 kv->index_dim, ckv, w, eps, idx_k, slots);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                                         const struct mla_dims *m, const float *q, int n_tokens, float *q_abs)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (!mla_shape_ok(m, n_tokens))
+        return cudaErrorInvalidValue;
+    mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
+    switch (fmt) {
+    case WEIGHT_F32: return launch_absorb<WEIGHT_F32>(stream, *w, s, n_tokens, q, q_abs);
+    case WEIGHT_BF16: return launch_absorb<WEIGHT_BF16>(stream, *w, s, n_tokens, q, q_abs);
+    case WEIGHT_F16: return launch_absorb<WEIGHT_F16>(stream, *w, s, n_tokens, q, q_abs);
+    case WEIGHT_FP8_BLOCK: return launch_absorb<WEIGHT_FP8_BLOCK>(stream, *w, s, n_tokens, q, q_abs);
+    case WEIGHT_NVFP4: return launch_absorb<WEIGHT_NVFP4>(stream, *w, s, n_tokens, q, q_abs);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                                         const struct mla_dims *m, const float *o_lat, int n_tokens, float *out)
+{
+    if (n_tokens <= 0)
+        return cudaSuccess;
+    if (!mla_shape_ok(m, n_tokens))
+        return cudaErrorInvalidValue;
+    mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
+    switch (fmt) {
+    case WEIGHT_F32: return launch_expand<WEIGHT_F32>(stream, *w, s, n_tokens, o_lat, out);
+    case WEIGHT_BF16: return launch_expand<WEIGHT_BF16>(stream, *w, s, n_tokens, o_lat, out);
+    case WEIGHT_F16: return launch_expand<WEIGHT_F16>(stream, *w, s, n_tokens, o_lat, out);
+    case WEIGHT_FP8_BLOCK: return launch_expand<WEIGHT_FP8_BLOCK>(stream, *w, s, n_tokens, o_lat, out);
+    case WEIGHT_NVFP4: return launch_expand<WEIGHT_NVFP4>(stream, *w, s, n_tokens, o_lat, out);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int cuda_mla_attention_fit(struct cuda_mla_cfg *cfg, int n_heads, int k_dim, int v_dim, size_t budget)
+{
+    if (cfg->threads < 32)
+        cfg->threads = 32;
+    cfg->threads = (cfg->threads / 32) * 32;
+    if (cfg->threads > 1024)
+        cfg->threads = 1024;
+    if (cfg->rows < 1)
+        cfg->rows = 1;
+    if (cfg->rows > n_heads)
+        cfg->rows = n_heads; /* a block never holds two tokens' heads */
+    if (cfg->keys < 1)
+        cfg->keys = 1;
+    cfg->stages = cfg->stages > 0 ? 1 : 0;
+    budget = budget > 256 ? budget - 256 : 0; /* the reductions' static shared memory */
+    for (;;) {
+        size_t bytes = plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, k_dim, v_dim, cfg->stages);
+        if (bytes <= budget) {
+            cfg->smem_bytes = bytes;
+            return 1;
+        }
+        /* keys first (down to 8), then heads, then the unstaged variant, then keys to 1 */
+        if (cfg->keys > 8)
+            cfg->keys /= 2;
+        else if (cfg->rows > 1)
+            cfg->rows /= 2;
+        else if (cfg->stages > 0)
+            cfg->stages = 0;
+        else if (cfg->keys > 1)
+            cfg->keys /= 2;
+        else if (cfg->threads > 32)
+            cfg->threads /= 2;
+        else
+            return 0;
+    }
+}
+
+extern "C" size_t cuda_mla_attention_workspace_floats(int n_tokens, int n_heads, int kv_rank, int n_splits)
+{
+    if (n_splits <= 1)
+        return 0;
+    return (size_t)n_splits * (size_t)n_tokens * (size_t)n_heads * (size_t)(kv_rank + 2);
+}
+
+extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
+                                          const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k,
+                                          float scale, float *o_lat, const struct cuda_mla_cfg *cfg,
+                                          int n_splits, float *work)
+{
+    if (b->n_tokens <= 0)
+        return cudaSuccess;
+    attn_params p;
+    p.q = q_abs;
+    p.latent = kv->latent;
+    p.sel = sel;
+    p.sel_k = sel_k;
+    p.pos = b->pos;
+    p.seq = b->seq;
+    p.table = b->block_table;
+    p.max_blocks = b->max_blocks;
+    p.block_size = kv->block_size;
+    p.n_tokens = b->n_tokens;
+    p.H = n_heads;
+    p.Dk = kv->kv_rank + kv->rope_dim;
+    p.R = kv->kv_rank;
+    p.rows = cfg->rows;
+    p.keys = cfg->keys;
+    p.head_blocks = (n_heads + cfg->rows - 1) / cfg->rows;
+    p.scale = scale;
+    p.n_splits = n_splits;
+    p.out = o_lat;
+    p.part = work;
+    if (n_splits < 1 || n_splits > 65535 || (n_splits > 1 && !work) || (sel && sel_k < 1) ||
+        cfg->rows > n_heads ||
+        cfg->smem_bytes != plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, p.Dk, p.R, cfg->stages))
+        return cudaErrorInvalidValue; /* not fitted for these dims */
+    int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;
+    if (blocks > 0x7fffffff)
+        return cudaErrorInvalidValue;
+    void (*kernel)(attn_params) = cfg->stages > 0 ? mla_attn_kernel<true> : mla_attn_kernel<false>;
+    if (cfg->smem_bytes > 48 * 1024) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg->smem_bytes);
+        if (e != cudaSuccess)
+            return e;
+    }
+    dim3 grid((unsigned)blocks, (unsigned)n_splits);
+    kernel<<<grid, (unsigned)cfg->threads, cfg->smem_bytes, stream>>>(p);
+    if (n_splits > 1) {
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+        int n_th = b->n_tokens * n_heads;
+        unsigned threads = p.R >= 256 ? 256u : p.R > 32 ? 64u : 32u;
+        mla_merge_kernel<<<(unsigned)n_th, threads, 0, stream>>>(work, n_splits, n_th, p.R, o_lat);
+    }
+    return CUDA_LAUNCH_RESULT();
+}

@@ -1,0 +1,75 @@
+/* mla.h — the glm_moe_dsa launchers: MLA over the latent cache, the DSA indexer.
+ *
+ * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
+ * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are
+ * device memory unless a comment says otherwise. Templates and kernels stay in the .cu files.
+ */
+#ifndef MOESERVE_BACKEND_CUDA_MLA_MLA_H
+#define MOESERVE_BACKEND_CUDA_MLA_MLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/common/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- cuda_mla.cu (glm_moe_dsa MLA over the latent cache; backend_ops.mla_*) ---- */
+/* backend_ops.mla_store; kv is a host struct of device pointers. */
+cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv, const float *w,
+                           float eps, const float *idx_k, int n_tokens, const int32_t *slots);
+/* backend_ops.mla_absorb_q / mla_expand_o with kv_b_proj (format fmt) as w. */
+cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                              const struct mla_dims *m, const float *q, int n_tokens, float *q_abs);
+cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
+                              const struct mla_dims *m, const float *o_lat, int n_tokens, float *out);
+/* Latent attention tile: rows = heads of one token per block, keys per step; stages 1:
+ * queries, accumulators and keys in shared memory, 0: read from global memory. */
+struct cuda_mla_cfg {
+    int rows;
+    int keys;
+    int threads;       /* multiple of 32 */
+    int stages;        /* 1 staged, 0 unstaged */
+    size_t smem_bytes; /* filled by cuda_mla_attention_fit() */
+};
+/* Shrinks cfg (keys, then rows, then unstaged) until plan_mla_attention_smem() fits budget. */
+int cuda_mla_attention_fit(struct cuda_mla_cfg *cfg, int n_heads, int k_dim, int v_dim, size_t budget);
+size_t cuda_mla_attention_workspace_floats(int n_tokens, int n_heads, int kv_rank, int n_splits);
+/* backend_ops.mla_attention; n_splits > 1: split-K partials in work, then a merge. cfg must
+ * have passed cuda_mla_attention_fit() for these dims. */
+cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
+                               const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
+                               float *o_lat, const struct cuda_mla_cfg *cfg, int n_splits, float *work);
+
+/* ---- cuda_dsa.cu (the DSA indexer; backend_ops.layernorm, dsa_select) ---- */
+cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows, int dim,
+                           float eps, float *y);
+/* The score kernel's tile: keys per block (= threads); stages 1: query and keys staged in
+ * shared memory, 0: read from global memory. */
+struct cuda_dsa_cfg {
+    int keys;
+    int stages;
+    size_t smem_bytes; /* filled by cuda_dsa_fit() */
+};
+/* Shrinks keys (multiples of 32), then goes unstaged, until the tile fits budget. */
+int cuda_dsa_fit(struct cuda_dsa_cfg *cfg, int idx_heads, int idx_dim, size_t budget);
+/* Scores of rows [row0, row0 + n_rows) into scores (n_rows, ctx); rows with pos < topk are
+ * skipped. key_blocks blocks per row stride over the keys. */
+cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, const float *w_idx,
+                            const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
+                            int row0, int n_rows, int ctx, const struct cuda_dsa_cfg *cfg, int key_blocks,
+                            float *scores);
+/* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). */
+cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
+                          int n_rows, int topk, int32_t *sel);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
