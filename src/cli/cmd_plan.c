@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "format/quant_config.h"
 #include "model/model_desc.h"
+#include "model/model_plan.h"
 #include "plan/plan.h"
 
 /* "bf16" | "fp8" | "nvfp4" (W4A4) | "nvfp4-w4a16". */
@@ -123,7 +124,7 @@ int cmd_plan(int argc, char **argv)
                 model_desc_free(&d);
                 return 1;
             }
-            plan_weights_from_quant(&w, &qc, &d);
+            model_plan_weights(&d, &qc, &w);
             quant_config_free(&qc);
         }
     }
@@ -135,8 +136,14 @@ int cmd_plan(int argc, char **argv)
         return 2;
     }
     const char *force = env.cuda_force[0] ? env.cuda_force : NULL;
+    struct plan_shapes shapes;
+    if (dir && model_plan_shapes(&d, dir, &shapes, &err)) {
+        LOG_ERROR("%s", err.msg);
+        model_desc_free(&d);
+        return 1;
+    }
     struct plan_request req = {
-        .desc = dir ? &d : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget, .kernels = &CUDA_KERNELS,
+        .shapes = dir ? &shapes : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget, .kernels = &CUDA_KERNELS,
         .force = force};
     struct plan *p = malloc(sizeof *p);
     int rc = 1;

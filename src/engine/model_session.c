@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "model/model_plan.h"
 #ifdef MOESERVE_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #endif
@@ -44,8 +45,11 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
 #ifdef MOESERVE_HAVE_CUDA
     } else if (strcmp(def.backend, "cuda") == 0) {
         struct plan_weights pw;
-        plan_weights_from_quant(&pw, &s->qc, &s->desc);
-        st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &s->desc, &pw, err);
+        struct plan_shapes ps;
+        model_plan_weights(&s->desc, &s->qc, &pw);
+        st = model_plan_shapes(&s->desc, dir, &ps, err);
+        if (!st)
+            st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &ps, &pw, err);
     } else {
         st = err_set(err, STATUS_UNSUPPORTED, "backend \"%s\" is not available in this build (have: cpu, cuda)",
                      def.backend);

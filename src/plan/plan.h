@@ -4,7 +4,7 @@
  * runtime + NVML) or from a named profile (../shared/spec/devices.md); the
  * instruction-set features come from the one capability table
  * (plan/caps_table.c), the only place that maps a compute capability to
- * features. The planner turns caps (+ a model description) into a struct
+ * features. The planner turns caps (+ a model's shapes) into a struct
  * plan: per op, the kernel variant, instruction family, tile, stages, shared
  * memory, expected bound and the reason for the choice. Kernels read their
  * configuration from the plan and never look at the compute capability.
@@ -45,7 +45,7 @@
  *          enum plan_bound, struct plan_weights, struct plan_request,
  *          plan_caps_from_profile(), plan_profile_names(), plan_caps_probe(),
  *          plan_caps_apply_table(), plan_caps_table_warning(), plan_build(),
- *          plan_build_request(), plan_weights_default(), plan_weights_from_quant(),
+ *          plan_build_request(), plan_weights_default(),
  *          plan_find(), plan_decode_splits(), plan_math_name(), plan_to_json(),
  *          enum plan_bucket, enum plan_op, struct plan_dispatch, plan_bucket_of(), plan_bucket_name(),
  *          plan_op_name(), plan_dispatch_fill(), plan_dispatch_for(), plan_dispatch_pick(),
@@ -62,10 +62,7 @@
 #include "base/json.h"
 #include "base/status.h"
 #include "format/weight.h"
-#include "model/model_desc.h"
 #include "plan/kernel_desc.h"
-
-struct quant_config;
 
 /* Instruction families a kernel's inner loop runs on. */
 enum plan_math {
@@ -146,7 +143,12 @@ struct plan_shapes {
     int decode_k_dim, decode_v_dim;    /* attention_decode dims (MLA: latent+rope, latent) */
     int n_experts, n_experts_used, d_expert;
     int d_ff;                                     /* dense layers / shared experts width; 0 if none */
-    int prefill_tokens, decode_batch, decode_ctx; /* the reference workload */
+    int prefill_tokens, decode_batch, decode_ctx; /* the reference workload (the planner sets them) */
+    bool qk_norm;        /* per-head q/k RMSNorm before RoPE */
+    bool router_sigmoid; /* sigmoid router with grouped top-k (else softmax) */
+    /* MLA + DSA (glm_moe_dsa) */
+    int q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim;
+    int index_n_heads, index_head_dim, index_topk;
 };
 
 /* Weight formats by group, as the checkpoint stores them. */
@@ -200,7 +202,7 @@ struct plan {
 };
 
 struct plan_request {
-    const struct model_desc *desc;      /* NULL: Qwen3-30B-A3B-like shapes */
+    const struct plan_shapes *shapes;   /* a model's (model/model_plan.h); NULL: Qwen3-30B-A3B-like shapes */
     const struct plan_weights *weights; /* NULL: bf16 everywhere */
     const char *model_name;             /* names the shapes' source (a directory); may be NULL */
     size_t smem_budget;                 /* 0: the device's own */
@@ -229,16 +231,14 @@ bool plan_caps_apply_table(struct device_caps *caps);
 /* Why caps is not in the table (empty string when it is). */
 void plan_caps_table_warning(const struct device_caps *caps, char *buf, size_t n);
 
-/* smem_budget 0 = the device's own. desc may be NULL (generic shapes). bf16 weights. */
-enum status plan_build(struct plan *p, const struct device_caps *caps, const struct model_desc *desc,
+/* smem_budget 0 = the device's own. shapes may be NULL (generic shapes). bf16 weights. */
+enum status plan_build(struct plan *p, const struct device_caps *caps, const struct plan_shapes *shapes,
                        size_t smem_budget, struct err *err);
 enum status plan_build_request(struct plan *p, const struct device_caps *caps, const struct plan_request *req,
                                struct err *err);
 /* bf16 everywhere, or `f` for experts and linears (lm_head stays bf16). */
 void plan_weights_default(struct plan_weights *w, enum weight_format f, bool fp4_activations);
-/* What a checkpoint's quantization config promises for each group (desc picks the module names). */
-void plan_weights_from_quant(struct plan_weights *w, const struct quant_config *q,
-                             const struct model_desc *desc);
+
 
 const struct op_plan *plan_find(const struct plan *p, const char *op);
 /* The bucket of a pass of n_tokens tokens; its name ("1", "2-8", ...); "linear", "moe_experts". */

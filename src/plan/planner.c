@@ -64,7 +64,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "format/quant_config.h"
 #include "plan/plan.h"
 
 /* The reference workload. */
@@ -137,7 +136,7 @@ struct plan_ctx {
     struct plan *p;
     struct plan_weights w;
     bool qk_norm;
-    enum router_score router;
+    bool shapes_router_sigmoid;
     struct cand *c; /* (MAX_CANDS) scratch for one op */
     int n;
     char fallbacks[160]; /* ops that fell back to the portable path */
@@ -1057,11 +1056,11 @@ struct mla_ref {
 
 static void mla_ref_dims(const struct plan_ctx *x, struct mla_ref *r)
 {
-    const struct model_desc *d = x->req->desc;
+    const struct plan_shapes *s = &x->p->shapes;
     *r = (struct mla_ref){.heads = 64, .kv_rank = 512, .rope = 64, .idx_heads = 32, .idx_dim = 128, .topk = 2048};
-    if (d && x->p->shapes.mla) {
-        r->heads = d->n_heads, r->kv_rank = d->kv_lora_rank, r->rope = d->qk_rope_head_dim;
-        r->idx_heads = d->index_n_heads, r->idx_dim = d->index_head_dim, r->topk = d->index_topk;
+    if (x->req->shapes && s->mla) {
+        r->heads = s->n_heads, r->kv_rank = s->kv_lora_rank, r->rope = s->qk_rope_dim;
+        r->idx_heads = s->index_n_heads, r->idx_dim = s->index_head_dim, r->topk = s->index_topk;
     }
 }
 
@@ -1087,7 +1086,7 @@ size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
 static enum status plan_mla_dsa(struct plan_ctx *x, struct err *err)
 {
     const struct plan_shapes *s = &x->p->shapes;
-    if (x->req->desc && !s->mla)
+    if (x->req->shapes && !s->mla)
         return STATUS_OK;
     struct mla_ref r;
     mla_ref_dims(x, &r);
@@ -1210,7 +1209,7 @@ static enum status plan_moe(struct plan_ctx *x, struct err *err)
     double T = s->prefill_tokens, E = s->n_experts, k = s->n_experts_used;
     enum status st;
     const char *rk =
-        x->router == ROUTER_SIGMOID ? "moe_route_sigmoid_grouped_topk" : "moe_route_softmax_topk";
+        x->shapes_router_sigmoid ? "moe_route_sigmoid_grouped_topk" : "moe_route_softmax_topk";
     static const int TOK[] = {8, 4, 1};
     for (int i = 0; i < 3; i++)
         simple(x, rk, TOK[i], s->n_experts, s->n_experts_used, 32 * TOK[i], (size_t)TOK[i] * s->n_experts * 4,
@@ -1253,12 +1252,11 @@ static enum status plan_moe(struct plan_ctx *x, struct err *err)
 static enum status plan_linear(struct plan_ctx *x, struct err *err)
 {
     const struct plan_shapes *s = &x->p->shapes;
-    const struct model_desc *d = x->req->desc;
     struct gemm_problem g = {.groups = 1, .rows = s->prefill_tokens, .wf = x->w.attn};
     int H = s->n_heads;
     if (s->mla) {
-        int q_lora = d ? d->q_lora_rank : 0, kv_lora = d ? d->kv_lora_rank : 512;
-        int nope = d ? d->qk_nope_head_dim : 128, rope = d ? d->qk_rope_head_dim : 64;
+        int q_lora = s->q_lora_rank, kv_lora = s->kv_lora_rank;
+        int nope = s->qk_nope_dim, rope = s->qk_rope_dim;
         int i = 0;
         if (q_lora > 0) {
             g.n[i] = q_lora, g.k[i++] = s->d_model;
@@ -1427,40 +1425,28 @@ static void shapes_default(struct plan_shapes *s)
     s->n_experts = 128, s->n_experts_used = 8, s->d_expert = 768;
 }
 
-static enum status shapes_from_desc(struct plan_shapes *s, const struct model_desc *d, struct err *err)
+/* A model's shapes (model/model_plan.c fills them) as the planner needs them. */
+static enum status shapes_check(const struct plan_shapes *s, struct err *err)
 {
-    memset(s, 0, sizeof *s);
-    snprintf(s->source, sizeof s->source, "model description");
-    if (d->n_layers <= 0 || !d->layers || d->d_model <= 0 || d->n_heads <= 0 || d->vocab_size <= 0)
-        return err_set(err, STATUS_INVALID, "plan: model description has no layers, heads, width or vocab");
-    bool dense = false;
-    for (int l = 0; l < d->n_layers; l++) {
-        s->mla |= d->layers[l].attn == ATTN_MLA;
-        dense |= d->layers[l].ffn == FFN_DENSE;
-    }
-    s->d_model = d->d_model, s->vocab = d->vocab_size;
-    s->n_heads = d->n_heads, s->n_kv_heads = d->n_kv_heads > 0 ? d->n_kv_heads : d->n_heads;
-    s->head_dim = d->head_dim;
-    if (!s->mla && (d->head_dim <= 0 || s->n_heads % s->n_kv_heads))
-        return err_set(err, STATUS_INVALID, "plan: model description: head_dim %d, %d heads over %d kv heads",
-                       d->head_dim, d->n_heads, s->n_kv_heads);
-    s->n_experts = d->n_experts, s->n_experts_used = d->n_experts_used, s->d_expert = d->d_expert;
+    if (s->d_model <= 0 || s->n_heads <= 0 || s->vocab <= 0)
+        return err_set(err, STATUS_INVALID, "plan: shapes of %s lack heads, width or vocab", s->source);
+    if (!s->mla && (s->head_dim <= 0 || s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads))
+        return err_set(err, STATUS_INVALID, "plan: shapes of %s: head_dim %d, %d heads over %d kv heads", s->source,
+                       s->head_dim, s->n_heads, s->n_kv_heads);
     if (s->n_experts > 0 && (s->n_experts_used <= 0 || s->d_expert <= 0))
-        return err_set(err, STATUS_INVALID, "plan: model description: %d experts with top-%d of width %d",
+        return err_set(err, STATUS_INVALID, "plan: shapes of %s: %d experts with top-%d of width %d", s->source,
                        s->n_experts, s->n_experts_used, s->d_expert);
-    s->d_ff = dense ? d->d_ff : d->n_shared_experts * d->d_expert;
-    if (s->mla && (d->kv_lora_rank <= 0 || d->qk_rope_head_dim <= 0 || d->v_head_dim <= 0))
-        return err_set(err, STATUS_INVALID, "plan: model description: MLA without kv_lora_rank/rope/v dims");
+    if (s->mla && (s->kv_lora_rank <= 0 || s->qk_rope_dim <= 0 || s->v_head_dim <= 0))
+        return err_set(err, STATUS_INVALID, "plan: shapes of %s: MLA without kv_lora_rank/rope/v dims", s->source);
     return STATUS_OK;
 }
 
-static void shapes_finish(struct plan_shapes *s, const struct model_desc *d)
+static void shapes_finish(struct plan_shapes *s)
 {
     if (s->mla) {
-        s->qk_head_dim = d->qk_nope_head_dim + d->qk_rope_head_dim;
-        s->v_head_dim = d->v_head_dim;
-        s->decode_k_dim = d->kv_lora_rank + d->qk_rope_head_dim;
-        s->decode_v_dim = d->kv_lora_rank;
+        s->qk_head_dim = s->qk_nope_dim + s->qk_rope_dim;
+        s->decode_k_dim = s->kv_lora_rank + s->qk_rope_dim;
+        s->decode_v_dim = s->kv_lora_rank;
     } else {
         s->qk_head_dim = s->v_head_dim = s->head_dim;
         s->decode_k_dim = s->decode_v_dim = s->head_dim;
@@ -1477,46 +1463,10 @@ void plan_weights_default(struct plan_weights *w, enum weight_format f, bool fp4
     w->fp4_activations = f == WEIGHT_NVFP4 && fp4_activations;
 }
 
-void plan_weights_from_quant(struct plan_weights *w, const struct quant_config *q, const struct model_desc *d)
-{
-    int moe_l = 0, dense_l = -1;
-    bool mla = false;
-    for (int l = d->n_layers - 1; l >= 0; l--) {
-        if (d->layers[l].ffn == FFN_MOE)
-            moe_l = l;
-        else
-            dense_l = l;
-    }
-    if (d->n_layers > 0)
-        mla = d->layers[0].attn == ATTN_MLA;
-    char m[160];
-    snprintf(m, sizeof m, "model.layers.%d.mlp.experts.0.gate_proj", moe_l);
-    w->experts = quant_config_expect(q, m);
-    bool a4 = false;
-    if (w->experts == WEIGHT_NVFP4) {
-        if (q->algo == QUANT_MIXED) {
-            void *v = strmap_get(&q->mixed, m);
-            a4 = v && (enum quant_algo)(intptr_t)v == QUANT_NVFP4;
-        } else {
-            a4 = q->algo == QUANT_NVFP4; /* compressed-tensors: input scheme not recorded, so weight-only */
-        }
-    }
-    w->fp4_activations = a4;
-    snprintf(m, sizeof m, "model.layers.0.self_attn.%s",
-             mla ? (d->q_lora_rank > 0 ? "q_a_proj" : "q_proj") : "q_proj");
-    w->attn = quant_config_expect(q, m);
-    if (dense_l >= 0)
-        snprintf(m, sizeof m, "model.layers.%d.mlp.gate_proj", dense_l);
-    else
-        snprintf(m, sizeof m, "model.layers.%d.mlp.shared_experts.gate_proj", moe_l);
-    w->ffn = quant_config_expect(q, m);
-    w->lm_head = quant_config_expect(q, "lm_head");
-}
-
-enum status plan_build(struct plan *p, const struct device_caps *caps, const struct model_desc *desc,
+enum status plan_build(struct plan *p, const struct device_caps *caps, const struct plan_shapes *shapes,
                        size_t smem_budget, struct err *err)
 {
-    struct plan_request req = {.desc = desc, .smem_budget = smem_budget};
+    struct plan_request req = {.shapes = shapes, .smem_budget = smem_budget};
     return plan_build_request(p, caps, &req, err);
 }
 
@@ -1529,24 +1479,25 @@ enum status plan_build_request(struct plan *p, const struct device_caps *caps, c
                        "plan: device caps \"%s\" lack an SM count or a shared-memory size",
                        caps ? caps->name : "(null)");
     p->caps = *caps;
-    struct plan_ctx x = {.caps = &p->caps, .req = req, .p = p, .qk_norm = true, .router = ROUTER_SOFTMAX};
+    struct plan_ctx x = {.caps = &p->caps, .req = req, .p = p, .qk_norm = true};
     if (req->weights)
         x.w = *req->weights;
     else
         plan_weights_default(&x.w, WEIGHT_BF16, false);
     p->weights = x.w;
     enum status st;
-    if (req->desc) {
-        if ((st = shapes_from_desc(&p->shapes, req->desc, err)))
+    if (req->shapes) {
+        if ((st = shapes_check(req->shapes, err)))
             return st;
-        x.qk_norm = req->desc->qk_norm;
-        x.router = req->desc->router;
+        p->shapes = *req->shapes;
+        x.qk_norm = req->shapes->qk_norm;
+        x.shapes_router_sigmoid = req->shapes->router_sigmoid;
     } else {
         shapes_default(&p->shapes);
     }
     if (req->model_name)
         snprintf(p->shapes.source, sizeof p->shapes.source, "%s", req->model_name);
-    shapes_finish(&p->shapes, req->desc);
+    shapes_finish(&p->shapes);
 
     p->smem_budget = caps->smem_per_block_optin;
     if (req->smem_budget && req->smem_budget < p->smem_budget)

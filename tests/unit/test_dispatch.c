@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "format/quant_config.h"
 #include "model/model_desc.h"
+#include "model/model_plan.h"
 #include "plan/plan.h"
 
 static const char *PROFILES[] = {"a100", "rtx-a6000", "l40s", "h100", "h200",
@@ -38,6 +39,7 @@ struct model {
     char dir[512];
     struct model_desc d;
     struct plan_weights w;
+    struct plan_shapes s;
 };
 
 static bool model_load(struct model *m, const char *dir)
@@ -49,7 +51,9 @@ static bool model_load(struct model *m, const char *dir)
     struct quant_config q;
     if (quant_config_load(&q, dir, &err))
         fail_msg("%s: %s", dir, err.msg);
-    plan_weights_from_quant(&m->w, &q, &m->d);
+    model_plan_weights(&m->d, &q, &m->w);
+    if (model_plan_shapes(&m->d, dir, &m->s, &err))
+        fail_msg("%s: %s", dir, err.msg);
     quant_config_free(&q);
     return true;
 }
@@ -75,7 +79,7 @@ static void plan_for(struct plan *p, const char *profile, const struct model *m,
     struct device_caps caps;
     struct err err = {0};
     assert_int_equal(plan_caps_from_profile(&caps, profile, &err), STATUS_OK);
-    struct plan_request req = {.desc = &m->d, .weights = &m->w, .model_name = m->dir, .smem_budget = budget,
+    struct plan_request req = {.shapes = &m->s, .weights = &m->w, .model_name = m->dir, .smem_budget = budget,
                                .kernels = &CUDA_KERNELS, .force = force};
     enum status st = plan_build_request(p, &caps, &req, &err);
     if (st != want)
@@ -274,7 +278,7 @@ static void test_force(void **state)
         struct device_caps caps;
         struct err err = {0};
         assert_int_equal(plan_caps_from_profile(&caps, "h200", &err), STATUS_OK);
-        struct plan_request req = {.desc = &m.d, .weights = &m.w, .kernels = &CUDA_KERNELS, .force = bad[i].force};
+        struct plan_request req = {.shapes = &m.s, .weights = &m.w, .kernels = &CUDA_KERNELS, .force = bad[i].force};
         assert_int_equal(plan_build_request(p, &caps, &req, &err), STATUS_INVALID);
         if (!strstr(err.msg, bad[i].says) || !strstr(err.msg, "MOESERVE_CUDA_FORCE"))
             fail_msg("force \"%s\": message \"%s\" lacks \"%s\"", bad[i].force, err.msg, bad[i].says);

@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "backend/cuda/cuda_registry.h"
 #include "model/model_desc.h"
+#include "model/model_plan.h"
 #include "plan/plan.h"
 
 static const char *PROFILES[] = {"a100", "rtx-a6000",    "l40s",     "h100",     "h200",
@@ -44,8 +45,12 @@ static void build(struct plan *p, const char *profile, enum weight_format wf, bo
     caps_for(profile, &caps);
     struct plan_weights w;
     plan_weights_default(&w, wf, fp4_act);
-    struct plan_request req = {.desc = desc, .weights = &w, .smem_budget = budget, .kernels = &CUDA_KERNELS};
+    struct plan_shapes shapes;
     struct err err = {0};
+    if (desc && model_plan_shapes(desc, "test model", &shapes, &err))
+        fail_msg("%s", err.msg);
+    struct plan_request req = {.shapes = desc ? &shapes : NULL, .weights = &w, .smem_budget = budget,
+                               .kernels = &CUDA_KERNELS};
     enum status st = plan_build_request(p, &caps, &req, &err);
     if (st)
         fail_msg("%s: %s", profile, err.msg);
@@ -568,7 +573,10 @@ static void test_plan_uses_registered_kernels(void **state)
                         caps_for(PROFILES[pi], &caps);
                         struct plan_weights w;
                         plan_weights_default(&w, fmts[f], fp4 && fmts[f] == WEIGHT_NVFP4);
-                        struct plan_request req = {.desc = m < 0 ? NULL : &models[m],
+                        struct plan_shapes ms;
+                        if (m >= 0)
+                            assert_int_equal(model_plan_shapes(&models[m], names[m], &ms, NULL), STATUS_OK);
+                        struct plan_request req = {.shapes = m < 0 ? NULL : &ms,
                                                    .weights = &w,
                                                    .smem_budget = small ? 101376 : 0,
                                                    .variant_loads = cuda_kernel_registered};

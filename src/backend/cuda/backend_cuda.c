@@ -228,7 +228,7 @@ enum status backend_cuda_create(struct backend *be, int device, size_t smem_budg
 }
 
 enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_budget,
-                                    const struct model_desc *desc, const struct plan_weights *weights,
+                                    const struct plan_shapes *shapes, const struct plan_weights *weights,
                                     struct err *err)
 {
     memset(be, 0, sizeof *be);
@@ -248,7 +248,7 @@ enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_
     c->device = device;
     struct device_caps caps;
     c->wgmma_loads = cuda_gemm_wgmma_loadable(device);
-    struct plan_request req = {.desc = desc,
+    struct plan_request req = {.shapes = shapes,
                                .weights = weights,
                                .smem_budget = smem_budget,
                                .variant_loads = variant_loads,

@@ -26,11 +26,11 @@
  * set, else the device's own opt-in limit. */
 enum status backend_cuda_create(struct backend *be, int device, size_t smem_budget, struct err *err);
 
-/* As backend_cuda_create, planned for this model's shapes and weight formats (desc and
- * weights borrowed for the call), so that the plan `moeserve plan --model DIR` prints is the
- * plan that runs; NULL for either: generic shapes / bf16 weights. */
+/* As backend_cuda_create, planned for this model's shapes and weight formats (model/model_plan.h;
+ * borrowed for the call), so that the plan `moeserve plan --model DIR` prints is the plan that
+ * runs; NULL for either: generic shapes / bf16 weights. */
 enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_budget,
-                                    const struct model_desc *desc, const struct plan_weights *weights,
+                                    const struct plan_shapes *shapes, const struct plan_weights *weights,
                                     struct err *err);
 
 /* Usable CUDA devices; 0 without a driver or a GPU (never fails). */
