@@ -43,6 +43,42 @@ static bool plan_parse_weights(const char *s, struct plan_weights *w)
     return true;
 }
 
+/* Prints j (JSON) and frees it; 1 when there was no memory for it. */
+static int print_json(struct json *j)
+{
+    char *s = j ? json_print(j, true) : NULL;
+    json_free(j);
+    if (!s) {
+        LOG_ERROR("plan: out of memory printing JSON");
+        return 1;
+    }
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+/* The model's shapes and, unless --weights said, its checkpoint's weight formats; 1 on an error
+ * (logged). */
+static int load_model(const char *dir, bool weights_given, struct model_desc *d, struct plan_shapes *shapes,
+                      struct plan_weights *w)
+{
+    struct err err = {0};
+    if (model_desc_load(d, dir, &err) || model_plan_shapes(d, dir, shapes, &err)) {
+        LOG_ERROR("plan: %s", err.msg);
+        return 1;
+    }
+    if (!weights_given) {
+        struct quant_config qc;
+        if (quant_config_load(&qc, dir, &err)) {
+            LOG_ERROR("plan: %s", err.msg);
+            return 1;
+        }
+        model_plan_weights(d, &qc, w);
+        quant_config_free(&qc);
+    }
+    return 0;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     struct cli_opt opts[] = {
@@ -55,6 +91,7 @@ int cmd_plan(int argc, char **argv)
         {.name = "weights",
          .metavar = "FORMAT",
          .help = "weight format of experts and linears: bf16, fp8, nvfp4 (W4A4), nvfp4-w4a16"},
+        {.name = "kernels", .help = "list the CUDA backend's kernels (the planner's choices) instead of a plan"},
         {.name = "json", .help = "print JSON instead of a table"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -67,13 +104,19 @@ int cmd_plan(int argc, char **argv)
                  "expected bound and why.\nProfiles: %s.",
                  plan_profile_names());
         cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
-                       "[--weights FORMAT] [--json]",
+                       "[--weights FORMAT] [--kernels] [--json]",
                        about, opts, n);
         return 0;
     }
     if (r == CLI_ERROR) {
         LOG_ERROR("plan: %s", err.msg);
         return 2;
+    }
+    if (cli_flag(opts, n, "kernels")) {
+        if (cli_flag(opts, n, "json"))
+            return print_json(plan_kernels_to_json(&CUDA_KERNELS));
+        plan_kernels_print(&CUDA_KERNELS);
+        return 0;
     }
     const char *profile = cli_get(opts, n, "profile", NULL);
     if (profile && cli_get(opts, n, "device", NULL)) {
@@ -109,42 +152,25 @@ int cmd_plan(int argc, char **argv)
         return 1;
     }
 
-    const char *dir = cli_get(opts, n, "model", NULL);
-    struct model_desc d;
-    memset(&d, 0, sizeof d);
-    if (dir) {
-        if (model_desc_load(&d, dir, &err)) {
-            LOG_ERROR("plan: %s", err.msg);
-            return 1;
-        }
-        if (!wopt) {
-            struct quant_config qc;
-            if (quant_config_load(&qc, dir, &err)) {
-                LOG_ERROR("plan: %s", err.msg);
-                model_desc_free(&d);
-                return 1;
-            }
-            model_plan_weights(&d, &qc, &w);
-            quant_config_free(&qc);
-        }
-    }
-
     struct options env;
     if (options_read(&env, &err)) {
         LOG_ERROR("plan: %s", err.msg);
-        model_desc_free(&d);
         return 2;
     }
-    const char *force = env.cuda_force[0] ? env.cuda_force : NULL;
+    const char *dir = cli_get(opts, n, "model", NULL);
+    struct model_desc d;
     struct plan_shapes shapes;
-    if (dir && model_plan_shapes(&d, dir, &shapes, &err)) {
-        LOG_ERROR("%s", err.msg);
+    memset(&d, 0, sizeof d);
+    if (dir && load_model(dir, wopt != NULL, &d, &shapes, &w)) {
         model_desc_free(&d);
         return 1;
     }
-    struct plan_request req = {
-        .shapes = dir ? &shapes : NULL, .weights = &w, .model_name = dir, .smem_budget = (size_t)budget, .kernels = &CUDA_KERNELS,
-        .force = force};
+    struct plan_request req = {.shapes = dir ? &shapes : NULL,
+                               .weights = &w,
+                               .model_name = dir,
+                               .smem_budget = (size_t)budget,
+                               .kernels = &CUDA_KERNELS,
+                               .force = env.cuda_force[0] ? env.cuda_force : NULL};
     struct plan *p = malloc(sizeof *p);
     int rc = 1;
     if (!p) {
@@ -155,21 +181,10 @@ int cmd_plan(int argc, char **argv)
         LOG_ERROR("%s", err.msg);
         goto done;
     }
-    if (cli_flag(opts, n, "json")) {
-        struct json *j = plan_to_json(p);
-        char *s = j ? json_print(j, true) : NULL;
-        if (!s) {
-            LOG_ERROR("plan: out of memory printing JSON");
-            json_free(j);
-            goto done;
-        }
-        printf("%s\n", s);
-        free(s);
-        json_free(j);
-    } else {
-        plan_print(p);
-    }
-    rc = 0;
+    if (cli_flag(opts, n, "json"))
+        rc = print_json(plan_to_json(p));
+    else
+        plan_print(p), rc = 0;
 done:
     free(p);
     model_desc_free(&d);

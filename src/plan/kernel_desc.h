@@ -62,6 +62,9 @@ struct kernel_desc {
     const struct kernel_tile *tiles;
     int n_tiles;
     size_t (*tile_smem)(const struct kernel_tile *t);
+    /* The GPU kernels its launches show in a profiler, as an extended regex over their names
+     * (tools/trace_check.sh compares a step's launches with the plan); NULL: not checked. */
+    const char *symbols;
 };
 
 struct kernel_table {

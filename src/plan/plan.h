@@ -50,7 +50,7 @@
  *          enum plan_bucket, enum plan_op, struct plan_dispatch, plan_bucket_of(), plan_bucket_name(),
  *          plan_op_name(), plan_dispatch_fill(), plan_dispatch_for(), plan_dispatch_pick(),
  *          plan_mla_attention_smem(), plan_dsa_index_smem(),
- *          plan_caps_to_json(), plan_print()
+ *          plan_caps_to_json(), plan_print(), plan_kernels_to_json(), plan_kernels_print()
  */
 #ifndef MOESERVE_PLAN_PLAN_H
 #define MOESERVE_PLAN_PLAN_H
@@ -270,5 +270,9 @@ const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
 struct json *plan_to_json(const struct plan *p);
 void plan_print(const struct plan *p);
+/* A backend's kernel table (`moeserve plan --kernels`): name, ops, math, features, formats,
+ * compiled tiles, profiler names. */
+struct json *plan_kernels_to_json(const struct kernel_table *t);
+void plan_kernels_print(const struct kernel_table *t);
 
 #endif

@@ -185,3 +185,65 @@ void plan_print(const struct plan *p)
         }
     }
 }
+
+/* "bf16+nvfp4" */
+static void formats_str(unsigned formats, char *buf, size_t n)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT && o < n; f++)
+        if (formats & (1u << f))
+            o += (size_t)snprintf(buf + o, n - o, "%s%s", o ? "+" : "", weight_format_name((enum weight_format)f));
+    if (!o)
+        snprintf(buf, n, "-");
+}
+
+static void needs_str(unsigned needs, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s%s%s%s%s", needs & KERNEL_NEEDS_BF16_MMA ? " bf16_mma" : "",
+             needs & KERNEL_NEEDS_FP8_MMA ? " fp8_mma" : "", needs & KERNEL_NEEDS_WGMMA ? " wgmma" : "",
+             needs & KERNEL_NEEDS_TCGEN05 ? " tcgen05" : "", needs & KERNEL_NEEDS_FP4_MMA ? " fp4_mma" : "",
+             needs & KERNEL_NEEDS_CLUSTERS ? " clusters" : "");
+    if (!buf[0])
+        snprintf(buf, n, " -");
+}
+
+struct json *plan_kernels_to_json(const struct kernel_table *t)
+{
+    struct json *root = json_new_object();
+    if (!root)
+        return NULL;
+    json_add(root, "backend", json_new_string(t->backend));
+    struct json *ks = json_add(root, "kernels", json_new_array());
+    for (int i = 0; i < t->n && ks; i++) {
+        const struct kernel_desc *k = &t->kernels[i];
+        struct json *e = json_append(ks, json_new_object());
+        if (!e)
+            break;
+        char f[96], nd[96];
+        formats_str(k->formats, f, sizeof f);
+        needs_str(k->needs, nd, sizeof nd);
+        json_add(e, "name", json_new_string(k->name));
+        json_add(e, "ops", json_new_string(k->op));
+        json_add(e, "math", k->math ? json_new_string(k->math) : json_new_null());
+        json_add(e, "needs", json_new_string(nd + 1));
+        json_add(e, "formats", json_new_string(f));
+        json_add(e, "file", json_new_string(k->where));
+        json_add(e, "tiles", json_new_number(k->n_tiles));
+        json_add(e, "symbols", k->symbols ? json_new_string(k->symbols) : json_new_null());
+    }
+    return root;
+}
+
+void plan_kernels_print(const struct kernel_table *t)
+{
+    printf("%-32s %-38s %-11s %-10s %-30s %s\n", "kernel", "ops", "math", "needs", "weights", "file");
+    for (int i = 0; i < t->n; i++) {
+        const struct kernel_desc *k = &t->kernels[i];
+        char f[96], nd[96];
+        formats_str(k->formats, f, sizeof f);
+        needs_str(k->needs, nd, sizeof nd);
+        printf("%-32s %-38s %-11s %-10s %-30s %s%s\n", k->name, k->op, k->math ? k->math : "library", nd + 1, f,
+               k->where, k->n_tiles ? " (tiles: the table)" : "");
+    }
+}

@@ -141,6 +141,25 @@ print("; ".join(errs))' "$js" "$prof" 2>&1)
     if [ -z "$msg" ]; then ok "runnable $prof"; else bad "runnable $prof: $msg"; fi
 done
 
+# the dispatch table: what runs per op, token count and weights, only the backend's kernels
+js=$("$bin" plan --profile h200 --weights nvfp4-w4a16 --json 2>/dev/null)
+ks=$("$bin" plan --kernels --json 2>/dev/null)
+msg=$(python3 -c '
+import json, sys
+d = json.loads(sys.argv[1]); k = {x["name"] for x in json.loads(sys.argv[2])["kernels"]}
+head = {(e["op"], e["tokens"], e["weights"]): e["kernels"][0] for e in d["dispatch"]}
+errs = [e["op"] + "@" + e["tokens"] + ":" + x for e in d["dispatch"] for x in e["kernels"] if x not in k]
+want = {("linear", "1", "nvfp4"): "gemv_decode_mma_bf16", ("linear", "65+", "nvfp4"): "cublas_dequant_bf16",
+        ("moe_experts", "1", "nvfp4"): "moe_pair_decode_mma_bf16", ("moe_experts", "65+", "nvfp4"): "moe_gemm_nvfp4_wo_wgmma",
+        ("linear", "1", "bf16"): "gemv_x_smem", ("linear", "65+", "bf16"): "cublaslt_bf16"}
+errs += ["%s: %s, want %s" % (w, head.get(w), v) for w, v in want.items() if head.get(w) != v]
+print("; ".join(errs))' "$js" "$ks" 2>&1)
+if [ -z "$msg" ]; then ok "dispatch table (h200, nvfp4)"; else bad "dispatch table: $msg"; fi
+out=$(MOESERVE_CUDA_FORCE=linear@1:nope "$bin" plan --profile h200 2>&1 >/dev/null)
+if grep -q "MOESERVE_CUDA_FORCE: the cuda backend has no kernel \"nope\"" <<<"$out"; then ok "bad MOESERVE_CUDA_FORCE refused"; else bad "bad force: $out"; fi
+out=$(MOESERVE_CUDA_FORCE=moe_experts@2-8:moe_pair_decode "$bin" plan --profile h200 --weights nvfp4 2>&1)
+if grep -qE "^moe_experts +2-8 +nvfp4 +moe_pair_decode >" <<<"$out"; then ok "MOESERVE_CUDA_FORCE shows in the plan"; else bad "force not in the plan: $(grep '^moe_experts' <<<"$out" | head -3)"; fi
+
 # no --device/--profile: a CUDA-less build says so and suggests --profile; a GPU machine plans
 out=$("$bin" plan --json 2>&1 >/dev/null)
 rc=$?

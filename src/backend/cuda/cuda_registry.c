@@ -65,62 +65,63 @@ static bool fits_moe_mma(const struct kernel_shape *s, size_t budget)
 
 #define LIN "linear,linear_decode"
 #define MOE "moe_experts_gemm,moe_experts_decode"
-/* one kernel: name, ops, math, needed features, weight formats, file, dispatch id, limits */
-#define K(nm, op_, math_, needs_, fmts, file, id_, fits_)                                                     \
+/* one kernel: name, ops, math, needed features, weight formats, file, dispatch id, limits, and
+ * the names (a regex) its launches have in a profiler (tools/trace_check.sh) */
+#define K(nm, op_, math_, needs_, fmts, file, id_, fits_, sym)                                                \
     {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
-     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL}
+     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL, .symbols = sym}
 /* ... a tiled one: its compiled tiles and their shared memory */
 #define KT(...) KT_(__VA_ARGS__) /* WG_TILES expands to three arguments first */
-#define KT_(nm, op_, math_, needs_, fmts, file, id_, fits_, tiles_, n_, smem_)                                \
+#define KT_(nm, op_, math_, needs_, fmts, file, id_, fits_, tiles_, n_, smem_, sym)                           \
     {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
-     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_}
+     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_, .symbols = sym}
 #define WG_TILES CUDA_WGMMA_TILES, CUDA_WGMMA_N_TILES, cuda_wgmma_tile_smem
 
 static const struct kernel_desc KERNELS[] = {
     /* small ops: one kernel each */
-    K("embedding_gather_bf16", "embedding", FP32, 0, 0, "cuda_elementwise.cu", CK_FIXED, NULL),
-    K("rmsnorm_residual_warp", "rmsnorm", FP32, 0, 0, "cuda_norm.cu", CK_FIXED, NULL),
-    K("rmsnorm_residual_block", "rmsnorm", FP32, 0, 0, "cuda_norm.cu", CK_FIXED, NULL),
-    K("rope_bf16", "rope_qk_norm", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
-    K("rope_qk_norm_bf16", "rope_qk_norm", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
-    K("rope_mla_bf16", "rope_qk_norm", FP32, 0, 0, "cuda_rope.cu", CK_FIXED, NULL),
-    K("kv_cache_write_bf16", "kv_cache_write", FP32, 0, 0, "cuda_elementwise.cu", CK_FIXED, NULL),
-    K("sample_topk_topp", "sample", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
-    K("argmax_split", "argmax", FP32, 0, 0, "cuda_fused.cu", CK_FIXED, NULL),
+    K("embedding_gather_bf16", "embedding", FP32, 0, 0, "common/cuda_elementwise.cu", CK_FIXED, NULL, NULL),
+    K("rmsnorm_residual_warp", "rmsnorm", FP32, 0, 0, "common/cuda_norm.cu", CK_FIXED, NULL, NULL),
+    K("rmsnorm_residual_block", "rmsnorm", FP32, 0, 0, "common/cuda_norm.cu", CK_FIXED, NULL, NULL),
+    K("rope_bf16", "rope_qk_norm", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
+    K("rope_qk_norm_bf16", "rope_qk_norm", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
+    K("rope_mla_bf16", "rope_qk_norm", FP32, 0, 0, "common/cuda_rope.cu", CK_FIXED, NULL, NULL),
+    K("kv_cache_write_bf16", "kv_cache_write", FP32, 0, 0, "common/cuda_elementwise.cu", CK_FIXED, NULL, NULL),
+    K("sample_topk_topp", "sample", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
+    K("argmax_split", "argmax", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
     /* attention */
-    K("attn_prefill_fp32", "attention_prefill", FP32, 0, 0, "cuda_attention.cu", CK_FIXED, NULL),
-    K("attn_prefill_mma_bf16", "attention_prefill", MMA, BMMA, 0, "cuda_attention_mma.cu", CK_FIXED, NULL),
-    K("attn_decode_split_fp32", "attention_decode", FP32, 0, 0, "cuda_attn_decode.cu", CK_FIXED, NULL),
-    K("mla_latent_attn_fp32", "mla_attention", FP32, 0, 0, "cuda_mla.cu", CK_FIXED, NULL),
-    K("dsa_index_score_fp32", "dsa_index", FP32, 0, 0, "cuda_dsa.cu", CK_FIXED, NULL),
+    K("attn_prefill_fp32", "attention_prefill", FP32, 0, 0, "attention/cuda_attention.cu", CK_FIXED, NULL, NULL),
+    K("attn_prefill_mma_bf16", "attention_prefill", MMA, BMMA, 0, "attention/cuda_attention_mma.cu", CK_FIXED, NULL, NULL),
+    K("attn_decode_split_fp32", "attention_decode", FP32, 0, 0, "attention/cuda_attn_decode.cu", CK_FIXED, NULL, NULL),
+    K("mla_latent_attn_fp32", "mla_attention", FP32, 0, 0, "mla/cuda_mla.cu", CK_FIXED, NULL, NULL),
+    K("dsa_index_score_fp32", "dsa_index", FP32, 0, 0, "mla/cuda_dsa.cu", CK_FIXED, NULL, NULL),
     /* routing */
-    K("moe_route_softmax_topk", "moe_route", FP32, 0, 0, "cuda_moe_route.cu", CK_FIXED, NULL),
-    K("moe_route_sigmoid_grouped_topk", "moe_route", FP32, 0, 0, "cuda_moe_route.cu", CK_FIXED, NULL),
-    K("moe_align_count_sort", "moe_align", FP32, 0, 0, "cuda_moe.cu", CK_FIXED, NULL),
-    K("moe_silu_mul_bf16", "moe_silu_mul", FP32, 0, 0, "cuda_elementwise.cu", CK_FIXED, NULL),
+    K("moe_route_softmax_topk", "moe_route", FP32, 0, 0, "moe/cuda_moe_route.cu", CK_FIXED, NULL, NULL),
+    K("moe_route_sigmoid_grouped_topk", "moe_route", FP32, 0, 0, "moe/cuda_moe_route.cu", CK_FIXED, NULL, NULL),
+    K("moe_align_count_sort", "moe_align", FP32, 0, 0, "moe/cuda_moe.cu", CK_FIXED, NULL, NULL),
+    K("moe_silu_mul_bf16", "moe_silu_mul", FP32, 0, 0, "common/cuda_elementwise.cu", CK_FIXED, NULL, NULL),
     /* linears (the plan's linear, linear_ffn, lm_head and their few-token form) */
-    K("gemv_decode_mma_bf16", LIN, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_decode_mma.cu", CK_GEMV_MMA, fits_gemv_mma),
-    K("gemv_x_smem", LIN, FP32, 0, ANY_WEIGHT, "cuda_decode.cu", CK_GEMV1, fits_gemv1),
-    K("cublas_bf16", LIN, NULL, 0, F(WEIGHT_BF16), "backend_cuda.c", CK_CUBLAS_BF16, NULL),
-    K("cublaslt_bf16", LIN, NULL, 0, F(WEIGHT_BF16), "backend_cuda.c", CK_CUBLAS_BF16, NULL),
-    K("cublas_sgemm", LIN, NULL, 0, F(WEIGHT_F32), "backend_cuda.c", CK_CUBLAS_SGEMM, NULL),
-    K("cublas_dequant_bf16", LIN, NULL, 0, F(WEIGHT_NVFP4), "backend_cuda.c", CK_CUBLAS_DEQUANT, NULL),
-    KT("gemm_nvfp4_wo_wgmma", LIN, WGMMA, WG, F(WEIGHT_NVFP4), "cuda_gemm_wgmma.cu", CK_GEMM_WGMMA, fits_gemm_wgmma, WG_TILES),
-    K("gemm_nvfp4_wo_mma", LIN, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_gemm_mma.cu", CK_GEMM_MMA, fits_gemm_mma),
-    K("gemm_nvfp4_wo_fp32", LIN, FP32, 0, F(WEIGHT_NVFP4), "cuda_gemm.cu", CK_GEMM_FP32, NULL),
-    K("gemm_fp8_wo_fp32", LIN, FP32, 0, F(WEIGHT_FP8_BLOCK), "cuda_gemm.cu", CK_GEMM_FP32, NULL),
-    K("gemm_fp32_tiled", LIN, FP32, 0, ANY_WEIGHT, "cuda_gemm.cu", CK_GEMM_FP32, NULL),
+    K("gemv_decode_mma_bf16", LIN, MMA, BMMA, F(WEIGHT_NVFP4), "decode/cuda_decode_mma.cu", CK_GEMV_MMA, fits_gemv_mma, "gemv_mma_kernel"),
+    K("gemv_x_smem", LIN, FP32, 0, ANY_WEIGHT, "decode/cuda_decode.cu", CK_GEMV1, fits_gemv1, "gemv1_kernel"),
+    K("cublas_bf16", LIN, NULL, 0, F(WEIGHT_BF16), "cuda_dispatch.c", CK_CUBLAS_BF16, NULL, "f32_to_bf16_split_kernel"),
+    K("cublaslt_bf16", LIN, NULL, 0, F(WEIGHT_BF16), "cuda_dispatch.c", CK_CUBLAS_BF16, NULL, "f32_to_bf16_split_kernel"),
+    K("cublas_sgemm", LIN, NULL, 0, F(WEIGHT_F32), "cuda_dispatch.c", CK_CUBLAS_SGEMM, NULL, "sgemm"),
+    K("cublas_dequant_bf16", LIN, NULL, 0, F(WEIGHT_NVFP4), "cuda_dispatch.c", CK_CUBLAS_DEQUANT, NULL, "nvfp4_to_bf16_kernel"),
+    KT("gemm_nvfp4_wo_wgmma", LIN, WGMMA, WG, F(WEIGHT_NVFP4), "gemm/cuda_gemm_wgmma.cu", CK_GEMM_WGMMA, fits_gemm_wgmma, WG_TILES, "gemm_wgmma_kernel"),
+    K("gemm_nvfp4_wo_mma", LIN, MMA, BMMA, F(WEIGHT_NVFP4), "gemm/cuda_gemm_mma.cu", CK_GEMM_MMA, fits_gemm_mma, "gemm_mma_kernel"),
+    K("gemm_nvfp4_wo_fp32", LIN, FP32, 0, F(WEIGHT_NVFP4), "gemm/cuda_gemm.cu", CK_GEMM_FP32, NULL, "gemm_tiled_kernel"),
+    K("gemm_fp8_wo_fp32", LIN, FP32, 0, F(WEIGHT_FP8_BLOCK), "gemm/cuda_gemm.cu", CK_GEMM_FP32, NULL, "gemm_tiled_kernel"),
+    K("gemm_fp32_tiled", LIN, FP32, 0, ANY_WEIGHT, "gemm/cuda_gemm.cu", CK_GEMM_FP32, NULL, "gemm_tiled_kernel"),
     /* routed experts: pair by pair at few tokens, sorted by expert above */
-    K("moe_pair_decode_mma_bf16", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_decode_mma.cu", CK_MOE_PAIR_MMA, fits_moe_pair_mma),
-    K("moe_pair_decode", MOE, FP32, 0, ANY_WEIGHT, "cuda_decode.cu", CK_MOE_PAIR, fits_moe_pair),
-    KT("moe_gemm_nvfp4_wo_wgmma", MOE, WGMMA, WG, F(WEIGHT_NVFP4), "cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES),
-    KT("moe_gemm_bf16_wgmma", MOE, WGMMA, WG, F(WEIGHT_BF16), "cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES),
-    K("moe_gemm_nvfp4_wo_mma", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma),
-    K("moe_gemm_bf16_mma", MOE, MMA, BMMA, F(WEIGHT_BF16), "cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma),
-    K("moe_gemm_nvfp4_wo_fp32", MOE, FP32, 0, F(WEIGHT_NVFP4), "cuda_gemm.cu", CK_MOE_FP32, NULL),
-    K("moe_gemm_fp8_wo_fp32", MOE, FP32, 0, F(WEIGHT_FP8_BLOCK), "cuda_gemm.cu", CK_MOE_FP32, NULL),
-    K("moe_gemm_bf16_fp32", MOE, FP32, 0, F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_F32), "cuda_gemm.cu", CK_MOE_FP32, NULL),
-    K("moe_experts_gemm_sorted", MOE, FP32, 0, ANY_WEIGHT, "cuda_gemm.cu", CK_MOE_FP32, NULL),
+    K("moe_pair_decode_mma_bf16", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "decode/cuda_decode_mma.cu", CK_MOE_PAIR_MMA, fits_moe_pair_mma, "moe_gate_up_mma_kernel|moe_down_mma_kernel|moe_down_smem_kernel"),
+    K("moe_pair_decode", MOE, FP32, 0, ANY_WEIGHT, "decode/cuda_decode.cu", CK_MOE_PAIR, fits_moe_pair, "moe_gate_up_kernel|moe_down_kernel"),
+    KT("moe_gemm_nvfp4_wo_wgmma", MOE, WGMMA, WG, F(WEIGHT_NVFP4), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
+    KT("moe_gemm_bf16_wgmma", MOE, WGMMA, WG, F(WEIGHT_BF16), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
+    K("moe_gemm_nvfp4_wo_mma", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "gemm/cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma, "gemm_mma_kernel"),
+    K("moe_gemm_bf16_mma", MOE, MMA, BMMA, F(WEIGHT_BF16), "gemm/cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma, "gemm_mma_kernel"),
+    K("moe_gemm_nvfp4_wo_fp32", MOE, FP32, 0, F(WEIGHT_NVFP4), "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),
+    K("moe_gemm_fp8_wo_fp32", MOE, FP32, 0, F(WEIGHT_FP8_BLOCK), "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),
+    K("moe_gemm_bf16_fp32", MOE, FP32, 0, F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_F32), "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),
+    K("moe_experts_gemm_sorted", MOE, FP32, 0, ANY_WEIGHT, "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),
 
 };
 

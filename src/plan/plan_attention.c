@@ -1,0 +1,287 @@
+/* plan_attention.c — attention prefill and decode tiles, the decode split count, MLA and the DSA indexer (plan_internal.h; the cost model: planner.c). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "plan/plan_internal.h"
+
+/* ---- attention ---- */
+
+enum status pl_attention_prefill(struct plan_ctx *x, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    static const int TM[] = {128, 64}, TN[] = {128, 64, 32}, TP[] = {32, 16, 8};
+    int T = s->prefill_tokens, H = s->n_heads, D = s->qk_head_dim, Dv = s->v_head_dim;
+    int kvh = s->mla ? H : s->n_kv_heads; /* MLA prefill materialises per-head K and V */
+    double bytes = (double)T * H * D * 2 + (double)T * kvh * (D + Dv) * 2 + (double)T * H * Dv * 2;
+    for (int fam = 0; fam < 3; fam++) {
+        const int *tms = fam == 2 ? TP : TM, *tns = fam == 2 ? TP : TN;
+        int ntm = fam == 2 ? 3 : 2, ntn = fam == 0 ? 2 : 3;
+        for (int a = 0; a < ntm; a++)
+            for (int b = 0; b < ntn; b++)
+                for (int st = 3; st >= 0; st--) {
+                    int tm = tms[a], tn = tns[b];
+                    struct cand *c;
+                    if (fam == 0) {
+                        if (st < 2)
+                            continue;
+                        c = pl_cand_add(x, "attn_prefill_wgmma_bf16", PLAN_MATH_BF16_WGMMA,
+                                     FEAT_WGMMA | FEAT_TMA);
+                        c->threads = 128 * (tm / 64 + 1);
+                        c->regs = Dv / 2 + tn / 2 + 32;
+                        c->feed = SMEM_BYTES_PER_CLK * 64; /* 64 query rows share each K/V byte read */
+                    } else if (fam == 1) {
+                        if (st < 1 || st > 2)
+                            continue;
+                        c = pl_cand_add(x, "attn_prefill_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
+                        c->threads = tm / 16 * 32;
+                        c->regs = Dv / 2 + tn / 2 + D / 4 + 32;
+                        c->feed = SMEM_BYTES_PER_CLK * 16; /* each warp's 16 rows */
+                    } else {
+                        if (st > 2)
+                            continue;
+                        c = pl_cand_add(x, "attn_prefill_fp32", PLAN_MATH_FP32_FMA, 0);
+                        c->threads = 128;
+                        c->regs = 64;
+                        c->feed = SMEM_BYTES_PER_CLK * 4 * (st ? 1.0 : 0.5);
+                    }
+                    c->tm = tm, c->tn = tn, c->tk = D, c->stages = st;
+                    c->smem = 2 * ((size_t)tm * D + (size_t)st * tn * (D + Dv));
+                    if (fam == 2)
+                        c->smem = st ? c->smem + (size_t)tm * tn * 4 : 0;
+                    if (fam == 1) /* cuda_attention_mma_smem(): see the formula above */
+                        c->smem = 4 * ((size_t)tm * D + (size_t)st * tn * (D + Dv)) + 16 * (size_t)tm;
+                    /* causal: query tile i sees keys up to its last row, whole key tiles */
+                    double keys = 0;
+                    for (int q0 = 0; q0 < T; q0 += tm)
+                        keys += tm * ceil_div(imin(q0 + tm, T), tn) * tn;
+                    double flops = 2.0 * H * (D + Dv) * keys;
+                    pl_cand_part(c, flops, bytes, flops / tm, ceil_div(T, tm) * H); /* K/V bf16 per q tile */
+                }
+    }
+    char note[128];
+    snprintf(note, sizeof note, "qk dim %d, v dim %d", D, Dv);
+    return pl_choose(x, "attention_prefill", WEIGHT_BF16, note, err);
+}
+
+static int decode_splits(int sms, double base_blocks, int ctx, int tn)
+{
+    double want = ceil_div(2.0 * sms, base_blocks);
+    double most = ceil_div(ctx, tn > 0 ? tn : 1);
+    return (int)fmax(1, fmin(want, most));
+}
+
+enum status pl_attention_decode(struct plan_ctx *x, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    int B = s->decode_batch, ctx = s->decode_ctx, Dk = s->decode_k_dim, Dv = s->decode_v_dim;
+    int kvh = s->mla ? 1 : s->n_kv_heads, g = s->n_heads / kvh;
+    int dkv = s->mla ? Dk : Dk + Dv;
+    static const int TM_MMA[] = {64, 32, 16}, TM_FP32[] = {16, 8, 4, 1}, TN_MMA[] = {128, 64, 32},
+                     TN_FP32[] = {64, 32, 16};
+    /* GQA with head_dim <= 128 and <= 16 query heads per KV head: the CUDA backend's split kernel
+     * (cuda_attn_decode.cu) has one shape: the group padded to NH = 4, 8 or 16 heads, rounds of 32
+     * keys (16 at NH = 16), 128 threads, static smem for scores, the warps' partial outputs and the
+     * in-kernel merge; tile_m = NH, tile_n = keys per round. */
+    bool split_kernel = !s->mla && g <= 16 && Dk <= 128 && Dk % 4 == 0;
+    bool split_fits = false; /* then the backend runs it at every split decode: no other family */
+    if (split_kernel) {
+        int nh = g <= 4 ? 4 : g <= 8 ? 8 : 16, round = nh >= 16 ? 16 : 32;
+        struct cand *c = pl_cand_add(x, "attn_decode_split_fp32", PLAN_MATH_FP32_FMA, 0);
+        c->threads = 128;
+        c->regs = 246;
+        c->tm = nh, c->tn = round, c->tk = Dk, c->stages = 1;
+        c->smem = (size_t)nh * round * 4 + (size_t)nh * 5 * 4 + (size_t)4 * nh * 32 * 16 + (size_t)64 * nh * 4 + 4;
+        /* with clusters the 7 other splits of a cluster push their partial outputs and (max, sum)
+         * into the leader's dynamic shared memory where the budget holds them (else the leader
+         * pulls them: static only); cuda_attn_decode.cu adec_push_smem */
+        size_t push = x->caps->clusters ? (size_t)7 * (size_t)g * ((size_t)Dk * 4 + 8) : 0;
+        if (push && c->smem + push <= x->p->smem_budget)
+            c->smem += push;
+        split_fits = c->smem <= x->p->smem_budget;
+        c->streaming = true; /* every lane's K/V loads of a round are issued at once */
+        double base = (double)B * kvh;
+        c->split_k = decode_splits(x->caps->sm_count, base, ctx, round);
+        double cache = (double)B * ctx * kvh * dkv * 2;
+        pl_cand_part(c, 2.0 * B * kvh * nh * (double)ctx * (Dk + Dv), cache + (double)B * s->n_heads * (Dk + Dv) * 4,
+                  cache, base * c->split_k);
+    }
+    /* fam 0 (bf16 mma tiles) only where the split kernel does not take the shape: the backend
+     * has no tensor-core split decode kernel for GQA, and at splits == 1 (many sequences) it runs
+     * attention_prefill's kernel; listing it beside the split kernel made the plan name a kernel
+     * that never ran at decode (sessions 3-8) */
+    for (int fam = split_fits ? 1 : 0; fam < 2; fam++) {
+        const int *tms = fam ? TM_FP32 : TM_MMA, *tns = fam ? TN_FP32 : TN_MMA;
+        int ntm = fam ? 4 : 3;
+        for (int a = 0; a < ntm; a++) {
+            /* no taller tile than the head group needs: mma rows come in 16s, fp32 rows are clipped */
+            int tm = fam ? imin(tms[a], g) : tms[a];
+            if (!fam && tm > 16 && tm >= 2 * g)
+                continue;
+            if (fam && a > 0 && tm == imin(tms[a - 1], g))
+                continue;
+            for (int b = 0; b < 3; b++)
+                for (int st = 4; st >= 0; st--) {
+                    int tn = tns[b];
+                    struct cand *c;
+                    if (!fam) {
+                        if (st < 2)
+                            continue;
+                        c = pl_cand_add(x, "attn_decode_split_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
+                        c->threads = 128;
+                        c->regs = tm * Dv / c->threads + tm * tn / c->threads + 40;
+                    } else {
+                        /* with the split kernel above, only the unstaged form stays: what a budget
+                         * too small for the kernel's shared memory still runs */
+                        if (st > 2 || (split_kernel && st > 0))
+                            continue;
+                        c = pl_cand_add(x, "attn_decode_split_fp32", PLAN_MATH_FP32_FMA, 0);
+                        c->threads = 128;
+                        c->regs = 64;
+                    }
+                    c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = st;
+                    c->smem = 2 * ((size_t)tm * Dk + (size_t)st * tn * dkv);
+                    if (fam && !st)
+                        c->smem = 0;
+                    double intensity = (double)tm * (Dk + Dv) / dkv; /* FLOP per cached byte x 2 */
+                    c->feed = SMEM_BYTES_PER_CLK * intensity * (st ? 1.0 : 0.5);
+                    double head_blocks = ceil_div(g, tm), base = (double)B * kvh * head_blocks;
+                    c->split_k = decode_splits(x->caps->sm_count, base, ctx, tn);
+                    double flops = 2.0 * B * kvh * head_blocks * tm * (double)ctx * (Dk + Dv);
+                    double cache = (double)B * ctx * kvh * dkv * 2;
+                    double bytes = cache + (double)B * s->n_heads * (Dk + Dv) * 2 * 2;
+                    pl_cand_part(c, flops, bytes, cache * head_blocks, base * c->split_k);
+                }
+        }
+    }
+    char note[256];
+    snprintf(note, sizeof note, "%d query heads per kv head, k dim %d, v dim %d; split-K over %d keys%s", g,
+             Dk, Dv, ctx,
+             split_kernel && x->caps->clusters
+                 ? "; splits merged 8 at a time in a cluster's shared memory (pushed "
+                   "to the cluster's first block where the budget holds them)"
+                 : "");
+    return pl_choose(x, "attention_decode", WEIGHT_BF16, note, err);
+}
+
+int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx)
+{
+    const struct op_plan *o = plan_find(p, "attention_decode");
+    if (!o || o->tile_m <= 0 || n_seqs <= 0)
+        return 1;
+    const struct plan_shapes *s = &p->shapes;
+    int kvh = s->mla ? 1 : s->n_kv_heads, g = s->n_heads / (kvh > 0 ? kvh : 1);
+    double base = (double)n_seqs * kvh * ceil_div(g, o->tile_m);
+    return decode_splits(p->caps.sm_count, base, max_ctx, o->tile_n);
+}
+
+/* Pair by pair re-reads an expert for each of its pairs, the sorted GEMM reads it once but pads
+ * each expert's rows to a tile and sorts first. H200, Qwen3-30B-A3B NVFP4 (128 experts, top-8),
+ * session 13, pair kernels up to 32 tokens against the grouped GEMMs from 9: batch 9 864.7 vs
+ * 529.9 tok/s, 16 1046.0 vs 773.8, 32 (2 pairs an expert) 1225.3 vs 1201.1. */
+int plan_moe_pair_max_tokens(int n_experts, int n_used)
+{
+    int t = n_used > 0 ? 2 * n_experts / n_used : 8;
+    return t >= 64 ? 64 : t >= 32 ? 32 : 8;
+}
+
+/* ---- MLA + DSA (glm_moe_dsa) ---- */
+
+/* GLM-5's dims stand in when the plan has no MLA model (a backend plans before it knows
+ * the model; its kernels fit the tile to the real dims at launch). */
+struct mla_ref {
+    int heads, kv_rank, rope, idx_heads, idx_dim, topk;
+};
+
+static void mla_ref_dims(const struct plan_ctx *x, struct mla_ref *r)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    *r = (struct mla_ref){.heads = 64, .kv_rank = 512, .rope = 64, .idx_heads = 32, .idx_dim = 128, .topk = 2048};
+    if (x->req->shapes && s->mla) {
+        r->heads = s->n_heads, r->kv_rank = s->kv_lora_rank, r->rope = s->qk_rope_dim;
+        r->idx_heads = s->index_n_heads, r->idx_dim = s->index_head_dim, r->topk = s->index_topk;
+    }
+}
+
+size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages)
+{
+    size_t warps = (size_t)(threads / 32), r = (size_t)rows, k = (size_t)keys;
+    if (stages <= 0) /* queries, keys and the accumulators stay in global memory: scores and key slots */
+        return 4 * (warps * k + 2 * r + k);
+    return 4 * (r * (size_t)(k_dim + v_dim) + k * (size_t)(k_dim + 1) + warps * k + 2 * r);
+}
+
+size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
+{
+    if (stages <= 0)
+        return 0;
+    return 4 * ((size_t)idx_heads * (size_t)idx_dim + (size_t)idx_heads + (size_t)keys * (size_t)(idx_dim + 1));
+}
+
+/* mla_attention: attention in latent space over the cached [c_kv | k_r] rows (the query
+ * absorbed through W_uk, values = the c_kv part of the same rows): one token's tile_m heads
+ * per block share every staged key; split-K over the selected keys. dsa_index: the indexer's
+ * scores, one key per thread (tile_n keys per block), then a radix top-k per query. */
+enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    if (x->req->shapes && !s->mla)
+        return STATUS_OK;
+    struct mla_ref r;
+    mla_ref_dims(x, &r);
+    int Dk = r.kv_rank + r.rope, R = r.kv_rank, B = s->decode_batch;
+    int keys_q = imin(s->decode_ctx, r.topk); /* keys each decode query attends to */
+    static const int TM[] = {64, 32, 16, 8, 4, 2, 1}, TN[] = {64, 32, 16, 8};
+    for (int a = 0; a < 7; a++) {
+        int tm = imin(TM[a], r.heads);
+        if (a > 0 && tm == imin(TM[a - 1], r.heads))
+            continue;
+        for (int b = 0; b < 4; b++)
+            for (int st = 1; st >= 0; st--) {
+                int tn = TN[b];
+                struct cand *c = pl_cand_add(x, "mla_latent_attn_fp32", PLAN_MATH_FP32_FMA, 0);
+                c->threads = 128;
+                c->regs = 64;
+                c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = st;
+                c->smem = plan_mla_attention_smem(tm, tn, c->threads, Dk, R, st);
+                /* each staged key serves tm heads; unstaged, every operand comes through L1 */
+                c->feed = SMEM_BYTES_PER_CLK * 4 * tm / (double)(tm + 1) * (st ? 1.0 : 0.5);
+                double head_blocks = ceil_div(r.heads, tm), base = (double)B * head_blocks;
+                c->split_k = decode_splits(x->caps->sm_count, base, keys_q, tn);
+                double flops = 2.0 * B * r.heads * (double)keys_q * (Dk + R);
+                double cache = (double)B * keys_q * Dk * 4;
+                pl_cand_part(c, flops, cache + (double)B * r.heads * (Dk + R) * 4, cache * head_blocks,
+                          base * c->split_k);
+            }
+    }
+    char note[192];
+    snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query", r.heads,
+             Dk, R, keys_q);
+    enum status st = pl_choose(x, "mla_attention", WEIGHT_BF16, note, err);
+    if (st)
+        return st;
+
+    static const int KN[] = {512, 256, 128, 64, 32};
+    double T = s->prefill_tokens, ctx = s->decode_ctx;
+    for (int b = 0; b < 10; b++) {
+        int st = b < 5 ? 1 : 0;
+        struct cand *c = pl_cand_add(x, "dsa_index_score_fp32", PLAN_MATH_FP32_FMA, 0);
+        c->threads = KN[b % 5];
+        c->regs = 48;
+        c->tm = 1, c->tn = KN[b % 5], c->tk = r.idx_dim, c->stages = st;
+        c->smem = plan_dsa_index_smem(c->tn, r.idx_heads, r.idx_dim, st);
+        /* q broadcast + the thread's own key: ~2 FLOP per smem byte; unstaged through L1 */
+        c->feed = SMEM_BYTES_PER_CLK * (st ? 2.0 : 1.0);
+        /* prefill: every query scores its causal keys (half the square on average) */
+        double pairs = T * ctx / 2;
+        double flops = 2.0 * pairs * r.idx_heads * r.idx_dim;
+        pl_cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4 / c->tn,
+                  T * ceil_div(ctx / 2, c->tn));
+    }
+    snprintf(note, sizeof note, "%d indexer heads x %d dims; radix top-%d per query (1024 threads, 1 KiB smem)",
+             r.idx_heads, r.idx_dim, r.topk);
+    return pl_choose(x, "dsa_index", WEIGHT_BF16, note, err);
+}
