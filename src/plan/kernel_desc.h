@@ -62,6 +62,10 @@ struct kernel_desc {
     const struct kernel_tile *tiles;
     int n_tiles;
     size_t (*tile_smem)(const struct kernel_tile *t);
+    /* The shared memory a block uses for this shape within smem_budget on sm_count SMs, where
+     * it depends on the shape and not on a tile (0: the kernel cannot take it so); NULL: none
+     * stated. */
+    size_t (*shape_smem)(const struct kernel_shape *s, size_t smem_budget, int sm_count);
     /* The GPU kernels its launches show in a profiler, as an extended regex over their names
      * (tools/trace_check.sh compares a step's launches with the plan); NULL: not checked. */
     const char *symbols;

@@ -179,9 +179,9 @@ int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx)
 }
 
 /* Pair by pair re-reads an expert for each of its pairs, the sorted GEMM reads it once but pads
- * each expert's rows to a tile and sorts first. H200, Qwen3-30B-A3B NVFP4 (128 experts, top-8),
- * session 13, pair kernels up to 32 tokens against the grouped GEMMs from 9: batch 9 864.7 vs
- * 529.9 tok/s, 16 1046.0 vs 773.8, 32 (2 pairs an expert) 1225.3 vs 1201.1. */
+ * each expert's rows to a tile and sorts first: at 2 pairs an expert the two cost about the same
+ * (H200, Qwen3-30B-A3B NVFP4: batch 32 1225.3 vs 1201.1 tok/s, batch 9 864.7 vs 529.9;
+ * docs/lab/journal.md). Rounded down to a bucket's end so that one plan entry holds. */
 int plan_moe_pair_max_tokens(int n_experts, int n_used)
 {
     int t = n_used > 0 ? 2 * n_experts / n_used : 8;

@@ -352,11 +352,10 @@ static enum status plan_gemm_op(struct plan_ctx *x, const char *op, const struct
 {
     bool plain = g->wf == WEIGHT_BF16 || g->wf == WEIGHT_F16 || g->wf == WEIGHT_F32;
     if (!moe && g->wf == WEIGHT_NVFP4 && (!x->w.fp4_activations || !fp4_activations_usable(x, moe))) {
-        /* Measured on the H200 (session 12, tools/decode_iter.sh, Qwen3-30B-A3B NVFP4): the whole
-         * prefill 1.44x at 32 tokens, 1.68x at 128, 1.48x at 256, 1.32x at 512, 1.12x at 2048
-         * against gemm_nvfp4_wo_wgmma (weights dequantised in registers, ~0.11 of the bf16 rate at
-         * 2048 rows). The experts stay on our grouped GEMMs: a per-call copy of every expert would
-         * cost more than their GEMM. */
+        /* The whole prefill is 1.12x (2048 tokens) to 1.68x (128) faster this way than through
+         * gemm_nvfp4_wo_wgmma, whose in-register dequant runs at ~0.11 of the bf16 rate (H200,
+         * Qwen3-30B-A3B NVFP4, tools/decode_iter.sh; docs/lab/journal.md). The experts stay on
+         * our grouped GEMMs: a per-call copy of every expert would cost more than their GEMM. */
         struct cand *c = pl_cand_add(x, "cublas_dequant_bf16", library_math(x->caps), 0);
         c->library = true;
         c->portable = false;
@@ -489,9 +488,8 @@ enum status pl_tail(struct plan_ctx *x, struct err *err)
                           err)))
         return st;
     /* greedy decoding: a block per 8192 logits of a row (tile_n), each thread's 8 float4 loads
-     * issued at once, the row's last block reducing the partials in order. One block a row
-     * took 64 us on the H200 for a 151936 vocab (a chain of ~150 loads a thread); 19 blocks
-     * take 6.4 us (session 5). */
+     * issued at once, the row's last block reducing the partials in order: one block a row is a
+     * chain of ~150 loads a thread (64 us against 6.4 us for a 151936 vocab on the H200) */
     double slices = ceil_div(V, 8192);
     pl_simple(x, "argmax_split", 1, 8192, 1, 256, 0, B * V, B * V * 4, B * slices);
     return pl_choose(x, "argmax", WEIGHT_BF16, "greedy decoding: rows split over blocks, the last block of a "

@@ -71,7 +71,7 @@ enum status pl_rope_kv(struct plan_ctx *x, struct err *err)
 
 /* The GEMV every linear takes at one token (q/k/v in one launch, o, router, lm_head): x (K
  * floats) staged once per block in shared memory, R weight rows per warp with every load issued
- * first. R = 2 below 16384 rows, 4 above (measured on the H200, NOTES.md session 3); tile_m = R,
+ * first. R = 2 below 16384 rows, 4 above (H200, docs/lab/journal.md); tile_m = R,
  * tile_k = the widest K. Without room for x the tiled fp32 GEMM serves one row. */
 enum status pl_decode(struct plan_ctx *x, struct err *err)
 {
@@ -86,23 +86,16 @@ enum status pl_decode(struct plan_ctx *x, struct err *err)
                             2 * params, bytes, ceil_div(rows_qkv, 16));
     c->regs = 128;
     if (x->w.attn == WEIGHT_NVFP4 && s->d_model % 128 == 0 && kq % 128 == 0) {
-        /* cuda_decode_mma.cu gemv_mma: a warp's 8 weight rows as the mma B operand, x hi/lo as A
-         * (the MoE decode kernels' pieces), K split over the block's warps until every SM has a
-         * block; the first weight groups loaded before the PDL wait. After the wait the CUDA-core
-         * GEMV is bound by instruction issue (~5 a weight), this one needs ~2.5: measured on the
-         * H200 (session 7) 380.9 vs 348.3 tok/s at batch 1. The backend also runs NVFP4 linears
-         * of 2-8 rows through it (the rows share each mma, x staged per row: rows x K x 4 bytes
-         * where that fits, else the tiled GEMM): session 8, batch 8 906.8 vs 750.3 tok/s. */
+        /* gemv_mma: a warp's 8 weight rows as the mma B operand, x hi/lo as A, K split over the
+         * block's warps until every SM has a block, the first weight groups loaded before the PDL
+         * wait. After the wait the CUDA-core GEMV is bound by instruction issue (~5 a weight),
+         * this one needs ~2.5. 2-8 rows share each mma (the plan's dispatch table). */
         c = pl_cand_add(x, "gemv_decode_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
         c->portable = false;
         c->tm = 1, c->tn = 8, c->tk = 32, c->threads = 256, c->regs = 128, c->stages = 0;
         c->smem = (size_t)K * 4;
         c->streaming = true;
         pl_cand_part(c, 16.0 / 2 * params, bytes, 0, ceil_div(rows_qkv, 8));
-        /* cuda_dec16.cu (a second copy of the dense weights laid out for a one-token GEMV) is
-         * not a candidate: faster alone (tools/bench_dot.cu) but not in a step (H200, session
-         * 10: 405.1 / 407.3 vs 412.0 / 409.3 tok/s), since this kernel's weights are already
-         * loaded before its PDL wait; the backend runs it only with MOESERVE_DEC16=1. */
     }
     c = pl_simple(x, "gemm_fp32_tiled", 16, 64, 32, 256, 0, 2 * params, bytes, ceil_div(rows_qkv, 64));
     c->portable = true;
@@ -125,27 +118,24 @@ enum status pl_decode(struct plan_ctx *x, struct err *err)
                k * ceil_div(s->d_expert, 16));
     c->regs = 124;
     if (x->w.experts == WEIGHT_NVFP4 && s->d_model % 128 == 0 && s->d_expert % 128 == 0) {
-        /* cuda_decode_mma.cu: a warp's 8 weight rows as the mma B operand, x hi/lo as A; the
-         * lanes only build bf16 pairs (~2.4 instead of ~4.6 instructions a weight). Measured on
-         * the H200 (session 4): batch 1 330.7 vs 324.4 tok/s, batch 8 695.2 vs 628.4. Tile:
-         * 8 rows a warp (tile_n), gate/up 4 + 4 (tile_m), k 32 a lane step; 8 groups of 128 k
-         * in flight per warp (session 5: 335.8 vs 325.7 tok/s with 4), x asked for before the
-         * weights (session 6: 368.4 tok/s), hence up to 127 registers (down). */
+        /* a warp's 8 weight rows as the mma B operand, x hi/lo as A: the lanes only build bf16
+         * pairs (~2.4 instead of ~4.6 instructions a weight). Tile: 8 rows a warp (tile_n),
+         * gate/up 4 + 4 (tile_m), k 32 a lane step, 8 groups of 128 k in flight a warp, hence
+         * up to 127 registers (down). */
         c = pl_cand_add(x, "moe_pair_decode_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
         c->portable = false;
         c->tm = 4, c->tn = 8, c->tk = 32, c->threads = 256, c->regs = 127, c->stages = 0;
         c->smem = (size_t)(s->d_model > 8 * s->d_expert ? s->d_model : 8 * s->d_expert) * 4;
-        /* From 2 tokens the backend runs the form whose weights go through shared memory where
-         * it fits the budget (cuda_moe_decode_mma_smem_supported): gate/up x plus 4 warps x
-         * D / 128 groups of 576 bytes; down 8 warps' act plus 8 warps x tpw 8-row tiles of
-         * I / 128 groups, tpw 2 where D / 8 rows exceed the SMs (one block an SM), plus its
-         * ~5.4 KB of static arrays. That form's bytes are what the op needs then. */
-        const int tpw = ceil_div(s->d_model, 8) > x->caps->sm_count ? 2 : 1;
-        const size_t gu = (size_t)s->d_model * 4 + 4 * (size_t)(s->d_model / 128) * 576,
-                     dn = (size_t)8 * s->d_expert * 4 + 8 * (size_t)tpw * (size_t)(s->d_expert / 128) * 576 +
-                          5376;
-        const size_t sm = gu > dn ? gu : dn;
-        if (sm + 1024 <= x->p->smem_budget) {
+        /* From 2 tokens the backend runs the form whose weights go through shared memory by
+         * cp.async where it fits the budget: that form's bytes, as the kernel table states them
+         * (kernel_desc.shape_smem), are what the op needs then. */
+        const struct kernel_desc *kd =
+            x->req->kernels ? kernel_table_find(x->req->kernels, "moe_pair_decode_mma_bf16") : NULL;
+        const struct kernel_shape ks = {.format = WEIGHT_NVFP4, .tokens = 2, .n_weights = 1, .d_model = s->d_model,
+                                        .d_expert = s->d_expert, .n_used = s->n_experts_used,
+                                        .n_experts = s->n_experts};
+        const size_t sm = kd && kd->shape_smem ? kd->shape_smem(&ks, x->p->smem_budget, x->caps->sm_count) : 0;
+        if (sm) {
             c->smem = sm > c->smem ? sm : c->smem;
             c->regs = 75;
         }
@@ -157,9 +147,9 @@ enum status pl_decode(struct plan_ctx *x, struct err *err)
     c = pl_simple(x, "moe_experts_gemm_sorted", 16, 64, 32, 256, 0, 6.0 * k * s->d_model * s->d_expert, k * eb,
                k * ceil_div(s->d_expert, 64));
     c->portable = true;
-    /* from 2 tokens the backend's NVFP4 pair kernels copy their weights into shared memory
-     * (cp.async) instead of registers: more blocks resident (session 9, H200: batch 8 933.5 vs
-     * 898.9 tok/s; slower at batch 1) */
+    /* from 2 tokens the NVFP4 pair kernels copy their weights into shared memory (cp.async)
+     * instead of registers: more blocks resident (faster from 2 tokens, slower at 1: H200,
+     * docs/lab/journal.md) */
     snprintf(note, sizeof note,
              "<= %d tokens (2 pairs an expert): each (token, expert) pair streams its rows, no sort; "
              "routing one warp per token; %.1f MB of experts per token and layer; from 2 tokens NVFP4 "

@@ -204,11 +204,7 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
     for (int e = 0; e < 3 * a->n_experts; e++)
         if ((uintptr_t)c->tmp[e].data % 16 || (uintptr_t)c->tmp[e].scale % 8)
             return 0;
-    int tpw = (a->d_model + 7) / 8 > c->sm_count ? 2 : 1;
-    for (; tpw >= 1; tpw--)
-        if (cuda_moe_decode_mma_smem_fits(a->d_model, a->d_expert, a->n_used, tpw, c->smem_budget))
-            return tpw;
-    return 0;
+    return cuda_moe_decode_mma_smem_tpw(a->d_model, a->d_expert, a->n_used, c->sm_count, c->smem_budget);
 }
 
 /* The sorted path with the GEMM kernel k: sort the (token, slot) pairs by expert into row tiles

@@ -63,18 +63,30 @@ static bool fits_moe_mma(const struct kernel_shape *s, size_t budget)
     return cuda_gemm_mma_fits(s->format, s->d_model) && cuda_gemm_mma_fits(s->format, s->d_expert);
 }
 
+/* The pair kernels' shared-memory form (from 2 tokens, where it fits): its larger kernel's bytes,
+ * with the down kernel's tiles a warp as the launch chooses them. */
+static size_t smem_moe_pair_mma(const struct kernel_shape *s, size_t budget, int sm_count)
+{
+    const int tpw = cuda_moe_decode_mma_smem_tpw(s->d_model, s->d_expert, s->n_used, sm_count, budget);
+    if (!tpw)
+        return 0;
+    size_t gu = cuda_moe_decode_mma_smem_bytes(s->d_model, s->d_expert, tpw, 0),
+           dn = cuda_moe_decode_mma_smem_bytes(s->d_model, s->d_expert, tpw, 1);
+    return gu > dn ? gu : dn;
+}
+
 #define LIN "linear,linear_decode"
 #define MOE "moe_experts_gemm,moe_experts_decode"
 /* one kernel: name, ops, math, needed features, weight formats, file, dispatch id, limits, and
  * the names (a regex) its launches have in a profiler (tools/trace_check.sh) */
 #define K(nm, op_, math_, needs_, fmts, file, id_, fits_, sym)                                                \
     {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
-     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL, .symbols = sym}
+     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL, .shape_smem = NULL, .symbols = sym}
 /* ... a tiled one: its compiled tiles and their shared memory */
 #define KT(...) KT_(__VA_ARGS__) /* WG_TILES expands to three arguments first */
 #define KT_(nm, op_, math_, needs_, fmts, file, id_, fits_, tiles_, n_, smem_, sym)                           \
     {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
-     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_, .symbols = sym}
+     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_, .shape_smem = NULL, .symbols = sym}
 #define WG_TILES CUDA_WGMMA_TILES, CUDA_WGMMA_N_TILES, cuda_wgmma_tile_smem
 
 static const struct kernel_desc KERNELS[] = {
@@ -112,7 +124,10 @@ static const struct kernel_desc KERNELS[] = {
     K("gemm_fp8_wo_fp32", LIN, FP32, 0, F(WEIGHT_FP8_BLOCK), "gemm/cuda_gemm.cu", CK_GEMM_FP32, NULL, "gemm_tiled_kernel"),
     K("gemm_fp32_tiled", LIN, FP32, 0, ANY_WEIGHT, "gemm/cuda_gemm.cu", CK_GEMM_FP32, NULL, "gemm_tiled_kernel"),
     /* routed experts: pair by pair at few tokens, sorted by expert above */
-    K("moe_pair_decode_mma_bf16", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "decode/cuda_decode_mma.cu", CK_MOE_PAIR_MMA, fits_moe_pair_mma, "moe_gate_up_mma_kernel|moe_down_mma_kernel|moe_down_smem_kernel"),
+    {.name = "moe_pair_decode_mma_bf16", .op = MOE, .math = MMA, .needs = BMMA, .formats = F(WEIGHT_NVFP4),
+     .where = "decode/cuda_decode_mma.cu", .id = CK_MOE_PAIR_MMA, .fits = fits_moe_pair_mma, .tiles = NULL,
+     .n_tiles = 0, .tile_smem = NULL, .shape_smem = smem_moe_pair_mma,
+     .symbols = "moe_gate_up_mma_kernel|moe_down_mma_kernel|moe_down_smem_kernel"},
     K("moe_pair_decode", MOE, FP32, 0, ANY_WEIGHT, "decode/cuda_decode.cu", CK_MOE_PAIR, fits_moe_pair, "moe_gate_up_kernel|moe_down_kernel"),
     KT("moe_gemm_nvfp4_wo_wgmma", MOE, WGMMA, WG, F(WEIGHT_NVFP4), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
     KT("moe_gemm_bf16_wgmma", MOE, WGMMA, WG, F(WEIGHT_BF16), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
