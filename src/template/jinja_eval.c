@@ -15,6 +15,8 @@
  * Not here: the builtins (jinja_builtins.c) and JSON (jinja_json.c).
  * Invariant: every eval/exec call is counted in r->depth, and every value a
  * function returns through `out` is owned by the caller.
+ * One file: expressions and statements are mutually recursive (a call runs a
+ * macro's body, a statement evaluates expressions), through static functions.
  */
 #include "template/jinja_eval.h"
 

@@ -1,5 +1,5 @@
 /* cpu_fp4_ref.h — the W4A4 NVFP4 product on the CPU: the reference of the native FP4 GEMM
- * (src/backend/cuda/cuda_gemm_fp4.cu, the plan's "gemm_nvfp4_fp4_mma" / "moe_gemm_nvfp4_fp4_mma").
+ * (src/backend/cuda/gemm/cuda_gemm_fp4.cu, the plan's "gemm_nvfp4_fp4_mma" / "moe_gemm_nvfp4_fp4_mma").
  *
  * Both operands are FP4: NVFP4 weights as the checkpoint stores them, and activations quantised
  * here exactly as the GPU quantiser does (same operations in the same order, each rounded once, so

@@ -26,6 +26,10 @@
  * with at most one rounding (fp8: e4m3 * block scale; nvfp4: the exact
  * e2m1 * e4m3 product times scale2, which the fused path applies to the sum
  * instead), so paths differ only in summation order.
+ *
+ * One file: the portable and AVX2 kernels plug into static drivers and tables
+ * (panel_run, fused_run, PANEL_*, FUSED_TILES) and share the static weight
+ * decoders; the AVX2 ones need only target attributes, not other flags.
  */
 #include "backend/cpu/cpu_gemm.h"
 

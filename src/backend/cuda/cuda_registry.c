@@ -71,7 +71,7 @@ static size_t smem_moe_pair_mma(const struct kernel_shape *s, size_t budget, int
     if (!tpw)
         return 0;
     size_t gu = cuda_moe_decode_mma_smem_bytes(s->d_model, s->d_expert, tpw, 0),
-           dn = cuda_moe_decode_mma_smem_bytes(s->d_model, s->d_expert, tpw, 1);
+           dn = cuda_moe_decode_mma_smem_bytes(s->d_model, s->d_expert, tpw, 1) + cuda_moe_decode_mma_down_static_smem();
     return gu > dn ? gu : dn;
 }
 

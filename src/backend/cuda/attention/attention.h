@@ -1,4 +1,5 @@
-/* attention.h — the attention launchers: the portable prefill/split kernels, the split decode attention, the tensor-core prefill attention.
+/* attention.h — the attention launchers: the portable prefill/split kernels, the split decode
+ * attention, the tensor-core prefill attention.
  *
  * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
  * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are

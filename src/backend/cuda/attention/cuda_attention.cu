@@ -1,6 +1,6 @@
 /* cuda_attention.cu — causal GQA attention over the paged KV cache, fp32.
  *
- * One kernel, two uses:
+ * attn_kernel, two uses:
  *  - prefill (n_splits == 1): a block takes `rows` query rows of one KV head
  *    (rows are (token, head-of-the-group) pairs, token-major) and walks the
  *    keys 0..max(pos) of their sequence in steps of `keys`, staging each
@@ -11,6 +11,11 @@
  *    partial (max, sum, acc[head_dim]) to a workspace, and attn_merge_kernel
  *    combines the splits. This keeps the GPU busy when there are few query
  *    rows and long contexts.
+ * attn_decode_kernel replaces attn_kernel for the split decode where the
+ * group and head_dim fit it (one block per (token, KV head, split), see its
+ * comment); attn_merge_kernel combines its partials too. The backend's usual
+ * split decode is cuda_attn_decode.cu's one-kernel form; these kernels run
+ * where that one does not take the shape.
  * The batch may mix sequences: a block whose rows belong to several
  * sequences processes them one sequence at a time (each K/V tile is staged
  * for one sequence), so any batch is correct; the usual batch (one
@@ -22,8 +27,8 @@
  * Warp w owns rows w, w + warps, ...: lanes split the keys for the scores
  * and the head dimension for the P.V update. head_dim is a run-time value.
  *
- * Deliberately not here: tensor cores (bf16/fp16 K/V), a KV cache in any
- * type but fp32, sliding windows.
+ * Deliberately not here: tensor cores (the prefill's are cuda_attention_mma.cu),
+ * a KV cache in any type but fp32, sliding windows.
  */
 #include "backend/cuda/attention/attention.h"
 #include <math.h>

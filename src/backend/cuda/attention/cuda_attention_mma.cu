@@ -18,8 +18,9 @@
  * Two lower precisions (cfg->prec, head_dim 128 only, MOESERVE_ATTN_PREC; off by default):
  *   1 "pv_bf16": S as above, O += Phi Vhi (P and V single bf16; one P V product of four);
  *   2 "bf16": S = Qhi Khi, O += Phi Vhi (what a bf16 engine computes; two products of seven).
- * ncu on the 2048-token prefill (session 11): tensor pipe 31%, issue 36%, the largest stall
- * "wait" (the accumulator chains of the seven products): the product count is the lever.
+ * ncu on the 2048-token prefill (H200, docs/lab/journal.md): tensor pipe 31%, issue 36%, the
+ * largest stall "wait" (the accumulator chains of the seven products): the product count is the
+ * lever.
  *
  * Tile: `rows` query rows (16 per warp) x `keys` keys per step. Shared memory (bytes):
  *   Q hi/lo 4 x rows x hd | K, V hi/lo 4 x keys x 2hd | stages 2: K, V fp32 4 x keys x 2hd |
@@ -35,8 +36,9 @@
  * its rows' last position (the causal triangle), the block stages the keys up to the last
  * position of all its rows.
  *
- * Deliberately not here: split-K (decode stays in cuda_attention.cu), head dims other than
- * 64/128/256 (the caller falls back to the fp32 kernel), a K/V cache in any type but fp32.
+ * Deliberately not here: split-K (decode is cuda_attn_decode.cu's and cuda_attention.cu's), head
+ * dims other than 64/128/256 (the caller falls back to the fp32 kernel), a K/V cache in any type
+ * but fp32.
  */
 #include "backend/cuda/attention/attention.h"
 #include <math.h>

@@ -28,7 +28,7 @@
  * fp32 cache, expf as the CPU reference does; the merge order is fixed, so
  * the result does not depend on which block arrives last.
  * Shapes: head_dim <= 128 and a multiple of 4, at most 16 query heads per KV
- * head; cuda_attention() keeps the older kernel for anything else.
+ * head; cuda_attention() (cuda_attention.cu) takes anything else.
  */
 #include "backend/cuda/attention/attention.h"
 #include "backend/cuda/attention/cuda_attn_decode.cuh"
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __g
     KT_BEGIN();
     pdl_trigger();
     /* this kernel reads a few KB of cache and spends its time in round trips: the DRAM is free to
-     * bring in the output projection (and whatever else the backend was told comes next) */
+     * bring in what p.pf names (cuda_attn_decode passes nothing: see struct cuda_l2_ranges) */
     l2_prefetch_ranges(p.pf, (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x),
                        (int)(gridDim.x * gridDim.y * gridDim.z));
     /* the block waits inside, after issuing its first round of old keys (see attn_split_block) */
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __g
 
 } // namespace
 
-/* The kernel's static shared memory for a group of G query heads (plan_attention_decode states
- * the same formula). */
+/* The kernel's static shared memory for a group of G query heads (the planner's
+ * attn_decode_split_fp32 candidate, plan/planner.c, states the same formula). */
 static size_t adec_smem(int group)
 {
     int nh = group <= 4 ? 4 : group <= 8 ? 8 : 16, round = nh >= 16 ? 16 : 32;

@@ -1,5 +1,5 @@
 /* cuda_attn_decode.cuh — the split decode attention's block (see cuda_attn_decode.cu for the
- * design), shared by its kernel and by the one-kernel layer (cuda_layer_decode.cu).
+ * design): its parameters, shapes and attn_split_block, which attn_decode_split_kernel runs.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_ATTN_DECODE_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_ATTN_DECODE_CUH
@@ -76,9 +76,10 @@ __device__ __forceinline__ int adec_chunk(int klen, int n_splits, int round)
     return (chunk < round ? round : chunk + round - 1) / round * round;
 }
 
-/* What the decode attention that preps its own token (attn_decode_prep_kernel) hands the split
- * block: the group's query heads (normed and roped, not yet scaled) and the new key and value, in
- * shared memory; key `key` is read from these, not from the cache the same kernel writes. */
+/* What a kernel that preps its own token would hand the split block (CUR): the group's query
+ * heads (normed and roped, not yet scaled) and the new key and value, in shared memory; key `key`
+ * is read from these, not from the cache the same kernel writes. attn_decode_split_kernel passes
+ * none (CUR false): attn_prep runs before it. */
 struct adec_cur {
     const float *q;     /* (G, hd) */
     const float *k, *v; /* (hd) */
@@ -100,25 +101,25 @@ struct adec_no_mark {
 };
 
 /* One (token t, KV head g, key split) of the split decode attention, by a block of AD_THREADS
- * threads (the kernel's block, or one of the one-kernel layer's); p.pf is not looked at. CUR: the
- * queries and the newest key come from `cur` (one token, see adec_cur). PREWAIT: the caller has
- * not waited for its predecessor; the block reads the batch metadata and issues its first round
- * of old keys and values first, then calls wait(). Nothing the pass writes is read before that:
- * the metadata is uploaded before the pass's first kernel, and the keys a pass writes for a token's
- * sequence are its last n_tokens positions at most (the batch's tokens of that sequence), so
- * keys below klen - n_tokens were written by earlier passes. This takes the slot-table and cache
- * round trips off the path after the wait (they overlap attn_prep).
+ * threads; p.pf is not looked at (the kernel issues it). CUR: the queries and the newest key come
+ * from `cur` (one token, see adec_cur). PREWAIT: the caller has not waited for its predecessor;
+ * the block reads the batch metadata and issues its first round of old keys and values first,
+ * then calls wait(). Nothing the pass writes is read before that: the metadata is uploaded before
+ * the pass's first kernel, and the keys a pass writes for a token's sequence are its last
+ * n_tokens positions at most (the batch's tokens of that sequence), so keys below klen - n_tokens
+ * were written by earlier passes. This takes the slot-table and cache round trips off the path
+ * after the wait (they overlap attn_prep).
  * CL > 1: the block is one of a thread block cluster of CL consecutive splits (caps "clusters").
  * The cluster's first split merges the cluster's partials from the others' shared memory
  * (distributed shared memory, two cluster barriers) instead of through global memory, a fence
- * and an atomic: in the kernel trace (H200, session 7, 192 keys in 6 splits) the global merge
- * took 2.5k cycles to count in and 7.5k more in the last block. When one cluster holds every
- * split with keys (klen <= CL * chunk: 256 keys for 8 splits of 32) that block writes the
+ * and an atomic: in the kernel trace the global merge takes 2.5k cycles to count in and 7.5k more
+ * in the last block (H200, 192 keys in 6 splits, docs/lab/journal.md). When one cluster holds
+ * every split with keys (klen <= CL * chunk: 256 keys for 8 splits of 32) that block writes the
  * output; with more, the clusters' leaders merge as the splits do without clusters.
  * With p.push the other splits store their partials into the leader's dynamic shared memory
  * (adec_push_smem) and leave; one barrier phase, and the leader merges from its own memory. The
- * pull form's merge took ~4k cycles in session 7's trace: three rounds of remote loads between
- * two cluster barriers. Every block arrives once at its start ("started": the leader's memory
+ * pull form's merge takes ~4k cycles in the same trace: three rounds of remote loads between two
+ * cluster barriers. Every block arrives once at its start ("started": the leader's memory
  * may be written after the matching wait); blocks without keys leave then (exited threads do
  * not hold a cluster barrier up). */
 template <int NH, bool CUR = false, bool PREWAIT = false, int CL = 1, typename Wait = adec_no_wait,

@@ -1,4 +1,6 @@
-/* common.h — the shared device-side types (struct cuda_wdev) and the launchers of the small ops: embedding, elementwise, norms, RoPE, attn_prep, argmax, sampling, the kernel trace, the build's architecture list.
+/* common.h — the shared device-side types (struct cuda_wdev, struct cuda_l2_ranges) and the
+ * launchers of the small ops: embedding, elementwise, norms, RoPE, attn_prep, argmax, sampling,
+ * the kernel trace, the build's architecture list.
  *
  * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
  * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are
@@ -29,7 +31,8 @@ struct cuda_wdev {
 
 /* Byte ranges of device memory (weights the next ops read) that a kernel asks L2 to fetch while
  * it runs: a hint, never a change of results. Each range is fetched in its 16-byte-aligned
- * interior. */
+ * interior. The kernels that take one (the split decode attention, the tensor-core MoE down
+ * kernel) are passed empty ones: the prefetch does not pay at batch 1 (docs/lab/experiments.md). */
 enum { CUDA_L2_MAX_RANGES = 8 };
 struct cuda_l2_ranges {
     const void *p[CUDA_L2_MAX_RANGES];

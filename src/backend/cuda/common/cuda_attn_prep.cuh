@@ -1,5 +1,5 @@
 /* cuda_attn_prep.cuh — one head of attn_prep (per-head RMSNorm, RoPE, KV-cache write; see
- * cuda_fused.cu), shared by its kernel and by the one-kernel layer (cuda_layer_decode.cu).
+ * cuda_fused.cu), shared by its two kernels there (a block a head, a warp a head).
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_ATTN_PREP_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_ATTN_PREP_CUH
@@ -10,8 +10,7 @@ namespace
 {
 
 /* Element i of a head after RoPE at position p: sv is the head after its norm (shared memory), the
- * rotated slice is [offset, offset + dim); rounded as the CPU's rope. Shared by attn_prep and the
- * decode attention that preps its own heads (cuda_attn_decode.cu). */
+ * rotated slice is [offset, offset + dim); rounded as the CPU's rope. */
 __device__ __forceinline__ float rope_elem(const float *sv, int i, int offset, int dim, int interleaved,
                                            float attention_factor, const float *inv_freq, float p)
 {

@@ -171,13 +171,13 @@ __device__ __forceinline__ void w_load8(const cuda_wdev &w, int64_t n, int64_t k
     }
 }
 
-/* 1 / sqrt(ss / dim + eps) rounded as the CPU's RMSNorm does (ss: the row's sum of squares). */
 /* a + b element by element, rounded as the CPU's float adds */
 __device__ __forceinline__ float4 f4_add_rn(float4 a, float4 b)
 {
     return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
 }
 
+/* 1 / sqrt(ss / dim + eps) rounded as the CPU's RMSNorm does (ss: the row's sum of squares). */
 __device__ __forceinline__ float dev_rms_inv(double ss, int dim, float eps)
 {
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / dim), eps)));
@@ -262,10 +262,10 @@ __device__ __forceinline__ void slots_load(const int32_t *ids, const float *weig
         slots_by_expert(s_ids, n_used, order);
 }
 
-/* The end of a gate/up warp tile of the tensor-core pair kernels (cuda_decode_mma.cu,
- * cuda_decode_fp8.cu): lanes 0, 1 hold the raw sums of gate rows n0 + 2 lane, + 1, lanes 2, 3
- * the same up rows; lanes 0, 1 write silu(gate) * up, each sum times its scale (sg, su) plus its
- * bias, rounded as cuda_silu_mul. Call from the whole warp (the up sums come by shuffle). */
+/* The end of a gate/up warp tile of the tensor-core pair kernels (cuda_decode_mma.cu): lanes 0, 1
+ * hold the raw sums of gate rows n0 + 2 lane, + 1, lanes 2, 3 the same up rows; lanes 0, 1 write
+ * silu(gate) * up, each sum times its scale (sg, su) plus its bias, rounded as cuda_silu_mul.
+ * Call from the whole warp (the up sums come by shuffle). */
 __device__ __forceinline__ void silu_pair_store(float2 r, float sg, float su, const float *gbias,
                                                 const float *ubias, int64_t n0, int64_t I, float *out,
                                                 int lane)
@@ -289,8 +289,7 @@ __device__ __forceinline__ void silu_pair_store(float2 r, float sg, float su, co
 
 /* Slot j's partial of a down kernel's 8-row tile (rows n0 .. n0 + 7 of D): lanes 0..3 hold the raw
  * sums of rows 2 * lane and 2 * lane + 1; times s plus the expert's bias into part[j], or zeros
- * when the slot has no valid expert. The down kernels of cuda_decode_mma.cu, cuda_decode_fp8.cu
- * and cuda_layer_decode.cu share it. */
+ * when the slot has no valid expert. Both down kernels of cuda_decode_mma.cu use it. */
 __device__ __forceinline__ void slot_part_put(float (*part)[8], int j, float2 r, bool valid, float s,
                                               const float *bias, int64_t n0, int64_t D, int lane)
 {
@@ -310,8 +309,7 @@ __device__ __forceinline__ void slot_part_put(float (*part)[8], int j, float2 r,
 
 /* Row r of a token's MoE output: the slots' partials part[j][r] times their weights w[j], added
  * in `order` (slots_by_expert: the CPU's order), slots without a valid expert skipped. One thread
- * a row; the down kernels of cuda_decode.cu, cuda_decode_mma.cu, cuda_decode_fp8.cu and
- * cuda_layer_decode.cu share it, so they sum alike. */
+ * a row; the down kernels of cuda_decode.cu and cuda_decode_mma.cu share it, so they sum alike. */
 template <int R>
 __device__ __forceinline__ float slots_combine(const int32_t *ids, const float *w, const int *order,
                                                const float (*part)[R], int n_used, int n_experts, int r)
@@ -392,8 +390,8 @@ __device__ __forceinline__ void cp_async_wait_upto(int n)
  * slices, in bulk prefetches of at most L2_PF_CHUNK bytes spread over `lanes` threads (this one
  * is `lane`). Fire and forget: no register waits on it, so a kernel can queue megabytes of its
  * own or its successors' weights at once, where its loads are limited by the registers that
- * hold them. cp.async.bulk.prefetch is sm_90+ (device_caps.tma); the backend passes no ranges
- * elsewhere, and the guard only keeps the instruction out of older images. */
+ * hold them. cp.async.bulk.prefetch is sm_90+ (device_caps.tma); the guard only keeps the
+ * instruction out of older images. No launch passes a range (see struct cuda_l2_ranges). */
 enum { L2_PF_CHUNK = 32768 };
 __device__ __forceinline__ void l2_prefetch_part(const void *p, size_t bytes, int part, int parts, int lane, int lanes)
 {

@@ -41,8 +41,8 @@ __global__ void attn_prep_kernel(float *q, float *k, const float *v, int n_heads
 }
 
 /* attn_prep for many tokens: a warp a head, AP_HEADS heads a block (a block a head, as
- * attn_prep_kernel, made 2048 tokens x 40 heads = 82k blocks of 128 threads: 116 us a layer of
- * the H200's 2048-token prefill). */
+ * attn_prep_kernel, makes 2048 tokens x 40 heads = 82k blocks of 128 threads: 116 us a layer of
+ * a 2048-token prefill on the H200 against 61, docs/lab/journal.md). */
 enum { AP_HEADS = 4, AP_WARP_MIN_TOKENS = 8 /* up to 8 tokens: the block kernel, as tuned for decode */ };
 
 __global__ void __launch_bounds__(AP_HEADS * 32)
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) argmax_kernel(const float *log
         ids[blockIdx.x] = nan_seen ? -1 : (bid == 0x7fffffff ? 0 : bid);
 }
 
-/* The same over many blocks a row: one block scanned a 151936-wide row in 64 us on the H200
- * (ncu, session 5: 2% of a batch-1 decode step), a chain of ~150 dependent loads per thread.
+/* The same over many blocks a row: one block takes 64 us for a 151936-wide row on the H200 (ncu,
+ * docs/lab/journal.md), a chain of ~150 dependent loads per thread.
  * Block (s, r) takes slice s of row r, every thread's loads (up to AS_LOADS float4) issued at
  * once; its partial goes to part[r][s]; the row's last block to count itself in on sem[r]
  * reduces the partials in slice order and resets the counter. */

@@ -3,16 +3,16 @@
  * kernels one at a time, without PDL). Compiled in only with -DMOESERVE_KERNEL_TRACE=ON (cmake);
  * otherwise every mark below is empty and costs nothing.
  *
- * Each mark is a statement (ends with a semicolon). A kernel says KT_BEGIN() first, KT_MARK(i) at its phase boundaries (i = 1 .. KT_PHASES - 1,
- * increasing) and KT_END(module, kernel) where a block that did the whole work finishes (blocks
- * that return early are not recorded). Thread 0 of each block keeps clock64() at every mark (SM
- * cycles) and %globaltimer (ns, one clock for the whole GPU) at the start and the end, and
- * writes one record into a ring of KT_CAP records of its .cu file. Each instrumented .cu file
- * says KT_MODULE(name, "kernel 0", "kernel 1", ...) once at file scope: the ring, and an
- * extern "C" ktrace_dump_<name>(FILE *) that prints the ring as text (cuda_ktrace.cu calls every
- * module's when the backend closes and MOESERVE_TRACE_OUT names a file). Found in session 6:
- * the MoE kernels' x staging waited behind their own weight loads (3-5 us a kernel).
- * tools/ktrace_summary.py turns the file into per-kernel phase medians and an in-graph timeline.
+ * Each mark is a statement (ends with a semicolon). A kernel says KT_BEGIN() first, KT_MARK(i) at
+ * its phase boundaries (i = 1 .. KT_PHASES - 1, increasing) and KT_END(module, kernel) where a
+ * block that did the whole work finishes (blocks that return early are not recorded). Thread 0
+ * of each block keeps clock64() at every mark (SM cycles) and %globaltimer (ns, one clock for the
+ * whole GPU) at the start and the end, and writes one record into a ring of KT_CAP records of its
+ * .cu file. Each instrumented .cu file says KT_MODULE(name, "kernel 0", "kernel 1", ...) once at
+ * file scope: the ring, and an extern "C" ktrace_dump_<name>(FILE *) that prints the ring as text
+ * (cuda_ktrace.cu calls every module's when the backend closes and MOESERVE_TRACE_OUT names a
+ * file). tools/ktrace_summary.py turns the file into per-kernel phase medians and an in-graph
+ * timeline.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_KTRACE_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_KTRACE_CUH

@@ -45,7 +45,7 @@ __global__ void add_rmsnorm_kernel(float *h, const float *delta, const float *w,
 
 /* One row of h += delta, y = rmsnorm(h) * w with the row in registers: NV float4s per thread of
  * 256. Decode runs it on one row between two GEMVs, where the plain kernel's three dependent
- * passes over global memory were its whole time. The weights are read before pdl_wait(). */
+ * passes over global memory would be its whole time. The weights are read before pdl_wait(). */
 template <int NV>
 __global__ void __launch_bounds__(256)
     add_rmsnorm_vec_kernel(float *h, const float *delta, const float *w, int dim, float eps, float *y)

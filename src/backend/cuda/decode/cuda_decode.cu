@@ -15,17 +15,18 @@
  * with x would then sink into denormals, so x is taken times 2^100 first
  * (exact) and the sum of each 16-element block is brought back with its
  * E4M3 block scale times 2^26. Four integer ops and one FMA per weight: the
- * dequantisation the generic path does in ~10 is what made it compute bound.
+ * dequantisation the generic path does in ~10 is what makes that one compute bound.
  * Denormals must not be flushed (no --use_fast_math on this file).
  *
  * Kernels:
  *  - gemv1: y_j = x W_j^T for up to 3 weights sharing x (q, k, v in one launch);
- *    optionally x = rmsnorm(residual row) in the prologue, y += in the epilogue
+ *    it has fused forms (x = rmsnorm(residual row) in the prologue, y += in the
+ *    epilogue) that cuda_gemv1 does not use
  *  - moe_gate_up: per (token, slot) pair, act = silu(x G_e^T) * (x U_e^T);
- *    optionally routing the token itself from the router logits
+ *    its ROUTE form, routing the token itself from the router logits, is not
+ *    launched (cuda_moe_decode passes no logits)
  *  - moe_down: per token, out = sum over its slots in ascending expert id of
  *    w_j * (act_j D_e^T), multiply and add rounded separately as the CPU does
- *    (optionally added into the residual row)
  * The MoE pair kernels need no sort: each pair reads its own expert; with
  * few tokens the pairs rarely share one, and when they do L2 serves the rest.
  */
@@ -119,7 +120,7 @@ struct gemv1_params {
     float eps;
     float *x_out;        /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
     int residual;        /* y[n] += result instead of y[n] = result (the residual add fused) */
-    const float *pending; /* or NULL: see cuda_gemv_fuse */
+    const float *pending; /* or NULL: a delta not yet added into x's residual row (norm_w) or y */
 };
 
 /* R rows per row group, KS warps per row group (each a slice of K, summed in a fixed order
@@ -282,8 +283,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
  * grid (groups of DOWN_R rows, tokens). Warp j of the block takes slots j, j + 8, ...: the
  * experts stream in parallel, and one thread per row adds them up in expert order. Each warp
  * stages its slot's activations in its own slice of shared memory (I floats). residual: out +=.
- * (Reading the first slot's expert and issuing its loads before the wait was tried in session 4:
- * the extra registers cost more than the overlap gained, 310 against 328 tok/s.) */
+ * The first slot's expert is read after the wait, not before: issuing its loads before it costs
+ * more in registers than the overlap gains (H200, batch 1: 310 vs 328 tok/s, docs/lab/journal.md). */
 template <int FMT, int DOWN_R>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_down_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
@@ -396,8 +397,8 @@ struct launch_gemv1 {
     }
     /* One wave of warps with all their loads in flight: many rows -> 4 rows a warp; a few
      * thousand -> 2 rows with up to 4 chunks each per lane; short weights -> K split 8 ways.
-     * Measured on the H200 (Qwen3-30B-A3B NVFP4, session 3): 2 rows for q/k/v and o beat 4
-     * (303 vs 290 tok/s at batch 1). */
+     * 2 rows for q/k/v and o beat 4 (H200, Qwen3-30B-A3B NVFP4, batch 1: 303 vs 290 tok/s,
+     * docs/lab/journal.md). */
     static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t rows, bool pdl, int rows_per_warp)
     {
         int64_t rounds = (p->K / chunk<FMT>::n + 31) / 32; /* chunks per lane per row */
@@ -419,9 +420,9 @@ struct moe_fuse_dev {
 
 /* rows per warp: gate_up gu (2 or 4), down dn (4 or 8): more rows, more loads in flight per warp
  * and fewer blocks, but 4 gate/up rows or 8 down rows exceed the 128 registers two blocks per SM
- * allow and spill. One wave by occupancy instead (measured session 4, H200, PDL on: gate/up at 3
- * blocks per SM 322.7 tok/s, down at 4 blocks per SM 288.9, against 330.1): the spills cost
- * more than the second wave. */
+ * allow and spill. Nor one wave by occupancy: the spills cost more than the second wave (H200,
+ * batch 1: gate/up at 3 blocks per SM 322.7 tok/s, down at 4 blocks 288.9, against 330.1;
+ * docs/lab/journal.md). */
 template <int FMT, int GU, int DN>
 cudaError_t moe_launch(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *x,
                        int n_tokens, int32_t *ids, float *weights, int n_used, float *act, float *out,

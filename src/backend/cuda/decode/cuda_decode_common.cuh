@@ -1,7 +1,7 @@
-/* cuda_decode_common.cuh — the pieces the decode kernels share (cuda_decode.cu: one launch per
- * weight pass with its loads in registers; cuda_decode_stream.cu: one wave that stages weights in
- * shared memory before it waits). See cuda_decode.cu's header for the NVFP4 decode without a
- * lookup (e2m1_raw) and the 2^100 / 2^26 scaling it needs.
+/* cuda_decode_common.cuh — the device pieces of cuda_decode.cu's CUDA-core decode kernels (one
+ * launch per weight pass with its loads in registers): chunk shapes, x's swizzled shared-memory
+ * layout, the per-format dot products. See cuda_decode.cu's header for the NVFP4 decode without
+ * a lookup (e2m1_raw) and the 2^100 / 2^26 scaling it needs.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_DECODE_COMMON_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_COMMON_CUH

@@ -8,7 +8,8 @@
  *
  * defines: the DEC_* and MD_* block constants, cuda_dec_k_ok(), cuda_gemv1_fits(),
  *          cuda_moe_decode_fits(), cuda_gemv_mma_fits(), cuda_moe_decode_mma_fits(),
- *          cuda_moe_decode_mma_smem_bytes(), cuda_moe_decode_mma_smem_fits()
+ *          cuda_moe_decode_mma_smem_bytes(), cuda_moe_decode_mma_smem_fits(),
+ *          cuda_moe_decode_mma_smem_tpw()
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_DECODE_LIMITS_H
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_LIMITS_H
@@ -79,14 +80,32 @@ static inline size_t cuda_moe_decode_mma_smem_bytes(int64_t d_model, int64_t d_e
     return which == 0 ? gu : dn;
 }
 
+/* The down kernel's static shared memory (its order, ids, weights and two tiles' partials), with
+ * the slack the launch keeps. */
+static inline size_t cuda_moe_decode_mma_down_static_smem(void)
+{
+    return 1024 + (size_t)MD_MAX_USED * (4 + 4 + 4 + 2 * 8 * 4) + 512;
+}
+
 static inline bool cuda_moe_decode_mma_smem_fits(int64_t d_model, int64_t d_expert, int n_used, int tpw,
                                                  size_t smem_budget)
 {
-    /* the static shared memory: the down kernel's order, ids, weights and two tiles' partials */
-    const size_t stat = 1024 + (size_t)MD_MAX_USED * (4 + 4 + 4 + 2 * 8 * 4) + 512;
+    const size_t stat = cuda_moe_decode_mma_down_static_smem();
     return d_model % 128 == 0 && d_expert % 128 == 0 && n_used >= 1 && n_used <= MD_MAX_USED &&
            (tpw == 1 || tpw == 2) && cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 0) + 1024 <= smem_budget &&
            cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1) + stat <= smem_budget;
+}
+
+/* The down kernel's 8-row tiles a warp of the shared-memory form: two where one tile a warp would
+ * give more blocks than SMs (the down kernel's whole grid then fits beside gate/up's), one where
+ * two do not fit the budget; 0: the form does not fit. */
+static inline int cuda_moe_decode_mma_smem_tpw(int64_t d_model, int64_t d_expert, int n_used, int sm_count,
+                                               size_t smem_budget)
+{
+    for (int tpw = (d_model + 7) / 8 > sm_count ? 2 : 1; tpw >= 1; tpw--)
+        if (cuda_moe_decode_mma_smem_fits(d_model, d_expert, n_used, tpw, smem_budget))
+            return tpw;
+    return 0;
 }
 
 #endif

@@ -24,13 +24,12 @@
  * (rows 2t, 2t+1; C rows 0 and 8 are the hi and lo halves, added in the lane).
  * Kernels: gate/up (a warp: 4 gate + 4 up rows of one pair, silu(g) * u written by lanes 0-1)
  * and down (a warp per slot, 8 output rows, the slots added in ascending expert id as the CPU
- * does). One wave for Qwen3-30B-A3B at one token: 192 and 256 blocks of 256 threads. Measured
- * on the H200 (session 4): batch 1 330.7 tok/s against 324.4 with cuda_decode.cu's kernels,
- * batch 8 695.2 against 628.4.
- * gemv_mma (one token, up to 3 weights, K split over warps until every SM has a block; all of a
- * warp's weight groups loaded before the PDL wait, the RMSNorm before it optionally fused): the
- * backend's one-token NVFP4 linear since session 7 (H200: 380.9 vs 348.3 tok/s at batch 1
- * against cuda_decode.cu's gemv1, whose dot after the wait is bound by instruction issue).
+ * does). One wave for Qwen3-30B-A3B at one token: 384 gate/up blocks of 128 threads and 256 down
+ * blocks of 256. Both beat cuda_decode.cu's pair kernels at 1 and 8 tokens (H200,
+ * docs/lab/journal.md).
+ * gemv_mma (1-8 tokens, up to 3 weights, K split over warps until every SM has a block; all of a
+ * warp's weight groups loaded before the PDL wait): beats cuda_decode.cu's gemv1, whose dot after
+ * the wait is bound by instruction issue (H200, docs/lab/journal.md).
  */
 #include "backend/cuda/decode/decode.h"
 #include "backend/cuda/decode/cuda_decode_mma.cuh"
@@ -45,17 +44,18 @@ namespace
 /* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / (16 / KS), pairs); a row tile: rows n0
  * .. n0 + 3 of gate (lanes' g 0..3) and of up (g 4..7), taken by KS warps that split K (their
  * sums added in order through shared memory). Blocks of 4 warps: Qwen3-30B-A3B's gate/up at one
- * token is 384 row tiles, that spread 2-3 to an SM where 192 blocks of 8 warps left 60 SMs with
- * twice the work of the other 72. KS = 2 (half the chunks each on twice the warps, to shorten
- * each warp's chain of ~160 instructions a 32-k chunk) measured slower (session 6: 352.6 against
- * 358.4 tok/s): the backend uses KS = 1 unless MOESERVE_MOE_MMA_KS=2. */
+ * token is 384 of them, that spread 2-3 to an SM where 192 blocks of 8 warps would leave 60 SMs
+ * with twice the work of the other 72. Every launch uses KS = 1: KS = 2 (half the chunks each on
+ * twice the warps, to shorten each warp's chain of ~160 instructions a 32-k chunk) is slower
+ * (H200, batch 1: 352.6 vs 358.4 tok/s, docs/lab/journal.md). */
 enum { MOE_SMEM_BATCH = 4 };
 
-/* NPL > 0: the kernel routes for itself from the router logits (MOESERVE_FUSE=moe): in every
- * block warp 0 runs its token's top-k (route_warp, as the routing kernel does) and keeps the
- * pick of the block's slot; the first block of slot 0 of each token also writes the token's ids
- * and weights for the down kernel. That removes the routing kernel and its boundary, which the
- * gate/up blocks otherwise sit out in their PDL wait (~3 us in a block trace on the H200). */
+/* The gate/up kernel's optional jobs. Every launch in this file leaves them off (NPL 0, rt
+ * zeroed): measured, none is faster (docs/lab/experiments.md).
+ * NPL > 0: the kernel routes for itself from the router logits: in every block warp 0 runs its
+ * token's top-k (route_warp, as the routing kernel does) and keeps the pick of the block's slot;
+ * the first block of slot 0 of each token also writes the token's ids and weights for the down
+ * kernel, so no routing kernel sits between the router and gate/up. */
 struct gu_route {
     const float *logits; /* (tokens, E) */
     route_warp_args ra;
@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
     __shared__ float part[MD_MAX_USED][8], s_w[MD_MAX_USED];
     KT_BEGIN();
-    /* the next layer's first weights (the backend's hint), while this one's experts stream in */
+    /* the next layer's first weights (the caller's hint; cuda_moe_decode_mma passes none), while
+     * this one's experts stream in */
     l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
     xfrag_zeros_init();
     const int t = blockIdx.y;
@@ -193,10 +194,10 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
      * across the weight loads, 8 spill */
     constexpr int UD = U > 6 ? 6 : U;
     /* the token's routing into shared memory once (the slot loop, the sort and the combine at
-     * the tail read it there); PREWAIT: also the warp's first slot's table entry and weights,
-     * all of it before the PDL wait: the ids and weights come from the routing
-     * kernel two launches back, which had finished before the gate/up kernel ahead of this one
-     * could trigger it (L2 reads: no stale L1 line of an earlier layer's ids). */
+     * the tail read it there); PREWAIT (gate/up's rt.early): also the warp's first slot's table
+     * entry and weights, all of it before the PDL wait: the ids and weights come from the routing
+     * kernel two launches back, which has finished before the gate/up kernel ahead of this one
+     * can trigger it (L2 reads: no stale L1 line of an earlier layer's ids). */
     chunk16 pre[UD]; /* in flight while a slot's act is staged (asked for after act without prewait) */
     cuda_wdev w0 = {};
     auto routing = [&] {
@@ -251,13 +252,13 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     KT_END(decode_mma, 1);
 }
 
-/* The down kernel with its weights through shared memory (MOESERVE_MOE_SMEM; see
+/* The down kernel with its weights through shared memory (smem_tpw of cuda_moe_decode_mma; see
  * moe_gate_up_mma_kernel's SM): grid (D / (8 tpw), tokens), a warp per slot as above but over
  * tpw 8-row tiles, so that the whole grid can be resident beside the gate/up kernel (one block an
- * SM for Qwen3-30B-A3B at tpw 2; H200, batch 8: 932.6 tok/s against 904.9 with one tile). Before
- * its wait it reads the routing (the routing kernel, two
- * launches back, had finished before gate/up passed its own wait and triggered this one) and
- * puts its first slot's weights in flight; after the wait it triggers its dependent at once. The
+ * SM for Qwen3-30B-A3B at tpw 2, faster at batch 8 than one tile: H200, docs/lab/journal.md).
+ * Before its wait it reads the routing (the routing kernel, two launches back, has finished
+ * before gate/up passes its own wait and triggers this one) and puts its first slot's weights
+ * in flight; after the wait it triggers its dependent at once. The
  * dynamic shared memory: MD_WARPS slots' act fragments (I x 4 bytes each), then MD_WARPS areas of
  * tpw x I / 128 groups. */
 __global__ void __launch_bounds__(MD_THREADS, 3)
@@ -329,8 +330,8 @@ __global__ void __launch_bounds__(MD_THREADS, 3)
  * through shared memory). residual: y += instead of y =. */
 /* GM_U: weight groups a warp loads before the wait (and keeps in flight after it). 8 covers a
  * whole q/k/v row slice of Qwen3-30B-A3B (K 2048 in 2 slices: 8 groups of 128), so its dot
- * waits on no load after the wait; with 4 (session 7's first run) that dot took 4598 cycles in
- * the kernel trace against o's 2140, whose 4 groups were all in. */
+ * waits on no load after the wait; with 4 that dot takes 4598 cycles against o's 2140, whose 4
+ * groups are all in (H200 kernel trace). */
 enum { GM_U = 8 };
 
 struct gemv_mma_params {
@@ -345,9 +346,11 @@ struct gemv_mma_params {
     float eps;
     float *x_out; /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
     int residual;
-    const float *pending; /* or NULL: see cuda_gemv_fuse */
+    const float *pending; /* or NULL: a delta not yet added into x's residual row (norm_w) or y */
     int T;                /* tokens (rows of x and of each y), 1..GM_MAX_TOKENS; > 1: no fusions */
 };
+/* norm_w, residual and pending are the kernel's fused forms (the RMSNorm before q/k/v, the
+ * residual add after o); cuda_gemv_mma sets none of them. */
 
 __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_constant__ gemv_mma_params p)
 {

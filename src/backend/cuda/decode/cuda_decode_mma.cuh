@@ -1,7 +1,7 @@
-/* cuda_decode_mma.cuh — the pieces of the NVFP4 decode on bf16 tensor cores that the kernels of
- * cuda_decode_mma.cu and the one-kernel layer (cuda_layer_decode.cu) share: x staged as mma A
- * fragments, E2M1 pairs to bf16x2, one 8-row warp tile's dot product. The scheme is explained at
- * the top of cuda_decode_mma.cu.
+/* cuda_decode_mma.cuh — the device pieces of the NVFP4 decode on bf16 tensor cores that the
+ * kernels of cuda_decode_mma.cu are built from: x staged as mma A fragments, E2M1 pairs to bf16x2,
+ * one 8-row warp tile's dot product (weights in registers or staged through shared memory), the
+ * GEMV job table. The scheme is explained at the top of cuda_decode_mma.cu.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
@@ -36,7 +36,7 @@ __device__ __forceinline__ float bf16_round(float v)
  * mma's A registers and the hi and lo sums come back in the same lane (C rows 0 and 8). The other
  * lanes' A is zero (xfrag_zeros). Threads tid0, tid0 + stride, ... of the caller. x is read XB
  * entries at a time, all loads issued before the first store: x was just written by the previous
- * kernel, so each batch is an L2 round trip (~0.6 us), and one entry at a time made the down
+ * kernel, so each batch is an L2 round trip (~0.6 us), and one entry at a time would make the down
  * kernel's per-warp staging (6 entries a lane) six of them in a row. */
 __device__ __forceinline__ void xfrag_load(const float *x, int it, float2 &a, float2 &b)
 {
@@ -118,10 +118,9 @@ __device__ __forceinline__ void xfrag_stage_norm(uint2 *xf, const float *h, cons
 
 /* As xfrag_stage, with between() run after this thread's loads of x are issued and before their
  * values are used, when the thread's share fits NIT entries (else between() first). The MoE
- * kernels issue their weight loads there: issued before x's, they made x's (an L2 hit) come back
- * only after them, so staging waited out the weights' whole DRAM round trip (a block trace on
- * the H200, session 6: 3.2 us of gate/up's ~8, 4.7 us of down's ~7) and no arithmetic overlapped
- * the transfer. */
+ * kernels issue their weight loads there: issued before x's, they would make x's (an L2 hit)
+ * come back only after them, so staging would wait out the weights' whole DRAM round trip and no
+ * arithmetic would overlap the transfer (a block trace on the H200, docs/lab/journal.md). */
 template <int NIT, typename F>
 __device__ __forceinline__ void xfrag_stage_around(uint2 *xf, const float *x, int K, int tid0, int stride,
                                                    F &&between)
@@ -304,16 +303,16 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
-/* Weights staged through shared memory instead of registers (the MoE pair kernels from 2 tokens,
- * MOESERVE_MOE_SMEM): cp.async copies global memory into shared memory without holding a
- * register until the data arrives, so a warp has all of its rows in flight at once and the
- * kernel keeps few registers: more blocks resident (H200, session 9: batch 8 939 vs 902 tok/s).
- * At batch 1 it is slower (389 vs 411): a warp stalls issuing its 32 copies once the SM's
- * outstanding requests are used up, so its dot starts later than the register form's. A warp's
- * area: NG groups of 32 lanes x 16 bytes (lane (g, t)'s
- * chunk 4i + t of row g at [i][lane]: each lane reads back what it copied, 16 consecutive bytes
- * a lane, no bank conflict), then NG x 8 rows x 8 bytes of scales (row g's four chunks of group
- * i, copied by lane t = 0). RS8_GROUP_BYTES a group. */
+/* Weights staged through shared memory instead of registers (the smem_tpw form of the MoE pair
+ * kernels, which the backend runs from 2 tokens): cp.async copies global memory into shared
+ * memory without holding a register until the data arrives, so a warp has all of its rows in
+ * flight at once and the kernel keeps few registers: more blocks resident (H200, batch 8: 939 vs
+ * 902 tok/s, docs/lab/journal.md). At batch 1 it is slower (389 vs 411): a warp stalls issuing
+ * its 32 copies once the SM's outstanding requests are used up, so its dot starts later than the
+ * register form's. A warp's area: NG groups of 32 lanes x 16 bytes (lane (g, t)'s chunk 4i + t
+ * of row g at [i][lane]: each lane reads back what it copied, 16 consecutive bytes a lane, no bank
+ * conflict), then NG x 8 rows x 8 bytes of scales (row g's four chunks of group i, copied by lane
+ * t = 0). RS8_GROUP_BYTES a group. */
 
 /* The warp's rows (row g of weight w at `row`, ok: it exists) over chunk groups [g0, g1) into
  * its area `area` (RS8_GROUP_BYTES x (g1 - g0)), committed `batch` groups at a time: returns the
@@ -369,8 +368,8 @@ __device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
-/* A one-token GEMV launcher's job table (p.w, p.N, p.y, p.first_tile: gemv_mma's and dec16's
- * parameters) for n_w weights in tiles of `rows` rows; returns the tiles of all jobs. */
+/* A GEMV launcher's job table (p.w, p.N, p.y, p.first_tile of gemv_mma's parameters) for n_w
+ * weights in tiles of `rows` rows; returns the tiles of all jobs. */
 template <typename P>
 static inline int64_t gemv_jobs_fill(P &p, int n_w, const cuda_wdev *w, const int64_t *N, float *const *y, int rows)
 {
@@ -386,10 +385,10 @@ static inline int64_t gemv_jobs_fill(P &p, int n_w, const cuda_wdev *w, const in
     return tiles;
 }
 
-/* As rows8_dot_range over all of K, loading as it goes (the MoE kernels: their experts are known
- * only after the wait), U chunk groups in flight per round (session 4 ran U = 4; each round is
- * one dependent DRAM round trip, so U = 8 halves them for the 2048-wide gate/up and makes the
- * 768-wide down one round). */
+/* As rows8_dot_range over all of K, loading as it goes (for a kernel that knows its weights only
+ * after the wait), U chunk groups in flight per round: each round is one dependent DRAM round
+ * trip, so U = 8 makes the 2048-wide gate/up two rounds and the 768-wide down one. No kernel of
+ * cuda_decode_mma.cu calls it: they put their first groups in flight with rows8_prefetch. */
 template <int U = MD_U>
 __device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, bool ok, int64_t K, const uint2 *xf)
 {

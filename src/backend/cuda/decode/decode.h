@@ -1,4 +1,5 @@
-/* decode.h — the few-token launchers: the one-row GEMV (CUDA cores), the 1-8 row tensor-core GEMV, the pair-by-pair MoE kernels.
+/* decode.h — the few-token launchers: the one-row GEMV (CUDA cores), the 1-8 row tensor-core
+ * GEMV, the pair-by-pair MoE kernels (CUDA cores and tensor cores).
  *
  * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
  * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are

@@ -13,8 +13,8 @@
  * products e2m1 * e4m3 are exact); FP8 applies its 128x128 block scale per
  * element, as weight_dequant_row() does.
  *
- * Deliberately not here (yet): tensor-core (mma.sync / wgmma) variants and
- * split-K; they will be further variants chosen by the plan.
+ * Deliberately not here: tensor cores (the plan's mma.sync and wgmma variants
+ * are cuda_gemm_mma.cu and cuda_gemm_wgmma.cu) and split-K.
  */
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/common/cuda_common.cuh"

@@ -3,9 +3,8 @@
  * "gemm_nvfp4_fp4_mma" and "moe_gemm_nvfp4_fp4_mma".
  *
  * NEVER RUN. No sm_120 GPU exists for this project: this file is compiled, not tested on hardware.
- * It is not wired into backend_cuda.c and cuda_variants.c does not mark the variant implemented,
- * so the planner keeps treating it as not runnable; keep it that way until a Blackwell run has
- * checked, in this order:
+ * It is not in the CUDA backend's kernel registry (cuda_registry.c) and no dispatch calls it, so
+ * the planner never picks it; keep it that way until a Blackwell run has checked, in this order:
  *   1. cuda_gemm_fp4_loadable() is 1 on the sm_120 GPU (and 0 on the H200);
  *   2. one MMA with one-hot inputs against the layout this file assumes (PTX ISA "Matrix Fragments
  *      for mma.m16n8k64", "Block Scaling for mma.sync"): A/B element 8t + i in nibble i of a
@@ -49,6 +48,10 @@
  *
  * Deliberately not here: split-K for small batches, TMA, warp specialisation, a fused quantiser
  * (the activations are read once more), the sm_100a tcgen05 path ("*_fp4_tcgen05").
+ *
+ * One file: the GEMM kernel and the quantiser share their __host__ __device__ arithmetic (tile
+ * geometry, quantisation) with the host emulations the tests run, so that both execute the same
+ * code.
  */
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/common/cuda_common.cuh"

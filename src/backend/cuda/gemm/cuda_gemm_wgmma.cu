@@ -30,9 +30,9 @@
  * stage) and fenced for the async proxy; one barrier per k-step. NVFP4 fragments: bit moves turn a
  * byte into its two e2m1 values as bf16x2 (wg_e2m1x2), one bf16x2 multiply applies the block scale.
  * Shared memory: stages x 2 x TM x BK x 2 bytes plus the source rows: with 3 stages at most
- * 98816 bytes (within the sm_120 budget too); the 4-stage ring (NVFP4, BK 64, x's image; the
- * default where it fits) up to 131600 for 128 tokens, else the tile keeps 3. The plan's stage
- * count is not used (the tile is fitted to the budget by cuda_gemm_wgmma_fit()).
+ * 98816 bytes (within the sm_120 budget too); the 4-stage ring (NVFP4, BK 64, x's image only) up
+ * to 131600 for 128 tokens. cuda_gemm_wgmma_fit() keeps the plan's 4 stages where such a tile is
+ * compiled and fits the budget; every other tile runs 3.
  *
  * The kernel bodies exist only in the sm_90a image (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere they are
  * empty and declare no shared memory, which is how cuda_gemm_wgmma_loadable() tells them apart.
@@ -63,7 +63,7 @@ struct wg_params {
     float *y;
 };
 
-/* Shared memory of a tile: dynamic (the x stages) and static (source rows, e2m1 table). */
+/* Shared memory of a tile: dynamic (the x stages) and static (the source rows). */
 constexpr size_t wg_dyn_smem(int tm, int bk, int stages)
 {
     return (size_t)stages * 2 * (size_t)tm * (size_t)bk * 2; /* = cuda_wgmma_dyn_smem() */
@@ -85,7 +85,7 @@ __device__ __forceinline__ uint32_t wg_pack(float a, float b)
 /* A byte's two e2m1 nibbles as bf16x2 (the low nibble in the low half), each worth e2m1 x 2^-126:
  * a nibble's two exponent bits become the lowest two of bf16's exponent field and its mantissa bit
  * bf16's top mantissa bit, so 0.5 lands on a bf16 subnormal (bf16 multiplies keep subnormals).
- * Bit moves instead of a shared-memory table: the table's loads were the GEMM's largest stall
+ * Bit moves instead of a shared-memory table: a table's loads are the GEMM's largest stall
  * (short scoreboard, ncu on the H200). The block scale, taken times 2^64, brings the product back
  * into the normal range exactly (<= 6 significant bits); the epilogue multiplies by 2^62. */
 __device__ __forceinline__ uint32_t wg_e2m1x2(uint32_t b)
@@ -101,8 +101,8 @@ __device__ __forceinline__ uint32_t wg_mul(uint32_t a, __nv_bfloat162 s)
 
 /* A BF16 A-fragment word, computed into a register of its own. wgmma reads its A registers
  * asynchronously, so they must hold their value until the wait that retires it (PTX: writing them
- * earlier is undefined). Used directly, the loop-carried weight words were overwritten while the last
- * k16 step's wgmma was still in flight (ptxas reused them for the x split, then wcur = wnext): wrong
+ * earlier is undefined). Used directly, the loop-carried weight words get overwritten while the last
+ * k16 step's wgmma is still in flight (ptxas reuses them for the x split, then wcur = wnext): wrong
  * products, now and then. A plain copy is propagated away by ptxas; an exact bf16x2 multiply by one is
  * not, and ptxas keeps its result until the retiring wait, as it does for the NVFP4 fragments (seen
  * in the sm_90a SASS: no write to a pending group's A registers before its WARPGROUP.DEPBAR). */

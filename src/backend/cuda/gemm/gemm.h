@@ -1,4 +1,5 @@
-/* gemm.h — the tiled GEMM launchers: portable fp32, bf16 mma.sync, Hopper wgmma, and the native FP4 GEMM of sm_120a (not dispatched yet).
+/* gemm.h — the tiled GEMM launchers: portable fp32, bf16 mma.sync, Hopper wgmma, and the native
+ * FP4 GEMM of sm_120a (not dispatched).
  *
  * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
  * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are

@@ -1,6 +1,6 @@
 /* cuda_mla.cu — MLA (glm_moe_dsa) over the paged latent cache, fp32, absorbed weights.
  *
- * Four kernels, the same algorithm as the CPU reference (cpu_mla.c):
+ * Four kernels (and mla_attn's split merge), the same algorithm as the CPU reference (cpu_mla.c):
  *  - mla_store: [w * rmsnorm(c_kv) | k_r] (+ the indexer key) into the cache slots; the
  *    norm's sum of squares in double, as cuda_norm.cu and the CPU take it.
  *  - mla_absorb: q_abs[t, h, :R] = W_uk_h^T q_nope[t, h] straight from kv_b_proj in its

@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(ROUTE_THREADS)
 }
 
 /* The same routing for the common case without expert groups, one warp per token: a block's
- * k rounds of arg-max each cost two barriers, which made the routing of one decode token take
+ * k rounds of arg-max each cost two barriers, which makes the routing of one decode token take
  * as long as an expert GEMV. See cuda_route_warp.cuh. */
 template <int NPL>
 __global__ void __launch_bounds__(128)

@@ -4,8 +4,9 @@
  * or sigmoid; selection score = prob + correction bias; top-k by repeated arg-max with ties to
  * the lower expert id; weights = the unbiased probabilities, renormalised in double (+ eps) and
  * scaled. Lane l holds experts l, l + 32, ... (NPL of them) in registers, so an arg-max is five
- * shuffles and the whole routing needs no barrier: the standalone routing kernel and the MoE
- * decode kernel that routes for itself (cuda_decode.cu) both use it.
+ * shuffles and the whole routing needs no barrier: the routing kernel (cuda_moe_route.cu), the
+ * router + routing kernel (cuda_router_route.cu) and the decode MoE kernels' self-routing forms
+ * (cuda_decode.cu, cuda_decode_mma.cu) use it. route_rank_block is the block-wide form.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_ROUTE_WARP_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_ROUTE_WARP_CUH
@@ -159,12 +160,12 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
 /* Routes one token (lg: its E router logits, global or shared memory) with the whole block of
  * ROUTE_RANK_THREADS threads, expert e in thread e (E <= EP, EP 128 or 256). The warp routing's
  * top-k is k rounds of arg-max, each a chain of dependent compares, two warp reductions and a
- * shuffle: measured in the kernel trace (H200, session 7, 128 experts, k 8) ~490 cycles a round,
- * 3900 of the kernel's ~5800. Here every expert's rank is counted at once instead (how many
+ * shuffle: ~490 cycles a round in the kernel trace, 3900 of the kernel's ~5800 (H200, 128 experts,
+ * k 8, docs/lab/journal.md). Here every expert's rank is counted at once instead (how many
  * selection keys beat its own; a key is the order-preserving bits of the score above the
  * complement of the id, so ties go to the lower id as in better()): EP / P independent compares
  * for each of the P threads that share an expert (16 warps, so that a scheduler has four to
- * interleave; with 4 warps of 128 compares the count took 2160 cycles, with 16 ~1600). The
+ * interleave; with 4 warps of 128 compares the count takes 2160 cycles, with 16 ~1600). The
  * experts ranked below k put themselves at their rank, and the weights are renormalised in that
  * order, as route_warp does. Threads 0..k-1 of warp 0 write ids[j] / wout[j]. mark(1..3): the
  * max, the selection keys, the ranks (trace builds). Every thread of the block calls it. */

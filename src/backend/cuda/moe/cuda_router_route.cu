@@ -15,14 +15,14 @@
  * Shapes: BF16 router rows with K % 8 == 0, no expert groups, at most RR_MAX_LOGITS logits
  * (tokens x experts), their floats within the shared-memory budget; the backend falls back to
  * linear + moe_route otherwise.
- * Measured on the H200 (session 6): slower at batch 1 than the two kernels (346.8 vs 367.9
- * tok/s): the last block's fence, atomic and read-back cost what the boundary did. So there is
- * a second form where the device has thread block clusters (caps "clusters", at most 128
- * experts): a cluster per token, whose blocks store their logits straight into block 0's shared
- * memory; block 0 routes them with route_rank_block (every expert's rank at once). Two cluster
- * barrier phases replace the counter, the fences and the L2 round trip. WRITTEN AFTER SESSION
- * 7'S DEVICE TIME, NOT RUN ON A GPU YET (MOESERVE_ROUTER_ROUTE=cluster; op test
- * test_router_route).
+ * That form's last block costs about what the kernel boundary does (the fence, the atomic, the
+ * read-back), so where the device has thread block clusters (caps "clusters", at most 128
+ * experts) there is a second form: a cluster per token, whose blocks store their logits straight
+ * into block 0's shared memory; block 0 routes them with route_rank_block (every expert's rank at
+ * once). Two cluster barrier phases replace the counter, the fences and the L2 round trip; with
+ * norm_w the add + RMSNorm before the router runs in its prologue too (cuda_norm_router_route).
+ * At one token both forms are slower than the two kernels (H200, batch 1: 346.8 and 386.5 vs
+ * 367.9 and 408.3 tok/s, docs/lab/journal.md), so the backend uses them from 2 tokens.
  */
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/common/cuda_common.cuh"

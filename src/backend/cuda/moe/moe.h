@@ -1,4 +1,5 @@
-/* moe.h — the routing launchers (router scores + top-k, the fused router + routing) and the sort / combine around the grouped expert GEMMs.
+/* moe.h — the routing launchers (router scores + top-k, the fused router + routing) and the
+ * sort / combine around the grouped expert GEMMs.
  *
  * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
  * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are
