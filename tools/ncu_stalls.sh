@@ -4,7 +4,7 @@
 # batch-1 bench on the synthetic Qwen3-30B-A3B NVFP4 checkpoint (tools/decode_iter.sh makes it),
 # once per line of $VARIANTS ("name ENV=VALUE ..."), without graphs, clocks and caches left alone.
 #
-#   KERNELS='moe_gate_up|moe_down' VARIANTS=$'default\nsmem MOESERVE_MOE_SMEM=1' tools/ncu_stalls.sh [BUILD_DIR]
+#   KERNELS='moe_gate_up|moe_down' VARIANTS=$'default\ncores MOESERVE_CUDA_FORCE=moe_experts@2-8:moe_pair_decode' tools/ncu_stalls.sh [BUILD_DIR]
 #
 # Prefill kernels: PROMPT_LEN=2048 DECODE=1 SKIP=0 COUNT=8 KERNELS='gemm_wgmma|attn_mma' (layer 0 of
 # the bench's warm-up prefill: q, k, v, attention, o, gate, up, down).

@@ -3,7 +3,7 @@
 # here as .carry/bin/moeserve-kt.xz) over a batch-1 bench, once per line of $VARIANTS
 # ("name ENV=VALUE ..."); each trace and its tools/ktrace_summary.py summary go to $OUT.
 #
-#   VARIANTS=$'default\nmma MOESERVE_DECODE_MMA_DENSE=1' tools/trace_run.sh [LAUNCHES]
+#   VARIANTS=$'default\ncc MOESERVE_CUDA_FORCE=linear@1:gemv_x_smem' tools/trace_run.sh [LAUNCHES]
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/trace_run}
