@@ -24,13 +24,17 @@ if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; th
 fi
 "$build/moeserve" plan --kernels --json >"$out/kernels.json" || exit 1
 "$build/moeserve" plan --device 0 --model "$synth" --json >"$out/plan.json" || exit 1
-# name BATCH PROMPT DECODE SKIP COUNT TOKENS
-cases=("decode_b1 1 128 16 3000 700 1" "decode_b64 64 16 3 0 3500 64" "prefill_2048 1 2048 1 0 1800 2048")
+# name BATCH PROMPT CONTEXT DECODE SKIP COUNT TOKENS. Decode cases: 1-token prompts and contexts, so that every
+# pass after the first two (bench's own 1-token prefill, warm-up and timed) has the batch's token count: the
+# decode prompts of all sequences go in one pass, then the decode steps. The prefill case: the bench's
+# warm-up prefill (its last row's logits: the lm_head at one row).
+cases=("decode_b1 1 1 1 4 1200 1100 1" "decode_b64 64 1 1 3 2000 3300 64" "prefill_2048 1 2048 1 1 0 1800 2048")
 for c in "${cases[@]}"; do
     set -- $c
-    MOESERVE_NO_GRAPHS=1 timeout 240 ncu --clock-control none --cache-control none --launch-skip "$5" \
-        --launch-count "$6" --metrics gpu__time_duration.sum --csv "$build/moeserve" bench --model "$synth" \
-        --backend cuda --batch "$2" --prompt-len "$3" --decode "$4" >"$out/ncu_$1.csv" 2>"$out/ncu_$1.err"
+    MOESERVE_NO_GRAPHS=1 timeout 240 ncu --clock-control none --cache-control none --launch-skip "$6" \
+        --launch-count "$7" --metrics gpu__time_duration.sum --csv "$build/moeserve" bench --model "$synth" \
+        --backend cuda --batch "$2" --prompt-len "$3" --decode-context "$4" --decode "$5" \
+        >"$out/ncu_$1.csv" 2>"$out/ncu_$1.err"
 done
 python3 - "$out" "${cases[@]}" <<'PY' | tee "$out/trace_check.txt"
 import csv, json, re, sys
@@ -46,7 +50,7 @@ def lists(op, t, w):
             return d["kernels"]
     return []
 fail = 0
-for name, batch, prompt, dec, skip, count, tokens in cases:
+for name, batch, prompt, ctx, dec, skip, count, tokens in cases:
     t = int(tokens)
     rows = [r for r in csv.reader(open("%s/ncu_%s.csv" % (out, name))) if len(r) > 10]
     if len(rows) < 2:
@@ -56,7 +60,8 @@ for name, batch, prompt, dec, skip, count, tokens in cases:
     starts = [i for i, n in enumerate(seq) if "embed_kernel" in n]
     if len(starts) < 2 and name.startswith("decode"):
         print("%-14s fewer than two steps in %d launches" % (name, len(seq))); fail += 1; continue
-    step = seq[starts[-2]:starts[-1]] if len(starts) >= 2 else seq[starts[0]:] if starts else seq
+    # decode: the last complete pass; prefill: the first (the warm-up prefill)
+    step = seq[starts[-2]:starts[-1]] if name.startswith("decode") else seq[starts[0]:starts[1]] if len(starts) >= 2 else seq[starts[0]:] if starts else seq
     seen = {k for k, rx in sym.items() if any(rx.search(n) for n in step)}
     heads = [lists("linear", t, "nvfp4")[0], lists("moe_experts", t, "nvfp4")[0]]
     allowed = set(lists("linear", t, "nvfp4")) | set(lists("moe_experts", t, "nvfp4")) | set(lists("linear", t, "bf16"))
