@@ -3,7 +3,7 @@
  * The environment carries only test and measurement switches and a few defaults for the
  * command line; what a user chooses is a command-line flag. options_read() takes a snapshot
  * of the variables below and validates them, so a bad value is an error naming the variable,
- * not a silently ignored setting. Nothing else in src/ calls getenv (tests/cli/env_in_one_file.sh
+ * not a silently ignored setting. Nothing else in src/ reads the environment (tests/cli/env_in_one_file.sh
  * checks that), except main.c for MOESERVE_LOG before anything runs.
  *
  *   MOESERVE_MODEL        default for --model
