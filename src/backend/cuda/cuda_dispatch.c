@@ -296,8 +296,8 @@ static bool moe_launch(struct cuda_backend *c, const struct kernel_desc *k, cons
         return true;
     case CK_MOE_PAIR:
         /* every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
-        CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, table, a->n_experts, D, I, x, n_tokens, (int32_t *)ids,
-                                 (float *)weights, a->n_used, work, out, c->pdl));
+        CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, table, a->n_experts, D, I, x, n_tokens, ids, weights,
+                                 a->n_used, work, out, c->pdl));
         return true;
     case CK_MOE_WGMMA:
     case CK_MOE_MMA:

@@ -46,16 +46,12 @@ __global__ void __launch_bounds__(AD_THREADS) attn_decode_split_kernel(const __g
 {
     KT_BEGIN();
     pdl_trigger();
-    /* this kernel reads a few KB of cache and spends its time in round trips: the DRAM is free to
-     * bring in what p.pf names (cuda_attn_decode passes nothing: see struct cuda_l2_ranges) */
-    l2_prefetch_ranges(p.pf, (int)((blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x),
-                       (int)(gridDim.x * gridDim.y * gridDim.z));
     /* the block waits inside, after issuing its first round of old keys (see attn_split_block) */
     /* trace builds: the blocks of split 0 (it always has keys) and of the split that merges
      * record their phases (kernel 0 and 1) */
     bool merged = false;
-    attn_split_block<NH, false, true, CL>(
-        p, blockIdx.x, blockIdx.y, blockIdx.z, adec_cur{},
+    attn_split_block<NH, CL>(
+        p, blockIdx.x, blockIdx.y, blockIdx.z,
         [&]() {
             pdl_wait();
             KT_MARK(1);
@@ -82,7 +78,7 @@ static size_t adec_smem(int group)
            (size_t)AD_MAX_SPLITS * nh * 4 + 4;
 }
 
-/* The split kernels' parameters (no L2 hint); work: the splits' partials, as sized by
+/* The split kernels' parameters; work: the splits' partials, as sized by
  * cuda_attention_workspace_floats. */
 static adec_params adec_params_of(const float *q, const struct paged_kv *kv, const struct attn_batch *b,
                                   int n_heads, float scale, float *out, int n_splits, float *work, int *sem)
@@ -152,7 +148,6 @@ extern "C" cudaError_t cuda_attn_decode(cudaStream_t stream, const float *q, con
         ((uintptr_t)q | (uintptr_t)kv->k | (uintptr_t)kv->v | (uintptr_t)out | (uintptr_t)work) % 16)
         return cudaErrorInvalidValue;
     adec_params p = adec_params_of(q, kv, b, n_heads, scale, out, n_splits, work, sem);
-    p.prewait = true;
     p.push = cluster == AD_CLUSTER && push != 0;
     dim3 grid((unsigned)b->n_tokens, (unsigned)kv->n_kv_heads, (unsigned)n_splits);
     if (group <= 4)

@@ -20,7 +20,6 @@ struct adec_params {
     const int32_t *pos, *seq, *table;
     int max_blocks, block_size, n_kv, hd, n_heads, group, n_splits;
     int n_tokens;      /* of the batch: a token's last n_tokens keys may be written by this pass */
-    int prewait;       /* PREWAIT blocks: issue the old keys before the wait (0: after it) */
     int push;          /* CL > 1: the splits push their partials into the leader's dynamic shared
                           memory (adec_push_smem bytes), 0: the leader pulls them */
     float scale;
@@ -28,7 +27,6 @@ struct adec_params {
     float *part_o;     /* (n_tokens * n_kv, n_splits, group, hd) */
     float *part_ml;    /* (n_tokens * n_kv, n_splits, group, 2) */
     int *sem;          /* (n_tokens * n_kv), zero between launches */
-    cuda_l2_ranges pf; /* weights of the next ops, asked of L2 by every block before it waits */
 };
 
 /* Sum over the warp of NV values per lane; afterwards v[m] (m < NV / 32) holds the total of the
@@ -76,39 +74,17 @@ __device__ __forceinline__ int adec_chunk(int klen, int n_splits, int round)
     return (chunk < round ? round : chunk + round - 1) / round * round;
 }
 
-/* What a kernel that preps its own token would hand the split block (CUR): the group's query
- * heads (normed and roped, not yet scaled) and the new key and value, in shared memory; key `key`
- * is read from these, not from the cache the same kernel writes. attn_decode_split_kernel passes
- * none (CUR false): attn_prep runs before it. */
-struct adec_cur {
-    const float *q;     /* (G, hd) */
-    const float *k, *v; /* (hd) */
-    int key;
-};
-
-/* What attn_split_block calls where it waits for the kernel before it: nothing (the caller has
- * waited already). */
-struct adec_no_wait {
-    __device__ void operator()() const {}
-};
-
-/* What it calls at its phase boundaries (2: the first round's dot products, 3: its scores in
- * shared memory, 4: all rounds, 5: the partials out (counted in, or the cluster's first barrier
- * passed), 6: merged, 7: the cluster's second barrier passed): nothing, unless a kernel-trace
- * build records them. */
-struct adec_no_mark {
-    __device__ void operator()(int) const {}
-};
-
 /* One (token t, KV head g, key split) of the split decode attention, by a block of AD_THREADS
- * threads; p.pf is not looked at (the kernel issues it). CUR: the queries and the newest key come
- * from `cur` (one token, see adec_cur). PREWAIT: the caller has not waited for its predecessor;
- * the block reads the batch metadata and issues its first round of old keys and values first,
- * then calls wait(). Nothing the pass writes is read before that: the metadata is uploaded before
- * the pass's first kernel, and the keys a pass writes for a token's sequence are its last
- * n_tokens positions at most (the batch's tokens of that sequence), so keys below klen - n_tokens
- * were written by earlier passes. This takes the slot-table and cache round trips off the path
- * after the wait (they overlap attn_prep).
+ * threads. The caller has not waited for its predecessor: the block reads the batch metadata and
+ * issues its first round of old keys and values first, then calls wait() (every block calls it
+ * once, those without keys too). Nothing the pass writes is read before that: the metadata is
+ * uploaded before the pass's first kernel, and the keys a pass writes for a token's sequence are
+ * its last n_tokens positions at most (the batch's tokens of that sequence), so keys below
+ * klen - n_tokens were written by earlier passes. This takes the slot-table and cache round trips
+ * off the path after the wait (they overlap attn_prep).
+ * mark(i) is called at the phase boundaries (2: the first round's dot products, 3: its scores in
+ * shared memory, 4: all rounds, 5: the partials out (counted in, or the cluster's first barrier
+ * passed), 6: merged, 7: the cluster's second barrier passed), for kernel-trace builds.
  * CL > 1: the block is one of a thread block cluster of CL consecutive splits (caps "clusters").
  * The cluster's first split merges the cluster's partials from the others' shared memory
  * (distributed shared memory, two cluster barriers) instead of through global memory, a fence
@@ -122,11 +98,9 @@ struct adec_no_mark {
  * cluster barriers. Every block arrives once at its start ("started": the leader's memory
  * may be written after the matching wait); blocks without keys leave then (exited threads do
  * not hold a cluster barrier up). */
-template <int NH, bool CUR = false, bool PREWAIT = false, int CL = 1, typename Wait = adec_no_wait,
-          typename Mark = adec_no_mark>
+template <int NH, int CL, typename Wait, typename Mark>
 __device__ __forceinline__ void attn_split_block(const adec_params &p, const int t, const int g,
-                                                 const int split, const adec_cur &cur = adec_cur{},
-                                                 Wait wait = Wait{}, Mark mark = Mark{})
+                                                 const int split, Wait wait, Mark mark)
 {
     using S = adec_shape<NH>;
     constexpr int KPW = S::kpw, ROUND = S::round, NV = S::nv;
@@ -147,8 +121,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     const int chunk = adec_chunk(klen, p.n_splits, ROUND);
     const int active = (klen + chunk - 1) / chunk;
     if (split >= active) {
-        if constexpr (PREWAIT)
-            wait(); /* as every block of the kernel, so that its end implies its predecessor's */
+        wait(); /* as every block of the kernel, so that its end implies its predecessor's */
         if constexpr (CL > 1) {
             if (!p.push && split - split % CL < active) { /* the cluster has keys: its two barriers */
                 cluster_sync();
@@ -172,13 +145,8 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
         for (int j = 0; j < KPW; j++) {
             size_t sj = (size_t)__shfl_sync(0xffffffffu, (unsigned long long)my_slot, j);
             if (kw + j >= from && kw + j < to && dim_ok) {
-                if (CUR && kw + j == cur.key) {
-                    kr[j] = ((const float4 *)cur.k)[lane];
-                    vr[j] = ((const float4 *)cur.v)[lane];
-                } else {
-                    kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
-                    vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
-                }
+                kr[j] = __ldg((const float4 *)(p.kc + sj * kv_stride + head_off));
+                vr[j] = __ldg((const float4 *)(p.vc + sj * kv_stride + head_off));
             }
         }
     };
@@ -192,17 +160,12 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
 #pragma unroll
     for (int j = 0; j < KPW; j++)
         kr[j] = vr[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    /* the first round: with PREWAIT its old keys before the wait, the rest after it */
+    /* the first round: its old keys before the wait, the rest after it */
     const int kw0 = lo + warp * KPW;
     const size_t slot0 = slot_of(kw0);
-    int old_end = lo;
-    if constexpr (PREWAIT) {
-        if (p.prewait) {
-            old_end = klen - p.n_tokens < hi ? klen - p.n_tokens : hi;
-            load_keys(kw0, slot0, lo, old_end);
-        }
-        wait();
-    }
+    const int old_end = klen - p.n_tokens < hi ? klen - p.n_tokens : hi;
+    load_keys(kw0, slot0, lo, old_end);
+    wait();
     load_keys(kw0, slot0, old_end > lo ? old_end : lo, hi);
 
     float4 q[NH];
@@ -210,9 +173,7 @@ __device__ __forceinline__ void attn_split_block(const adec_params &p, const int
     for (int h = 0; h < NH; h++) {
         q[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (h < G && dim_ok) {
-            float4 v =
-                CUR ? ((const float4 *)(cur.q + (size_t)h * hd))[lane]
-                    : __ldcg((const float4 *)(p.q + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + lane);
+            float4 v = __ldcg((const float4 *)(p.q + ((size_t)t * p.n_heads + (size_t)g * G + h) * hd) + lane);
             q[h] = make_float4(v.x * p.scale, v.y * p.scale, v.z * p.scale, v.w * p.scale);
         }
     }

@@ -1,4 +1,4 @@
-/* common.h — the shared device-side types (struct cuda_wdev, struct cuda_l2_ranges) and the
+/* common.h — the shared device-side type (struct cuda_wdev) and the
  * launchers of the small ops: embedding, elementwise, norms, RoPE, attn_prep, argmax, sampling,
  * the kernel trace, the build's architecture list.
  *
@@ -27,17 +27,6 @@ struct cuda_wdev {
     const void *scale; /* FP8_BLOCK f32 [ceil(N/128), ceil(K/128)]; NVFP4 e4m3 [N, K/16]; else NULL */
     const float *bias; /* (N) or NULL */
     float scale2;      /* NVFP4 global scale, applied to the fp32 sum; 1 otherwise */
-};
-
-/* Byte ranges of device memory (weights the next ops read) that a kernel asks L2 to fetch while
- * it runs: a hint, never a change of results. Each range is fetched in its 16-byte-aligned
- * interior. The kernels that take one (the split decode attention, the tensor-core MoE down
- * kernel) are passed empty ones: the prefetch does not pay at batch 1 (docs/lab/experiments.md). */
-enum { CUDA_L2_MAX_RANGES = 8 };
-struct cuda_l2_ranges {
-    const void *p[CUDA_L2_MAX_RANGES];
-    size_t bytes[CUDA_L2_MAX_RANGES];
-    int n;
 };
 
 /* ---- cuda_elementwise.cu ---- */

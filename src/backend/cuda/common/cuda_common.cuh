@@ -171,12 +171,6 @@ __device__ __forceinline__ void w_load8(const cuda_wdev &w, int64_t n, int64_t k
     }
 }
 
-/* a + b element by element, rounded as the CPU's float adds */
-__device__ __forceinline__ float4 f4_add_rn(float4 a, float4 b)
-{
-    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
-}
-
 /* 1 / sqrt(ss / dim + eps) rounded as the CPU's RMSNorm does (ss: the row's sum of squares). */
 __device__ __forceinline__ float dev_rms_inv(double ss, int dim, float eps)
 {
@@ -386,54 +380,12 @@ __device__ __forceinline__ void cp_async_wait_upto(int n)
     }
 }
 
-/* Asks L2 for the 16-byte-aligned interior of [p, p + bytes), slice `part` of `parts` equal
- * slices, in bulk prefetches of at most L2_PF_CHUNK bytes spread over `lanes` threads (this one
- * is `lane`). Fire and forget: no register waits on it, so a kernel can queue megabytes of its
- * own or its successors' weights at once, where its loads are limited by the registers that
- * hold them. cp.async.bulk.prefetch is sm_90+ (device_caps.tma); the guard only keeps the
- * instruction out of older images. No launch passes a range (see struct cuda_l2_ranges). */
-enum { L2_PF_CHUNK = 32768 };
-__device__ __forceinline__ void l2_prefetch_part(const void *p, size_t bytes, int part, int parts, int lane, int lanes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uintptr_t a0 = ((uintptr_t)p + 15) & ~(uintptr_t)15, a1 = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
-    if (a1 <= a0)
-        return;
-    const size_t n = a1 - a0, lo = (n * (size_t)part / (size_t)parts) & ~(size_t)15,
-                 hi = part + 1 == parts ? n : (n * (size_t)(part + 1) / (size_t)parts) & ~(size_t)15;
-    for (size_t o = lo + (size_t)lane * L2_PF_CHUNK; o < hi; o += (size_t)lanes * L2_PF_CHUNK) {
-        const uint32_t len = (uint32_t)(hi - o < L2_PF_CHUNK ? hi - o : L2_PF_CHUNK);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a0 + o), "r"(len) : "memory");
-    }
-#else
-    (void)p, (void)bytes, (void)part, (void)parts, (void)lane, (void)lanes;
-#endif
-}
-
-/* Block `part` of `parts` asks L2 for its slice of every range in r (warp 0's lanes issue). */
-__device__ __forceinline__ void l2_prefetch_ranges(const cuda_l2_ranges &r, int part, int parts)
-{
-    if (threadIdx.x >= 32)
-        return;
-    for (int i = 0; i < r.n; i++)
-        l2_prefetch_part(r.p[i], r.bytes[i], part, parts, threadIdx.x, 32);
-}
-
-/* Thread block clusters (caps "clusters", sm_90 on): the block's rank in its cluster, a barrier
- * over the cluster's threads (release / acquire: shared-memory writes before it are seen by
- * the other blocks after it), and the generic address of a shared variable of block `rank`
- * of the cluster (read and written with ordinary loads and stores: distributed shared memory).
+/* Thread block clusters (caps "clusters", sm_90 on): a barrier over the cluster's threads
+ * (release / acquire: shared-memory writes before it are seen by the other blocks after it), and
+ * the generic address of a shared variable of block `rank` of the cluster (read and written with
+ * ordinary loads and stores: distributed shared memory).
  * Every thread of every block of the cluster calls cluster_sync() the same number of times.
  * Empty below sm_90: the backend launches no cluster kernel where the device lacks them. */
-__device__ __forceinline__ unsigned cluster_rank()
-{
-    unsigned r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-
 __device__ __forceinline__ void cluster_sync()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -19,12 +19,8 @@
  * Denormals must not be flushed (no --use_fast_math on this file).
  *
  * Kernels:
- *  - gemv1: y_j = x W_j^T for up to 3 weights sharing x (q, k, v in one launch);
- *    it has fused forms (x = rmsnorm(residual row) in the prologue, y += in the
- *    epilogue) that cuda_gemv1 does not use
- *  - moe_gate_up: per (token, slot) pair, act = silu(x G_e^T) * (x U_e^T);
- *    its ROUTE form, routing the token itself from the router logits, is not
- *    launched (cuda_moe_decode passes no logits)
+ *  - gemv1: y_j = x W_j^T for up to 3 weights sharing x (q, k, v in one launch)
+ *  - moe_gate_up: per (token, slot) pair, act = silu(x G_e^T) * (x U_e^T)
  *  - moe_down: per token, out = sum over its slots in ascending expert id of
  *    w_j * (act_j D_e^T), multiply and add rounded separately as the CPU does
  * The MoE pair kernels need no sort: each pair reads its own expert; with
@@ -34,7 +30,6 @@
 #include "backend/cuda/common/cuda_common.cuh"
 #include "backend/cuda/decode/cuda_decode_common.cuh"
 #include "backend/cuda/common/cuda_ktrace.cuh"
-#include "backend/cuda/moe/cuda_route_warp.cuh"
 
 KT_MODULE(decode, "gemv1")
 
@@ -116,11 +111,6 @@ struct gemv1_params {
     int n_jobs;
     int64_t K;
     const float *x;
-    const float *norm_w; /* not NULL: x is the residual row, the GEMV reads rmsnorm(x) * norm_w */
-    float eps;
-    float *x_out;        /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
-    int residual;        /* y[n] += result instead of y[n] = result (the residual add fused) */
-    const float *pending; /* or NULL: a delta not yet added into x's residual row (norm_w) or y */
 };
 
 /* R rows per row group, KS warps per row group (each a slice of K, summed in a fixed order
@@ -147,10 +137,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
     KT_MARK(1);
     pdl_wait();
     KT_MARK(2);
-    if (p.norm_w)
-        stage_x_norm<FMT>(xs, p.x, p.norm_w, p.eps, p.K, p.x_out, p.pending);
-    else
-        stage_x<FMT>(xs, p.x, p.K);
+    stage_x<FMT>(xs, p.x, p.K);
     __syncthreads();
     KT_MARK(3);
     float acc[R];
@@ -190,47 +177,33 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) gemv1_kernel(gemv1_params p)
             if (lane == r)
                 v = acc[r];
         v = finish<FMT>(w, v) + (w.bias ? w.bias[n0 + lane] : 0.0f);
-        float *dst = jb.y + n0 + lane;
-        if (p.residual)
-            v = __fadd_rn(p.pending ? __fadd_rn(*dst, p.pending[n0 + lane]) : *dst, v);
-        *dst = v;
+        jb.y[n0 + lane] = v;
     }
     KT_END(decode, 0);
 }
 
+/* Rows per warp of the MoE pair kernels: GU_R (gate/up) and DOWN_R (down). More rows would put
+ * more loads in flight per warp in fewer blocks, but 4 gate/up rows or 8 down rows exceed the 128
+ * registers two blocks per SM allow and spill. Nor one wave by occupancy: the spills cost more
+ * than the second wave (H200, batch 1: gate/up at 3 blocks per SM 322.7 tok/s, down at 4 blocks
+ * 288.9, against 330.1; docs/lab/journal.md). */
+enum { GU_R = 2, DOWN_R = 4 };
+
 /* act[pair, n] = silu(x_t G_e[n]) * (x_t U_e[n]); grid (row groups, pairs). The expert id comes
  * from the previous kernel, so nothing is prefetched: the id, then its table entry, then the
- * weights are issued before x is staged, so x's trip overlaps theirs. ROUTE: the block routes its
- * token itself from the router logits (warp 0, cuda_route_warp.cuh), which saves the routing
- * kernel; the blocks of row group 0 leave the pair's id and weight in ids / weights for
- * moe_down. */
-template <int FMT, int GU_R, bool ROUTE>
+ * weights are issued before x is staged, so x's trip overlaps theirs. */
+template <int FMT>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_gate_up_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
-                       int32_t *ids, int n_used, float *act, const float *logits, route_warp_args ra,
-                       float *weights)
+                       const int32_t *ids, int n_used, float *act)
 {
     extern __shared__ float4 xs[];
     __shared__ int s_e;
     constexpr int U = 2;
     pdl_wait();
     const int pair = blockIdx.y;
-    if constexpr (ROUTE) {
-        if (threadIdx.x < 32) {
-            int idj = -1, idj2 = -1;
-            float wj = 0.0f, wj2 = 0.0f;
-            route_warp<8>(logits + (size_t)(pair / n_used) * ra.E, ra, nullptr, nullptr, &idj, &wj, &idj2, &wj2);
-            const int j = pair % n_used, lane = threadIdx.x;
-            if (lane == j % 32) {
-                int e = j < 32 ? idj : idj2;
-                s_e = e;
-                if (blockIdx.x == 0)
-                    ids[pair] = e, weights[pair] = j < 32 ? wj : wj2;
-            }
-        }
-    } else if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         s_e = ids[pair];
-    }
     __syncthreads();
     const int e = s_e;
     const int64_t n0 = ((int64_t)blockIdx.x * DEC_WARPS + threadIdx.x / 32) * GU_R;
@@ -282,13 +255,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]);
  * grid (groups of DOWN_R rows, tokens). Warp j of the block takes slots j, j + 8, ...: the
  * experts stream in parallel, and one thread per row adds them up in expert order. Each warp
- * stages its slot's activations in its own slice of shared memory (I floats). residual: out +=.
+ * stages its slot's activations in its own slice of shared memory (I floats).
  * The first slot's expert is read after the wait, not before: issuing its loads before it costs
  * more in registers than the overlap gains (H200, batch 1: 310 vs 328 tok/s, docs/lab/journal.md). */
-template <int FMT, int DOWN_R>
+template <int FMT>
 __global__ void __launch_bounds__(DEC_THREADS, 2)
     moe_down_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
-                    const int32_t *ids, const float *weights, int n_used, float *out, int residual)
+                    const int32_t *ids, const float *weights, int n_used, float *out)
 {
     extern __shared__ float4 xs[];
     constexpr int U = 1; /* expert widths are short (768 in Qwen3-30B: 24 NVFP4 chunks a row) */
@@ -340,8 +313,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2)
     if (threadIdx.x < DOWN_R && n0 + threadIdx.x < D) {
         const int r = threadIdx.x;
         const float o = slots_combine<DOWN_R>(it, weights + (size_t)t * n_used, order, part, n_used, n_experts, r);
-        float *dst = out + (size_t)t * (size_t)D + n0 + r;
-        *dst = residual ? __fadd_rn(*dst, o) : o;
+        out[(size_t)t * (size_t)D + n0 + r] = o;
     }
 }
 
@@ -399,70 +371,37 @@ struct launch_gemv1 {
      * thousand -> 2 rows with up to 4 chunks each per lane; short weights -> K split 8 ways.
      * 2 rows for q/k/v and o beat 4 (H200, Qwen3-30B-A3B NVFP4, batch 1: 303 vs 290 tok/s,
      * docs/lab/journal.md). */
-    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t rows, bool pdl, int rows_per_warp)
+    static cudaError_t run(cudaStream_t s, const gemv1_params *p, int64_t rows, bool pdl)
     {
         int64_t rounds = (p->K / chunk<FMT>::n + 31) / 32; /* chunks per lane per row */
         if (rows < 2048)
             return go<1, 8, 1>(s, *p, pdl);
-        int r = rows_per_warp ? rows_per_warp : rows >= 4 * 4096 ? 4 : 2;
-        if (r >= 4)
+        if (rows >= 4 * 4096)
             return rounds <= 2 ? go<4, 1, 2>(s, *p, pdl) : go<4, 1, 4>(s, *p, pdl);
         return rounds <= 2 ? go<2, 1, 2>(s, *p, pdl) : go<2, 1, 4>(s, *p, pdl);
     }
 };
 
-/* What a fused MoE decode does besides the experts (see cuda_moe_decode). */
-struct moe_fuse_dev {
-    const float *logits; /* not NULL: route in gate_up from these router logits */
-    route_warp_args ra;
-    int residual;
-};
-
-/* rows per warp: gate_up gu (2 or 4), down dn (4 or 8): more rows, more loads in flight per warp
- * and fewer blocks, but 4 gate/up rows or 8 down rows exceed the 128 registers two blocks per SM
- * allow and spill. Nor one wave by occupancy: the spills cost more than the second wave (H200,
- * batch 1: gate/up at 3 blocks per SM 322.7 tok/s, down at 4 blocks 288.9, against 330.1;
- * docs/lab/journal.md). */
-template <int FMT, int GU, int DN>
-cudaError_t moe_launch(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *x,
-                       int n_tokens, int32_t *ids, float *weights, int n_used, float *act, float *out,
-                       bool pdl, const moe_fuse_dev &fz)
-{
-    int64_t warps_i = (I + GU - 1) / GU;
-    dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
-    size_t smem1 = (size_t)D * sizeof(float), smem2 = (size_t)DEC_WARPS * (size_t)I * sizeof(float);
-    cudaError_t e;
-    if (fz.logits) {
-        e = smem_opt_in(moe_gate_up_kernel<FMT, GU, true>, smem1);
-        if (e == cudaSuccess)
-            e = launch_pdl(pdl, moe_gate_up_kernel<FMT, GU, true>, g1, dim3(DEC_THREADS), smem1, s, table, n_experts, I,
-                           D, x, ids, n_used, act, fz.logits, fz.ra, weights);
-    } else {
-        e = smem_opt_in(moe_gate_up_kernel<FMT, GU, false>, smem1);
-        if (e == cudaSuccess)
-            e = launch_pdl(pdl, moe_gate_up_kernel<FMT, GU, false>, g1, dim3(DEC_THREADS), smem1, s, table, n_experts,
-                           I, D, x, ids, n_used, act, (const float *)nullptr, fz.ra, weights);
-    }
-    if (e == cudaSuccess)
-        e = smem_opt_in(moe_down_kernel<FMT, DN>, smem2);
-    if (e != cudaSuccess)
-        return e;
-    dim3 g2((unsigned)((D + DN - 1) / DN), (unsigned)n_tokens);
-    return launch_pdl(pdl, moe_down_kernel<FMT, DN>, g2, dim3(DEC_THREADS), smem2, s, table, n_experts, D, I, act,
-                      (const int32_t *)ids, (const float *)weights, n_used, out, fz.residual);
-}
-
 template <int FMT>
 struct launch_moe {
     static cudaError_t run(cudaStream_t s, const cuda_wdev *table, int n_experts, int64_t D, int64_t I,
-                           const float *x, int n_tokens, int32_t *ids, float *weights, int n_used,
-                           float *act, float *out, int gu, int dn, bool pdl, const moe_fuse_dev *fz)
+                           const float *x, int n_tokens, const int32_t *ids, const float *weights, int n_used,
+                           float *act, float *out, bool pdl)
     {
-        if (gu >= 4)
-            return dn >= 8 ? moe_launch<FMT, 4, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz)
-                           : moe_launch<FMT, 4, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz);
-        return dn >= 8 ? moe_launch<FMT, 2, 8>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz)
-                       : moe_launch<FMT, 2, 4>(s, table, n_experts, D, I, x, n_tokens, ids, weights, n_used, act, out, pdl, *fz);
+        int64_t warps_i = (I + GU_R - 1) / GU_R;
+        dim3 g1((unsigned)((warps_i + DEC_WARPS - 1) / DEC_WARPS), (unsigned)(n_tokens * n_used));
+        size_t smem1 = (size_t)D * sizeof(float), smem2 = (size_t)DEC_WARPS * (size_t)I * sizeof(float);
+        cudaError_t e = smem_opt_in(moe_gate_up_kernel<FMT>, smem1);
+        if (e == cudaSuccess)
+            e = launch_pdl(pdl, moe_gate_up_kernel<FMT>, g1, dim3(DEC_THREADS), smem1, s, table, n_experts, I, D, x,
+                           ids, n_used, act);
+        if (e == cudaSuccess)
+            e = smem_opt_in(moe_down_kernel<FMT>, smem2);
+        if (e != cudaSuccess)
+            return e;
+        dim3 g2((unsigned)((D + DOWN_R - 1) / DOWN_R), (unsigned)n_tokens);
+        return launch_pdl(pdl, moe_down_kernel<FMT>, g2, dim3(DEC_THREADS), smem2, s, table, n_experts, D, I, act,
+                          ids, weights, n_used, out);
     }
 };
 
@@ -491,7 +430,7 @@ extern "C" cudaError_t cuda_gemv1(cudaStream_t stream, enum weight_format fmt, i
     }
     if (!rows)
         return cudaSuccess;
-    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows, pdl != 0, 0);
+    return by_format<launch_gemv1>(fmt, stream, (const gemv1_params *)&p, rows, pdl != 0);
 }
 
 extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,
@@ -502,17 +441,14 @@ extern "C" int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model
 
 extern "C" cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                                        int n_experts, int64_t d_model, int64_t d_expert, const float *x,
-                                       int n_tokens, int32_t *ids, float *weights, int n_used, float *act,
-                                       float *out, int pdl)
+                                       int n_tokens, const int32_t *ids, const float *weights, int n_used,
+                                       float *act, float *out, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
     if (!k_ok(fmt, d_model) || !k_ok(fmt, d_expert) || n_used < 1 || n_used > MAX_K_USED ||
         (int64_t)n_tokens * n_used > 65535)
         return cudaErrorInvalidValue;
-    /* 2 gate/up rows and 4 down rows a warp: more spill at the 128 registers two blocks an SM
-     * allow (docs/lab/experiments.md) */
-    const moe_fuse_dev fz = {};
     return by_format<launch_moe>(fmt, stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                 n_used, act, out, 2, 4, pdl != 0, &fz);
+                                 n_used, act, out, pdl != 0);
 }

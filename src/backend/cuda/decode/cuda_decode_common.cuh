@@ -61,41 +61,6 @@ __device__ __forceinline__ void stage_x(float4 *xs, const float *x, int64_t K)
     }
 }
 
-/* x = rmsnorm(h[0 .. K)) * nw into shared memory (layout and NVFP4 prescale as stage_x), rounded
- * as the CPU's RMSNorm: every block of a fused GEMV normalises the row itself, which saves the
- * norm kernel and its launch. Block 0 also writes x to x_out (when not NULL) for later ops.
- * Block-wide, with barriers; the caller synchronises before reading xs. pend (or NULL): a
- * pending delta added to h first (h is not written). */
-template <int FMT>
-__device__ __forceinline__ void stage_x_norm(float4 *xs, const float *h, const float *nw, float eps,
-                                             int64_t K, float *x_out, const float *pend = nullptr)
-{
-    constexpr int Q = chunk<FMT>::q;
-    const float4 *src = (const float4 *)h;
-    double ss = 0;
-    for (int64_t f = threadIdx.x; f < K / 4; f += blockDim.x) {
-        float4 v = src[f];
-        if (pend) /* h + the pending delta, as the composed add */
-            v = f4_add_rn(v, ((const float4 *)pend)[f]);
-        ss += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
-        int64_t c = f / Q;
-        xs[c * Q + ((int)(f % Q) ^ x_swz<Q>(c))] = v;
-    }
-    const float inv = dev_rms_inv(block_sum_double(ss), (int)K, eps);
-    for (int64_t f = threadIdx.x; f < K / 4; f += blockDim.x) { /* the elements this thread staged */
-        int64_t c = f / Q;
-        float4 *d = xs + c * Q + ((int)(f % Q) ^ x_swz<Q>(c));
-        float4 v = *d, wv = __ldg((const float4 *)nw + f);
-        v = make_float4(__fmul_rn(wv.x, __fmul_rn(v.x, inv)), __fmul_rn(wv.y, __fmul_rn(v.y, inv)),
-                        __fmul_rn(wv.z, __fmul_rn(v.z, inv)), __fmul_rn(wv.w, __fmul_rn(v.w, inv)));
-        if (x_out && blockIdx.x == 0 && blockIdx.y == 0)
-            ((float4 *)x_out)[f] = v;
-        if constexpr (FMT == WEIGHT_NVFP4)
-            v = make_float4(v.x * X_PRESCALE, v.y * X_PRESCALE, v.z * X_PRESCALE, v.w * X_PRESCALE);
-        *d = v;
-    }
-}
-
 /* 16 bytes of one row plus what scales them. */
 struct wraw {
     uint4 w;

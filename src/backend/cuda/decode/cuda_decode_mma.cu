@@ -34,36 +34,22 @@
 #include "backend/cuda/decode/decode.h"
 #include "backend/cuda/decode/cuda_decode_mma.cuh"
 #include "backend/cuda/common/cuda_ktrace.cuh"
-#include "backend/cuda/moe/cuda_route_warp.cuh"
 
 KT_MODULE(decode_mma, "moe_gate_up_mma", "moe_down_mma", "gemv_mma")
 
 namespace
 {
 
-/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / (16 / KS), pairs); a row tile: rows n0
- * .. n0 + 3 of gate (lanes' g 0..3) and of up (g 4..7), taken by KS warps that split K (their
- * sums added in order through shared memory). Blocks of 4 warps: Qwen3-30B-A3B's gate/up at one
- * token is 384 of them, that spread 2-3 to an SM where 192 blocks of 8 warps would leave 60 SMs
- * with twice the work of the other 72. Every launch uses KS = 1: KS = 2 (half the chunks each on
- * twice the warps, to shorten each warp's chain of ~160 instructions a 32-k chunk) is slower
- * (H200, batch 1: 352.6 vs 358.4 tok/s, docs/lab/journal.md). */
+/* act[pair, n] = silu(x G_e[n]) * (x U_e[n]); grid (I / 16, pairs); a warp's row tile: rows n0
+ * .. n0 + 3 of gate (lanes' g 0..3) and of up (g 4..7) over the whole K. Blocks of 4 warps:
+ * Qwen3-30B-A3B's gate/up at one token is 384 of them, that spread 2-3 to an SM where 192 blocks
+ * of 8 warps would leave 60 SMs with twice the work of the other 72. Two warps splitting a tile's
+ * K (to shorten each warp's chain of ~160 instructions a 32-k chunk) are slower (H200, batch 1:
+ * 352.6 vs 358.4 tok/s, docs/lab/journal.md). */
 enum { MOE_SMEM_BATCH = 4 };
-
-/* The gate/up kernel's optional jobs. Every launch in this file leaves them off (NPL 0, rt
- * zeroed): measured, none is faster (docs/lab/experiments.md).
- * NPL > 0: the kernel routes for itself from the router logits: in every block warp 0 runs its
- * token's top-k (route_warp, as the routing kernel does) and keeps the pick of the block's slot;
- * the first block of slot 0 of each token also writes the token's ids and weights for the down
- * kernel, so no routing kernel sits between the router and gate/up. */
-struct gu_route {
-    const float *logits; /* (tokens, E) */
-    route_warp_args ra;
-    int32_t *ids;        /* (tokens, k) written */
-    float *weights;
-    int l2_down;         /* also: queue the pair's down weights into L2 (see moe_gate_up_mma_kernel) */
-    int early;           /* trigger the down kernel right after the wait (see moe_down_mma_kernel) */
-};
+/* MOE_U: weight groups a gate/up warp of the register form keeps in flight (4 and 16 are slower,
+ * docs/lab/experiments.md). */
+enum { MOE_U = 8 };
 
 /* A gate/up warp's end (silu_pair_store): the up weight's scale and bias come from lane 16
  * (g = 4 holds the up entry), no table read at the tail. */
@@ -77,144 +63,81 @@ __device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int
 
 /* SM: the weights go through shared memory (rows8_stage_async: all of a warp's groups in flight
  * at once, few registers), the kernel triggers its dependent right after its wait, and the
- * dynamic shared memory holds x's fragments then MG_WARPS areas of D / 128 groups. */
-template <int U, int KS, int NPL = 0, bool SM = false>
-__global__ void __launch_bounds__(MG_THREADS, SM ? 8 : KS == 1 ? 4 : U == 4 ? 6 : 5)
+ * dynamic shared memory holds x's fragments then MG_WARPS areas of D / 128 groups. !SM: the
+ * weights in registers, MOE_U groups in flight. */
+template <bool SM>
+__global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
-                           const int32_t *ids, int n_used, float *act, const __grid_constant__ gu_route rt)
+                           const int32_t *ids, int n_used, float *act)
 {
     extern __shared__ uint2 xf[];
-    __shared__ float2 part[MG_WARPS][4];
     KT_BEGIN();
     pdl_wait();
-    if (SM || rt.early) /* one wave: no later block of this kernel needs the slots */
+    if (SM) /* one wave: no later block of this kernel needs the slots */
         pdl_trigger();
     KT_MARK(1);
     const int pair = blockIdx.y;
-    const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32, half = wib % KS;
-    int e;
-    if constexpr (NPL > 0) {
-        __shared__ int s_e;
-        const int tok = pair / n_used, slot = pair % n_used;
-        if (wib == 0) {
-            const bool writer = blockIdx.x == 0 && slot == 0;
-            int id0 = -1, id1 = -1;
-            float w0 = 0.0f, w1 = 0.0f;
-            route_warp<NPL>(rt.logits + (size_t)tok * rt.ra.E, rt.ra, writer ? rt.ids + (size_t)tok * n_used : nullptr,
-                            writer ? rt.weights + (size_t)tok * n_used : nullptr, &id0, &w0, &id1, &w1);
-            if (lane == slot % 32)
-                s_e = slot < 32 ? id0 : id1;
-        }
-        __syncthreads();
-        e = s_e;
-    } else {
-        e = ids[pair];
-    }
-    const int64_t n0 = ((int64_t)blockIdx.x * (MG_WARPS / KS) + wib / KS) * 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32;
+    const int e = ids[pair];
+    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + wib) * 4;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
-        if (half == 0 && lane < 4 && n0 + lane < I)
+        if (lane < 4 && n0 + lane < I)
             out[n0 + lane] = 0.0f;
         return;
     }
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
-    const int G = (int)(D / 128), g0 = G * half / KS, g1 = G * (half + 1) / KS;
+    const int G = (int)(D / 128);
     float2 r;
     if constexpr (SM) {
-        static_assert(NPL == 0, "the shared-memory form does not route");
-        /* every warp's area holds the largest slice, (G + KS - 1) / KS groups */
-        uint8_t *area =
-            (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)((G + KS - 1) / KS) * RS8_GROUP_BYTES;
+        uint8_t *area = (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)G * RS8_GROUP_BYTES;
         int commits = 0;
         xfrag_zeros_init();
         xfrag_stage_around<4>(
             xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
-            [&] { commits = rows8_stage_async(w, row, row < I, D, g0, g1, area, MOE_SMEM_BATCH); });
+            [&] { commits = rows8_stage_async(w, row, row < I, D, 0, G, area, MOE_SMEM_BATCH); });
         __syncthreads();
         KT_MARK(2);
-        r = rows8_dot_smem(area, xf, g0, g1, MOE_SMEM_BATCH, commits);
+        r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
     } else {
-        /* the first U weight groups in flight while x is staged, asked for after x */
-        chunk16 pre[U];
+        /* the first MOE_U weight groups in flight while x is staged, asked for after x */
+        chunk16 pre[MOE_U];
         xfrag_zeros_init();
         xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
-                              [&] { rows8_prefetch<U>(w, row, row < I, D, g0, g1, pre); });
-        /* rt.l2_down (caps "tma"): the last warp queues this block's slice of the pair's down
-         * weights into L2 (cp.async.bulk.prefetch, no registers held), after its own loads are
-         * out: the down kernel's weight loads then come from L2 instead of DRAM. The DRAM is far
-         * from busy here (14 MB in ~10 us at one token); what limits both kernels is latency. */
-        if (rt.l2_down && wib == MG_WARPS - 1) {
-            const cuda_wdev wd = table[2 * n_experts + e];
-            l2_prefetch_part(wd.data, (size_t)D * (size_t)I / 2, (int)blockIdx.x, (int)gridDim.x, lane, 32);
-            l2_prefetch_part(wd.scale, (size_t)D * (size_t)I / 16, (int)blockIdx.x, (int)gridDim.x, lane, 32);
-        }
+                              [&] { rows8_prefetch<MOE_U>(w, row, row < I, D, 0, G, pre); });
         __syncthreads();
         KT_MARK(2);
-        r = rows8_dot_range<U>(w, row, row < I, D, xf, g0, g1, pre);
+        r = rows8_dot_range<MOE_U>(w, row, row < I, D, xf, 0, G, pre);
     }
     KT_MARK(3);
     pdl_trigger(); /* late: see pdl_trigger() */
-    if constexpr (KS > 1) {
-        if (half != 0 && lane < 4)
-            part[wib][lane] = r;
-        __syncthreads();
-        if (half != 0)
-            return;
-        if (lane < 4)
-            for (int k = 1; k < KS; k++) {
-                const float2 o = part[wib + k][lane];
-                r.x += o.x, r.y += o.y;
-            }
-    }
     gate_up_finish(r, w, n0, I, out, lane);
     KT_END(decode_mma, 0);
 }
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid
- * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. residual: out +=. */
-template <int U, bool PREWAIT>
+ * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. */
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
-                        const int32_t *ids, const float *weights, int n_used, float *out, int residual,
-                        const __grid_constant__ cuda_l2_ranges pf)
+                        const int32_t *ids, const float *weights, int n_used, float *out)
 {
     extern __shared__ uint2 xf[];
     __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
     __shared__ float part[MD_MAX_USED][8], s_w[MD_MAX_USED];
     KT_BEGIN();
-    /* the next layer's first weights (the caller's hint; cuda_moe_decode_mma passes none), while
-     * this one's experts stream in */
-    l2_prefetch_ranges(pf, (int)(blockIdx.y * gridDim.x + blockIdx.x), (int)(gridDim.x * gridDim.y));
     xfrag_zeros_init();
     const int t = blockIdx.y;
     const int64_t n0 = (int64_t)blockIdx.x * 8;
     const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     /* at most 6 groups in flight (a 768-wide row: all of it): with act's 6 entries a lane held
      * across the weight loads, 8 spill */
-    constexpr int UD = U > 6 ? 6 : U;
-    /* the token's routing into shared memory once (the slot loop, the sort and the combine at
-     * the tail read it there); PREWAIT (gate/up's rt.early): also the warp's first slot's table
-     * entry and weights, all of it before the PDL wait: the ids and weights come from the routing
-     * kernel two launches back, which has finished before the gate/up kernel ahead of this one
-     * can trigger it (L2 reads: no stale L1 line of an earlier layer's ids). */
-    chunk16 pre[UD]; /* in flight while a slot's act is staged (asked for after act without prewait) */
-    cuda_wdev w0 = {};
-    auto routing = [&] {
-        slots_load(ids, weights, t, n_used, s_ids, s_w, order);
-        if constexpr (PREWAIT) {
-            const int e = wib < n_used ? s_ids[wib] : -1;
-            if (e >= 0 && e < n_experts) {
-                w0 = table[2 * n_experts + e];
-                rows8_prefetch<UD>(w0, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre);
-            }
-        }
-    };
-    if constexpr (PREWAIT)
-        routing();
+    constexpr int UD = 6;
+    chunk16 pre[UD]; /* in flight while a slot's act is staged (asked for after act) */
     pdl_wait();
-    if constexpr (!PREWAIT)
-        routing();
+    /* the token's routing into shared memory once (the slot loop, the sort and the combine at
+     * the tail read it there) */
+    slots_load(ids, weights, t, n_used, s_ids, s_w, order);
     KT_MARK(1);
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;
     for (int j = wib; j < n_used; j += MD_WARPS) {
@@ -223,13 +146,10 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         float s = 0.0f;
         const float *bias = nullptr;
         if (e >= 0 && e < n_experts) {
-            const bool have = PREWAIT && j == wib;
-            const cuda_wdev w = have ? w0 : table[2 * n_experts + e];
+            const cuda_wdev w = table[2 * n_experts + e];
             __syncwarp();
-            xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32, [&] {
-                if (!have)
-                    rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre);
-            });
+            xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
+                                  [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre); });
             __syncwarp();
             if (j == 0)
                 KT_MARK(2);
@@ -246,8 +166,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     if (threadIdx.x < 8 && n0 + threadIdx.x < D) {
         const int r = threadIdx.x;
         const float o = slots_combine<8>(s_ids, s_w, order, part, n_used, n_experts, r);
-        float *dst = out + (size_t)t * (size_t)D + n0 + r;
-        *dst = residual ? __fadd_rn(*dst, o) : o;
+        out[(size_t)t * (size_t)D + n0 + r] = o;
     }
     KT_END(decode_mma, 1);
 }
@@ -263,7 +182,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
  * tpw x I / 128 groups. */
 __global__ void __launch_bounds__(MD_THREADS, 3)
     moe_down_smem_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
-                         const int32_t *ids, const float *weights, int n_used, float *out, int residual, int tpw)
+                         const int32_t *ids, const float *weights, int n_used, float *out, int tpw)
 {
     extern __shared__ uint2 xf[];
     __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
@@ -319,15 +238,14 @@ __global__ void __launch_bounds__(MD_THREADS, 3)
     if ((int)threadIdx.x < 8 * tpw && n0 + threadIdx.x < D) {
         const int tt = threadIdx.x / 8, rr = threadIdx.x % 8;
         const float o = slots_combine<8>(s_ids, s_w, order, part[tt], n_used, n_experts, rr);
-        float *dst = out + (size_t)t * (size_t)D + n0 + threadIdx.x;
-        *dst = residual ? __fadd_rn(*dst, o) : o;
+        out[(size_t)t * (size_t)D + n0 + threadIdx.x] = o;
     }
     KT_END(decode_mma, 1);
 }
 
-/* y_j = x W_j^T for up to 3 NVFP4 weights sharing x (one token); a row tile is 8 rows of one
+/* y_j = x W_j^T for up to 3 NVFP4 weights sharing x (1-8 tokens); a row tile is 8 rows of one
  * weight, a block 8 warps = MD_WARPS / ks row tiles x ks slices of K (summed in a fixed order
- * through shared memory). residual: y += instead of y =. */
+ * through shared memory). */
 /* GM_U: weight groups a warp loads before the wait (and keeps in flight after it). 8 covers a
  * whole q/k/v row slice of Qwen3-30B-A3B (K 2048 in 2 slices: 8 groups of 128), so its dot
  * waits on no load after the wait; with 4 that dot takes 4598 cycles against o's 2140, whose 4
@@ -342,15 +260,8 @@ struct gemv_mma_params {
     int n_jobs, ks;
     int64_t K;
     const float *x;
-    const float *norm_w; /* not NULL: x is the residual row, the GEMV reads rmsnorm(x) * norm_w */
-    float eps;
-    float *x_out; /* with norm_w: where block 0 leaves rmsnorm(x) * norm_w (may be NULL) */
-    int residual;
-    const float *pending; /* or NULL: a delta not yet added into x's residual row (norm_w) or y */
-    int T;                /* tokens (rows of x and of each y), 1..GM_MAX_TOKENS; > 1: no fusions */
+    int T; /* tokens (rows of x and of each y), 1..GM_MAX_TOKENS */
 };
-/* norm_w, residual and pending are the kernel's fused forms (the RMSNorm before q/k/v, the
- * residual add after o); cuda_gemv_mma sets none of them. */
 
 __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_constant__ gemv_mma_params p)
 {
@@ -373,12 +284,9 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     KT_MARK(1); /* phases: 0 weight issue, 1 PDL wait, 2 x staging, 3 the dot, 4 K slices + store */
     pdl_wait();
     KT_MARK(2);
-    if (p.norm_w) /* the RMSNorm before q/k/v fused: every block normalises the row itself */
-        xfrag_stage_norm(xf, p.x, p.norm_w, p.eps, (int)p.K, p.x_out, p.pending);
-    else
-        for (int tok = 0; tok < T; tok++) /* token tok's fragments at K / 2 uint2 each */
-            xfrag_stage(xf + (size_t)tok * (size_t)(p.K / 2), p.x + (size_t)tok * (size_t)p.K, (int)p.K,
-                        threadIdx.x, MD_THREADS);
+    for (int tok = 0; tok < T; tok++) /* token tok's fragments at K / 2 uint2 each */
+        xfrag_stage(xf + (size_t)tok * (size_t)(p.K / 2), p.x + (size_t)tok * (size_t)p.K, (int)p.K, threadIdx.x,
+                    MD_THREADS);
     __syncthreads();
     KT_MARK(3);
     float2 r = make_float2(0.f, 0.f);
@@ -399,10 +307,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
         for (int k = 1; k < p.ks; k++)
             v += part[warp + k][tok][rr];
         v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + rr] : 0.0f);
-        float *dst = p.y[j] + (size_t)tok * (size_t)p.N[j] + n0 + rr;
-        if (p.residual)
-            v = __fadd_rn(p.pending ? __fadd_rn(*dst, p.pending[n0 + rr]) : *dst, v);
-        *dst = v;
+        p.y[j][(size_t)tok * (size_t)p.N[j] + n0 + rr] = v;
     }
     if (warp == 0)
         KT_END(decode_mma, 2);
@@ -457,80 +362,65 @@ extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_m
 namespace
 {
 
-/* The shared-memory form (see moe_gate_up_mma_kernel's SM, moe_down_smem_kernel); KS: warps that
- * split a gate/up row tile's K. */
-template <int KS, bool GU_SM>
-cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
-                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                            const int32_t *ids, const float *weights, int n_used, float *act, float *out,
-                            int residual, int pdl, int tpw)
+/* The shared-memory form (see moe_gate_up_mma_kernel's SM, moe_down_smem_kernel). */
+cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
+                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
+                            int n_used, float *act, float *out, int pdl, int tpw)
 {
-    /* x's fragments, then each warp's K / KS slice of its 8 rows (!GU_SM: gate/up holds its
-     * weights in registers and triggers the down kernel right after its wait) */
-    const size_t smem1 = (size_t)d_model * 4 +
-                         (GU_SM ? (size_t)MG_WARPS * (size_t)((d_model / 128 + KS - 1) / KS) * RS8_GROUP_BYTES
-                                : 0),
+    /* x's fragments, then each warp's D / 128 groups of its 8 rows */
+    const size_t smem1 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 0),
                  smem2 = cuda_moe_decode_mma_smem_bytes(d_model, d_expert, tpw, 1);
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, GU_SM>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem1);
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem1);
     if (e == cudaSuccess && smem2 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     /* the whole shared memory for both: an SM changes its L1 / shared split only when idle, so a
      * gate/up kernel that ran with a smaller split would keep the down blocks out */
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<8, KS, 0, GU_SM>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<true>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(moe_down_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess)
         return e;
-    gu_route rt = {};
-    rt.early = !GU_SM;
-    const int rows_per_block = 4 * MG_WARPS / KS;
+    const int rows_per_block = 4 * MG_WARPS;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<8, KS, 0, GU_SM>, g1, dim3(MG_THREADS), smem1, stream,
-                   table, n_experts, d_expert, d_model, x, ids, n_used, act, rt);
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<true>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
+                   d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);
     return launch_pdl(pdl != 0, moe_down_smem_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
-                      d_expert, act, ids, weights, n_used, out, residual, tpw);
+                      d_expert, act, ids, weights, n_used, out, tpw);
 }
 
-template <int U, int KS, int NPL = 0>
+/* The register form (moe_gate_up_mma_kernel<false>, moe_down_mma_kernel). */
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
-                           int n_used, float *act, float *out, int residual, int pdl, const cuda_l2_ranges &pf,
-                           const gu_route &rt = gu_route{})
+                           int n_used, float *act, float *out, int pdl)
 {
     /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
     cudaError_t e = cudaSuccess;
     if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<U, KS, NPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem1);
-    const bool early = NPL == 0 && rt.early;
     if (e == cudaSuccess && smem2 > 48 * 1024)
-        e = cudaFuncSetAttribute(early ? moe_down_mma_kernel<U, true> : moe_down_mma_kernel<U, false>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
+        e = cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     if (e != cudaSuccess)
         return e;
-    const int rows_per_block = 4 * MG_WARPS / KS;
+    const int rows_per_block = 4 * MG_WARPS;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<U, KS, NPL>, g1, dim3(MG_THREADS), smem1, stream, table,
-                   n_experts, d_expert, d_model, x, ids, n_used, act, rt);
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<false>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
+                   d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
-    /* the down kernel reads the routing before its wait only when a routing kernel wrote it (not
-     * the routed gate/up, NPL > 0, which is the kernel right before it) */
-    return launch_pdl(pdl != 0, early ? moe_down_mma_kernel<U, true> : moe_down_mma_kernel<U, false>, g2,
-                      dim3(MD_THREADS), smem2, stream, table, n_experts, d_model, d_expert, act, ids, weights, n_used,
-                      out, residual, pf);
+    return launch_pdl(pdl != 0, moe_down_mma_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
+                      d_expert, act, ids, weights, n_used, out);
 }
 
 } // namespace
@@ -540,8 +430,6 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
                                            const int32_t *ids, const float *weights, int n_used, float *act,
                                            float *out, int pdl, int smem_tpw)
 {
-    const cuda_l2_ranges none = {};
-    gu_route rt = {};
     if (n_tokens <= 0)
         return cudaSuccess;
     if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535)
@@ -549,9 +437,9 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
     if (smem_tpw) {
         if (!cuda_moe_decode_mma_smem_fits(d_model, d_expert, n_used, smem_tpw, (size_t)-1))
             return cudaErrorInvalidValue;
-        return moe_smem_launch<1, true>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights,
-                                        n_used, act, out, 0, pdl, smem_tpw);
+        return moe_smem_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act,
+                               out, pdl, smem_tpw);
     }
-    return moe_mma_launch<8, 1>(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act,
-                                out, 0, pdl, none, rt);
+    return moe_mma_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act, out,
+                          pdl);
 }

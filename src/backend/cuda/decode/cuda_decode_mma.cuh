@@ -12,8 +12,6 @@
 namespace
 {
 
-enum { MD_U = 4 };
-
 __device__ __forceinline__ uint32_t bf16x2_of(float lo, float hi)
 {
     uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
@@ -67,52 +65,6 @@ __device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, in
         for (int i = 0; i < XB; i++)
             if (it0 + i * stride < K / 4)
                 xfrag_put(xf, it0 + i * stride, a[i], b[i]);
-    }
-}
-
-/* xfrag_stage of x' = rmsnorm(h) * nw (h: K floats, the residual row), rounded as the CPU's
- * RMSNorm (a double sum of squares, then w * (h * inv)); block-wide (every thread of the block,
- * MD_THREADS of them, K / 4 <= 4 * MD_THREADS: each thread holds its share of h in registers
- * across the block sum). Block (0, 0) also writes x' to x_out when it is not NULL. The caller
- * synchronises before the fragments are read. */
-enum { XN_MAX_IT = 4 };
-__device__ __forceinline__ void xfrag_stage_norm(uint2 *xf, const float *h, const float *nw, float eps, int K,
-                                                 float *x_out, const float *pend = nullptr)
-{
-    float2 a[XN_MAX_IT], b[XN_MAX_IT];
-    double ss = 0;
-#pragma unroll
-    for (int i = 0; i < XN_MAX_IT; i++) {
-        const int it = threadIdx.x + i * MD_THREADS;
-        if (it < K / 4) {
-            xfrag_load(h, it, a[i], b[i]);
-            if (pend) { /* h + the pending delta, as the composed add */
-                float2 pa, pb;
-                xfrag_load(pend, it, pa, pb);
-                a[i] = make_float2(__fadd_rn(a[i].x, pa.x), __fadd_rn(a[i].y, pa.y));
-                b[i] = make_float2(__fadd_rn(b[i].x, pb.x), __fadd_rn(b[i].y, pb.y));
-            }
-            ss += (double)a[i].x * a[i].x + (double)a[i].y * a[i].y + (double)b[i].x * b[i].x +
-                  (double)b[i].y * b[i].y;
-        }
-    }
-    const float inv = dev_rms_inv(block_sum_double(ss), K, eps);
-    const bool writer = x_out && blockIdx.x == 0 && blockIdx.y == 0;
-#pragma unroll
-    for (int i = 0; i < XN_MAX_IT; i++) {
-        const int it = threadIdx.x + i * MD_THREADS;
-        if (it >= K / 4)
-            continue;
-        float2 wa, wb;
-        xfrag_load(nw, it, wa, wb);
-        a[i] = make_float2(__fmul_rn(wa.x, __fmul_rn(a[i].x, inv)), __fmul_rn(wa.y, __fmul_rn(a[i].y, inv)));
-        b[i] = make_float2(__fmul_rn(wb.x, __fmul_rn(b[i].x, inv)), __fmul_rn(wb.y, __fmul_rn(b[i].y, inv)));
-        if (writer) {
-            const int c = it / 8, w = (it / 2) % 4, hh = it % 2, k0 = 32 * c + 8 * w + 2 * hh;
-            *(float2 *)(x_out + k0) = a[i];
-            *(float2 *)(x_out + k0 + 4) = b[i];
-        }
-        xfrag_put(xf, it, a[i], b[i]);
     }
 }
 
@@ -259,7 +211,7 @@ __device__ __forceinline__ chunk16 load_chunk(const cuda_wdev &w, int64_t row, i
 
 /* The first U chunk groups of [g0, g1) of row `row` (ok: it exists): what a kernel may load
  * before it waits for its predecessor or stages x (weights never change). */
-template <int U = MD_U>
+template <int U>
 __device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, bool ok, int64_t K, int g0, int g1,
                                                chunk16 (&q)[U])
 {
@@ -272,8 +224,8 @@ __device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, 
 /* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x over the
  * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K), the first
  * U groups already in pre, U more per round after: returns in lanes 0..3 the raw sums of rows
- * 2t and 2t + 1 (times 2^-62). The sums are added group by group in order, as rows8_dot does. */
-template <int U = MD_U>
+ * 2t and 2t + 1 (times 2^-62). The sums are added group by group in order. */
+template <int U>
 __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t row, bool ok, int64_t K,
                                                   const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U],
                                                   int T = 1)
@@ -383,30 +335,6 @@ static inline int64_t gemv_jobs_fill(P &p, int n_w, const cuda_wdev *w, const in
     }
     p.first_tile[n_w] = tiles;
     return tiles;
-}
-
-/* As rows8_dot_range over all of K, loading as it goes (for a kernel that knows its weights only
- * after the wait), U chunk groups in flight per round: each round is one dependent DRAM round
- * trip, so U = 8 makes the 2048-wide gate/up two rounds and the 768-wide down one. No kernel of
- * cuda_decode_mma.cu calls it: they put their first groups in flight with rows8_prefetch. */
-template <int U = MD_U>
-__device__ __forceinline__ float2 rows8_dot(const cuda_wdev &w, int64_t row, bool ok, int64_t K, const uint2 *xf)
-{
-    const int lane = threadIdx.x % 32, t = lane % 4;
-    const int NC = (int)(K / 32);
-    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int i0 = 0; i0 < NC / 4; i0 += U) {
-        chunk16 q[U];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            q[u] = load_chunk(w, row, 4 * (i0 + u) + t, K, ok && i0 + u < NC / 4);
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (i0 + u < NC / 4)
-                chunk_mma(q[u], xfrag_group(xf, i0 + u, lane), lane, d0, d1);
-    }
-    /* C rows 0 (x's hi) and 8 (its lo) of columns 2t, 2t + 1, in lanes 0..3 */
-    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
 } // namespace

@@ -36,7 +36,7 @@ int cuda_moe_decode_supported(enum weight_format fmt, int64_t d_model, int64_t d
  * pdl as for cuda_gemv1. */
 cudaError_t cuda_moe_decode(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *table,
                             int n_experts, int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
-                            int32_t *ids, float *weights, int n_used, float *act, float *out, int pdl);
+                            const int32_t *ids, const float *weights, int n_used, float *act, float *out, int pdl);
 
 /* ---- cuda_decode_mma.cu (few-token kernels on bf16 tensor cores, sm_80+) ---- */
 /* Whether cuda_moe_decode_mma takes this shape (NVFP4, both widths multiples of 128). */

@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(128)
     if (t >= n_tokens)
         return;
     /* marks 2..4 (trace builds): logits in, probabilities, picks; the end: ids and weights stored */
-    route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k, nullptr, nullptr,
-                    nullptr, nullptr, [&](int i) { KT_MARK(i + 1); });
+    route_warp<NPL>(logits + (size_t)t * a.E, a, ids + (size_t)t * a.k, wout + (size_t)t * a.k,
+                    [&](int i) { KT_MARK(i + 1); });
     KT_END(route, 0);
 }
 

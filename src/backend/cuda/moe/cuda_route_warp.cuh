@@ -4,9 +4,8 @@
  * or sigmoid; selection score = prob + correction bias; top-k by repeated arg-max with ties to
  * the lower expert id; weights = the unbiased probabilities, renormalised in double (+ eps) and
  * scaled. Lane l holds experts l, l + 32, ... (NPL of them) in registers, so an arg-max is five
- * shuffles and the whole routing needs no barrier: the routing kernel (cuda_moe_route.cu), the
- * router + routing kernel (cuda_router_route.cu) and the decode MoE kernels' self-routing forms
- * (cuda_decode.cu, cuda_decode_mma.cu) use it. route_rank_block is the block-wide form.
+ * shuffles and the whole routing needs no barrier: the routing kernel (cuda_moe_route.cu) and the
+ * router + routing kernel (cuda_router_route.cu) use it. route_rank_block is the block-wide form.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_ROUTE_WARP_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_ROUTE_WARP_CUH
@@ -64,13 +63,11 @@ struct route_no_mark {
     __device__ void operator()(int) const {}
 };
 
-/* Routes one token (lg: its E router logits) with the calling warp (all 32 lanes). Lane j < k
- * writes pick j to ids[j] / wout[j] when they are not NULL; pick j of lane j is also returned
- * through *id_j / *w_j (lane j + 32 through *id_j2 / *w_j2) for callers that keep it. */
+/* Routes one token (lg: its E router logits) with the calling warp (all 32 lanes): lane l writes
+ * picks l and l + 32 (those below k) to ids[] / wout[]. */
 template <int NPL, typename Mark = route_no_mark>
 __device__ __forceinline__ void route_warp(const float *lg, const route_warp_args a, int32_t *ids, float *wout,
-                                           int *id_j = nullptr, float *w_j = nullptr, int *id_j2 = nullptr,
-                                           float *w_j2 = nullptr, Mark mark = Mark{})
+                                           Mark mark = Mark{})
 {
     const int lane = threadIdx.x % 32, E = a.E, k = a.k;
     float prob[NPL], choice[NPL], lv[NPL];
@@ -147,13 +144,7 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
         if (a.normalize)
             w = (float)((double)w / (wsum + (double)a.eps));
         w = __fmul_rn(w, a.scaling);
-        int id = r ? id1 : id0;
-        if (ids)
-            ids[j] = id, wout[j] = w;
-        if (r == 0 && id_j)
-            *id_j = id, *w_j = w;
-        if (r == 1 && id_j2)
-            *id_j2 = id, *w_j2 = w;
+        ids[j] = r ? id1 : id0, wout[j] = w;
     }
 }
 
