@@ -69,6 +69,9 @@ struct kernel_desc {
     /* The GPU kernels its launches show in a profiler, as an extended regex over their names
      * (tools/trace_check.sh compares a step's launches with the plan); NULL: not checked. */
     const char *symbols;
+    /* Its launcher (the backend's state, the op's call record; false: it does not take the call's
+     * pointers, the backend tries the plan's next kernel); NULL in a build without the backend. */
+    bool (*launch)(void *backend, const void *call);
 };
 
 struct kernel_table {

@@ -249,6 +249,29 @@ static void test_dispatch_is_the_plan(void **state)
     free(p);
 }
 
+/* Every dispatched kernel of the table has its launcher in a CUDA build, none without CUDA (the
+ * table is the same file in both). */
+static void test_launchers(void **state)
+{
+    (void)state;
+    int dispatched = 0;
+    for (int i = 0; i < CUDA_KERNELS.n; i++) {
+        const struct kernel_desc *k = &CUDA_KERNELS.kernels[i];
+        if (k->id == CK_FIXED) {
+            assert_null(k->launch);
+            continue;
+        }
+        dispatched++;
+#if MOESERVE_HAVE_CUDA
+        if (!k->launch)
+            fail_msg("%s: dispatched by the plan but without a launcher", k->name);
+#else
+        assert_null(k->launch);
+#endif
+    }
+    assert_true(dispatched >= 13);
+}
+
 static void test_force(void **state)
 {
     (void)state;
@@ -294,6 +317,7 @@ int main(void)
     log_set_level(LOG_LEVEL_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dispatch_is_the_plan),
+        cmocka_unit_test(test_launchers),
         cmocka_unit_test(test_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/cuda_registry.h"
 #include "backend/cuda/decode/cuda_decode_limits.h"
 #include "base/log.h"
@@ -77,77 +78,120 @@ static void linear_cublas_bf16(struct cuda_backend *c, const void *wdata, float 
     CHECK(c, cuda_sum_halves(c->stream, y2, y2 + (size_t)m * (size_t)N, bias, m, N, y));
 }
 
-/* Kernel k (the plan's choice) on the linears ws[0 .. n_w) sharing x: one launch for the GEMVs,
- * a weight at a time otherwise. False, having launched nothing, when its launcher does not take
- * these pointers (alignment): the caller tries the plan's next kernel. */
-static bool linear_launch(struct cuda_backend *c, const struct kernel_desc *k, int n_w, const struct weight *const *ws,
-                          const float *x, int m, float *const *ys)
-{
-    const int K = (int)ws[0]->cols;
-    const enum weight_format fmt = ws[0]->format;
+/* The linears' call record, as the launchers get it (cuda_launch.h): ws[0 .. n_w) of one format
+ * and width sharing x, weights' device views and rows beside them. */
+struct linear_call {
+    int n_w;
+    const struct weight *const *ws;
+    const float *x;
+    int m;
+    float *const *ys;
     struct cuda_wdev wd[3];
     int64_t N[3];
-    for (int j = 0; j < n_w; j++)
-        wd[j] = cuda_wdev_of(ws[j]), N[j] = ws[j]->rows;
-    switch ((enum cuda_kernel_id)k->id) {
-    case CK_GEMV_MMA:
-        if (!cuda_gemv_mma_supported(n_w, wd, K, m, c->smem_budget) || !aligned16(x))
-            return false;
-        CHECK(c, cuda_gemv_mma(c->stream, n_w, wd, N, K, x, m, ys, c->sm_count, c->pdl));
-        return true;
-    case CK_GEMV1:
-        if (!cuda_gemv1_supported(fmt, K, x, c->smem_budget))
-            return false;
-        CHECK(c, cuda_gemv1(c->stream, fmt, n_w, wd, N, K, x, ys, c->pdl));
-        return true;
-    case CK_GEMM_WGMMA: {
-        struct cuda_wgmma_tile wt;
-        if (!wgmma_fit(c, &c->wg_linear, fmt, K, x, m, &wt))
-            return false;
-        for (int j = 0; j < n_w; j++) {
-            void *img;
-            if (wg_image_make(c, x, m, K, &wt, &img))
-                CHECK(c, cuda_gemm_wgmma(c->stream, fmt, &wd[j], N[j], K, x, m, ys[j], &wt, img));
-        }
-        return true;
+    int K;
+    enum weight_format fmt;
+};
+
+/* The launchers below (the kernel table's kernel_desc.launch): each launches its kernel on the call,
+ * one launch for the GEMVs and a weight at a time otherwise, or returns false, having launched
+ * nothing, where its launcher does not take these pointers (alignment, a tile that does not fit):
+ * the caller tries the plan's next kernel. */
+bool cuda_launch_gemv_mma(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    if (!cuda_gemv_mma_supported(l->n_w, l->wd, l->K, l->m, c->smem_budget) || !aligned16(l->x))
+        return false;
+    CHECK(c, cuda_gemv_mma(c->stream, l->n_w, l->wd, l->N, l->K, l->x, l->m, l->ys, c->sm_count, c->pdl));
+    return true;
+}
+
+bool cuda_launch_gemv1(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    if (!cuda_gemv1_supported(l->fmt, l->K, l->x, c->smem_budget))
+        return false;
+    CHECK(c, cuda_gemv1(c->stream, l->fmt, l->n_w, l->wd, l->N, l->K, l->x, l->ys, c->pdl));
+    return true;
+}
+
+bool cuda_launch_gemm_wgmma(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    struct cuda_wgmma_tile wt;
+    if (!wgmma_fit(c, &c->wg_linear, l->fmt, l->K, l->x, l->m, &wt))
+        return false;
+    for (int j = 0; j < l->n_w; j++) {
+        void *img;
+        if (wg_image_make(c, l->x, l->m, l->K, &wt, &img))
+            CHECK(c, cuda_gemm_wgmma(c->stream, l->fmt, &l->wd[j], l->N[j], l->K, l->x, l->m, l->ys[j], &wt, img));
     }
-    case CK_GEMM_MMA:
-        if (!cuda_gemm_mma_supported(fmt, K, x))
-            return false;
-        for (int j = 0; j < n_w; j++)
-            CHECK(c, cuda_gemm_mma(c->stream, fmt, &wd[j], N[j], K, x, m, ys[j],
-                                   cuda_gemm_tile_rows(tile_for_rows(c->tile_linear, m))));
-        return true;
-    case CK_GEMM_FP32:
-        for (int j = 0; j < n_w; j++) /* the bias is added in the kernels' epilogue */
-            CHECK(c, cuda_gemm(c->stream, fmt, &wd[j], N[j], K, x, m, ys[j], tile_for_rows(c->tile_linear, m)));
-        return true;
-    case CK_CUBLAS_BF16:
-    case CK_CUBLAS_DEQUANT:
-    case CK_CUBLAS_SGEMM:
-        break;
-    default: return false;
+    return true;
+}
+
+bool cuda_launch_gemm_mma(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    if (!cuda_gemm_mma_supported(l->fmt, l->K, l->x))
+        return false;
+    for (int j = 0; j < l->n_w; j++)
+        CHECK(c, cuda_gemm_mma(c->stream, l->fmt, &l->wd[j], l->N[j], l->K, l->x, l->m, l->ys[j],
+                               cuda_gemm_tile_rows(tile_for_rows(c->tile_linear, l->m))));
+    return true;
+}
+
+bool cuda_launch_gemm_fp32(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    for (int j = 0; j < l->n_w; j++) /* the bias is added in the kernels' epilogue */
+        CHECK(c, cuda_gemm(c->stream, l->fmt, &l->wd[j], l->N[j], l->K, l->x, l->m, l->ys[j],
+                           tile_for_rows(c->tile_linear, l->m)));
+    return true;
+}
+
+bool cuda_launch_cublas_sgemm(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    const float one = 1.0f, zero = 0.0f;
+    for (int j = 0; j < l->n_w; j++) {
+        const int Nj = (int)l->N[j];
+        if (CHECK(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Nj, l->m, l->K, &one, l->ws[j]->data, l->K, l->x,
+                                 l->K, &zero, l->ys[j], Nj)) &&
+            l->ws[j]->bias)
+            CHECK(c, cuda_bias_add(c->stream, l->ys[j], l->ws[j]->bias, l->m, Nj));
     }
-    for (int j = 0; j < n_w; j++) {
-        const int Nj = (int)N[j];
-        if (k->id == CK_CUBLAS_SGEMM) {
-            const float one = 1.0f, zero = 0.0f;
-            if (CHECK(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Nj, m, K, &one, ws[j]->data, K, x, K, &zero,
-                                     ys[j], Nj)) &&
-                ws[j]->bias)
-                CHECK(c, cuda_bias_add(c->stream, ys[j], ws[j]->bias, m, Nj));
-        } else if (k->id == CK_CUBLAS_BF16) {
-            char *s = cuda_scratch_get(c, cublas_split_bytes(m, Nj, K));
-            if (s)
-                linear_cublas_bf16(c, ws[j]->data, 1.0f, ws[j]->bias, x, m, Nj, K, ys[j], s);
-        } else {
-            /* the weight expanded to bf16 in scratch (exact; its global scale as the GEMM's alpha),
-             * then cuBLAS as for a bf16 weight */
-            size_t w_bytes = ((size_t)Nj * (size_t)K * sizeof(uint16_t) + 255) / 256 * 256;
-            char *s = cuda_scratch_get(c, w_bytes + cublas_split_bytes(m, Nj, K));
-            if (s && CHECK(c, cuda_nvfp4_to_bf16(c->stream, &wd[j], Nj, K, (uint16_t *)s)))
-                linear_cublas_bf16(c, s, ws[j]->scale2, ws[j]->bias, x, m, Nj, K, ys[j], s + w_bytes);
-        }
+    return true;
+}
+
+bool cuda_launch_cublas_bf16(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    for (int j = 0; j < l->n_w; j++) {
+        char *s = cuda_scratch_get(c, cublas_split_bytes(l->m, (int)l->N[j], l->K));
+        if (s)
+            linear_cublas_bf16(c, l->ws[j]->data, 1.0f, l->ws[j]->bias, l->x, l->m, (int)l->N[j], l->K, l->ys[j], s);
+    }
+    return true;
+}
+
+/* the weight expanded to bf16 in scratch (exact; its global scale as the GEMM's alpha), then cuBLAS
+ * as for a bf16 weight */
+bool cuda_launch_cublas_dequant(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct linear_call *l = call;
+    for (int j = 0; j < l->n_w; j++) {
+        const int Nj = (int)l->N[j];
+        size_t w_bytes = ((size_t)Nj * (size_t)l->K * sizeof(uint16_t) + 255) / 256 * 256;
+        char *s = cuda_scratch_get(c, w_bytes + cublas_split_bytes(l->m, Nj, l->K));
+        if (s && CHECK(c, cuda_nvfp4_to_bf16(c->stream, &l->wd[j], Nj, l->K, (uint16_t *)s)))
+            linear_cublas_bf16(c, s, l->ws[j]->scale2, l->ws[j]->bias, l->x, l->m, Nj, l->K, l->ys[j], s + w_bytes);
     }
     return true;
 }
@@ -162,11 +206,16 @@ static void linear_run(struct cuda_backend *c, int n_w, const struct weight *con
     struct kernel_shape sh = {.format = ws[0]->format, .tokens = m, .n_weights = n_w, .n = 0, .k = ws[0]->cols};
     for (int j = 0; j < n_w; j++)
         sh.n = ws[j]->rows > sh.n ? ws[j]->rows : sh.n;
+    struct linear_call call = {.n_w = n_w, .ws = ws, .x = x, .m = m, .ys = ys, .K = (int)ws[0]->cols,
+                               .fmt = ws[0]->format};
+    for (int j = 0; j < n_w; j++)
+        call.wd[j] = cuda_wdev_of(ws[j]), call.N[j] = ws[j]->rows;
     const struct plan_dispatch *d = plan_dispatch_for(&c->plan, PLAN_OP_LINEAR, m, sh.format);
-    for (int i = 0; i < d->n; i++)
-        if ((!d->kernels[i]->fits || d->kernels[i]->fits(&sh, c->smem_budget)) &&
-            linear_launch(c, d->kernels[i], n_w, ws, x, m, ys))
+    for (int i = 0; i < d->n; i++) {
+        const struct kernel_desc *k = d->kernels[i];
+        if ((!k->fits || k->fits(&sh, c->smem_budget)) && k->launch && k->launch(c, &call))
             return;
+    }
     PANIC("cuda: no kernel of the plan takes a %s linear of %d rows, K %lld", weight_format_name(sh.format), m,
           (long long)sh.k);
 }
@@ -211,10 +260,27 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
  * of the GEMM's height, gate/up, SiLU, down, combine. False, having launched nothing, when k's
  * launcher does not take these operands (a wgmma tile that does not fit both GEMMs, misaligned
  * x): the caller tries the plan's next kernel. */
-static bool moe_sorted(struct cuda_backend *c, const struct kernel_desc *k, const struct cuda_wdev *table,
-                       const struct moe_args *a, const float *x, int n_tokens, const int32_t *ids,
-                       const float *weights, float *work, float *out)
+/* The routed experts' call record, as the launchers get it (cuda_launch.h). */
+struct moe_call {
+    const struct cuda_wdev *table; /* the layer's device table (cuda_moe_table_get) */
+    const struct moe_args *a;
+    const float *x;
+    int n_tokens;
+    const int32_t *ids;
+    const float *weights;
+    float *work, *out;
+};
+
+enum sorted_gemm { SORTED_WGMMA, SORTED_MMA, SORTED_FP32 };
+
+static bool moe_sorted(struct cuda_backend *c, enum sorted_gemm kind, const struct moe_call *m)
 {
+    const struct cuda_wdev *table = m->table;
+    const struct moe_args *a = m->a;
+    const float *x = m->x, *weights = m->weights;
+    const int32_t *ids = m->ids;
+    float *work = m->work, *out = m->out;
+    const int n_tokens = m->n_tokens;
     const int pairs = n_tokens * a->n_used;
     const size_t D = (size_t)a->d_model, I = (size_t)a->d_expert, n = (size_t)a->n_experts;
     const enum weight_format fmt = a->gate[0].format;
@@ -231,13 +297,13 @@ static bool moe_sorted(struct cuda_backend *c, const struct kernel_desc *k, cons
     /* wgmma: gate/up (K = D) and down (K = I) share the sort, so their tiles must hold as many rows */
     struct cuda_wgmma_tile wt_in, wt_out;
     int bm = cuda_gemm_tile_rows(tile);
-    if (k->id == CK_MOE_WGMMA) {
+    if (kind == SORTED_WGMMA) {
         if (!wgmma_fit(c, &c->wg_moe, fmt, (int64_t)D, x, rows_per_expert, &wt_in) ||
             !wgmma_fit(c, &c->wg_moe, fmt, (int64_t)I, work, rows_per_expert, &wt_out) ||
             wt_in.tokens != wt_out.tokens)
             return false;
         bm = wt_in.tokens;
-    } else if (k->id == CK_MOE_MMA &&
+    } else if (kind == SORTED_MMA &&
                (!cuda_gemm_mma_supported(fmt, (int64_t)D, x) || !cuda_gemm_mma_supported(fmt, (int64_t)I, gate))) {
         return false;
     }
@@ -248,7 +314,7 @@ static bool moe_sorted(struct cuda_backend *c, const struct kernel_desc *k, cons
                                 n_tiles, max_tiles)))
         return true;
     bool ok = true;
-    if (k->id == CK_MOE_WGMMA) {
+    if (kind == SORTED_WGMMA) {
         /* gate and up read one image of x; down one of the activations (the same scratch) */
         void *img;
         ok = wg_image_make(c, x, n_tokens, (int64_t)D, &wt_in, &img) &&
@@ -260,7 +326,7 @@ static bool moe_sorted(struct cuda_backend *c, const struct kernel_desc *k, cons
              wg_image_make(c, gate, pairs, (int64_t)I, &wt_out, &img) &&
              CHECK(c, cuda_gemm_wgmma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL, 1,
                                               tiles, n_tiles, max_tiles, yg, &wt_out, img));
-    } else if (k->id == CK_MOE_MMA) {
+    } else if (kind == SORTED_MMA) {
         /* tensor cores: tiles of bm rows fit the kernel's 32- or 64-row tile */
         ok = CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table, (int64_t)I, (int64_t)D, x, sorted_pair,
                                             a->n_used, tiles, n_tiles, max_tiles, gate, bm)) &&
@@ -283,27 +349,40 @@ static bool moe_sorted(struct cuda_backend *c, const struct kernel_desc *k, cons
     return true;
 }
 
-/* Kernel k (the plan's choice) on this MoE block; false as for moe_sorted. */
-static bool moe_launch(struct cuda_backend *c, const struct kernel_desc *k, const struct cuda_wdev *table,
-                       const struct moe_args *a, const float *x, int n_tokens, const int32_t *ids,
-                       const float *weights, float *work, float *out)
+bool cuda_launch_moe_pair_mma(void *backend, const void *call)
 {
-    const int64_t D = a->d_model, I = a->d_expert;
-    switch ((enum cuda_kernel_id)k->id) {
-    case CK_MOE_PAIR_MMA:
-        CHECK(c, cuda_moe_decode_mma(c->stream, table, a->n_experts, D, I, x, n_tokens, ids, weights, a->n_used, work,
-                                     out, c->pdl, moe_smem_tpw(c, a, n_tokens)));
-        return true;
-    case CK_MOE_PAIR:
-        /* every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
-        CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, table, a->n_experts, D, I, x, n_tokens, ids, weights,
-                                 a->n_used, work, out, c->pdl));
-        return true;
-    case CK_MOE_WGMMA:
-    case CK_MOE_MMA:
-    case CK_MOE_FP32: return moe_sorted(c, k, table, a, x, n_tokens, ids, weights, work, out);
-    default: return false;
-    }
+    struct cuda_backend *c = backend;
+    const struct moe_call *m = call;
+    const struct moe_args *a = m->a;
+    CHECK(c, cuda_moe_decode_mma(c->stream, m->table, a->n_experts, a->d_model, a->d_expert, m->x, m->n_tokens, m->ids,
+                                 m->weights, a->n_used, m->work, m->out, c->pdl, moe_smem_tpw(c, a, m->n_tokens)));
+    return true;
+}
+
+/* every (token, slot) pair streams its expert's rows once, no sort (cuda_decode.cu) */
+bool cuda_launch_moe_pair(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct moe_call *m = call;
+    const struct moe_args *a = m->a;
+    CHECK(c, cuda_moe_decode(c->stream, a->gate[0].format, m->table, a->n_experts, a->d_model, a->d_expert, m->x,
+                             m->n_tokens, m->ids, m->weights, a->n_used, m->work, m->out, c->pdl));
+    return true;
+}
+
+bool cuda_launch_moe_wgmma(void *backend, const void *call)
+{
+    return moe_sorted(backend, SORTED_WGMMA, call);
+}
+
+bool cuda_launch_moe_mma(void *backend, const void *call)
+{
+    return moe_sorted(backend, SORTED_MMA, call);
+}
+
+bool cuda_launch_moe_fp32(void *backend, const void *call)
+{
+    return moe_sorted(backend, SORTED_FP32, call);
 }
 
 void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
@@ -317,20 +396,22 @@ void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int3
     if (!table)
         return;
     const enum weight_format fmt = a->gate[0].format;
+    const struct moe_call call = {.table = table, .a = a, .x = x, .n_tokens = n_tokens, .ids = ids,
+                                  .weights = weights, .work = work, .out = out};
     if (a->up[0].format != fmt || a->down[0].format != fmt) {
         /* experts of mixed formats (no checkpoint we read has them): the portable grouped GEMM reads
          * each projection in its own format */
-        const struct kernel_desc *k = kernel_table_find(&CUDA_KERNELS, "moe_experts_gemm_sorted");
-        moe_sorted(c, k, table, a, x, n_tokens, ids, weights, work, out);
+        moe_sorted(c, SORTED_FP32, &call);
         return;
     }
     const struct kernel_shape sh = {.format = fmt, .tokens = n_tokens, .n_weights = 1, .d_model = a->d_model,
                                     .d_expert = a->d_expert, .n_used = a->n_used, .n_experts = a->n_experts};
     const struct plan_dispatch *d = plan_dispatch_for(&c->plan, PLAN_OP_MOE_EXPERTS, n_tokens, fmt);
-    for (int i = 0; i < d->n; i++)
-        if ((!d->kernels[i]->fits || d->kernels[i]->fits(&sh, c->smem_budget)) &&
-            moe_launch(c, d->kernels[i], table, a, x, n_tokens, ids, weights, work, out))
+    for (int i = 0; i < d->n; i++) {
+        const struct kernel_desc *k = d->kernels[i];
+        if ((!k->fits || k->fits(&sh, c->smem_budget)) && k->launch && k->launch(c, &call))
             return;
+    }
     PANIC("cuda: no kernel of the plan takes %s experts at %d tokens (d_model %d, d_expert %d)",
           weight_format_name(fmt), n_tokens, a->d_model, a->d_expert);
 }

@@ -5,8 +5,42 @@
 
 #include <stddef.h>
 
+#include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/decode/cuda_decode_limits.h"
 #include "backend/cuda/gemm/cuda_gemm_limits.h"
+
+/* Each dispatched kernel's launcher (cuda_launch.h), by its id; only a CUDA build has them. */
+#if MOESERVE_HAVE_CUDA
+#define LAUNCH_CK_GEMV_MMA cuda_launch_gemv_mma
+#define LAUNCH_CK_GEMV1 cuda_launch_gemv1
+#define LAUNCH_CK_CUBLAS_BF16 cuda_launch_cublas_bf16
+#define LAUNCH_CK_CUBLAS_DEQUANT cuda_launch_cublas_dequant
+#define LAUNCH_CK_CUBLAS_SGEMM cuda_launch_cublas_sgemm
+#define LAUNCH_CK_GEMM_WGMMA cuda_launch_gemm_wgmma
+#define LAUNCH_CK_GEMM_MMA cuda_launch_gemm_mma
+#define LAUNCH_CK_GEMM_FP32 cuda_launch_gemm_fp32
+#define LAUNCH_CK_MOE_PAIR_MMA cuda_launch_moe_pair_mma
+#define LAUNCH_CK_MOE_PAIR cuda_launch_moe_pair
+#define LAUNCH_CK_MOE_WGMMA cuda_launch_moe_wgmma
+#define LAUNCH_CK_MOE_MMA cuda_launch_moe_mma
+#define LAUNCH_CK_MOE_FP32 cuda_launch_moe_fp32
+#else
+#define LAUNCH_CK_GEMV_MMA NULL
+#define LAUNCH_CK_GEMV1 NULL
+#define LAUNCH_CK_CUBLAS_BF16 NULL
+#define LAUNCH_CK_CUBLAS_DEQUANT NULL
+#define LAUNCH_CK_CUBLAS_SGEMM NULL
+#define LAUNCH_CK_GEMM_WGMMA NULL
+#define LAUNCH_CK_GEMM_MMA NULL
+#define LAUNCH_CK_GEMM_FP32 NULL
+#define LAUNCH_CK_MOE_PAIR_MMA NULL
+#define LAUNCH_CK_MOE_PAIR NULL
+#define LAUNCH_CK_MOE_WGMMA NULL
+#define LAUNCH_CK_MOE_MMA NULL
+#define LAUNCH_CK_MOE_FP32 NULL
+#endif
+#define LAUNCH_CK_FIXED NULL /* an op with one kernel, launched by the op itself */
+#define LAUNCH_OF(id) LAUNCH_##id
 
 #define F(fmt) (1u << (fmt))
 #define ANY_WEIGHT (F(WEIGHT_F32) | F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_FP8_BLOCK) | F(WEIGHT_NVFP4))
@@ -81,12 +115,14 @@ static size_t smem_moe_pair_mma(const struct kernel_shape *s, size_t budget, int
  * the names (a regex) its launches have in a profiler (tools/trace_check.sh) */
 #define K(nm, op_, math_, needs_, fmts, file, id_, fits_, sym)                                                \
     {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
-     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL, .shape_smem = NULL, .symbols = sym}
+     .fits = fits_, .tiles = NULL, .n_tiles = 0, .tile_smem = NULL, .shape_smem = NULL, .symbols = sym,             \
+     .launch = LAUNCH_OF(id_)}
 /* ... a tiled one: its compiled tiles and their shared memory */
 #define KT(...) KT_(__VA_ARGS__) /* WG_TILES expands to three arguments first */
 #define KT_(nm, op_, math_, needs_, fmts, file, id_, fits_, tiles_, n_, smem_, sym)                           \
     {.name = nm, .op = op_, .math = math_, .needs = needs_, .formats = fmts, .where = file, .id = id_,          \
-     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_, .shape_smem = NULL, .symbols = sym}
+     .fits = fits_, .tiles = tiles_, .n_tiles = n_, .tile_smem = smem_, .shape_smem = NULL, .symbols = sym,           \
+     .launch = LAUNCH_OF(id_)}
 #define WG_TILES CUDA_WGMMA_TILES, CUDA_WGMMA_N_TILES, cuda_wgmma_tile_smem
 
 static const struct kernel_desc KERNELS[] = {
@@ -127,7 +163,7 @@ static const struct kernel_desc KERNELS[] = {
     {.name = "moe_pair_decode_mma_bf16", .op = MOE, .math = MMA, .needs = BMMA, .formats = F(WEIGHT_NVFP4),
      .where = "decode/cuda_decode_mma.cu", .id = CK_MOE_PAIR_MMA, .fits = fits_moe_pair_mma, .tiles = NULL,
      .n_tiles = 0, .tile_smem = NULL, .shape_smem = smem_moe_pair_mma,
-     .symbols = "moe_gate_up_mma_kernel|moe_down_mma_kernel|moe_down_smem_kernel"},
+     .symbols = "moe_gate_up_mma_kernel|moe_down_mma_kernel|moe_down_smem_kernel", .launch = LAUNCH_CK_MOE_PAIR_MMA},
     K("moe_pair_decode", MOE, FP32, 0, ANY_WEIGHT, "decode/cuda_decode.cu", CK_MOE_PAIR, fits_moe_pair, "moe_gate_up_kernel|moe_down_kernel"),
     KT("moe_gemm_nvfp4_wo_wgmma", MOE, WGMMA, WG, F(WEIGHT_NVFP4), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
     KT("moe_gemm_bf16_wgmma", MOE, WGMMA, WG, F(WEIGHT_BF16), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
