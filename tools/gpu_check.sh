@@ -58,7 +58,7 @@ step "ctest -L gpu" ctest_gpu.log \
 step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
     env MOESERVE_SMEM_BUDGET=101376 ctest --test-dir "$build" -L gpu --output-on-failure -V
 # the prefill attention kernels (the tensor-core one included): unsplit, the fixtures' short
-# prompts reach them (MOESERVE_ATTN_PREC=bf16 is not run here: bf16-grade, it fails the
+# prompts reach them (--attention-precision bf16 is not run here: bf16-grade, it fails the
 # fixtures' fp32-grade incremental-vs-one-pass check by design; docs/lab/journal.md)
 golden "MOESERVE_ATTN_SPLITS=none" golden_attn_unsplit.log MOESERVE_ATTN_SPLITS=none
 golden "MOESERVE_ATTN_SPLITS=none, smem 101376" golden_attn_unsplit_small.log MOESERVE_ATTN_SPLITS=none MOESERVE_SMEM_BUDGET=101376

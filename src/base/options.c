@@ -30,16 +30,6 @@ enum status options_read(struct options *o, struct err *err)
             return err_set(err, STATUS_INVALID, "MOESERVE_ATTN_SPLITS=\"%s\": the only value is \"none\"", s);
         o->attn_splits_none = true;
     }
-    if ((s = env("MOESERVE_ATTN_PREC"))) {
-        if (!strcmp(s, "hi_lo"))
-            o->attn_prec = 0;
-        else if (!strcmp(s, "pv_bf16"))
-            o->attn_prec = 1;
-        else if (!strcmp(s, "bf16"))
-            o->attn_prec = 2;
-        else
-            return err_set(err, STATUS_INVALID, "MOESERVE_ATTN_PREC=\"%s\": expected hi_lo, pv_bf16 or bf16", s);
-    }
     s = env("MOESERVE_NO_GRAPHS");
     o->no_graphs = s && strcmp(s, "0") != 0;
     s = env("MOESERVE_CUDA_FORCE");

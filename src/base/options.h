@@ -12,8 +12,6 @@
  *                         larger GPU); --smem-budget where a command has it
  *   MOESERVE_ATTN_SPLITS  "none": never split the attention's keys (tests: the golden fixtures
  *                         then reach the prefill attention kernels)
- *   MOESERVE_ATTN_PREC    "hi_lo" (default) | "pv_bf16" | "bf16": operands of the prefill
- *                         tensor-core attention (bf16 forms: faster, bf16-grade error)
  *   MOESERVE_NO_GRAPHS    "1": every pass runs op by op (measuring what graphs save, debugging)
  *   MOESERVE_CUDA_FORCE   "op[@bucket]:kernel,...": run these kernels instead of the plan's
  *                         choice (measuring); validated against the kernel registry
@@ -34,7 +32,6 @@ struct options {
     const char *api_key;    /* NULL when unset; "" is kept (serve refuses it) */
     size_t smem_budget;     /* 0: the device's own */
     bool attn_splits_none;
-    int attn_prec;          /* 0 hi_lo, 1 pv_bf16, 2 bf16 */
     bool no_graphs;
     const char *cuda_force; /* "" when unset */
     const char *trace_out;  /* "" when unset */

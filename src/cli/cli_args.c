@@ -179,3 +179,15 @@ size_t cli_smem_budget(const struct cli_opt *opts, int n_opts)
     }
     return (size_t)x;
 }
+
+int cli_attention_precision(const struct cli_opt *opts, int n_opts)
+{
+    const char *v = cli_get(opts, n_opts, "attention-precision", NULL);
+    if (!v || !strcmp(v, "hi_lo"))
+        return 0;
+    if (!strcmp(v, "pv_bf16"))
+        return 1;
+    if (!strcmp(v, "bf16"))
+        return 2;
+    return -1;
+}

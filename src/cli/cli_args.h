@@ -41,6 +41,9 @@ enum status cli_float(const struct cli_opt *opts, int n_opts, const char *name, 
 /* --smem-budget BYTES as a number (0 when absent or not a positive integer;
  * the CUDA backend then uses the device's own budget). */
 size_t cli_smem_budget(const struct cli_opt *opts, int n_opts);
+/* --attention-precision: 0 hi_lo (also when absent), 1 pv_bf16, 2 bf16; -1 for another value, which
+ * model_session_open refuses with a message naming the flag. */
+int cli_attention_precision(const struct cli_opt *opts, int n_opts);
 /* "1,2,3" -> malloc'ed array (caller frees). */
 enum status cli_parse_ids(const char *s, const char *what, int32_t **ids, int *n, struct err *err);
 

@@ -313,6 +313,8 @@ int cmd_bench(int argc, char **argv)
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
+        {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
+                                                                  "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
         {.name = "prompt-len", .metavar = "N", .help = "prefill length in tokens (default 128)"},
         {.name = "prefill-reps", .metavar = "N", .help = "timed prefill passes (default 1)"},
         {.name = "batch", .metavar = "B,B,..", .help = "decode batch sizes (default 1), e.g. 1,8,64"},
@@ -367,7 +369,8 @@ int cmd_bench(int argc, char **argv)
     long max_context = (blocks + max_batch - 1) / max_batch * BENCH_BLOCK; /* model_session: per sequence */
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
                               .max_seqs = max_batch, .max_context = (int)max_context, .block_size = BENCH_BLOCK,
-                              .smem_budget = cli_smem_budget(opts, n)};
+                              .smem_budget = cli_smem_budget(opts, n),
+                              .attention_precision = cli_attention_precision(opts, n)};
     struct model_session s;
     if (model_session_open(&s, r.model, &so, &err)) {
         LOG_ERROR("%s", err.msg);

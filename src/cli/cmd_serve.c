@@ -59,6 +59,8 @@ int cmd_serve(int argc, char **argv)
         {.name = "batch-invariant",
          .help = "cpu: a request's logits never depend on the requests batched with it (slower prefill)"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block"},
+        {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
+                                                                  "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -150,6 +152,7 @@ int cmd_serve(int argc, char **argv)
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
                               .max_seqs = (int)max_seqs, .max_context = (int)(per_seq_blocks * block),
                               .block_size = (int)block, .smem_budget = cli_smem_budget(opts, n),
+                              .attention_precision = cli_attention_precision(opts, n),
                               .batch_invariant = cli_flag(opts, n, "batch-invariant")};
     if (model_session_open(&s, model, &so, &err)) {
         LOG_ERROR("serve: %s", err.msg);

@@ -34,6 +34,13 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     st = quant_config_load(&s->qc, dir, err);
     if (st)
         goto fail;
+    if (o && (o->attention_precision < 0 || o->attention_precision > 2))
+        st = err_set(err, STATUS_INVALID, "--attention-precision: expected hi_lo, pv_bf16 or bf16");
+    else if (o && o->attention_precision && strcmp(def.backend, "cuda") != 0)
+        st = err_set(err, STATUS_UNSUPPORTED, "--attention-precision applies to the cuda backend, not \"%s\"",
+                     def.backend);
+    if (st)
+        goto fail;
     if (strcmp(def.backend, "cpu") == 0) {
         struct backend_cpu_opts co = {.batch_invariant = o && o->batch_invariant};
         st = backend_cpu_create_opts(&s->be, &co, err);
@@ -50,6 +57,8 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
         st = model_plan_shapes(&s->desc, dir, &ps, err);
         if (!st)
             st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &ps, &pw, err);
+        if (!st && o)
+            backend_cuda_set_attention_precision(&s->be, o->attention_precision);
     } else {
         st = err_set(err, STATUS_UNSUPPORTED, "backend \"%s\" is not available in this build (have: cpu, cuda)",
                      def.backend);

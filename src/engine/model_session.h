@@ -27,6 +27,8 @@ struct session_opts {
                             0 = MOESERVE_SMEM_BUDGET or the device's own */
     bool batch_invariant; /* cpu: a token's results never depend on the rest of its batch
                              (struct backend_cpu_opts); refused on other backends */
+    int attention_precision; /* cuda: prefill tensor-core attention operands: 0 bf16 hi + lo (fp32-grade), 1 P and
+                                V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision) */
 };
 
 struct model_session {

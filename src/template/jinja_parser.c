@@ -8,6 +8,8 @@
  * break/continue (jinja2.ext.loopcontrols) and transformers' generation.
  * Refused with a clear message: block/extends/include/import/call/recursive
  * loops and star-args in calls.
+ * One file over 800 lines: the productions call each other recursively, one per jinja2 rule, and
+ * share the token cursor and the arena; the arena could move out.
  * Invariants: parser recursion is bounded (PARSE_MAX_DEPTH) and so is every
  * node's height (JINJA_MAX_HEIGHT), so no input can exhaust the C stack here
  * or in the evaluator's tree walks.

@@ -97,6 +97,10 @@ expect missing_model_dir "cannot open" -- logits --model "$work/nope" --tokens 1
 expect unknown_command "unknown command" -- frobnicate
 expect bad_temperature "--temperature" -- generate --model "$good" --tokens 1 --temperature -1
 expect context_overflow "exceeds the context" -- generate --model "$good" --tokens 1,2,3 -n 10 --max-context 8
+expect bad_attention_precision "--attention-precision: expected hi_lo" -- logits --model "$good" --tokens 1 \
+    --out "$work/o.bin" --attention-precision fp8
+expect attention_precision_on_cpu "applies to the cuda backend" -- generate --model "$good" --tokens 1 -n 1 \
+    --backend cpu --attention-precision bf16
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -279,7 +279,6 @@ enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_
     if (c->sm_count <= 0 &&
         !CHECK(c, cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, device)))
         c->sm_count = 1;
-    c->attn_prec = opt.attn_prec;
     if (opt.attn_splits_none)
         c->force_splits = -1;
     configure_from_plan(c);
@@ -304,6 +303,14 @@ enum status backend_cuda_status(const struct backend *be, struct err *err)
 const struct plan *backend_cuda_plan(const struct backend *be)
 {
     return &((const struct cuda_backend *)be->impl)->plan;
+}
+
+void backend_cuda_set_attention_precision(struct backend *be, int prec)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    c->attn_prec = prec >= 0 && prec <= 2 ? prec : 0;
+    c->attn_mma.prec = c->attn_prec;
+    cuda_graphs_drop(c); /* captured steps ran the old operands */
 }
 
 void backend_cuda_set_attention_splits(struct backend *be, int n)

@@ -42,6 +42,9 @@ enum status backend_cuda_status(const struct backend *be, struct err *err);
 /* The plan the backend's kernels follow (borrowed, lives as long as be). */
 const struct plan *backend_cuda_plan(const struct backend *be);
 
+/* The prefill tensor-core attention's operands: 0 bf16 hi + lo (fp32-grade, the default), 1 P and
+ * V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision). */
+void backend_cuda_set_attention_precision(struct backend *be, int prec);
 /* For tests: n > 0 forces the split-K (decode) attention kernel with n key
  * splits, -1 forces the unsplit (prefill) kernel, 0 restores the automatic
  * choice. */

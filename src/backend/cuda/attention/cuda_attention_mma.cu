@@ -15,7 +15,7 @@
  * test's) gave 6.6e-6 of max |out| at worst (rows of 1..8 keys), 8.2e-6 without P V's lo x lo,
  * against the fp32 tolerance of 1e-5. The error of S grows with |scores| (q and k each
  * carry ~2^-17): with 16x larger q it reached 4e-5.
- * Two lower precisions (cfg->prec, head_dim 128 only, MOESERVE_ATTN_PREC; off by default):
+ * Two lower precisions (cfg->prec, head_dim 128 only, --attention-precision; off by default):
  *   1 "pv_bf16": S as above, O += Phi Vhi (P and V single bf16; one P V product of four);
  *   2 "bf16": S = Qhi Khi, O += Phi Vhi (what a bf16 engine computes; two products of seven).
  * ncu on the 2048-token prefill (H200, docs/lab/journal.md): tensor pipe 31%, issue 36%, the
