@@ -22,9 +22,11 @@ for arg in "$@"; do
     git -C "$src" worktree add --detach "$wt" "$ref" >/dev/null
     cmake -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA_GENCODE="$gencode" >"$wt/cmake.log" 2>&1 ||
         { echo "ab_pack: cmake failed for $name (see $wt/cmake.log)" >&2; exit 1; }
-    cmake --build "$wt/build" -j2 --target moeserve make_synth_checkpoint test_ops_cuda test_golden_cuda \
+    ops=$(cd "$wt/tests/unit" && ls test_ops*_cuda.c | sed 's/\.c$//' | tr '\n' ' ')
+    cmake --build "$wt/build" -j2 --target moeserve make_synth_checkpoint $ops test_golden_cuda \
         >"$wt/build.log" 2>&1 || { echo "ab_pack: build failed for $name (see $wt/build.log)" >&2; exit 1; }
-    (cd "$wt/build" && tar -cf - moeserve make_synth_checkpoint tests/test_ops_cuda tests/test_golden_cuda) |
+    (cd "$wt/build" && tar -cf - moeserve make_synth_checkpoint $(for t in $ops; do echo "tests/$t"; done) \
+        tests/test_golden_cuda) |
         xz -9e -T2 >"$src/.carry/ab/$name.tar.xz"
     sed -i "/^$name /d" "$src/.carry/ab/index.txt" 2>/dev/null || true
     echo "$name $(git -C "$wt" rev-parse --short HEAD) $(git -C "$wt" log -1 --format=%s | cut -c1-80)" \

@@ -45,10 +45,13 @@ if [ "${TRACE:-0}" = 1 ]; then
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    run "memcheck test_ops_cuda" memcheck.log MOESERVE_OPS_QUICK=1 timeout 300 "$cs" --tool memcheck \
-        --error-exitcode 1 --leak-check full "$d/tests/test_ops_cuda"
-    run "racecheck test_ops_cuda" racecheck.log MOESERVE_OPS_QUICK=1 MOESERVE_OPS_NO_CUBLAS=1 timeout 330 "$cs" \
-        --tool racecheck --error-exitcode 1 "$d/tests/test_ops_cuda"
+    for t in "$d"/tests/test_ops_*_cuda; do
+        n=$(basename "$t")
+        run "memcheck $n" "memcheck_$n.log" MOESERVE_OPS_QUICK=1 timeout 300 "$cs" --tool memcheck \
+            --error-exitcode 1 --leak-check full "$t"
+        run "racecheck $n" "racecheck_$n.log" MOESERVE_OPS_QUICK=1 MOESERVE_OPS_NO_CUBLAS=1 timeout 330 "$cs" \
+            --tool racecheck --error-exitcode 1 "$t"
+    done
 fi
 {
     echo "==== $(cat "$out/gpu.txt")"

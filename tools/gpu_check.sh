@@ -7,8 +7,8 @@
 # 2. MOESERVE_SMEM_BUDGET=101376 ctest -L gpu       (the tiles an sm_120 gets, on this GPU)
 # 3. the golden fixtures with MOESERVE_ATTN_SPLITS=none at both budgets: their short prompts
 #    otherwise never reach the prefill attention kernels
-# 4. compute-sanitizer --tool memcheck  on test_ops_cuda (MOESERVE_OPS_QUICK=1: no largest case)
-# 5. compute-sanitizer --tool racecheck on test_ops_cuda (likewise), without the op cases that run
+# 4. compute-sanitizer --tool memcheck  on each test_ops_*_cuda (MOESERVE_OPS_QUICK=1: no largest case)
+# 5. compute-sanitizer --tool racecheck on each (likewise), without the op cases that run
 #    cuBLAS (MOESERVE_OPS_NO_CUBLAS=1: NVFP4 linears then take our GEMMs): cuBLAS's sm_90 nvjet_*
 #    kernels report shared-memory hazards of their own under racecheck, and
 #    --kernel-name-exclude kns=nvjet made the sanitizer fail with an internal error
@@ -21,8 +21,8 @@ build=$(cd "$build" && pwd) || exit 2
 src=$(cd "$(dirname "$0")/.." && pwd)
 logs=${OUT:-$build/gpu_check}
 mkdir -p "$logs"
-ops="$build/tests/test_ops_cuda"
-[ -x "$ops" ] || { echo "gpu_check: $ops not built (configure with CUDA)" >&2; exit 2; }
+ops=$(ls "$build"/tests/test_ops_*_cuda 2>/dev/null)
+[ -n "$ops" ] || { echo "gpu_check: no $build/tests/test_ops_*_cuda (configure with CUDA)" >&2; exit 2; }
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 
 names=()
@@ -63,11 +63,14 @@ step "ctest -L gpu, smem 101376" ctest_gpu_smem101376.log \
 golden "MOESERVE_ATTN_SPLITS=none" golden_attn_unsplit.log MOESERVE_ATTN_SPLITS=none
 golden "MOESERVE_ATTN_SPLITS=none, smem 101376" golden_attn_unsplit_small.log MOESERVE_ATTN_SPLITS=none MOESERVE_SMEM_BUDGET=101376
 if [ -n "$sanitizer" ]; then
-    step "memcheck test_ops_cuda" memcheck.log \
-        env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$ops"
-    step "racecheck test_ops_cuda" racecheck.log \
-        env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 MOESERVE_OPS_NO_CUBLAS=1 "$sanitizer" --tool racecheck \
-        --error-exitcode 1 "$ops"
+    for t in $ops; do
+        n=$(basename "$t")
+        step "memcheck $n" "memcheck_$n.log" \
+            env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 1 --leak-check full "$t"
+        step "racecheck $n" "racecheck_$n.log" \
+            env MOESERVE_SRC="$src" MOESERVE_OPS_QUICK=1 MOESERVE_OPS_NO_CUBLAS=1 "$sanitizer" --tool racecheck \
+            --error-exitcode 1 "$t"
+    done
 else
     names+=("compute-sanitizer"); results+=("not found"); times+=(0)
 fi

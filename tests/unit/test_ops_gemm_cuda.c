@@ -1,0 +1,155 @@
+/* test_ops_gemm_cuda.c — the linears: the plan's kernels for every format and row count, the GEMVs of 1-8 rows, the Hopper wgmma GEMM direct and through linear / moe_experts, on the CUDA backend against the CPU reference (ops_cuda_common.h). */
+#include "ops_cuda_common.h"
+
+/* ---------------------------------------------------------------- linear */
+
+
+static void test_linear(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 19;
+    enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
+    /* shapes: aligned; fp8 blocks cut at 128 (N = 200, K = 48 + 256); K % 8 != 0 (scalar loads) */
+    struct {
+        int64_t N, K;
+    } shapes[] = {{96, 64}, {200, 304}, {77, 40}, {130, 37}, {130, 1056}};
+    int ms[] = {1, 3, 8, 9, 40, 130};
+    for (size_t f = 0; f < 5; f++)
+        for (size_t s = 0; s < 5; s++) {
+            if (fmts[f] == WEIGHT_NVFP4 && shapes[s].K % 16)
+                continue;
+            for (size_t i = 0; i < 6; i++)
+                run_linear(p, fmts[f], shapes[s].N, shapes[s].K, ms[i], (i + s) % 2 == 0, &rng);
+        }
+    /* NVFP4 above 8 rows: by default the weight expanded to bf16 for cuBLAS (cublas_dequant_bf16);
+     * then, forced (MOESERVE_CUDA_FORCE's way), our GEMMs dequantising in registers; with and
+     * without a bias, and at Qwen3-30B-A3B's q width */
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            force_own_gemms(p);
+        for (size_t s = 0; s < 5; s++)
+            if (shapes[s].K % 16 == 0)
+                for (size_t i = 3; i < 6; i++)
+                    run_linear(p, WEIGHT_NVFP4, shapes[s].N, shapes[s].K, ms[i], (i + s) % 2 == 0, &rng);
+        if (!getenv("MOESERVE_OPS_QUICK")) /* not under compute-sanitizer: minutes there */
+            run_linear(p, WEIGHT_NVFP4, 4096, 2048, 64, false, &rng);
+    }
+    force(p, NULL);
+    if (getenv("MOESERVE_OPS_NO_CUBLAS"))
+        force_own_gemms(p);
+}
+
+/* ---------------------------------------------------------------- fused decode ops */
+
+static void test_linear_multi(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 21;
+    enum weight_format fmts[] = {WEIGHT_F32, WEIGHT_BF16, WEIGHT_F16, WEIGHT_FP8_BLOCK, WEIGHT_NVFP4};
+    int64_t K = 512, N[3] = {256, 64, 72};
+    /* NVFP4 up to 8 rows: the tokens share cuda_gemv_mma's mma; 13 and 24: the GEMMs, as for the
+     * other formats */
+    int ms[] = {1, 2, 5, 8, 13, 24};
+    {
+        for (size_t f = 0; f < 5; f++)
+            for (size_t mi = 0; mi < 6u; mi++) {
+                int m = ms[mi];
+                struct test_weight t[3];
+                const struct weight *hw[3], *dw[3];
+                float *want[3], *dy[3];
+                float *x = rand_floats((size_t)m * K, 1.0f, &rng),
+                      *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4);
+                for (int j = 0; j < 3; j++) {
+                    weight_make(&t[j], p, fmts[f], N[j], K, j == 1, &rng);
+                    hw[j] = &t[j].host, dw[j] = &t[j].dev;
+                    want[j] = malloc((size_t)m * N[j] * 4);
+                    p->cpu.ops->linear(&p->cpu, hw[j], x, m, want[j]);
+                    dy[j] = dev_nan(&p->gpu, (size_t)m * N[j]);
+                }
+                p->gpu.ops->linear_multi(&p->gpu, 3, dw, dx, m, dy);
+                gpu_ok(&p->gpu);
+                for (int j = 0; j < 3; j++) {
+                    float *got = fetch(&p->gpu, dy[j], (size_t)m * N[j]);
+                    char what[128];
+                    snprintf(what, sizeof what, "linear_multi %s m=%d weight %d", weight_format_name(fmts[f]),
+                             m, j);
+                    check_close(what, got, want[j], (size_t)m * N[j],
+                                fmts[f] == WEIGHT_BF16 ? TOL_BF16 : TOL_F32);
+                    free(got), free(want[j]);
+                    p->gpu.ops->free(&p->gpu, dy[j]);
+                    weight_free(&t[j], p);
+                }
+                free(x);
+                p->gpu.ops->free(&p->gpu, dx);
+            }
+    }
+}
+
+/* NVFP4 linears of 1..8 rows through cuda_gemv_mma (the rows share each mma): linear_multi
+ * against the CPU's linear at Qwen3-30B-A3B's q/k/v and o widths and at widths that leave partial
+ * row tiles; then with the portable GEMM forced at 2-8 rows. */
+static void test_gemv_mma_tokens(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 47;
+    const int64_t qkv[3] = {4096, 512, 512}, o[1] = {2048}, odd[3] = {1000, 3, 77};
+    struct {
+        int n_w;
+        const int64_t *N;
+        int64_t K;
+        int m;
+    } cs[] = {{3, qkv, 2048, 1}, {1, o, 4096, 1}, {3, odd, 768, 1}, {3, qkv, 2048, 2}, {3, qkv, 2048, 8}, {1, o, 4096, 3}, {1, o, 4096, 8}, {3, odd, 768, 5}, {3, odd, 256, 7}};
+    for (int tokens = 8; tokens >= 1; tokens -= 7) {
+        if (tokens == 1)
+            force(p, "linear@2-8:gemm_nvfp4_wo_fp32");
+        for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+            const int n_w = cs[c].n_w, m = cs[c].m;
+            const int64_t K = cs[c].K;
+            struct test_weight t[3];
+            const struct weight *dw[3];
+            float *want[3], *dy[3];
+            float *x = rand_floats((size_t)m * K, 1.0f, &rng), *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4);
+            for (int j = 0; j < n_w; j++) {
+                weight_make(&t[j], p, WEIGHT_NVFP4, cs[c].N[j], K, j == 1, &rng);
+                dw[j] = &t[j].dev;
+                want[j] = malloc((size_t)m * cs[c].N[j] * 4);
+                p->cpu.ops->linear(&p->cpu, &t[j].host, x, m, want[j]);
+                dy[j] = dev_nan(&p->gpu, (size_t)m * cs[c].N[j]);
+            }
+            p->gpu.ops->linear_multi(&p->gpu, n_w, dw, dx, m, dy);
+            gpu_ok(&p->gpu);
+            double worst = 0;
+            char what[128];
+            for (int j = 0; j < n_w; j++) {
+                float *got = fetch(&p->gpu, dy[j], (size_t)m * cs[c].N[j]);
+                snprintf(what, sizeof what, "nvfp4 linear_multi m=%d N=%lld K=%lld (tokens %d) weight %d", m,
+                         (long long)cs[c].N[j], (long long)K, tokens, j);
+                double e = check_close(what, got, want[j], (size_t)m * cs[c].N[j], TOL_F32);
+                worst = e > worst ? e : worst;
+                free(got), free(want[j]);
+                p->gpu.ops->free(&p->gpu, dy[j]);
+                weight_free(&t[j], p);
+            }
+            print_message("    %-64s rel err %.2e\n", what, worst);
+            free(x);
+            p->gpu.ops->free(&p->gpu, dx);
+        }
+    }
+    force(p, NULL);
+    if (getenv("MOESERVE_OPS_NO_CUBLAS"))
+        force_own_gemms(p);
+}
+
+
+#include "ops_cuda_wgmma.inc" /* the Hopper wgmma GEMM, direct and through linear / moe_experts */
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_multi),
+        cmocka_unit_test(test_gemv_mma_tokens),
+        cmocka_unit_test(test_wgmma_gemm),
+    };
+    return ops_cuda_main("test_ops_gemm_cuda", tests, sizeof tests / sizeof tests[0]);
+}
