@@ -304,6 +304,70 @@ static void bench_print_table(const struct bench_report *r)
            "routing above batch 1;\n power = NVML energy counter over the timed phase where the driver has one)\n");
 }
 
+/* The session the phases need: a pass takes the whole prompt, or one whole decode prompt, or one
+ * token per sequence. The cache is one pool of blocks that any sequence may draw from
+ * (forward.max_blocks = kv.n_blocks), so it is sized for the largest phase, not max_seqs x the
+ * longest sequence: the forward uploads a block-table row of that many ids per sequence every
+ * pass. */
+static struct session_opts bench_session_opts(const struct bench_report *r, int max_batch,
+                                              const struct cli_opt *opts, int n)
+{
+    long max_tokens = r->prompt_len > r->context ? r->prompt_len : r->context;
+    max_tokens = max_tokens > max_batch ? max_tokens : max_batch;
+    long per_seq_blocks = (r->context + BENCH_WARMUP_STEPS + r->steps + BENCH_BLOCK - 1) / BENCH_BLOCK;
+    long blocks = (r->prompt_len + BENCH_BLOCK - 1) / BENCH_BLOCK;
+    blocks = blocks > max_batch * per_seq_blocks ? blocks : max_batch * per_seq_blocks;
+    long max_context = (blocks + max_batch - 1) / max_batch * BENCH_BLOCK; /* model_session: per sequence */
+    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
+                              .max_seqs = max_batch, .max_context = (int)max_context, .block_size = BENCH_BLOCK,
+                              .smem_budget = cli_smem_budget(opts, n),
+                              .attention_precision = cli_attention_precision(opts, n)};
+    return so;
+}
+
+/* Times prefill, then decode at every batch size, into r. A failed batch size is recorded in
+ * r->error and clears *all_ok, and the others still run; 1 (logged) when nothing could be
+ * reported: no memory for the prompts, or the prefill failed. */
+static int bench_run_phases(struct model_session *s, struct bench_report *r, int max_batch,
+                            struct power_sampler *ps, bool *all_ok)
+{
+    struct err err = {0};
+    int rc = 1, V = s->desc.vocab_size;
+    uint64_t rng = (uint64_t)r->seed * 0x9e3779b97f4a7c15ull + 1;
+    int32_t *prompt = malloc((size_t)r->prompt_len * sizeof *prompt);
+    int32_t *prompts = malloc((size_t)max_batch * (size_t)r->context * sizeof *prompts);
+    if (!prompt || !prompts) {
+        LOG_ERROR("bench: out of memory for the prompts");
+        goto done;
+    }
+    bench_random_tokens(&rng, prompt, (size_t)r->prompt_len, V);
+    bench_random_tokens(&rng, prompts, (size_t)max_batch * (size_t)r->context, V);
+
+    LOG_INFO("bench: prefill of %ld tokens (%ld timed pass%s after one warm-up)", r->prompt_len, r->reps,
+             r->reps == 1 ? "" : "es");
+    if (bench_prefill(s, prompt, (int)r->prompt_len, (int)r->reps, ps, &r->prefill, &err)) {
+        LOG_ERROR("bench: prefill: %s", err.msg);
+        goto done;
+    }
+    for (int i = 0; i < r->n_batches; i++) {
+        LOG_INFO("bench: decode at batch %d (%ld-token prompts, %ld timed steps)", r->batches[i], r->context,
+                 r->steps);
+        struct bench_decode_args a = {.batch = r->batches[i], .context = (int)r->context, .steps = (int)r->steps,
+                                      .prompts = prompts};
+        if (bench_decode(s, &a, ps, &r->decode[i], &err)) {
+            LOG_ERROR("bench: decode at batch %d: %s", r->batches[i], err.msg);
+            snprintf(r->error[i], sizeof r->error[i], "%s", err.msg);
+            *all_ok = false;
+        }
+        r->step_bytes[i] = bench_decode_bytes(s, r->batches[i]);
+    }
+    rc = 0;
+done:
+    free(prompt);
+    free(prompts);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc > 0 && strcmp(argv[0], "serve") == 0)
@@ -357,20 +421,7 @@ int cmd_bench(int argc, char **argv)
     int max_batch = 0;
     for (int i = 0; i < r.n_batches; i++)
         max_batch = r.batches[i] > max_batch ? r.batches[i] : max_batch;
-    /* A pass takes the whole prompt, or one whole decode prompt, or one token per sequence. The
-     * cache is one pool of blocks that any sequence may draw from (forward.max_blocks =
-     * kv.n_blocks), so it is sized for the largest phase, not max_seqs x the longest sequence:
-     * the forward uploads a block-table row of that many ids per sequence every pass. */
-    long max_tokens = r.prompt_len > r.context ? r.prompt_len : r.context;
-    max_tokens = max_tokens > max_batch ? max_tokens : max_batch;
-    long per_seq_blocks = (r.context + BENCH_WARMUP_STEPS + r.steps + BENCH_BLOCK - 1) / BENCH_BLOCK;
-    long blocks = (r.prompt_len + BENCH_BLOCK - 1) / BENCH_BLOCK;
-    blocks = blocks > max_batch * per_seq_blocks ? blocks : max_batch * per_seq_blocks;
-    long max_context = (blocks + max_batch - 1) / max_batch * BENCH_BLOCK; /* model_session: per sequence */
-    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
-                              .max_seqs = max_batch, .max_context = (int)max_context, .block_size = BENCH_BLOCK,
-                              .smem_budget = cli_smem_budget(opts, n),
-                              .attention_precision = cli_attention_precision(opts, n)};
+    struct session_opts so = bench_session_opts(&r, max_batch, opts, n);
     struct model_session s;
     if (model_session_open(&s, r.model, &so, &err)) {
         LOG_ERROR("%s", err.msg);
@@ -385,48 +436,20 @@ int cmd_bench(int argc, char **argv)
     bench_device_figures(&r, &ps_store, &have_ps);
     struct power_sampler *ps = have_ps ? &ps_store : NULL;
 
-    int rc = 1, V = s.desc.vocab_size;
-    uint64_t rng = (uint64_t)r.seed * 0x9e3779b97f4a7c15ull + 1;
-    int32_t *prompt = malloc((size_t)r.prompt_len * sizeof *prompt);
-    int32_t *prompts = malloc((size_t)max_batch * (size_t)r.context * sizeof *prompts);
-    if (!prompt || !prompts) {
-        LOG_ERROR("bench: out of memory for the prompts");
-        goto done;
-    }
-    bench_random_tokens(&rng, prompt, (size_t)r.prompt_len, V);
-    bench_random_tokens(&rng, prompts, (size_t)max_batch * (size_t)r.context, V);
-
-    LOG_INFO("bench: prefill of %ld tokens (%ld timed pass%s after one warm-up)", r.prompt_len, r.reps,
-             r.reps == 1 ? "" : "es");
-    if (bench_prefill(&s, prompt, (int)r.prompt_len, (int)r.reps, ps, &r.prefill, &err)) {
-        LOG_ERROR("bench: prefill: %s", err.msg);
-        goto done;
-    }
+    int rc = 1;
     bool all_ok = true;
-    for (int i = 0; i < r.n_batches; i++) {
-        LOG_INFO("bench: decode at batch %d (%ld-token prompts, %ld timed steps)", r.batches[i], r.context, r.steps);
-        struct bench_decode_args a = {.batch = r.batches[i], .context = (int)r.context, .steps = (int)r.steps,
-                                      .prompts = prompts};
-        if (bench_decode(&s, &a, ps, &r.decode[i], &err)) {
-            LOG_ERROR("bench: decode at batch %d: %s", r.batches[i], err.msg);
-            snprintf(r.error[i], sizeof r.error[i], "%s", err.msg);
-            all_ok = false;
-        }
-        r.step_bytes[i] = bench_decode_bytes(&s, r.batches[i]);
+    if (!bench_run_phases(&s, &r, max_batch, ps, &all_ok)) {
+        r.gpu_used_end_mib = bench_gpu_used_mib(&r);
+        bench_copy_bandwidth(&r);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r.peak_rss_mib = (double)ru.ru_maxrss / 1024.0;
+        if (cli_flag(opts, n, "json"))
+            bench_print_json(&r);
+        else
+            bench_print_table(&r);
+        rc = all_ok ? 0 : 1;
     }
-    r.gpu_used_end_mib = bench_gpu_used_mib(&r);
-    bench_copy_bandwidth(&r);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    r.peak_rss_mib = (double)ru.ru_maxrss / 1024.0;
-    if (cli_flag(opts, n, "json"))
-        bench_print_json(&r);
-    else
-        bench_print_table(&r);
-    rc = all_ok ? 0 : 1;
-done:
-    free(prompt);
-    free(prompts);
     power_sampler_free(&ps_store);
     model_session_close(&s);
     return rc;

@@ -233,6 +233,53 @@ static void sse_feed(struct sse *e, const char *p, size_t n, double t)
     }
 }
 
+/* The completion request's JSON body into body (cap bytes): a prompt of random ids from this
+ * request's own stream, so requests differ but a seed replays them; its length. */
+static size_t request_build_body(const struct bench_target *t, int index, char *body, size_t cap)
+{
+    uint64_t x = t->seed * 0x9E3779B97F4A7C15ull + (uint64_t)index * 0xBF58476D1CE4E5B9ull + 1;
+    size_t n = (size_t)snprintf(body, cap, "{\"model\":\"%s\",\"prompt\":[", t->model);
+    for (int i = 0; i < t->input_len; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        n += (size_t)snprintf(body + n, cap - n, "%s%d", i ? "," : "", 16 + (int)((x >> 33) % (uint64_t)(t->vocab - 16)));
+    }
+    n += (size_t)snprintf(body + n, cap - n,
+                          "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+                          "\"stream_options\":{\"include_usage\":true}}",
+                          t->output_len);
+    return n;
+}
+
+/* Feeds the response body (after the headers) to e until [DONE], the body's end or a dropped
+ * connection; each byte carries the time it arrived. */
+static void sse_read_stream(struct rd *r, struct sse *e, bool chunked)
+{
+    char line[1024];
+    while (!e->done) {
+        if (chunked) {
+            if (!rd_line(r, line, sizeof line))
+                break;
+            size_t left = strtoul(line, NULL, 16);
+            if (left == 0)
+                break;
+            while (left) {
+                if (r->pos == r->len && !rd_fill(r))
+                    return;
+                size_t k = r->len - r->pos < left ? r->len - r->pos : left;
+                sse_feed(e, r->buf + r->pos, k, r->t_recv);
+                r->pos += k;
+                left -= k;
+            }
+            rd_line(r, line, sizeof line); /* the chunk's CRLF */
+        } else {
+            if (r->pos == r->len && !rd_fill(r))
+                break;
+            sse_feed(e, r->buf + r->pos, r->len - r->pos, r->t_recv);
+            r->pos = r->len;
+        }
+    }
+}
+
 static void run_one(const struct bench_target *t, int index, struct bench_sample *s)
 {
     memset(s, 0, sizeof *s);
@@ -246,16 +293,7 @@ static void run_one(const struct bench_target *t, int index, struct bench_sample
         snprintf(s->error, sizeof s->error, "out of memory");
         goto out;
     }
-    uint64_t x = t->seed * 0x9E3779B97F4A7C15ull + (uint64_t)index * 0xBF58476D1CE4E5B9ull + 1;
-    size_t n = (size_t)snprintf(body, cap, "{\"model\":\"%s\",\"prompt\":[", t->model);
-    for (int i = 0; i < t->input_len; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        n += (size_t)snprintf(body + n, cap - n, "%s%d", i ? "," : "", 16 + (int)((x >> 33) % (uint64_t)(t->vocab - 16)));
-    }
-    n += (size_t)snprintf(body + n, cap - n,
-                          "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
-                          "\"stream_options\":{\"include_usage\":true}}",
-                          t->output_len);
+    size_t n = request_build_body(t, index, body, cap);
     char auth[512] = "";
     if (t->api_key)
         snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", t->api_key);
@@ -289,30 +327,7 @@ static void run_one(const struct bench_target *t, int index, struct bench_sample
         snprintf(s->error, sizeof s->error, "HTTP %d", status);
         goto out;
     }
-    while (!e.done) {
-        if (chunked) {
-            if (!rd_line(r, line, sizeof line))
-                break;
-            size_t left = strtoul(line, NULL, 16);
-            if (left == 0)
-                break;
-            while (left) {
-                if (r->pos == r->len && !rd_fill(r))
-                    goto end;
-                size_t k = r->len - r->pos < left ? r->len - r->pos : left;
-                sse_feed(&e, r->buf + r->pos, k, r->t_recv);
-                r->pos += k;
-                left -= k;
-            }
-            rd_line(r, line, sizeof line); /* the chunk's CRLF */
-        } else {
-            if (r->pos == r->len && !rd_fill(r))
-                break;
-            sse_feed(&e, r->buf + r->pos, r->len - r->pos, r->t_recv);
-            r->pos = r->len;
-        }
-    }
-end:;
+    sse_read_stream(r, &e, chunked);
     double t_end = timer_now();
     if (!e.done && !s->error[0])
         snprintf(s->error, sizeof s->error, "the stream ended without [DONE]");

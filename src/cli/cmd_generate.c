@@ -66,6 +66,114 @@ static enum status chat_wrap(const char *model, const char *prompt, char **out, 
     return st;
 }
 
+/* The options of one run, parsed and checked. */
+struct generate_args {
+    const char *model, *prompt, *tokens; /* exactly one of prompt and tokens */
+    long n_new, top_k, seed, max_ctx;
+    double temp, top_p;
+    bool chat;
+};
+
+/* Fills a from the command line. Returns -1 when generation should go ahead,
+ * else the exit code: 0 after --help, 2 for a bad option. */
+static int generate_parse_args(int argc, char **argv, struct cli_opt *opts, int n, struct generate_args *a)
+{
+    struct err err = {0};
+    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
+    if (r == CLI_HELP) {
+        cli_print_help("moeserve generate [--model DIR] (--tokens 1,2,3 | --prompt TEXT) [-n N] [--temperature X] "
+                       "[--top-p P] [--seed S] [--backend cpu|cuda]",
+                       "Generates a continuation of the prompt; prints one token id per line.", opts, n);
+        return 0;
+    }
+    if (r == CLI_ERROR) {
+        LOG_ERROR("generate: %s", err.msg);
+        return 2;
+    }
+    *a = (struct generate_args){.prompt = cli_get(opts, n, "prompt", NULL), .tokens = cli_get(opts, n, "tokens", NULL),
+                                .n_new = 32, .temp = 0.0, .top_p = 1.0};
+    if (!a->prompt == !a->tokens) {
+        LOG_ERROR("generate: give exactly one of --prompt and --tokens (see --help)");
+        return 2;
+    }
+    if (cli_int(opts, n, "n", 0, 1 << 20, &a->n_new, &err) || cli_int(opts, n, "top-k", 0, 1 << 24, &a->top_k, &err) ||
+        cli_int(opts, n, "seed", 0, 0x7fffffffL, &a->seed, &err) ||
+        cli_int(opts, n, "max-context", 1, 1 << 24, &a->max_ctx, &err) ||
+        cli_float(opts, n, "temperature", 0, 100, &a->temp, &err) ||
+        cli_float(opts, n, "top-p", 1e-9, 1, &a->top_p, &err)) {
+        LOG_ERROR("generate: %s", err.msg);
+        return 2;
+    }
+    a->model = cli_get(opts, n, "model", cli_default_model());
+    a->chat = cli_flag(opts, n, "chat");
+    return -1;
+}
+
+/* Turns --prompt (through the tokenizer, which *tok keeps for printing the
+ * continuation as text) or --tokens into *ids. Returns -1 on success, else the
+ * exit code: 1 when the model's files fail, 2 for a bad or empty prompt. */
+static int generate_load_prompt(const struct generate_args *a, struct tokenizer **tok, struct printer *pr,
+                                int32_t **ids, int *n_ids)
+{
+    struct err err = {0};
+    if (!a->prompt) {
+        if (cli_parse_ids(a->tokens, "--tokens", ids, n_ids, &err)) {
+            LOG_ERROR("generate: %s", err.msg);
+            return 2;
+        }
+        return -1;
+    }
+    char *chat = NULL;
+    struct tok_ids ti = {0};
+    if ((a->chat && chat_wrap(a->model, a->prompt, &chat, &err)) || cli_load_tokenizer(a->model, tok, &err) ||
+        tokenizer_encode(*tok, chat ? chat : a->prompt, strlen(chat ? chat : a->prompt), false, &ti, &err)) {
+        LOG_ERROR("generate: %s", err.msg);
+        free(chat);
+        tokenizer_free(*tok);
+        *tok = NULL;
+        return 1;
+    }
+    free(chat);
+    *ids = ti.ids;
+    *n_ids = (int)ti.n;
+    detok_stream_init(&pr->ds, *tok, true);
+    if (*n_ids == 0) {
+        LOG_ERROR("generate: the prompt encodes to no tokens");
+        tokenizer_free(*tok);
+        *tok = NULL;
+        free(*ids);
+        *ids = NULL;
+        return 2;
+    }
+    return -1;
+}
+
+/* Prints the text the detokenizer held back for whole UTF-8 characters, and
+ * ends the line. */
+static void generate_flush_text(struct printer *pr, struct err *err)
+{
+    char buf[256];
+    size_t k = 0;
+    do {
+        if (detok_stream_flush(&pr->ds, buf, sizeof buf, &k, err))
+            break;
+        fwrite(buf, 1, k, stdout);
+    } while (k);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void generate_log_stats(const struct generate_stats *gs)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    LOG_INFO("prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens, %d decode steps in %.3f s "
+             "(%.2f tok/s); peak RSS %.1f MiB",
+             gs->n_prompt, gs->t_prefill, gs->t_prefill > 0 ? gs->n_prompt / gs->t_prefill : 0.0, gs->n_generated,
+             gs->n_decode_steps, gs->t_decode, gs->t_decode > 0 ? gs->n_generated / gs->t_decode : 0.0,
+             (double)ru.ru_maxrss / 1024.0);
+}
+
 int cmd_generate(int argc, char **argv)
 {
     struct cli_opt opts[] = {
@@ -86,78 +194,33 @@ int cmd_generate(int argc, char **argv)
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
-    struct err err = {0};
-    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
-    if (r == CLI_HELP) {
-        cli_print_help("moeserve generate [--model DIR] (--tokens 1,2,3 | --prompt TEXT) [-n N] [--temperature X] "
-                       "[--top-p P] [--seed S] [--backend cpu|cuda]",
-                       "Generates a continuation of the prompt; prints one token id per line.", opts, n);
-        return 0;
-    }
-    if (r == CLI_ERROR) {
-        LOG_ERROR("generate: %s", err.msg);
-        return 2;
-    }
-    const char *prompt = cli_get(opts, n, "prompt", NULL);
-    if (!prompt == !cli_get(opts, n, "tokens", NULL)) {
-        LOG_ERROR("generate: give exactly one of --prompt and --tokens (see --help)");
-        return 2;
-    }
-    long n_new = 32, top_k = 0, seed = 0, max_ctx = 0;
-    double temp = 0.0, top_p = 1.0;
-    if (cli_int(opts, n, "n", 0, 1 << 20, &n_new, &err) || cli_int(opts, n, "top-k", 0, 1 << 24, &top_k, &err) ||
-        cli_int(opts, n, "seed", 0, 0x7fffffffL, &seed, &err) ||
-        cli_int(opts, n, "max-context", 1, 1 << 24, &max_ctx, &err) ||
-        cli_float(opts, n, "temperature", 0, 100, &temp, &err) ||
-        cli_float(opts, n, "top-p", 1e-9, 1, &top_p, &err)) {
-        LOG_ERROR("generate: %s", err.msg);
-        return 2;
-    }
-    const char *model = cli_get(opts, n, "model", cli_default_model());
+    struct generate_args a;
+    int rc = generate_parse_args(argc, argv, opts, n, &a);
+    if (rc >= 0)
+        return rc;
     int32_t *ids = NULL;
     int n_ids = 0;
     struct printer pr = {0};
     struct tokenizer *tok = NULL;
-    if (prompt) {
-        char *chat = NULL;
-        struct tok_ids ti = {0};
-        if ((cli_flag(opts, n, "chat") && chat_wrap(model, prompt, &chat, &err)) ||
-            cli_load_tokenizer(model, &tok, &err) ||
-            tokenizer_encode(tok, chat ? chat : prompt, strlen(chat ? chat : prompt), false, &ti, &err)) {
-            LOG_ERROR("generate: %s", err.msg);
-            free(chat);
-            tokenizer_free(tok);
-            return 1;
-        }
-        free(chat);
-        ids = ti.ids;
-        n_ids = (int)ti.n;
-        detok_stream_init(&pr.ds, tok, true);
-        if (n_ids == 0) {
-            LOG_ERROR("generate: the prompt encodes to no tokens");
-            tokenizer_free(tok);
-            free(ids);
-            return 2;
-        }
-    } else if (cli_parse_ids(cli_get(opts, n, "tokens", NULL), "--tokens", &ids, &n_ids, &err)) {
-        LOG_ERROR("generate: %s", err.msg);
-        return 2;
-    }
-    if (!max_ctx)
-        max_ctx = n_ids + n_new;
+    rc = generate_load_prompt(&a, &tok, &pr, &ids, &n_ids);
+    if (rc >= 0)
+        return rc;
+    long max_ctx = a.max_ctx ? a.max_ctx : n_ids + a.n_new;
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = n_ids < 512 ? n_ids : 512,
                               .max_seqs = 1, .max_context = (int)max_ctx, .smem_budget = cli_smem_budget(opts, n),
                               .attention_precision = cli_attention_precision(opts, n)};
+    struct err err = {0};
     struct model_session s;
-    if (model_session_open(&s, model, &so, &err)) {
+    if (model_session_open(&s, a.model, &so, &err)) {
         LOG_ERROR("%s", err.msg);
         free(ids);
         tokenizer_free(tok);
         return 1;
     }
     struct generate_params gp = {
-        .max_new = (int)n_new,
-        .sampling = {.temperature = (float)temp, .top_p = (float)top_p, .top_k = (int)top_k, .seed = (uint64_t)seed},
+        .max_new = (int)a.n_new,
+        .sampling = {.temperature = (float)a.temp, .top_p = (float)a.top_p, .top_k = (int)a.top_k,
+                     .seed = (uint64_t)a.seed},
         .stop_ids = s.desc.eos_ids,
         .n_stop = s.desc.n_eos,
     };
@@ -165,29 +228,14 @@ int cmd_generate(int argc, char **argv)
     enum status st = generate_run(&s, ids, n_ids, &gp, print_token, &pr, &gs, &err);
     if (!st && pr.failed)
         st = err_set(&err, pr.err.code, "%s", pr.err.msg);
-    if (!st && tok) {
-        char buf[256];
-        size_t k = 0;
-        do {
-            if (detok_stream_flush(&pr.ds, buf, sizeof buf, &k, &err))
-                break;
-            fwrite(buf, 1, k, stdout);
-        } while (k);
-        putchar('\n');
-        fflush(stdout);
-    }
-    int rc = 0;
+    if (!st && tok)
+        generate_flush_text(&pr, &err);
+    rc = 0;
     if (st) {
         LOG_ERROR("%s", err.msg);
         rc = 1;
     } else {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        LOG_INFO("prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens, %d decode steps in %.3f s "
-                 "(%.2f tok/s); peak RSS %.1f MiB",
-                 gs.n_prompt, gs.t_prefill, gs.t_prefill > 0 ? gs.n_prompt / gs.t_prefill : 0.0, gs.n_generated,
-                 gs.n_decode_steps, gs.t_decode, gs.t_decode > 0 ? gs.n_generated / gs.t_decode : 0.0,
-                 (double)ru.ru_maxrss / 1024.0);
+        generate_log_stats(&gs);
     }
     model_session_close(&s);
     detok_stream_free(&pr.ds);

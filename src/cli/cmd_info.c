@@ -76,6 +76,128 @@ static const char *attn_name(enum attn_kind a)
     return a == ATTN_MLA ? "mla" : "gqa";
 }
 
+/* Everything the report prints, gathered once for either format. */
+struct info_report {
+    const char *dir;
+    const struct model_desc *d;
+    const struct model_weights *w;
+    const struct quant_config *qc;
+    const struct checkpoint *ck;
+    int n_moe;
+    uint64_t weight_bytes;
+    uint64_t kv_token, kv_layer0; /* what engine/kv_cache.c allocates (fp32 values on every backend today) */
+    struct info_kv_mla mla;
+};
+
+static void info_collect_report(struct info_report *r, const char *dir, const struct model_desc *d,
+                                const struct model_weights *w, const struct quant_config *qc,
+                                const struct checkpoint *ck)
+{
+    *r = (struct info_report){.dir = dir, .d = d, .w = w, .qc = qc, .ck = ck};
+    for (int l = 0; l < d->n_layers; l++)
+        r->n_moe += d->layers[l].ffn == FFN_MOE;
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        r->weight_bytes += w->bytes_by_format[f];
+    r->kv_token = kv_cache_bytes(d, 1, 1);
+    r->kv_layer0 = model_desc_kv_elems_per_token(d, 0) * sizeof(float);
+    info_kv_mla(d, &r->mla);
+}
+
+/* The per-module table: format, parameters, bytes. */
+static void info_add_json_modules(struct json *o, const struct model_weights *w)
+{
+    struct json *mk = json_add(o, "modules", json_new_object());
+    for (int k = 0; k < WK_COUNT; k++) {
+        if (!w->kinds[k].params)
+            continue;
+        struct json *e = json_add(mk, weight_kind_name((enum weight_kind)k), json_new_object());
+        char fmts[96];
+        info_format_list(w->kinds[k].formats, fmts, sizeof fmts);
+        json_add(e, "format", json_new_string(fmts));
+        json_add(e, "parameters", json_new_number((double)w->kinds[k].params));
+        json_add(e, "bytes", json_new_number((double)w->kinds[k].bytes));
+        json_add(e, "bits_per_weight", json_new_number(8.0 * (double)w->kinds[k].bytes / (double)w->kinds[k].params));
+    }
+}
+
+static void info_print_json(const struct info_report *r)
+{
+    const struct model_desc *d = r->d;
+    const struct model_weights *w = r->w;
+    struct json *o = json_new_object();
+    json_add(o, "model", json_new_string(r->dir));
+    json_add(o, "family", json_new_string(model_family_name(d->family)));
+    json_add(o, "layers", json_new_number(d->n_layers));
+    json_add(o, "moe_layers", json_new_number(r->n_moe));
+    json_add(o, "hidden_size", json_new_number(d->d_model));
+    json_add(o, "vocab_size", json_new_number(d->vocab_size));
+    json_add(o, "attention", json_new_string(attn_name(d->layers[0].attn)));
+    json_add(o, "experts", json_new_number(d->n_experts));
+    json_add(o, "experts_per_token", json_new_number(d->n_experts_used));
+    json_add(o, "parameters", json_new_number((double)w->n_params));
+    struct json *bf = json_add(o, "bytes_by_format", json_new_object());
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        if (w->bytes_by_format[f])
+            json_add(bf, weight_format_name((enum weight_format)f), json_new_number((double)w->bytes_by_format[f]));
+    json_add(o, "weight_bytes", json_new_number((double)r->weight_bytes));
+    json_add(o, "quantization", json_new_string(quant_algo_name(r->qc->algo)));
+    info_add_json_modules(o, w);
+    json_add(o, "kv_dtype", json_new_string("f32"));
+    json_add(o, "kv_bytes_per_token_layer0", json_new_number((double)r->kv_layer0));
+    json_add(o, "kv_bytes_per_token", json_new_number((double)r->kv_token));
+    if (r->mla.on) {
+        struct json *k = json_add(o, "kv_mla", json_new_object());
+        json_add(k, "latent_values_per_token_layer", json_new_number((double)r->mla.latent));
+        json_add(k, "indexer_values_per_token_layer", json_new_number((double)r->mla.index));
+        json_add(k, "indexer_layers", json_new_number(r->mla.full_layers));
+        json_add(k, "expanded_kv_values_per_token_layer", json_new_number((double)r->mla.expanded));
+    }
+    char *s = json_print(o, true);
+    printf("%s\n", s);
+    free(s);
+    json_free(o);
+}
+
+static void info_print_table(const struct info_report *r)
+{
+    const struct model_desc *d = r->d;
+    const struct model_weights *w = r->w;
+    printf("model          %s\n", r->dir);
+    printf("family         %s\n", model_family_name(d->family));
+    printf("layers         %d (%d MoE, %d dense), attention %s\n", d->n_layers, r->n_moe, d->n_layers - r->n_moe,
+           attn_name(d->layers[0].attn));
+    printf("hidden         %d, heads %d (kv %d, head_dim %d), vocab %d\n", d->d_model, d->n_heads, d->n_kv_heads,
+           d->head_dim, d->vocab_size);
+    if (d->n_experts)
+        printf("experts        %d routed (top %d, width %d), %d shared, router %s\n", d->n_experts,
+               d->n_experts_used, d->d_expert, d->n_shared_experts,
+               d->router == ROUTER_SOFTMAX ? "softmax" : "sigmoid+bias");
+    printf("parameters     %.3f M\n", (double)w->n_params / 1e6);
+    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
+        if (w->bytes_by_format[f])
+            printf("  %-12s %.2f MiB\n", weight_format_name((enum weight_format)f),
+                   (double)w->bytes_by_format[f] / 1048576.0);
+    printf("quantization   %s\n", quant_algo_name(r->qc->algo));
+    for (int k = 0; k < WK_COUNT; k++) {
+        if (!w->kinds[k].params)
+            continue;
+        char fmts[96];
+        info_format_list(w->kinds[k].formats, fmts, sizeof fmts);
+        printf("  %-15s %-22s %10.3f M params  %6.2f bits/weight\n", weight_kind_name((enum weight_kind)k), fmts,
+               (double)w->kinds[k].params / 1e6, 8.0 * (double)w->kinds[k].bytes / (double)w->kinds[k].params);
+    }
+    printf("files          %zu, %.2f MiB on disk\n", r->ck->n_files, (double)r->ck->total_bytes / 1048576.0);
+    printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (f32)\n",
+           (unsigned long long)r->kv_layer0, (double)r->kv_token / 1024.0);
+    if (r->mla.on)
+        printf("  mla latent   %llu values (kv_lora_rank + rope) + indexer key %llu values on %d of %d layers;"
+               " expanded K/V would be %llu values\n",
+               (unsigned long long)r->mla.latent, (unsigned long long)r->mla.index, r->mla.full_layers, d->n_layers,
+               (unsigned long long)r->mla.expanded);
+    printf("memory needed  %.2f MiB weights + %.1f MiB KV per 1k tokens\n", (double)r->weight_bytes / 1048576.0,
+           (double)r->kv_token * 1000.0 / 1048576.0);
+}
+
 int cmd_info(int argc, char **argv)
 {
     struct cli_opt opts[] = {
@@ -122,97 +244,12 @@ int cmd_info(int argc, char **argv)
         LOG_ERROR("%s", err.msg);
         goto done;
     }
-    int n_moe = 0;
-    for (int l = 0; l < d.n_layers; l++)
-        n_moe += d.layers[l].ffn == FFN_MOE;
-    uint64_t weight_bytes = 0;
-    for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
-        weight_bytes += w.bytes_by_format[f];
-    /* what engine/kv_cache.c allocates (fp32 values on every backend today) */
-    uint64_t kv_token = kv_cache_bytes(&d, 1, 1);
-    uint64_t kv_layer0 = model_desc_kv_elems_per_token(&d, 0) * sizeof(float);
-    struct info_kv_mla mla;
-    info_kv_mla(&d, &mla);
-    if (cli_flag(opts, n, "json")) {
-        struct json *o = json_new_object();
-        json_add(o, "model", json_new_string(dir));
-        json_add(o, "family", json_new_string(model_family_name(d.family)));
-        json_add(o, "layers", json_new_number(d.n_layers));
-        json_add(o, "moe_layers", json_new_number(n_moe));
-        json_add(o, "hidden_size", json_new_number(d.d_model));
-        json_add(o, "vocab_size", json_new_number(d.vocab_size));
-        json_add(o, "attention", json_new_string(attn_name(d.layers[0].attn)));
-        json_add(o, "experts", json_new_number(d.n_experts));
-        json_add(o, "experts_per_token", json_new_number(d.n_experts_used));
-        json_add(o, "parameters", json_new_number((double)w.n_params));
-        struct json *bf = json_add(o, "bytes_by_format", json_new_object());
-        for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
-            if (w.bytes_by_format[f])
-                json_add(bf, weight_format_name((enum weight_format)f), json_new_number((double)w.bytes_by_format[f]));
-        json_add(o, "weight_bytes", json_new_number((double)weight_bytes));
-        json_add(o, "quantization", json_new_string(quant_algo_name(qc.algo)));
-        struct json *mk = json_add(o, "modules", json_new_object());
-        for (int k = 0; k < WK_COUNT; k++) {
-            if (!w.kinds[k].params)
-                continue;
-            struct json *e = json_add(mk, weight_kind_name((enum weight_kind)k), json_new_object());
-            char fmts[96];
-            info_format_list(w.kinds[k].formats, fmts, sizeof fmts);
-            json_add(e, "format", json_new_string(fmts));
-            json_add(e, "parameters", json_new_number((double)w.kinds[k].params));
-            json_add(e, "bytes", json_new_number((double)w.kinds[k].bytes));
-            json_add(e, "bits_per_weight", json_new_number(8.0 * (double)w.kinds[k].bytes / (double)w.kinds[k].params));
-        }
-        json_add(o, "kv_dtype", json_new_string("f32"));
-        json_add(o, "kv_bytes_per_token_layer0", json_new_number((double)kv_layer0));
-        json_add(o, "kv_bytes_per_token", json_new_number((double)kv_token));
-        if (mla.on) {
-            struct json *k = json_add(o, "kv_mla", json_new_object());
-            json_add(k, "latent_values_per_token_layer", json_new_number((double)mla.latent));
-            json_add(k, "indexer_values_per_token_layer", json_new_number((double)mla.index));
-            json_add(k, "indexer_layers", json_new_number(mla.full_layers));
-            json_add(k, "expanded_kv_values_per_token_layer", json_new_number((double)mla.expanded));
-        }
-        char *s = json_print(o, true);
-        printf("%s\n", s);
-        free(s);
-        json_free(o);
-    } else {
-        printf("model          %s\n", dir);
-        printf("family         %s\n", model_family_name(d.family));
-        printf("layers         %d (%d MoE, %d dense), attention %s\n", d.n_layers, n_moe, d.n_layers - n_moe,
-               attn_name(d.layers[0].attn));
-        printf("hidden         %d, heads %d (kv %d, head_dim %d), vocab %d\n", d.d_model, d.n_heads, d.n_kv_heads,
-               d.head_dim, d.vocab_size);
-        if (d.n_experts)
-            printf("experts        %d routed (top %d, width %d), %d shared, router %s\n", d.n_experts,
-                   d.n_experts_used, d.d_expert, d.n_shared_experts,
-                   d.router == ROUTER_SOFTMAX ? "softmax" : "sigmoid+bias");
-        printf("parameters     %.3f M\n", (double)w.n_params / 1e6);
-        for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
-            if (w.bytes_by_format[f])
-                printf("  %-12s %.2f MiB\n", weight_format_name((enum weight_format)f),
-                       (double)w.bytes_by_format[f] / 1048576.0);
-        printf("quantization   %s\n", quant_algo_name(qc.algo));
-        for (int k = 0; k < WK_COUNT; k++) {
-            if (!w.kinds[k].params)
-                continue;
-            char fmts[96];
-            info_format_list(w.kinds[k].formats, fmts, sizeof fmts);
-            printf("  %-15s %-22s %10.3f M params  %6.2f bits/weight\n", weight_kind_name((enum weight_kind)k), fmts,
-                   (double)w.kinds[k].params / 1e6, 8.0 * (double)w.kinds[k].bytes / (double)w.kinds[k].params);
-        }
-        printf("files          %zu, %.2f MiB on disk\n", ck.n_files, (double)ck.total_bytes / 1048576.0);
-        printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (f32)\n",
-               (unsigned long long)kv_layer0, (double)kv_token / 1024.0);
-        if (mla.on)
-            printf("  mla latent   %llu values (kv_lora_rank + rope) + indexer key %llu values on %d of %d layers;"
-                   " expanded K/V would be %llu values\n",
-                   (unsigned long long)mla.latent, (unsigned long long)mla.index, mla.full_layers, d.n_layers,
-                   (unsigned long long)mla.expanded);
-        printf("memory needed  %.2f MiB weights + %.1f MiB KV per 1k tokens\n", (double)weight_bytes / 1048576.0,
-               (double)kv_token * 1000.0 / 1048576.0);
-    }
+    struct info_report rep;
+    info_collect_report(&rep, dir, &d, &w, &qc, &ck);
+    if (cli_flag(opts, n, "json"))
+        info_print_json(&rep);
+    else
+        info_print_table(&rep);
     rc = 0;
     model_weights_free(&w);
 done:

@@ -19,6 +19,86 @@
 #include "engine/model_session.h"
 #include "format/tokenizer.h"
 
+/* -log softmax(l)[target] over V logits, max-shifted so exp() cannot overflow. */
+static double perplexity_token_nll(const float *l, size_t V, int32_t target)
+{
+    float mx = l[0];
+    for (size_t v = 1; v < V; v++)
+        mx = l[v] > mx ? l[v] : mx;
+    double sum = 0;
+    for (size_t v = 0; v < V; v++)
+        sum += exp((double)(l[v] - mx));
+    return log(sum) + mx - l[target];
+}
+
+/* Runs every window of ids from a fresh context, summing the NLL of its tokens 1..n-1 into
+ * *nll and counting them in *predicted; *dt is the seconds the windows took. 1 on an error
+ * (logged). */
+static int perplexity_score_windows(struct model_session *s, const struct tok_ids *ids, long window, double *nll,
+                                    long *predicted, double *dt)
+{
+    struct err err = {0};
+    size_t V = (size_t)s->desc.vocab_size;
+    float *logits = malloc((size_t)window * V * sizeof(float));
+    int32_t *pos = malloc((size_t)window * sizeof(int32_t)), *seq = calloc((size_t)window, sizeof(int32_t));
+    int32_t *rows = malloc((size_t)window * sizeof(int32_t));
+    for (long i = 0; i < window; i++)
+        pos[i] = rows[i] = (int32_t)i;
+    int rc = 0;
+    double t0 = timer_now();
+    for (size_t w0 = 0; w0 < ids->n && !rc; w0 += (size_t)window) {
+        int len = (int)(ids->n - w0 < (size_t)window ? ids->n - w0 : (size_t)window);
+        if (len < 2)
+            break;
+        struct kv_seq ks;
+        kv_seq_init(&ks);
+        struct kv_seq *seqs[1] = {&ks};
+        struct forward_batch b = {.n_tokens = len, .tokens = ids->ids + w0, .pos = pos, .seq = seq, .n_seqs = 1,
+                                  .seqs = seqs, .n_logits = len - 1, .logit_rows = rows};
+        if (kv_seq_reserve(&ks, &s->kv, len, &err) || forward_run(&s->fwd, &b, logits, &err)) {
+            LOG_ERROR("perplexity: %s", err.msg);
+            rc = 1;
+        }
+        kv_seq_release(&ks, &s->kv);
+        for (int i = 0; i < len - 1 && !rc; i++) {
+            *nll += perplexity_token_nll(logits + (size_t)i * V, V, ids->ids[w0 + (size_t)i + 1]);
+            (*predicted)++;
+        }
+    }
+    *dt = timer_now() - t0;
+    free(logits);
+    free(pos);
+    free(seq);
+    free(rows);
+    return rc;
+}
+
+/* Prints the score, a line of text or (json) one JSON object. */
+static void perplexity_print_report(const char *model, const char *file, size_t tokens, long window, double nll,
+                                    long predicted, double dt, bool json)
+{
+    double ppl = exp(nll / (double)predicted);
+    if (json) {
+        struct json *o = json_new_object();
+        json_add(o, "model", json_new_string(model));
+        json_add(o, "file", json_new_string(file));
+        json_add(o, "tokens", json_new_number((double)tokens));
+        json_add(o, "predicted", json_new_number((double)predicted));
+        json_add(o, "window", json_new_number((double)window));
+        json_add(o, "nll", json_new_number(nll / (double)predicted));
+        json_add(o, "perplexity", json_new_number(ppl));
+        json_add(o, "tokens_per_second", json_new_number((double)tokens / dt));
+        char *js = json_print(o, false);
+        printf("%s\n", js);
+        free(js);
+        json_free(o);
+    } else {
+        printf("perplexity %.4f (mean NLL %.5f over %ld predicted tokens of %zu, windows of %ld) in %.1f s, "
+               "%.0f tok/s\n",
+               ppl, nll / (double)predicted, predicted, tokens, window, dt, (double)tokens / dt);
+    }
+}
+
 int cmd_perplexity(int argc, char **argv)
 {
     struct cli_opt opts[] = {
@@ -68,73 +148,15 @@ int cmd_perplexity(int argc, char **argv)
         tok_ids_free(&ids);
         return 1;
     }
-    size_t V = (size_t)s.desc.vocab_size;
-    float *logits = malloc((size_t)window * V * sizeof(float));
-    int32_t *pos = malloc((size_t)window * sizeof(int32_t)), *seq = calloc((size_t)window, sizeof(int32_t));
-    int32_t *rows = malloc((size_t)window * sizeof(int32_t));
-    for (long i = 0; i < window; i++)
-        pos[i] = rows[i] = (int32_t)i;
-    double nll = 0;
+    double nll = 0, dt = 0;
     long predicted = 0;
-    int rc = 0;
-    double t0 = timer_now();
-    for (size_t w0 = 0; w0 < ids.n && !rc; w0 += (size_t)window) {
-        int len = (int)(ids.n - w0 < (size_t)window ? ids.n - w0 : (size_t)window);
-        if (len < 2)
-            break;
-        struct kv_seq ks;
-        kv_seq_init(&ks);
-        struct kv_seq *seqs[1] = {&ks};
-        struct forward_batch b = {.n_tokens = len, .tokens = ids.ids + w0, .pos = pos, .seq = seq, .n_seqs = 1,
-                                  .seqs = seqs, .n_logits = len - 1, .logit_rows = rows};
-        if (kv_seq_reserve(&ks, &s.kv, len, &err) || forward_run(&s.fwd, &b, logits, &err)) {
-            LOG_ERROR("perplexity: %s", err.msg);
-            rc = 1;
-        }
-        kv_seq_release(&ks, &s.kv);
-        for (int i = 0; i < len - 1 && !rc; i++) {
-            const float *l = logits + (size_t)i * V;
-            float mx = l[0];
-            for (size_t v = 1; v < V; v++)
-                mx = l[v] > mx ? l[v] : mx;
-            double sum = 0;
-            for (size_t v = 0; v < V; v++)
-                sum += exp((double)(l[v] - mx));
-            nll += log(sum) + mx - l[ids.ids[w0 + (size_t)i + 1]];
-            predicted++;
-        }
-    }
-    double dt = timer_now() - t0;
+    int rc = perplexity_score_windows(&s, &ids, window, &nll, &predicted, &dt);
     if (!rc && predicted == 0) {
         LOG_ERROR("perplexity: %s has fewer than 2 tokens", file);
         rc = 1;
     }
-    if (!rc) {
-        double ppl = exp(nll / (double)predicted);
-        if (cli_flag(opts, n, "json")) {
-            struct json *o = json_new_object();
-            json_add(o, "model", json_new_string(model));
-            json_add(o, "file", json_new_string(file));
-            json_add(o, "tokens", json_new_number((double)ids.n));
-            json_add(o, "predicted", json_new_number((double)predicted));
-            json_add(o, "window", json_new_number((double)window));
-            json_add(o, "nll", json_new_number(nll / (double)predicted));
-            json_add(o, "perplexity", json_new_number(ppl));
-            json_add(o, "tokens_per_second", json_new_number((double)ids.n / dt));
-            char *js = json_print(o, false);
-            printf("%s\n", js);
-            free(js);
-            json_free(o);
-        } else {
-            printf("perplexity %.4f (mean NLL %.5f over %ld predicted tokens of %zu, windows of %ld) in %.1f s, "
-                   "%.0f tok/s\n",
-                   ppl, nll / (double)predicted, predicted, ids.n, window, dt, (double)ids.n / dt);
-        }
-    }
-    free(logits);
-    free(pos);
-    free(seq);
-    free(rows);
+    if (!rc)
+        perplexity_print_report(model, file, ids.n, window, nll, predicted, dt, cli_flag(opts, n, "json"));
     tok_ids_free(&ids);
     tokenizer_free(tok);
     model_session_close(&s);

@@ -79,6 +79,71 @@ static int load_model(const char *dir, bool weights_given, struct model_desc *d,
     return 0;
 }
 
+/* The device to plan for: a named profile, else probed CUDA device `device`; 0, or the exit
+ * code (logged): 2 for an unknown profile (a usage error), 1 when probing failed. */
+static int plan_load_caps(const char *profile, int device, struct device_caps *caps)
+{
+    struct err err = {0};
+    if (profile) {
+        if (plan_caps_from_profile(caps, profile, &err)) {
+            LOG_ERROR("plan: %s", err.msg);
+            return 2;
+        }
+    } else if (plan_caps_probe(caps, device, &err)) {
+        if (strstr(err.msg, "--profile"))
+            LOG_ERROR("plan: %s", err.msg);
+        else
+            LOG_ERROR("plan: %s; to plan for a GPU you do not have: --profile NAME (%s)", err.msg,
+                      plan_profile_names());
+        return 1;
+    }
+    return 0;
+}
+
+/* Plans for caps (sized by model dir `dir` when given) and prints the plan, a table or JSON;
+ * the command's exit code (errors logged). */
+static int plan_build_print(const struct device_caps *caps, const char *dir, bool weights_given,
+                            struct plan_weights *w, size_t budget, bool json)
+{
+    struct err err = {0};
+    struct options env;
+    if (options_read(&env, &err)) {
+        LOG_ERROR("plan: %s", err.msg);
+        return 2;
+    }
+    struct model_desc d;
+    struct plan_shapes shapes;
+    memset(&d, 0, sizeof d);
+    if (dir && load_model(dir, weights_given, &d, &shapes, w)) {
+        model_desc_free(&d);
+        return 1;
+    }
+    struct plan_request req = {.shapes = dir ? &shapes : NULL,
+                               .weights = w,
+                               .model_name = dir,
+                               .smem_budget = budget,
+                               .kernels = &CUDA_KERNELS,
+                               .force = env.cuda_force[0] ? env.cuda_force : NULL};
+    struct plan *p = malloc(sizeof *p);
+    int rc = 1;
+    if (!p) {
+        LOG_ERROR("plan: out of memory");
+        goto done;
+    }
+    if (plan_build_request(p, caps, &req, &err)) {
+        LOG_ERROR("%s", err.msg);
+        goto done;
+    }
+    if (json)
+        rc = print_json(plan_to_json(p));
+    else
+        plan_print(p), rc = 0;
+done:
+    free(p);
+    model_desc_free(&d);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     struct cli_opt opts[] = {
@@ -138,55 +203,9 @@ int cmd_plan(int argc, char **argv)
     }
 
     struct device_caps caps;
-    if (profile) {
-        if (plan_caps_from_profile(&caps, profile, &err)) {
-            LOG_ERROR("plan: %s", err.msg);
-            return 2;
-        }
-    } else if (plan_caps_probe(&caps, (int)device, &err)) {
-        if (strstr(err.msg, "--profile"))
-            LOG_ERROR("plan: %s", err.msg);
-        else
-            LOG_ERROR("plan: %s; to plan for a GPU you do not have: --profile NAME (%s)", err.msg,
-                      plan_profile_names());
-        return 1;
-    }
-
-    struct options env;
-    if (options_read(&env, &err)) {
-        LOG_ERROR("plan: %s", err.msg);
-        return 2;
-    }
-    const char *dir = cli_get(opts, n, "model", NULL);
-    struct model_desc d;
-    struct plan_shapes shapes;
-    memset(&d, 0, sizeof d);
-    if (dir && load_model(dir, wopt != NULL, &d, &shapes, &w)) {
-        model_desc_free(&d);
-        return 1;
-    }
-    struct plan_request req = {.shapes = dir ? &shapes : NULL,
-                               .weights = &w,
-                               .model_name = dir,
-                               .smem_budget = (size_t)budget,
-                               .kernels = &CUDA_KERNELS,
-                               .force = env.cuda_force[0] ? env.cuda_force : NULL};
-    struct plan *p = malloc(sizeof *p);
-    int rc = 1;
-    if (!p) {
-        LOG_ERROR("plan: out of memory");
-        goto done;
-    }
-    if (plan_build_request(p, &caps, &req, &err)) {
-        LOG_ERROR("%s", err.msg);
-        goto done;
-    }
-    if (cli_flag(opts, n, "json"))
-        rc = print_json(plan_to_json(p));
-    else
-        plan_print(p), rc = 0;
-done:
-    free(p);
-    model_desc_free(&d);
-    return rc;
+    int rc = plan_load_caps(profile, (int)device, &caps);
+    if (rc)
+        return rc;
+    return plan_build_print(&caps, cli_get(opts, n, "model", NULL), wopt != NULL, &w, (size_t)budget,
+                            cli_flag(opts, n, "json"));
 }

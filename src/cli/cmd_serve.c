@@ -35,6 +35,179 @@ static void model_name_of(const char *dir, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(n - b), dir + b);
 }
 
+/* The options of one run, parsed and checked. */
+struct serve_args {
+    const char *model, *served, *api_key, *backend, *host;
+    char name[256]; /* the model directory's name: served's default */
+    long port, max_seqs, max_tokens, max_ctx, kv_blocks, block, max_queue, max_body;
+    double timeout;
+    int attention_precision;
+    bool no_prefix_cache, batch_invariant;
+};
+
+/* What a run holds; zeroed, every member may be released by serve_state_free. */
+struct serve_state {
+    struct tokenizer *tok;
+    struct chat_template *tmpl;
+    struct json *vars;
+    struct model_session s;
+    struct scheduler sch;
+    struct server srv;
+};
+
+static void serve_state_free(struct serve_state *st)
+{
+    server_stop(&st->srv);
+    scheduler_free(&st->sch);
+    model_session_close(&st->s);
+    json_free(st->vars);
+    chat_template_free(st->tmpl);
+    tokenizer_free(st->tok);
+}
+
+/* Fills a from the command line. Returns -1 when the server should start,
+ * else the exit code: 0 after --help, 2 for a bad option. */
+static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, struct serve_args *a)
+{
+    struct err err = {0};
+    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
+    if (r == CLI_HELP) {
+        cli_print_help("moeserve serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--backend cpu|cuda] ...",
+                       "Serves the model over an OpenAI-compatible HTTP API: POST /v1/completions, "
+                       "POST /v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics.",
+                       opts, n);
+        return 0;
+    }
+    if (r == CLI_ERROR) {
+        LOG_ERROR("serve: %s", err.msg);
+        return 2;
+    }
+    *a = (struct serve_args){.port = 8000, .max_seqs = 64, .max_tokens = 512, .block = 16, .max_queue = 256,
+                             .max_body = 4L << 20, .timeout = 600};
+    if (cli_int(opts, n, "port", 0, 65535, &a->port, &err) ||
+        cli_int(opts, n, "max-seqs", 1, 4096, &a->max_seqs, &err) ||
+        cli_int(opts, n, "max-tokens", 1, 1 << 20, &a->max_tokens, &err) ||
+        cli_int(opts, n, "max-context", 2, 1 << 24, &a->max_ctx, &err) ||
+        cli_int(opts, n, "kv-blocks", 1, 1 << 26, &a->kv_blocks, &err) ||
+        cli_int(opts, n, "block-size", 1, 4096, &a->block, &err) ||
+        cli_int(opts, n, "max-queue", 1, 1 << 24, &a->max_queue, &err) ||
+        cli_int(opts, n, "max-body-bytes", 1024, 1L << 34, &a->max_body, &err) ||
+        cli_float(opts, n, "request-timeout", 0, 1e9, &a->timeout, &err)) {
+        LOG_ERROR("serve: %s", err.msg);
+        return 2;
+    }
+    if (a->max_tokens < a->max_seqs) {
+        LOG_ERROR("serve: --max-tokens %ld must be at least --max-seqs %ld (every running sequence decodes one "
+                  "token per pass)",
+                  a->max_tokens, a->max_seqs);
+        return 2;
+    }
+    a->model = cli_get(opts, n, "model", cli_default_model());
+    model_name_of(a->model, a->name, sizeof a->name);
+    a->served = cli_get(opts, n, "served-model-name", a->name);
+    a->api_key = cli_get(opts, n, "api-key", cli_env_api_key());
+    if (a->api_key && !*a->api_key)
+        a->api_key = NULL;
+    a->backend = cli_get(opts, n, "backend", "cpu");
+    a->host = cli_get(opts, n, "host", "127.0.0.1");
+    a->attention_precision = cli_attention_precision(opts, n);
+    a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
+    a->batch_invariant = cli_flag(opts, n, "batch-invariant");
+    return -1;
+}
+
+/* Blocks SIGINT and SIGTERM (returned in sigs, for sigwait) and ignores SIGPIPE.
+ * Called before any thread exists (OpenMP's, the scheduler's, the server's), so
+ * that all inherit the mask and only sigwait in serve_run_until_signal sees these. */
+static void serve_block_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not death */
+}
+
+/* A checkpoint without a chat template still serves /v1/completions, so its
+ * absence is a warning, not an error. */
+static void serve_load_template(struct serve_state *st, const char *model)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
+    struct err terr = {0};
+    if (chat_template_from_config(&st->tmpl, path, &st->vars, &terr)) {
+        LOG_WARN("serve: no chat template (%s): /v1/chat/completions will refuse requests", terr.msg);
+        st->tmpl = NULL;
+        st->vars = NULL;
+    }
+}
+
+/* Fills in the defaults of --max-context (the model's context, at most 32768)
+ * and --kv-blocks (see the top of this file), which need the model's config. */
+static enum status serve_size_cache(struct serve_args *a, struct err *err)
+{
+    struct model_desc desc;
+    enum status st = model_desc_load(&desc, a->model, err);
+    if (st)
+        return st;
+    if (!a->max_ctx)
+        a->max_ctx = desc.max_position_embeddings > 0 && desc.max_position_embeddings < 32768
+                         ? desc.max_position_embeddings
+                         : 32768;
+    model_desc_free(&desc);
+    if (!a->kv_blocks) {
+        long per_seq = (1024 + a->block - 1) / a->block, one = (a->max_ctx + a->block - 1) / a->block;
+        a->kv_blocks = per_seq * a->max_seqs > one ? per_seq * a->max_seqs : one;
+    }
+    return STATUS_OK;
+}
+
+/* Opens the session and starts the scheduler and the HTTP server. smem_budget
+ * comes from cli_smem_budget, which warns about a bad value: the caller reads
+ * it only once the tokenizer and the model's config have loaded. */
+static enum status serve_start(struct serve_state *st, const struct serve_args *a, size_t smem_budget,
+                               struct err *err)
+{
+    /* model_session sizes its cache as ceil(max_context / block) * max_seqs blocks */
+    long per_seq_blocks = (a->kv_blocks + a->max_seqs - 1) / a->max_seqs;
+    struct session_opts so = {.backend = a->backend, .max_tokens = (int)a->max_tokens, .max_seqs = (int)a->max_seqs,
+                              .max_context = (int)(per_seq_blocks * a->block), .block_size = (int)a->block,
+                              .smem_budget = smem_budget, .attention_precision = a->attention_precision,
+                              .batch_invariant = a->batch_invariant};
+    enum status s = model_session_open(&st->s, a->model, &so, err);
+    if (s)
+        return s;
+    struct scheduler_opts sco = {.max_queue = (int)a->max_queue, .max_seqs = (int)a->max_seqs,
+                                 .max_context = (int)a->max_ctx, .no_prefix_cache = a->no_prefix_cache};
+    if ((s = scheduler_init(&st->sch, &st->s, &sco, err)) || (s = scheduler_start(&st->sch, err)))
+        return s;
+    struct server_opts sro = {.host = a->host, .port = (int)a->port, .api_key = a->api_key,
+                              .model_name = a->served, .max_body_bytes = (size_t)a->max_body,
+                              .request_timeout = a->timeout};
+    struct server_model sm = {
+        .sch = &st->sch,
+        .max_context = (int)a->max_ctx,
+        .pm = {.tok = st->tok, .tmpl = st->tmpl, .special_vars = st->vars, .vocab = st->s.desc.vocab_size}};
+    return server_start(&st->srv, &sro, &sm, err);
+}
+
+/* Reports the running server (the port line is what tests read) and waits for
+ * SIGINT or SIGTERM. */
+static void serve_run_until_signal(struct serve_state *st, const struct serve_args *a, const sigset_t *sigs)
+{
+    const struct model_session *s = &st->s;
+    LOG_INFO("serve: %s on %s: %d KV blocks of %d tokens (%.1f MiB), %ld sequences, %ld tokens per pass, context %ld%s%s",
+             a->served, s->be.ops->name, s->kv.n_blocks, s->kv.block_size,
+             (double)kv_cache_bytes(&s->desc, s->kv.n_blocks, s->kv.block_size) / 1048576.0, a->max_seqs,
+             a->max_tokens, a->max_ctx, a->no_prefix_cache ? ", no prefix cache" : "",
+             a->api_key ? ", API key required" : "");
+    printf("listening on http://%s:%d\n", a->host, server_port(&st->srv));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(sigs, &sig);
+    LOG_INFO("serve: %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct cli_opt opts[] = {
@@ -63,131 +236,27 @@ int cmd_serve(int argc, char **argv)
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
-    struct err err = {0};
-    enum cli_result r = cli_parse(argc, argv, opts, n, &err);
-    if (r == CLI_HELP) {
-        cli_print_help("moeserve serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--backend cpu|cuda] ...",
-                       "Serves the model over an OpenAI-compatible HTTP API: POST /v1/completions, "
-                       "POST /v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics.",
-                       opts, n);
-        return 0;
-    }
-    if (r == CLI_ERROR) {
-        LOG_ERROR("serve: %s", err.msg);
-        return 2;
-    }
-    long port = 8000, max_seqs = 64, max_tokens = 512, max_ctx = 0, kv_blocks = 0, block = 16, max_queue = 256,
-         max_body = 4L << 20;
-    double timeout = 600;
-    if (cli_int(opts, n, "port", 0, 65535, &port, &err) || cli_int(opts, n, "max-seqs", 1, 4096, &max_seqs, &err) ||
-        cli_int(opts, n, "max-tokens", 1, 1 << 20, &max_tokens, &err) ||
-        cli_int(opts, n, "max-context", 2, 1 << 24, &max_ctx, &err) ||
-        cli_int(opts, n, "kv-blocks", 1, 1 << 26, &kv_blocks, &err) ||
-        cli_int(opts, n, "block-size", 1, 4096, &block, &err) ||
-        cli_int(opts, n, "max-queue", 1, 1 << 24, &max_queue, &err) ||
-        cli_int(opts, n, "max-body-bytes", 1024, 1L << 34, &max_body, &err) ||
-        cli_float(opts, n, "request-timeout", 0, 1e9, &timeout, &err)) {
-        LOG_ERROR("serve: %s", err.msg);
-        return 2;
-    }
-    if (max_tokens < max_seqs) {
-        LOG_ERROR("serve: --max-tokens %ld must be at least --max-seqs %ld (every running sequence decodes one "
-                  "token per pass)",
-                  max_tokens, max_seqs);
-        return 2;
-    }
-    const char *model = cli_get(opts, n, "model", cli_default_model());
-    char name[256];
-    model_name_of(model, name, sizeof name);
-    const char *served = cli_get(opts, n, "served-model-name", name);
-    const char *api_key = cli_get(opts, n, "api-key", cli_env_api_key());
-    if (api_key && !*api_key)
-        api_key = NULL;
-
-    /* Before any thread exists (OpenMP's, the scheduler's, the server's), so
-     * that all inherit the mask and only sigwait below sees these. */
+    struct serve_args a;
+    int rc = serve_parse_args(argc, argv, opts, n, &a);
+    if (rc >= 0)
+        return rc;
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not death */
+    serve_block_signals(&sigs);
 
-    struct tokenizer *tok = NULL;
-    struct chat_template *tmpl = NULL;
-    struct json *vars = NULL;
-    struct model_session s = {0};
-    struct scheduler sch = {0};
-    struct server srv = {0};
-    int rc = 1;
-    if (cli_load_tokenizer(model, &tok, &err)) {
+    struct serve_state st = {0};
+    struct err err = {0};
+    if (cli_load_tokenizer(a.model, &st.tok, &err)) {
         LOG_ERROR("serve: %s", err.msg);
         return 1;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", model);
-    struct err terr = {0};
-    if (chat_template_from_config(&tmpl, path, &vars, &terr)) {
-        LOG_WARN("serve: no chat template (%s): /v1/chat/completions will refuse requests", terr.msg);
-        tmpl = NULL;
-        vars = NULL;
-    }
-    /* the model's context, unless asked otherwise */
-    struct model_desc desc;
-    if (model_desc_load(&desc, model, &err)) {
+    serve_load_template(&st, a.model);
+    if (serve_size_cache(&a, &err) || serve_start(&st, &a, cli_smem_budget(opts, n), &err)) {
         LOG_ERROR("serve: %s", err.msg);
-        goto done;
+        rc = 1;
+    } else {
+        serve_run_until_signal(&st, &a, &sigs);
+        rc = 0;
     }
-    if (!max_ctx)
-        max_ctx = desc.max_position_embeddings > 0 && desc.max_position_embeddings < 32768
-                      ? desc.max_position_embeddings
-                      : 32768;
-    model_desc_free(&desc);
-    if (!kv_blocks) {
-        long per_seq = (1024 + block - 1) / block, one = (max_ctx + block - 1) / block;
-        kv_blocks = per_seq * max_seqs > one ? per_seq * max_seqs : one;
-    }
-    /* model_session sizes its cache as ceil(max_context / block) * max_seqs blocks */
-    long per_seq_blocks = (kv_blocks + max_seqs - 1) / max_seqs;
-    struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
-                              .max_seqs = (int)max_seqs, .max_context = (int)(per_seq_blocks * block),
-                              .block_size = (int)block, .smem_budget = cli_smem_budget(opts, n),
-                              .attention_precision = cli_attention_precision(opts, n),
-                              .batch_invariant = cli_flag(opts, n, "batch-invariant")};
-    if (model_session_open(&s, model, &so, &err)) {
-        LOG_ERROR("serve: %s", err.msg);
-        goto done;
-    }
-    struct scheduler_opts sco = {.max_queue = (int)max_queue, .max_seqs = (int)max_seqs, .max_context = (int)max_ctx,
-                                 .no_prefix_cache = cli_flag(opts, n, "no-prefix-cache")};
-    if (scheduler_init(&sch, &s, &sco, &err) || scheduler_start(&sch, &err)) {
-        LOG_ERROR("serve: %s", err.msg);
-        goto done;
-    }
-    struct server_opts sro = {.host = cli_get(opts, n, "host", "127.0.0.1"), .port = (int)port, .api_key = api_key,
-                              .model_name = served, .max_body_bytes = (size_t)max_body, .request_timeout = timeout};
-    struct server_model sm = {.sch = &sch, .max_context = (int)max_ctx,
-                              .pm = {.tok = tok, .tmpl = tmpl, .special_vars = vars, .vocab = s.desc.vocab_size}};
-    if (server_start(&srv, &sro, &sm, &err)) {
-        LOG_ERROR("serve: %s", err.msg);
-        goto done;
-    }
-    LOG_INFO("serve: %s on %s: %d KV blocks of %d tokens (%.1f MiB), %ld sequences, %ld tokens per pass, context %ld%s%s",
-             served, s.be.ops->name, s.kv.n_blocks, s.kv.block_size,
-             (double)kv_cache_bytes(&s.desc, s.kv.n_blocks, s.kv.block_size) / 1048576.0, max_seqs, max_tokens, max_ctx,
-             sco.no_prefix_cache ? ", no prefix cache" : "", api_key ? ", API key required" : "");
-    printf("listening on http://%s:%d\n", sro.host, server_port(&srv));
-    fflush(stdout);
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    LOG_INFO("serve: %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    rc = 0;
-done:
-    server_stop(&srv);
-    scheduler_free(&sch);
-    model_session_close(&s);
-    json_free(vars);
-    chat_template_free(tmpl);
-    tokenizer_free(tok);
+    serve_state_free(&st);
     return rc;
 }

@@ -277,6 +277,40 @@ out:
     return st;
 }
 
+/* Parses the header text into *root_out; it must be a JSON object followed by
+ * nothing but whitespace; on failure *root_out is left untouched. */
+static enum status st_parse_header_json(const unsigned char *hdr, uint64_t hlen, const char *name,
+                                        struct json **root_out, struct err *err)
+{
+    /* A NUL-terminated private copy: the JSON parser then cannot read past the
+     * header into tensor bytes, whatever its own bounds handling. */
+    char *text = malloc((size_t)hlen + 1);
+    if (!text)
+        return err_set(err, STATUS_NOMEM, "%s: out of memory for a %llu-byte header", name,
+                       (unsigned long long)hlen);
+    memcpy(text, hdr, (size_t)hlen);
+    text[hlen] = '\0';
+    char what[ERR_MSG_MAX];
+    snprintf(what, sizeof what, "%s: header", name);
+    struct json *root = NULL;
+    enum status st = json_parse(text, (size_t)hlen, what, &root, err);
+    bool tail_ok = st == STATUS_OK && st_header_tail_is_space(text, (size_t)hlen);
+    free(text);
+    if (st)
+        return st;
+    if (!tail_ok) {
+        json_free(root);
+        return err_set(err, STATUS_FORMAT, "%s: header has trailing bytes after the JSON value",
+                       name);
+    }
+    if (!json_is_object(root)) {
+        json_free(root);
+        return err_set(err, STATUS_FORMAT, "%s: header is not a JSON object", name);
+    }
+    *root_out = root;
+    return STATUS_OK;
+}
+
 enum status st_parse_buffer(struct st_file *f, const void *buf, size_t size, const char *name,
                             struct err *err)
 {
@@ -303,31 +337,10 @@ enum status st_parse_buffer(struct st_file *f, const void *buf, size_t size, con
         .data_size = (uint64_t)(size - 8 - hlen),
     };
 
-    /* A NUL-terminated private copy: the JSON parser then cannot read past the
-     * header into tensor bytes, whatever its own bounds handling. */
-    char *text = malloc((size_t)hlen + 1);
-    if (!text)
-        return err_set(err, STATUS_NOMEM, "%s: out of memory for a %llu-byte header", name,
-                       (unsigned long long)hlen);
-    memcpy(text, b + 8, (size_t)hlen);
-    text[hlen] = '\0';
-    char what[ERR_MSG_MAX];
-    snprintf(what, sizeof what, "%s: header", name);
     struct json *root = NULL;
-    enum status st = json_parse(text, (size_t)hlen, what, &root, err);
-    bool tail_ok = st == STATUS_OK && st_header_tail_is_space(text, (size_t)hlen);
-    free(text);
+    enum status st = st_parse_header_json(b + 8, hlen, name, &root, err);
     if (st)
         return st;
-    if (!tail_ok) {
-        json_free(root);
-        return err_set(err, STATUS_FORMAT, "%s: header has trailing bytes after the JSON value",
-                       name);
-    }
-    if (!json_is_object(root)) {
-        json_free(root);
-        return err_set(err, STATUS_FORMAT, "%s: header is not a JSON object", name);
-    }
 
     size_t n_members = 0;
     for (const struct json *m = json_child(root); m; m = json_next(m))

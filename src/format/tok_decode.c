@@ -198,6 +198,88 @@ static bool dec_flush_bytes(struct dec_list *out, struct tok_buf *bytes)
     return ok;
 }
 
+static enum status dec_step_replace(const struct tok_dec *st, struct regex_scratch *rx,
+                                    struct tok_spans *found, const struct dec_list *in, struct dec_list *out,
+                                    struct err *err)
+{
+    size_t n = in->tok.n;
+    for (size_t i = 0; i < n; i++) {
+        const struct tok_match *t = &in->tok.v[i];
+        const char *s = in->text.p + t->start;
+        size_t len = t->end - t->start;
+        enum status rc = tok_find_all(st->re, st->pattern, st->pattern_len, rx, s, len, found, err);
+        if (rc)
+            return rc;
+        size_t at = out->text.n, last = 0;
+        bool ok = true;
+        for (size_t m = 0; m < found->n && ok; m++) {
+            ok = tok_buf_put(&out->text, s + last, found->v[m].start - last) &&
+                 tok_buf_put(&out->text, st->content, st->content_len);
+            last = found->v[m].end;
+        }
+        ok = ok && tok_buf_put(&out->text, s + last, len - last) &&
+             tok_spans_push(&out->tok, at, out->text.n, 0);
+        if (!ok)
+            return err_set(err, STATUS_NOMEM, "decoder: out of memory");
+    }
+    return STATUS_OK;
+}
+
+static enum status dec_step_strip(const struct tok_dec *st, const struct dec_list *in, struct dec_list *out,
+                                  struct err *err)
+{
+    size_t n = in->tok.n;
+    for (size_t i = 0; i < n; i++) {
+        const struct tok_match *t = &in->tok.v[i];
+        const char *s = in->text.p + t->start;
+        size_t len = t->end - t->start, a = 0, b = len;
+        for (size_t k = 0; k < st->start && a < len; k++) {
+            uint32_t cp;
+            size_t cl = unicode_utf8_decode(s + a, len - a, &cp);
+            if (cp != st->ch)
+                break;
+            a += cl;
+        }
+        for (size_t k = 0; k < st->stop && b > a; k++) {
+            size_t p = b - 1;
+            while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
+                p--;
+            uint32_t cp;
+            unicode_utf8_decode(s + p, b - p, &cp);
+            if (cp != st->ch)
+                break;
+            b = p;
+        }
+        if (!list_add(out, s + a, b - a))
+            return err_set(err, STATUS_NOMEM, "decoder: out of memory");
+    }
+    return STATUS_OK;
+}
+
+static enum status dec_step_metaspace(const struct tok_dec *st, const struct dec_list *in,
+                                      struct dec_list *out, struct err *err)
+{
+    size_t n = in->tok.n;
+    for (size_t i = 0; i < n; i++) {
+        const struct tok_match *t = &in->tok.v[i];
+        const char *s = in->text.p + t->start;
+        size_t len = t->end - t->start, at = out->text.n;
+        bool ok = tok_buf_reserve(&out->text, len);
+        for (size_t k = 0; k < len && ok;) {
+            uint32_t cp;
+            size_t cl = unicode_utf8_decode(s + k, len - k, &cp);
+            if (cp != st->ch)
+                ok = tok_buf_put(&out->text, s + k, cl);
+            else if (!(i == 0 && st->prepend))
+                ok = tok_buf_put(&out->text, " ", 1);
+            k += cl;
+        }
+        if (!ok || !tok_spans_push(&out->tok, at, out->text.n, 0))
+            return err_set(err, STATUS_NOMEM, "decoder: out of memory");
+    }
+    return STATUS_OK;
+}
+
 static enum status dec_step(const struct tok_dec *st, struct regex_scratch *rx, struct tok_spans *found,
                             const struct dec_list *in, struct dec_list *out, struct err *err)
 {
@@ -241,72 +323,9 @@ static enum status dec_step(const struct tok_dec *st, struct regex_scratch *rx, 
         tok_buf_free(&bytes);
         return ok ? STATUS_OK : err_set(err, STATUS_NOMEM, "decoder: out of memory");
     }
-    case TOK_DEC_REPLACE:
-        for (size_t i = 0; i < n; i++) {
-            const struct tok_match *t = &in->tok.v[i];
-            const char *s = in->text.p + t->start;
-            size_t len = t->end - t->start;
-            enum status rc = tok_find_all(st->re, st->pattern, st->pattern_len, rx, s, len, found, err);
-            if (rc)
-                return rc;
-            size_t at = out->text.n, last = 0;
-            bool ok = true;
-            for (size_t m = 0; m < found->n && ok; m++) {
-                ok = tok_buf_put(&out->text, s + last, found->v[m].start - last) &&
-                     tok_buf_put(&out->text, st->content, st->content_len);
-                last = found->v[m].end;
-            }
-            ok = ok && tok_buf_put(&out->text, s + last, len - last) &&
-                 tok_spans_push(&out->tok, at, out->text.n, 0);
-            if (!ok)
-                return err_set(err, STATUS_NOMEM, "decoder: out of memory");
-        }
-        return STATUS_OK;
-    case TOK_DEC_STRIP:
-        for (size_t i = 0; i < n; i++) {
-            const struct tok_match *t = &in->tok.v[i];
-            const char *s = in->text.p + t->start;
-            size_t len = t->end - t->start, a = 0, b = len;
-            for (size_t k = 0; k < st->start && a < len; k++) {
-                uint32_t cp;
-                size_t cl = unicode_utf8_decode(s + a, len - a, &cp);
-                if (cp != st->ch)
-                    break;
-                a += cl;
-            }
-            for (size_t k = 0; k < st->stop && b > a; k++) {
-                size_t p = b - 1;
-                while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80)
-                    p--;
-                uint32_t cp;
-                unicode_utf8_decode(s + p, b - p, &cp);
-                if (cp != st->ch)
-                    break;
-                b = p;
-            }
-            if (!list_add(out, s + a, b - a))
-                return err_set(err, STATUS_NOMEM, "decoder: out of memory");
-        }
-        return STATUS_OK;
-    case TOK_DEC_METASPACE:
-        for (size_t i = 0; i < n; i++) {
-            const struct tok_match *t = &in->tok.v[i];
-            const char *s = in->text.p + t->start;
-            size_t len = t->end - t->start, at = out->text.n;
-            bool ok = tok_buf_reserve(&out->text, len);
-            for (size_t k = 0; k < len && ok;) {
-                uint32_t cp;
-                size_t cl = unicode_utf8_decode(s + k, len - k, &cp);
-                if (cp != st->ch)
-                    ok = tok_buf_put(&out->text, s + k, cl);
-                else if (!(i == 0 && st->prepend))
-                    ok = tok_buf_put(&out->text, " ", 1);
-                k += cl;
-            }
-            if (!ok || !tok_spans_push(&out->tok, at, out->text.n, 0))
-                return err_set(err, STATUS_NOMEM, "decoder: out of memory");
-        }
-        return STATUS_OK;
+    case TOK_DEC_REPLACE: return dec_step_replace(st, rx, found, in, out, err);
+    case TOK_DEC_STRIP: return dec_step_strip(st, in, out, err);
+    case TOK_DEC_METASPACE: return dec_step_metaspace(st, in, out, err);
     }
     PANIC("unknown decoder kind %d", (int)st->kind);
 }

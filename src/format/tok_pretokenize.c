@@ -403,6 +403,108 @@ static bool tok_text_put(struct tok_scratch *sc, const void *s, size_t n, size_t
     return tok_buf_put(&sc->text, s, n);
 }
 
+/* BERT: whitespace (removed), then punctuation (isolated) on each part. */
+static enum status tok_pre_bert(struct tok_scratch *sc, const struct tok_piece *p, struct tok_pieces *out,
+                                struct err *err)
+{
+    enum status rc;
+    if ((rc = tok_find_chars(sc, sc->text.p + p->off, p->len, TOK_PRED_WHITESPACE, err)))
+        return rc;
+    size_t first = out->n;
+    if ((rc = tok_split_emit(sc, p, false, TOK_SPLIT_REMOVED, out, err)))
+        return rc;
+    size_t n_words = out->n - first;
+    struct tok_piece *words = malloc((n_words ? n_words : 1) * sizeof *words);
+    if (!words)
+        return NOMEM(err);
+    if (n_words)
+        memcpy(words, out->v + first, n_words * sizeof *words);
+    out->n = first;
+    for (size_t w = 0; w < n_words && !rc; w++) {
+        rc = tok_find_chars(sc, sc->text.p + words[w].off, words[w].len, TOK_PRED_PUNCT, err);
+        if (!rc)
+            rc = tok_split_emit(sc, &words[w], false, TOK_SPLIT_ISOLATED, out, err);
+    }
+    free(words);
+    return rc;
+}
+
+static enum status tok_pre_metaspace(const struct tok_pre *st, struct tok_scratch *sc,
+                                     const struct tok_piece *pp, struct tok_pieces *out, struct err *err)
+{
+    const struct tok_piece p = *pp;
+    enum status rc;
+    char rep[4];
+    size_t rl = unicode_utf8_encode(st->replacement, rep);
+    size_t off = sc->text.n;
+    bool starts_rep = p.len >= rl && memcmp(sc->text.p + p.off, rep, rl) == 0;
+    /* a leading ' ' becomes the replacement too */
+    bool starts_space = p.len > 0 && sc->text.p[p.off] == ' ';
+    bool prepend = !starts_rep && !starts_space &&
+                   (st->prepend == TOK_PREPEND_ALWAYS ||
+                    (st->prepend == TOK_PREPEND_FIRST && (p.flags & TOK_PIECE_ORIGIN)));
+    if (prepend && !tok_buf_put(&sc->text, rep, rl))
+        return NOMEM(err);
+    for (size_t k = 0; k < p.len; k++) {
+        /* text may move while we append: index it afresh */
+        char c = sc->text.p[p.off + k];
+        if (!(c == ' ' ? tok_buf_put(&sc->text, rep, rl) : tok_buf_put(&sc->text, &c, 1)))
+            return NOMEM(err);
+    }
+    struct tok_piece q = {off, sc->text.n - off, p.flags & TOK_PIECE_ORIGIN};
+    if (!st->split) {
+        if (q.len && !tok_pieces_push(out, q.off, q.len, q.flags))
+            return NOMEM(err);
+        return STATUS_OK;
+    }
+    if ((rc = tok_find_all(NULL, rep, rl, &sc->rx, sc->text.p + q.off, q.len, &sc->found, err)) ||
+        (rc = tok_split_emit(sc, &q, false, TOK_SPLIT_MERGED_WITH_NEXT, out, err)))
+        return rc;
+    return STATUS_OK;
+}
+
+/* The piece is taken by value: a prefix space rewrites its offset and length. */
+static enum status tok_pre_bytelevel(const struct tok_pre *st, bool last, struct tok_scratch *sc,
+                                     struct tok_piece p, struct tok_pieces *out, struct err *err)
+{
+    enum status rc;
+    if (st->add_prefix_space && !(p.len > 0 && sc->text.p[p.off] == ' ')) {
+        size_t off;
+        if (!tok_text_put(sc, " ", 1, &off) || !tok_buf_reserve(&sc->text, p.len))
+            return NOMEM(err);
+        memcpy(sc->text.p + sc->text.n, sc->text.p + p.off, p.len);
+        sc->text.n += p.len;
+        sc->text.p[sc->text.n] = 0;
+        p.off = off;
+        p.len += 1;
+    }
+    size_t first = out->n;
+    if (st->re) {
+        if ((rc = tok_find_all(st->re, NULL, 0, &sc->rx, sc->text.p + p.off, p.len, &sc->found, err)) ||
+            (rc = tok_split_emit(sc, &p, false, TOK_SPLIT_ISOLATED, out, err)))
+            return rc;
+    } else if (p.len && !tok_pieces_push(out, p.off, p.len, p.flags)) {
+        return NOMEM(err);
+    }
+    for (size_t q = first; q < out->n; q++) {
+        if (last) {
+            out->v[q].flags |= TOK_PIECE_BYTES;
+            continue;
+        }
+        size_t off = sc->text.n;
+        for (size_t k = 0; k < out->v[q].len; k++) {
+            char u[4];
+            size_t ul =
+                unicode_utf8_encode(tok_bytelevel_char((unsigned char)sc->text.p[out->v[q].off + k]), u);
+            if (!tok_buf_put(&sc->text, u, ul))
+                return NOMEM(err);
+        }
+        out->v[q].off = off;
+        out->v[q].len = sc->text.n - off;
+    }
+    return STATUS_OK;
+}
+
 static enum status tok_pre_step(const struct tok_pre *st, bool last, struct tok_scratch *sc,
                                 const struct tok_pieces *in, struct tok_pieces *out, struct err *err)
 {
@@ -440,97 +542,18 @@ static enum status tok_pre_step(const struct tok_pre *st, bool last, struct tok_
                 (rc = tok_split_emit(sc, &p, false, st->behavior, out, err)))
                 return rc;
             break;
-        case TOK_PRE_BERT: {
-            /* whitespace (removed), then punctuation (isolated) on each part */
-            if ((rc = tok_find_chars(sc, sc->text.p + p.off, p.len, TOK_PRED_WHITESPACE, err)))
-                return rc;
-            size_t first = out->n;
-            if ((rc = tok_split_emit(sc, &p, false, TOK_SPLIT_REMOVED, out, err)))
-                return rc;
-            size_t n_words = out->n - first;
-            struct tok_piece *words = malloc((n_words ? n_words : 1) * sizeof *words);
-            if (!words)
-                return NOMEM(err);
-            if (n_words)
-                memcpy(words, out->v + first, n_words * sizeof *words);
-            out->n = first;
-            for (size_t w = 0; w < n_words && !rc; w++) {
-                rc = tok_find_chars(sc, sc->text.p + words[w].off, words[w].len, TOK_PRED_PUNCT, err);
-                if (!rc)
-                    rc = tok_split_emit(sc, &words[w], false, TOK_SPLIT_ISOLATED, out, err);
-            }
-            free(words);
-            if (rc)
+        case TOK_PRE_BERT:
+            if ((rc = tok_pre_bert(sc, &p, out, err)))
                 return rc;
             break;
-        }
-        case TOK_PRE_METASPACE: {
-            char rep[4];
-            size_t rl = unicode_utf8_encode(st->replacement, rep);
-            size_t off = sc->text.n;
-            bool starts_rep = p.len >= rl && memcmp(sc->text.p + p.off, rep, rl) == 0;
-            /* a leading ' ' becomes the replacement too */
-            bool starts_space = p.len > 0 && sc->text.p[p.off] == ' ';
-            bool prepend = !starts_rep && !starts_space &&
-                           (st->prepend == TOK_PREPEND_ALWAYS ||
-                            (st->prepend == TOK_PREPEND_FIRST && (p.flags & TOK_PIECE_ORIGIN)));
-            if (prepend && !tok_buf_put(&sc->text, rep, rl))
-                return NOMEM(err);
-            for (size_t k = 0; k < p.len; k++) {
-                /* text may move while we append: index it afresh */
-                char c = sc->text.p[p.off + k];
-                if (!(c == ' ' ? tok_buf_put(&sc->text, rep, rl) : tok_buf_put(&sc->text, &c, 1)))
-                    return NOMEM(err);
-            }
-            struct tok_piece q = {off, sc->text.n - off, p.flags & TOK_PIECE_ORIGIN};
-            if (!st->split) {
-                if (q.len && !tok_pieces_push(out, q.off, q.len, q.flags))
-                    return NOMEM(err);
-                break;
-            }
-            if ((rc = tok_find_all(NULL, rep, rl, &sc->rx, sc->text.p + q.off, q.len, &sc->found, err)) ||
-                (rc = tok_split_emit(sc, &q, false, TOK_SPLIT_MERGED_WITH_NEXT, out, err)))
+        case TOK_PRE_METASPACE:
+            if ((rc = tok_pre_metaspace(st, sc, &p, out, err)))
                 return rc;
             break;
-        }
-        case TOK_PRE_BYTELEVEL: {
-            if (st->add_prefix_space && !(p.len > 0 && sc->text.p[p.off] == ' ')) {
-                size_t off;
-                if (!tok_text_put(sc, " ", 1, &off) || !tok_buf_reserve(&sc->text, p.len))
-                    return NOMEM(err);
-                memcpy(sc->text.p + sc->text.n, sc->text.p + p.off, p.len);
-                sc->text.n += p.len;
-                sc->text.p[sc->text.n] = 0;
-                p.off = off;
-                p.len += 1;
-            }
-            size_t first = out->n;
-            if (st->re) {
-                if ((rc = tok_find_all(st->re, NULL, 0, &sc->rx, sc->text.p + p.off, p.len, &sc->found,
-                                       err)) ||
-                    (rc = tok_split_emit(sc, &p, false, TOK_SPLIT_ISOLATED, out, err)))
-                    return rc;
-            } else if (p.len && !tok_pieces_push(out, p.off, p.len, p.flags)) {
-                return NOMEM(err);
-            }
-            for (size_t q = first; q < out->n; q++) {
-                if (last) {
-                    out->v[q].flags |= TOK_PIECE_BYTES;
-                    continue;
-                }
-                size_t off = sc->text.n;
-                for (size_t k = 0; k < out->v[q].len; k++) {
-                    char u[4];
-                    size_t ul = unicode_utf8_encode(
-                        tok_bytelevel_char((unsigned char)sc->text.p[out->v[q].off + k]), u);
-                    if (!tok_buf_put(&sc->text, u, ul))
-                        return NOMEM(err);
-                }
-                out->v[q].off = off;
-                out->v[q].len = sc->text.n - off;
-            }
+        case TOK_PRE_BYTELEVEL:
+            if ((rc = tok_pre_bytelevel(st, last, sc, p, out, err)))
+                return rc;
             break;
-        }
         }
     }
     return STATUS_OK;

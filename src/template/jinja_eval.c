@@ -698,6 +698,102 @@ static void float_divmod(double vx, double wx, double *floordiv, double *mod)
     *mod = m;
 }
 
+static bool arith_concat_str(struct jrender *r, const struct jv *a, const struct jv *b, struct jv *out)
+{
+    bool markup = a->u.s->markup || b->u.s->markup;
+    struct jbuf buf = jr_buf();
+    bool ok;
+    if (markup) /* Markup.__add__ escapes the plain side */
+        ok = (a->u.s->markup ? jbuf_put(&buf, a->u.s->data, a->u.s->len)
+                             : jtext_html_escape(&buf, a->u.s->data, a->u.s->len)) &&
+             (b->u.s->markup ? jbuf_put(&buf, b->u.s->data, b->u.s->len)
+                             : jtext_html_escape(&buf, b->u.s->data, b->u.s->len));
+    else
+        ok = jbuf_put(&buf, a->u.s->data, a->u.s->len) && jbuf_put(&buf, b->u.s->data, b->u.s->len);
+    ok = ok ? jr_str_from_buf(r, &buf, out) : jr_buf_fail(r, &buf);
+    jbuf_free(&buf);
+    if (ok && markup)
+        out->u.s->markup = 1;
+    return ok;
+}
+
+static bool arith_concat_seq(struct jrender *r, const struct jv *a, const struct jv *b, struct jv *out)
+{
+    size_t n = a->u.l->len + b->u.l->len;
+    if (!jr_step(r, 1 + n / 16))
+        return false;
+    if (!jv_list_new(out, n, a->u.l->seq))
+        return jr_nomem(r);
+    for (size_t i = 0; i < a->u.l->len; i++)
+        if (!jr_list_push(r, out, jv_copy(a->u.l->items[i])))
+            goto fail;
+    for (size_t i = 0; i < b->u.l->len; i++)
+        if (!jr_list_push(r, out, jv_copy(b->u.l->items[i])))
+            goto fail;
+    return true;
+fail:
+    jv_decref(*out);
+    return false;
+}
+
+static bool arith_int_divmod(struct jrender *r, int op, int64_t x, int64_t y, struct jv *out)
+{
+    if (y == 0)
+        return jr_fail(r, STATUS_INVALID, "integer division or modulo by zero");
+    if (x == INT64_MIN && y == -1)
+        return arith_overflow(r);
+    int64_t q = x / y, m = x % y;
+    if (m != 0 && ((m < 0) != (y < 0))) {
+        q--;
+        m += y;
+    }
+    *out = jv_int(op == JOP_FLOORDIV ? q : m);
+    return true;
+}
+
+static bool arith_float_divmod(struct jrender *r, int op, const struct jv *a, const struct jv *b,
+                               struct jv *out)
+{
+    double q = jv_as_double(b);
+    if (q == 0)
+        return jr_fail(r, STATUS_INVALID, "float floor division or modulo by zero");
+    double fd, m;
+    float_divmod(jv_as_double(a), q, &fd, &m);
+    *out = jv_float(op == JOP_FLOORDIV ? fd : m);
+    return true;
+}
+
+/* Exponentiation by squaring, so overflow is caught at the step that causes it. */
+static bool arith_int_pow(struct jrender *r, int64_t x, int64_t y, struct jv *out)
+{
+    int64_t acc = 1, base = x;
+    int64_t e = y;
+    while (e > 0) {
+        if (e & 1)
+            if (__builtin_mul_overflow(acc, base, &acc))
+                return arith_overflow(r);
+        e >>= 1;
+        if (e && __builtin_mul_overflow(base, base, &base))
+            return arith_overflow(r);
+    }
+    *out = jv_int(acc);
+    return true;
+}
+
+static bool arith_float_pow(struct jrender *r, const struct jv *a, const struct jv *b, struct jv *out)
+{
+    double p = jv_as_double(a), q = jv_as_double(b);
+    if (p == 0 && q < 0)
+        return jr_fail(r, STATUS_INVALID, "0.0 cannot be raised to a negative power");
+    if (p < 0 && q != floor(q))
+        return jr_fail(r, STATUS_INVALID, "negative number raised to a fractional power");
+    double z = pow(p, q);
+    if (isinf(z) && !isinf(p) && !isinf(q))
+        return jr_fail(r, STATUS_INVALID, "numerical result out of range");
+    *out = jv_float(z);
+    return true;
+}
+
 bool jr_binop(struct jrender *r, int op, const struct jv *a, const struct jv *b, struct jv *out)
 {
     if (a->kind == JV_UNDEFINED)
@@ -722,37 +818,10 @@ bool jr_binop(struct jrender *r, int op, const struct jv *a, const struct jv *b,
             *out = jv_float(jv_as_double(a) + jv_as_double(b));
             return true;
         }
-        if (a->kind == JV_STR && b->kind == JV_STR) {
-            bool markup = a->u.s->markup || b->u.s->markup;
-            struct jbuf buf = jr_buf();
-            bool ok;
-            if (markup) /* Markup.__add__ escapes the plain side */
-                ok = (a->u.s->markup ? jbuf_put(&buf, a->u.s->data, a->u.s->len)
-                                     : jtext_html_escape(&buf, a->u.s->data, a->u.s->len)) &&
-                     (b->u.s->markup ? jbuf_put(&buf, b->u.s->data, b->u.s->len)
-                                     : jtext_html_escape(&buf, b->u.s->data, b->u.s->len));
-            else
-                ok = jbuf_put(&buf, a->u.s->data, a->u.s->len) && jbuf_put(&buf, b->u.s->data, b->u.s->len);
-            ok = ok ? jr_str_from_buf(r, &buf, out) : jr_buf_fail(r, &buf);
-            jbuf_free(&buf);
-            if (ok && markup)
-                out->u.s->markup = 1;
-            return ok;
-        }
-        if (jv_is_indexable(a) && jv_is_indexable(b) && a->u.l->seq == b->u.l->seq) {
-            size_t n = a->u.l->len + b->u.l->len;
-            if (!jr_step(r, 1 + n / 16))
-                return false;
-            if (!jv_list_new(out, n, a->u.l->seq))
-                return jr_nomem(r);
-            for (size_t i = 0; i < a->u.l->len; i++)
-                if (!jr_list_push(r, out, jv_copy(a->u.l->items[i])))
-                    goto fail;
-            for (size_t i = 0; i < b->u.l->len; i++)
-                if (!jr_list_push(r, out, jv_copy(b->u.l->items[i])))
-                    goto fail;
-            return true;
-        }
+        if (a->kind == JV_STR && b->kind == JV_STR)
+            return arith_concat_str(r, a, b, out);
+        if (jv_is_indexable(a) && jv_is_indexable(b) && a->u.l->seq == b->u.l->seq)
+            return arith_concat_seq(r, a, b, out);
         if (a->kind == JV_STR)
             return jr_fail(r, STATUS_INVALID, "can only concatenate str (not \"%s\") to str",
                            jv_type_name(b));
@@ -801,66 +870,23 @@ bool jr_binop(struct jrender *r, int op, const struct jv *a, const struct jv *b,
         break;
     case JOP_FLOORDIV:
     case JOP_MOD:
-        if (ints) {
-            if (y == 0)
-                return jr_fail(r, STATUS_INVALID, "integer division or modulo by zero");
-            if (x == INT64_MIN && y == -1)
-                return arith_overflow(r);
-            int64_t q = x / y, m = x % y;
-            if (m != 0 && ((m < 0) != (y < 0))) {
-                q--;
-                m += y;
-            }
-            *out = jv_int(op == JOP_FLOORDIV ? q : m);
-            return true;
-        }
-        if (nums) {
-            double q = jv_as_double(b);
-            if (q == 0)
-                return jr_fail(r, STATUS_INVALID, "float floor division or modulo by zero");
-            double fd, m;
-            float_divmod(jv_as_double(a), q, &fd, &m);
-            *out = jv_float(op == JOP_FLOORDIV ? fd : m);
-            return true;
-        }
+        if (ints)
+            return arith_int_divmod(r, op, x, y, out);
+        if (nums)
+            return arith_float_divmod(r, op, a, b, out);
         if (op == JOP_MOD && a->kind == JV_STR)
             return jinja_percent_format(r, a, b, out);
         break;
     case JOP_POW:
-        if (ints && y >= 0) {
-            int64_t acc = 1, base = x;
-            int64_t e = y;
-            while (e > 0) {
-                if (e & 1)
-                    if (__builtin_mul_overflow(acc, base, &acc))
-                        return arith_overflow(r);
-                e >>= 1;
-                if (e && __builtin_mul_overflow(base, base, &base))
-                    return arith_overflow(r);
-            }
-            *out = jv_int(acc);
-            return true;
-        }
-        if (nums) {
-            double p = jv_as_double(a), q = jv_as_double(b);
-            if (p == 0 && q < 0)
-                return jr_fail(r, STATUS_INVALID, "0.0 cannot be raised to a negative power");
-            if (p < 0 && q != floor(q))
-                return jr_fail(r, STATUS_INVALID, "negative number raised to a fractional power");
-            double z = pow(p, q);
-            if (isinf(z) && !isinf(p) && !isinf(q))
-                return jr_fail(r, STATUS_INVALID, "numerical result out of range");
-            *out = jv_float(z);
-            return true;
-        }
+        if (ints && y >= 0)
+            return arith_int_pow(r, x, y, out);
+        if (nums)
+            return arith_float_pow(r, a, b, out);
         break;
     default: break;
     }
     return jr_fail(r, STATUS_INVALID, "unsupported operand type(s) for %s: '%s' and '%s'", op_symbol(op),
                    jv_type_name(a), jv_type_name(b));
-fail:
-    jv_decref(*out);
-    return false;
 }
 
 /* jinja2's has_safe_repr: what its optimizer may put back into the template. */
@@ -1062,22 +1088,199 @@ static bool eval_compare(struct jrender *r, const struct jnode *n, struct jscope
     return true;
 }
 
+static bool eval_name(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    const struct jv *v = jscope_lookup(sc, n->name);
+    if (v) {
+        *out = jv_copy(*v);
+        return true;
+    }
+    int g = jinja_global_find(n->name);
+    if (g >= 0)
+        return jv_func_new(out, JV_FUNC_GLOBAL, g, jv_none(), NULL, NULL) || jr_nomem(r);
+    *out = jv_undef(JV_UNDEF_NAME, n->name, 0);
+    return true;
+}
+
+static bool eval_getitem(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv obj, key;
+    if (!eval(r, n->a, sc, &obj))
+        return false;
+    if (!eval(r, n->b, sc, &key)) {
+        jv_decref(obj);
+        return false;
+    }
+    r->pos = n->pos;
+    const char *hint = n->b->kind == JN_CONST && key.kind == JV_STR ? key.u.s->data : NULL;
+    bool ok = jr_getitem(r, &obj, &key, hint, out);
+    jv_decref(obj);
+    jv_decref(key);
+    return ok;
+}
+
+static bool eval_slice_expr(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv obj, parts[3];
+    const struct jv *pp[3] = {NULL, NULL, NULL};
+    if (!eval(r, n->a, sc, &obj))
+        return false;
+    bool ok = true;
+    for (size_t k = 0; ok && k < 3; k++) {
+        if (!n->args[k])
+            continue;
+        ok = eval(r, n->args[k], sc, &parts[k]);
+        if (ok)
+            pp[k] = &parts[k];
+    }
+    r->pos = n->pos;
+    if (ok)
+        ok = eval_slice(r, &obj, pp, r->folding, out);
+    for (size_t k = 0; k < 3; k++)
+        if (pp[k])
+            jv_decref(parts[k]);
+    jv_decref(obj);
+    return ok;
+}
+
+static bool eval_call(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv fn;
+    if (!eval(r, n->a, sc, &fn))
+        return false;
+    struct evargs ea;
+    bool ok = eval_args(r, n, sc, &ea);
+    r->pos = n->pos;
+    if (ok)
+        ok = jr_call(r, &fn, &ea.a, out);
+    evargs_free(&ea);
+    jv_decref(fn);
+    return ok;
+}
+
+static bool eval_unary(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv v;
+    if (!eval(r, n->a, sc, &v))
+        return false;
+    r->pos = n->pos;
+    bool ok = true;
+    if (v.kind == JV_INT || v.kind == JV_BOOL) {
+        int64_t i = v.kind == JV_INT ? v.u.i : v.u.b;
+        if (n->kind == JN_NEG && i == INT64_MIN)
+            ok = arith_overflow(r);
+        else
+            *out = jv_int(n->kind == JN_NEG ? -i : i);
+    } else if (v.kind == JV_FLOAT) {
+        *out = jv_float(n->kind == JN_NEG ? -v.u.f : v.u.f);
+    } else if (v.kind == JV_UNDEFINED) {
+        ok = jr_undefined_error(r, &v);
+    } else {
+        ok = jr_fail(r, STATUS_INVALID, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+",
+                     jv_type_name(&v));
+    }
+    jv_decref(v);
+    return ok;
+}
+
+static bool eval_binop(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv a, b;
+    if (!eval(r, n->a, sc, &a))
+        return false;
+    if (!eval(r, n->b, sc, &b)) {
+        jv_decref(a);
+        return false;
+    }
+    r->pos = n->pos;
+    bool ok = jr_binop(r, n->op, &a, &b, out);
+    jv_decref(a);
+    jv_decref(b);
+    return ok;
+}
+
+static bool eval_concat(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jbuf b = jr_buf();
+    for (size_t i = 0; i < n->n_args; i++) {
+        struct jv v;
+        if (!eval(r, n->args[i], sc, &v)) {
+            jbuf_free(&b);
+            return false;
+        }
+        bool ok = jv_to_str(&b, &v);
+        jv_decref(v);
+        if (!ok) {
+            r->pos = n->pos;
+            jr_buf_fail(r, &b);
+            jbuf_free(&b);
+            return false;
+        }
+    }
+    bool ok = jr_str_from_buf(r, &b, out);
+    jbuf_free(&b);
+    return ok;
+}
+
+static bool eval_cond(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv c;
+    if (!eval(r, n->a, sc, &c))
+        return false;
+    bool t = jv_truthy(&c);
+    jv_decref(c);
+    if (t)
+        return eval(r, n->b, sc, out);
+    if (n->c)
+        return eval(r, n->c, sc, out);
+    *out = jv_undef(JV_UNDEF_OTHER,
+                    "the inline if-expression evaluated to false and no else section was defined", 0);
+    return true;
+}
+
+static bool eval_list(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    if (!jv_list_new(out, n->n_args, n->kind == JN_TUPLE ? JV_SEQ_TUPLE : JV_SEQ_LIST))
+        return jr_nomem(r);
+    for (size_t i = 0; i < n->n_args; i++) {
+        struct jv v;
+        if (!eval(r, n->args[i], sc, &v) || !jr_list_push(r, out, v)) {
+            jv_decref(*out);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool eval_dict(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    if (!jv_dict_new(out, JV_DICT))
+        return jr_nomem(r);
+    for (size_t i = 0; i < n->n_args; i++) {
+        struct jv k, v;
+        if (!eval(r, n->args[i], sc, &k)) {
+            jv_decref(*out);
+            return false;
+        }
+        if (!eval(r, n->vals[i], sc, &v)) {
+            jv_decref(k);
+            jv_decref(*out);
+            return false;
+        }
+        r->pos = n->pos;
+        if (!jr_dict_set(r, out, k, v)) {
+            jv_decref(*out);
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool eval_inner(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
 {
     switch (n->kind) {
     case JN_CONST: *out = jv_copy(n->value); return true;
-    case JN_NAME: {
-        const struct jv *v = jscope_lookup(sc, n->name);
-        if (v) {
-            *out = jv_copy(*v);
-            return true;
-        }
-        int g = jinja_global_find(n->name);
-        if (g >= 0)
-            return jv_func_new(out, JV_FUNC_GLOBAL, g, jv_none(), NULL, NULL) || jr_nomem(r);
-        *out = jv_undef(JV_UNDEF_NAME, n->name, 0);
-        return true;
-    }
+    case JN_NAME: return eval_name(r, n, sc, out);
     case JN_GETATTR: {
         struct jv obj;
         if (!eval(r, n->a, sc, &obj))
@@ -1087,56 +1290,9 @@ static bool eval_inner(struct jrender *r, const struct jnode *n, struct jscope *
         jv_decref(obj);
         return ok;
     }
-    case JN_GETITEM: {
-        struct jv obj, key;
-        if (!eval(r, n->a, sc, &obj))
-            return false;
-        if (!eval(r, n->b, sc, &key)) {
-            jv_decref(obj);
-            return false;
-        }
-        r->pos = n->pos;
-        const char *hint = n->b->kind == JN_CONST && key.kind == JV_STR ? key.u.s->data : NULL;
-        bool ok = jr_getitem(r, &obj, &key, hint, out);
-        jv_decref(obj);
-        jv_decref(key);
-        return ok;
-    }
-    case JN_SLICE: {
-        struct jv obj, parts[3];
-        const struct jv *pp[3] = {NULL, NULL, NULL};
-        if (!eval(r, n->a, sc, &obj))
-            return false;
-        bool ok = true;
-        for (size_t k = 0; ok && k < 3; k++) {
-            if (!n->args[k])
-                continue;
-            ok = eval(r, n->args[k], sc, &parts[k]);
-            if (ok)
-                pp[k] = &parts[k];
-        }
-        r->pos = n->pos;
-        if (ok)
-            ok = eval_slice(r, &obj, pp, r->folding, out);
-        for (size_t k = 0; k < 3; k++)
-            if (pp[k])
-                jv_decref(parts[k]);
-        jv_decref(obj);
-        return ok;
-    }
-    case JN_CALL: {
-        struct jv fn;
-        if (!eval(r, n->a, sc, &fn))
-            return false;
-        struct evargs ea;
-        bool ok = eval_args(r, n, sc, &ea);
-        r->pos = n->pos;
-        if (ok)
-            ok = jr_call(r, &fn, &ea.a, out);
-        evargs_free(&ea);
-        jv_decref(fn);
-        return ok;
-    }
+    case JN_GETITEM: return eval_getitem(r, n, sc, out);
+    case JN_SLICE: return eval_slice_expr(r, n, sc, out);
+    case JN_CALL: return eval_call(r, n, sc, out);
     case JN_FILTER: return eval_filter(r, n, sc, NULL, out);
     case JN_TEST: return eval_test(r, n, sc, out);
     case JN_NOT: {
@@ -1148,43 +1304,8 @@ static bool eval_inner(struct jrender *r, const struct jnode *n, struct jscope *
         return true;
     }
     case JN_NEG:
-    case JN_POS: {
-        struct jv v;
-        if (!eval(r, n->a, sc, &v))
-            return false;
-        r->pos = n->pos;
-        bool ok = true;
-        if (v.kind == JV_INT || v.kind == JV_BOOL) {
-            int64_t i = v.kind == JV_INT ? v.u.i : v.u.b;
-            if (n->kind == JN_NEG && i == INT64_MIN)
-                ok = arith_overflow(r);
-            else
-                *out = jv_int(n->kind == JN_NEG ? -i : i);
-        } else if (v.kind == JV_FLOAT) {
-            *out = jv_float(n->kind == JN_NEG ? -v.u.f : v.u.f);
-        } else if (v.kind == JV_UNDEFINED) {
-            ok = jr_undefined_error(r, &v);
-        } else {
-            ok = jr_fail(r, STATUS_INVALID, "bad operand type for unary %s: '%s'",
-                         n->kind == JN_NEG ? "-" : "+", jv_type_name(&v));
-        }
-        jv_decref(v);
-        return ok;
-    }
-    case JN_BINOP: {
-        struct jv a, b;
-        if (!eval(r, n->a, sc, &a))
-            return false;
-        if (!eval(r, n->b, sc, &b)) {
-            jv_decref(a);
-            return false;
-        }
-        r->pos = n->pos;
-        bool ok = jr_binop(r, n->op, &a, &b, out);
-        jv_decref(a);
-        jv_decref(b);
-        return ok;
-    }
+    case JN_POS: return eval_unary(r, n, sc, out);
+    case JN_BINOP: return eval_binop(r, n, sc, out);
     case JN_AND:
     case JN_OR: {
         struct jv a;
@@ -1198,77 +1319,12 @@ static bool eval_inner(struct jrender *r, const struct jnode *n, struct jscope *
         jv_decref(a);
         return eval(r, n->b, sc, out);
     }
-    case JN_CONCAT: {
-        struct jbuf b = jr_buf();
-        for (size_t i = 0; i < n->n_args; i++) {
-            struct jv v;
-            if (!eval(r, n->args[i], sc, &v)) {
-                jbuf_free(&b);
-                return false;
-            }
-            bool ok = jv_to_str(&b, &v);
-            jv_decref(v);
-            if (!ok) {
-                r->pos = n->pos;
-                jr_buf_fail(r, &b);
-                jbuf_free(&b);
-                return false;
-            }
-        }
-        bool ok = jr_str_from_buf(r, &b, out);
-        jbuf_free(&b);
-        return ok;
-    }
+    case JN_CONCAT: return eval_concat(r, n, sc, out);
     case JN_COMPARE: return eval_compare(r, n, sc, out);
-    case JN_COND: {
-        struct jv c;
-        if (!eval(r, n->a, sc, &c))
-            return false;
-        bool t = jv_truthy(&c);
-        jv_decref(c);
-        if (t)
-            return eval(r, n->b, sc, out);
-        if (n->c)
-            return eval(r, n->c, sc, out);
-        *out = jv_undef(JV_UNDEF_OTHER,
-                        "the inline if-expression evaluated to false and no else section was defined", 0);
-        return true;
-    }
+    case JN_COND: return eval_cond(r, n, sc, out);
     case JN_LIST:
-    case JN_TUPLE: {
-        if (!jv_list_new(out, n->n_args, n->kind == JN_TUPLE ? JV_SEQ_TUPLE : JV_SEQ_LIST))
-            return jr_nomem(r);
-        for (size_t i = 0; i < n->n_args; i++) {
-            struct jv v;
-            if (!eval(r, n->args[i], sc, &v) || !jr_list_push(r, out, v)) {
-                jv_decref(*out);
-                return false;
-            }
-        }
-        return true;
-    }
-    case JN_DICT: {
-        if (!jv_dict_new(out, JV_DICT))
-            return jr_nomem(r);
-        for (size_t i = 0; i < n->n_args; i++) {
-            struct jv k, v;
-            if (!eval(r, n->args[i], sc, &k)) {
-                jv_decref(*out);
-                return false;
-            }
-            if (!eval(r, n->vals[i], sc, &v)) {
-                jv_decref(k);
-                jv_decref(*out);
-                return false;
-            }
-            r->pos = n->pos;
-            if (!jr_dict_set(r, out, k, v)) {
-                jv_decref(*out);
-                return false;
-            }
-        }
-        return true;
-    }
+    case JN_TUPLE: return eval_list(r, n, sc, out);
+    case JN_DICT: return eval_dict(r, n, sc, out);
     default: return jr_fail(r, STATUS_INVALID, "internal error: statement used as expression");
     }
 }
