@@ -1102,16 +1102,24 @@ static bool eval_name(struct jrender *r, const struct jnode *n, struct jscope *s
     return true;
 }
 
-static bool eval_getitem(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+/* Both operands of a binary node, left first (jinja2's order); on failure nothing is left to free. */
+static bool eval_operands(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *a, struct jv *b)
 {
-    struct jv obj, key;
-    if (!eval(r, n->a, sc, &obj))
+    if (!eval(r, n->a, sc, a))
         return false;
-    if (!eval(r, n->b, sc, &key)) {
-        jv_decref(obj);
+    if (!eval(r, n->b, sc, b)) {
+        jv_decref(*a);
         return false;
     }
     r->pos = n->pos;
+    return true;
+}
+
+static bool eval_getitem(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
+{
+    struct jv obj, key;
+    if (!eval_operands(r, n, sc, &obj, &key))
+        return false;
     const char *hint = n->b->kind == JN_CONST && key.kind == JV_STR ? key.u.s->data : NULL;
     bool ok = jr_getitem(r, &obj, &key, hint, out);
     jv_decref(obj);
@@ -1186,13 +1194,8 @@ static bool eval_unary(struct jrender *r, const struct jnode *n, struct jscope *
 static bool eval_binop(struct jrender *r, const struct jnode *n, struct jscope *sc, struct jv *out)
 {
     struct jv a, b;
-    if (!eval(r, n->a, sc, &a))
+    if (!eval_operands(r, n, sc, &a, &b))
         return false;
-    if (!eval(r, n->b, sc, &b)) {
-        jv_decref(a);
-        return false;
-    }
-    r->pos = n->pos;
     bool ok = jr_binop(r, n->op, &a, &b, out);
     jv_decref(a);
     jv_decref(b);

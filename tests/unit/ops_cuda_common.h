@@ -107,75 +107,19 @@ static inline double check_close(const char *what, const float *got, const float
 /* ---------------------------------------------------------------- weights */
 
 struct test_weight {
-    struct weight host; /* host pointers: what the CPU backend reads */
-    struct weight dev;  /* after weight_load on the GPU */
-    void *data, *scale;
-    float *bias, *dev_bias;
+    struct rand_weight src; /* host memory: what the CPU backend reads (src.w) */
+    struct weight dev;      /* after weight_load on the GPU */
+    float *dev_bias;
 };
 
 static inline void weight_make(struct test_weight *t, struct pair *p, enum weight_format fmt, int64_t n, int64_t k,
-                        bool bias, uint64_t *rng)
+                               bool bias, uint64_t *rng)
 {
     memset(t, 0, sizeof *t);
-    size_t nk = (size_t)(n * k);
-    t->host = (struct weight){.format = fmt, .rows = n, .cols = k, .scale2 = 1.0f};
-    switch (fmt) {
-    case WEIGHT_F32: t->data = rand_floats(nk, 1.0f, rng); break;
-    case WEIGHT_BF16: {
-        uint16_t *d = malloc(nk * 2 + 2);
-        for (size_t i = 0; i < nk; i++)
-            d[i] = f32_to_bf16(rng_unit(rng));
-        t->data = d;
-        break;
-    }
-    case WEIGHT_F16: {
-        uint16_t *d = malloc(nk * 2 + 2);
-        for (size_t i = 0; i < nk; i++) {
-            uint64_t r = rng_next(rng);
-            uint16_t exp = (uint16_t)(r % 8 == 0 ? 0 : 10 + (r >> 3) % 6); /* some subnormals */
-            d[i] = (uint16_t)(((r >> 8) & 0x8000u) | (exp << 10) | ((r >> 20) & 0x3ffu));
-        }
-        t->data = d;
-        break;
-    }
-    case WEIGHT_FP8_BLOCK: {
-        uint8_t *d = malloc(nk + 1);
-        for (size_t i = 0; i < nk; i++) {
-            uint8_t b;
-            do
-                b = (uint8_t)rng_next(rng);
-            while ((b & 0x7f) == 0x7f);
-            d[i] = b;
-        }
-        size_t ns = (size_t)((n + 127) / 128 * ((k + 127) / 128));
-        float *s = malloc(ns * 4 + 4);
-        for (size_t i = 0; i < ns; i++)
-            s[i] = ldexpf(1.0f + 0.5f * rng_unit(rng), -(int)(rng_next(rng) % 12));
-        t->data = d;
-        t->scale = s;
-        break;
-    }
-    case WEIGHT_NVFP4: {
-        uint8_t *d = malloc(nk / 2 + 1);
-        for (size_t i = 0; i < nk / 2; i++)
-            d[i] = (uint8_t)rng_next(rng);
-        uint8_t *s = malloc(nk / 16 + 1);
-        for (size_t i = 0; i < nk / 16; i++)
-            s[i] = (uint8_t)(1 + rng_next(rng) % 0x7e);
-        t->data = d;
-        t->scale = s;
-        t->host.scale2 = 0.37f;
-        break;
-    }
-    case WEIGHT_FORMAT_COUNT: fail();
-    }
-    t->host.data = t->data;
-    t->host.scale = t->scale;
-    struct weight h = t->host;
+    rand_weight_init(&t->src, fmt, n, k, bias, rng);
+    struct weight h = t->src.w;
     if (bias) {
-        t->bias = rand_floats((size_t)n, 1.0f, rng);
-        t->host.bias = t->bias;
-        t->dev_bias = dev_copy(&p->gpu, t->bias, (size_t)n * sizeof(float));
+        t->dev_bias = dev_copy(&p->gpu, t->src.bias, (size_t)n * sizeof(float));
         h.bias = t->dev_bias; /* as model_weights does: the bias is backend memory before weight_load */
     }
     struct err err = {0};
@@ -187,9 +131,7 @@ static inline void weight_free(struct test_weight *t, struct pair *p)
 {
     if (t->dev_bias)
         p->gpu.ops->free(&p->gpu, t->dev_bias);
-    free(t->data);
-    free(t->scale);
-    free(t->bias);
+    rand_weight_free(&t->src);
     memset(t, 0, sizeof *t);
 }
 
@@ -268,7 +210,7 @@ static inline void run_linear(struct pair *p, enum weight_format fmt, int64_t N,
     weight_make(&t, p, fmt, N, K, bias, rng);
     size_t xn = (size_t)m * (size_t)K, yn = (size_t)m * (size_t)N;
     float *x = rand_floats(xn, 1.0f, rng), *want = malloc(yn * 4);
-    p->cpu.ops->linear(&p->cpu, &t.host, x, m, want);
+    p->cpu.ops->linear(&p->cpu, &t.src.w, x, m, want);
     float *dx = dev_copy(&p->gpu, x, xn * 4), *dy = dev_nan(&p->gpu, yn);
     p->gpu.ops->linear(&p->gpu, &t.dev, dx, m, dy);
     gpu_ok(&p->gpu);
@@ -303,7 +245,7 @@ static inline void run_moe_tol(struct pair *p, enum weight_format fmt, int T, in
         weight_make(&g[e], p, fmt, I, D, false, rng);
         weight_make(&u[e], p, fmt, I, D, false, rng);
         weight_make(&dn[e], p, fmt, D, I, false, rng);
-        hg[e] = g[e].host, hu[e] = u[e].host, hd[e] = dn[e].host;
+        hg[e] = g[e].src.w, hu[e] = u[e].src.w, hd[e] = dn[e].src.w;
         dg[e] = g[e].dev, du[e] = u[e].dev, dd[e] = dn[e].dev;
     }
     int32_t *ids = malloc((size_t)T * k * 4);

@@ -30,97 +30,6 @@
 
 #define SENTINEL (-12345.5f)
 
-/* A random weight and the buffers it borrows. */
-struct test_weight {
-    struct weight w;
-    void *data;
-    void *scale;
-    float *bias;
-};
-
-static void test_weight_free(struct test_weight *t)
-{
-    free(t->data);
-    free(t->scale);
-    free(t->bias);
-    memset(t, 0, sizeof(*t));
-}
-
-/* Valid bit patterns only: no NaN fp8 codes, positive e4m3 scales; f16
- * includes subnormals, which the hardware conversion must get right too. */
-static void test_weight_init(struct test_weight *t, enum weight_format fmt, int64_t n, int64_t k,
-                             bool bias, uint64_t *rng)
-{
-    memset(t, 0, sizeof(*t));
-    size_t nk = (size_t)(n * k);
-    t->w = (struct weight){.format = fmt, .rows = n, .cols = k, .scale2 = 1.0f};
-    switch (fmt) {
-    case WEIGHT_F32: {
-        float *d = malloc(nk * 4 + 1);
-        for (size_t i = 0; i < nk; i++)
-            d[i] = rng_unit(rng);
-        t->data = d;
-        break;
-    }
-    case WEIGHT_BF16: {
-        uint16_t *d = malloc(nk * 2 + 1);
-        for (size_t i = 0; i < nk; i++)
-            d[i] = f32_to_bf16(rng_unit(rng));
-        t->data = d;
-        break;
-    }
-    case WEIGHT_F16: {
-        uint16_t *d = malloc(nk * 2 + 1);
-        for (size_t i = 0; i < nk; i++) {
-            uint64_t r = rng_next(rng);
-            /* 1 in 8 subnormal, else |v| in [2^-5, 2) like the other formats */
-            uint16_t exp = (uint16_t)(r % 8 == 0 ? 0 : 10 + (r >> 3) % 6);
-            d[i] = (uint16_t)(((r >> 8) & 0x8000u) | (exp << 10) | ((r >> 20) & 0x3ffu));
-        }
-        t->data = d;
-        break;
-    }
-    case WEIGHT_FP8_BLOCK: {
-        uint8_t *d = malloc(nk + 1);
-        for (size_t i = 0; i < nk; i++) {
-            uint8_t b;
-            do
-                b = (uint8_t)rng_next(rng);
-            while ((b & 0x7f) == 0x7f);
-            d[i] = b;
-        }
-        size_t ns = (size_t)((n + 127) / 128 * ((k + 127) / 128));
-        float *s = malloc(ns * 4 + 1);
-        for (size_t i = 0; i < ns; i++)
-            s[i] = ldexpf(1.0f + 0.5f * rng_unit(rng), -(int)(rng_next(rng) % 12));
-        t->data = d;
-        t->scale = s;
-        break;
-    }
-    case WEIGHT_NVFP4: {
-        uint8_t *d = malloc(nk / 2 + 1);
-        for (size_t i = 0; i < nk / 2; i++)
-            d[i] = (uint8_t)rng_next(rng);
-        uint8_t *s = malloc(nk / 16 + 1);
-        for (size_t i = 0; i < nk / 16; i++)
-            s[i] = (uint8_t)(1 + rng_next(rng) % 0x7e); /* 0x01..0x7e: positive, not NaN */
-        t->data = d;
-        t->scale = s;
-        t->w.scale2 = 0.37f;
-        break;
-    }
-    case WEIGHT_FORMAT_COUNT: fail();
-    }
-    t->w.data = t->data;
-    t->w.scale = t->scale;
-    if (bias) {
-        t->bias = malloc((size_t)n * 4 + 1);
-        for (int64_t i = 0; i < n; i++)
-            t->bias[i] = rng_unit(rng);
-        t->w.bias = t->bias;
-    }
-}
-
 /* W[n, k] decoded element by element, straight from the format description. */
 static double ref_w(const struct weight *w, int64_t n, int64_t k)
 {
@@ -214,8 +123,8 @@ static double g_worst; /* largest error seen by check_case since the last reset 
 static void check_case(enum weight_format fmt, int m, int64_t N, int64_t K, bool bias, uint64_t seed)
 {
     uint64_t rng = seed;
-    struct test_weight t;
-    test_weight_init(&t, fmt, N, K, bias, &rng);
+    struct rand_weight t;
+    rand_weight_init(&t, fmt, N, K, bias, &rng);
     const size_t ldx = (size_t)K + 5, ldy = (size_t)N + 3;
     size_t xrows = m > 0 ? (size_t)m : 1;
     float *x = malloc(xrows * ldx * sizeof(float));
@@ -243,7 +152,7 @@ static void check_case(enum weight_format fmt, int m, int64_t N, int64_t K, bool
     free(y_port);
     free(ref);
     free(x);
-    test_weight_free(&t);
+    rand_weight_free(&t);
 }
 
 static void check_format(enum weight_format fmt)

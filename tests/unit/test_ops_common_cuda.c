@@ -16,7 +16,7 @@ static void test_embed(void **state)
         for (int i = 0; i < n; i++)
             tok[i] = (int32_t)(rng_next(&rng) % 97);
         float *want = malloc((size_t)n * 130 * 4);
-        p->cpu.ops->embed(&p->cpu, &t.host, tok, n, want);
+        p->cpu.ops->embed(&p->cpu, &t.src.w, tok, n, want);
         int32_t *dtok = dev_copy(&p->gpu, tok, sizeof tok);
         float *dout = dev_nan(&p->gpu, (size_t)n * 130);
         p->gpu.ops->embed(&p->gpu, &t.dev, dtok, n, dout);

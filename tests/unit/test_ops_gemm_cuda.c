@@ -61,7 +61,7 @@ static void test_linear_multi(void **state)
                       *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4);
                 for (int j = 0; j < 3; j++) {
                     weight_make(&t[j], p, fmts[f], N[j], K, j == 1, &rng);
-                    hw[j] = &t[j].host, dw[j] = &t[j].dev;
+                    hw[j] = &t[j].src.w, dw[j] = &t[j].dev;
                     want[j] = malloc((size_t)m * N[j] * 4);
                     p->cpu.ops->linear(&p->cpu, hw[j], x, m, want[j]);
                     dy[j] = dev_nan(&p->gpu, (size_t)m * N[j]);
@@ -113,7 +113,7 @@ static void test_gemv_mma_tokens(void **state)
                 weight_make(&t[j], p, WEIGHT_NVFP4, cs[c].N[j], K, j == 1, &rng);
                 dw[j] = &t[j].dev;
                 want[j] = malloc((size_t)m * cs[c].N[j] * 4);
-                p->cpu.ops->linear(&p->cpu, &t[j].host, x, m, want[j]);
+                p->cpu.ops->linear(&p->cpu, &t[j].src.w, x, m, want[j]);
                 dy[j] = dev_nan(&p->gpu, (size_t)m * cs[c].N[j]);
             }
             p->gpu.ops->linear_multi(&p->gpu, n_w, dw, dx, m, dy);

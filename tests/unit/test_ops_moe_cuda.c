@@ -52,7 +52,7 @@ static void test_router_route(void **state)
         float *lg = malloc((size_t)T * E * 4);
         int32_t *ids = malloc((size_t)T * k * 4);
         float *w = malloc((size_t)T * k * 4);
-        p->cpu.ops->linear(&p->cpu, &tw.host, x, T, lg);
+        p->cpu.ops->linear(&p->cpu, &tw.src.w, x, T, lg);
         p->cpu.ops->moe_route(&p->cpu, lg, T, &a, ids, w);
         float *dx = dev_copy(&p->gpu, x, (size_t)T * K * 4);
         float *dcorr = corr ? dev_copy(&p->gpu, corr, (size_t)E * 4) : NULL;
@@ -154,7 +154,7 @@ static void test_norm_router_route(void **state)
             p->cpu.ops->add_rmsnorm(&p->cpu, h, delta, nw, T, K, 1e-6f, x);
         else
             p->cpu.ops->rmsnorm(&p->cpu, h, nw, T, K, 1e-6f, x);
-        p->cpu.ops->linear(&p->cpu, &tw.host, x, T, lg);
+        p->cpu.ops->linear(&p->cpu, &tw.src.w, x, T, lg);
         p->cpu.ops->moe_route(&p->cpu, lg, T, &a, ids, w);
         float *dx = dev_nan(&p->gpu, (size_t)T * K), *dlg = dev_nan(&p->gpu, (size_t)T * E);
         int32_t *dids = (int32_t *)dev_nan(&p->gpu, (size_t)T * k);
