@@ -27,7 +27,9 @@ struct kernel_shape {
     int tokens;    /* rows of the activations (a pass's tokens) */
     int n_weights; /* linears sharing x in one launch (q/k/v: 3); 1 otherwise */
     int64_t n, k;  /* a linear: output rows (the widest of them), input width */
-    int d_model, d_expert, n_used, n_experts; /* routed experts */
+    int d_model, d_expert, n_used, n_experts; /* routed experts; routing (k: the router's width) */
+    int n_group;     /* routing: expert groups of the top-k (<= 1: none) */
+    bool norm_first; /* routing: the call offers the add + RMSNorm before the router as well */
 };
 
 /* Device features a kernel needs (struct device_caps's booleans). */

@@ -48,7 +48,7 @@
  *          plan_build_request(), plan_weights_default(),
  *          plan_find(), plan_decode_splits(), plan_math_name(), plan_to_json(),
  *          enum plan_bucket, enum plan_op, struct plan_dispatch, plan_bucket_of(), plan_bucket_name(),
- *          plan_op_name(), plan_dispatch_fill(), plan_dispatch_for(), plan_dispatch_pick(),
+ *          plan_op_name(), plan_op_takes(), plan_dispatch_fill(), plan_dispatch_for(), plan_dispatch_pick(),
  *          plan_mla_attention_smem(), plan_dsa_index_smem(),
  *          plan_caps_to_json(), plan_print(), plan_kernels_to_json(), plan_kernels_print()
  */
@@ -175,6 +175,10 @@ enum plan_bucket {
 enum plan_op {
     PLAN_OP_LINEAR,      /* every linear: attention projections, dense MLP, shared experts, router, lm_head */
     PLAN_OP_MOE_EXPERTS, /* the routed experts of a MoE layer */
+    /* a MoE layer's routing: the fused router + routing kernels (with the norm before them or
+     * not), else the router as a linear and the routing kernel on its logits; the weight format
+     * is the router's */
+    PLAN_OP_MOE_ROUTE,
     PLAN_OP_COUNT,
 };
 
@@ -241,10 +245,13 @@ void plan_weights_default(struct plan_weights *w, enum weight_format f, bool fp4
 
 
 const struct op_plan *plan_find(const struct plan *p, const char *op);
-/* The bucket of a pass of n_tokens tokens; its name ("1", "2-8", ...); "linear", "moe_experts". */
+/* The bucket of a pass of n_tokens tokens; its name ("1", "2-8", ...); "linear", "moe_experts",
+ * "moe_route". */
 enum plan_bucket plan_bucket_of(int n_tokens);
 const char *plan_bucket_name(enum plan_bucket b);
 const char *plan_op_name(enum plan_op op);
+/* Whether kernel k serves dispatched op `op` (the kernel_desc.op names each op lists). */
+bool plan_op_takes(enum plan_op op, const struct kernel_desc *k);
 /* The dispatch list for op at n_tokens and weight format f (n == 0: none planned). */
 const struct plan_dispatch *plan_dispatch_for(const struct plan *p, enum plan_op op, int n_tokens,
                                               enum weight_format f);

@@ -14,7 +14,10 @@
 #include "plan/plan.h"
 
 static const char *const BUCKET_NAMES[PLAN_BUCKET_COUNT] = {"1", "2-8", "9-32", "33-64", "65+"};
-static const char *const OP_NAMES[PLAN_OP_COUNT] = {"linear", "moe_experts"};
+static const char *const OP_NAMES[PLAN_OP_COUNT] = {"linear", "moe_experts", "moe_route"};
+/* the kernel_desc.op names each dispatched op lists (the many-token and the few-token form) */
+static const char *const OP_SERVES[PLAN_OP_COUNT][2] = {
+    {"linear", "linear_decode"}, {"moe_experts_gemm", "moe_experts_decode"}, {"moe_route", "moe_route"}};
 /* the most tokens of each bucket (the last: none) */
 static const int BUCKET_MAX[PLAN_BUCKET_COUNT] = {1, 8, 32, 64, 1 << 30};
 
@@ -34,6 +37,11 @@ const char *plan_bucket_name(enum plan_bucket b)
 const char *plan_op_name(enum plan_op op)
 {
     return op >= 0 && op < PLAN_OP_COUNT ? OP_NAMES[op] : "?";
+}
+
+bool plan_op_takes(enum plan_op op, const struct kernel_desc *k)
+{
+    return op >= 0 && op < PLAN_OP_COUNT && (kernel_desc_serves(k, OP_SERVES[op][0]) || kernel_desc_serves(k, OP_SERVES[op][1]));
 }
 
 const struct plan_dispatch *plan_dispatch_for(const struct plan *p, enum plan_op op, int n_tokens,
@@ -171,6 +179,35 @@ static void fill_moe(const struct fill *x, enum plan_bucket b, enum weight_forma
                  pair_max);
 }
 
+/* The routing: from 2 tokens up to the pair-by-pair experts' limit the router and the routing
+ * in one kernel (a cluster a token where the device has clusters, the norm before them in it
+ * where the call offers it; else the counting form), then the router as a linear and the
+ * routing kernel. Past that limit the sorted experts' own kernels are long and the rank count's
+ * block per token is cheaper than the fused forms' warp per logit. */
+static void fill_route(const struct fill *x, enum plan_bucket b, enum weight_format f, int pair_max)
+{
+    struct plan_dispatch *d = &x->p->dispatch[PLAN_OP_MOE_ROUTE][b][f];
+    const bool fused = b != PLAN_BUCKET_1 && BUCKET_MAX[b] <= pair_max;
+    if (fused) {
+        add_named(x, d, "norm_router_route_cluster", "moe_route", f);
+        add_named(x, d, "router_route_cluster", "moe_route", f);
+        add_named(x, d, "router_route_count", "moe_route", f);
+    }
+    const int n_fused = d->n;
+    add_named(x, d, x->p->shapes.router_sigmoid ? "moe_route_sigmoid_grouped_topk" : "moe_route_softmax_topk",
+              "moe_route", f);
+    if (n_fused)
+        snprintf(d->reason, sizeof d->reason,
+                 "2-%d tokens: %s (H200: norm + router + routing cluster b2 384.3 vs 367.0, b8 747.8 vs 731.2; "
+                 "the counting form b8 747.1 vs 735.1), else the router linear, then the routing",
+                 pair_max, d->kernels[0]->name);
+    else if (b == PLAN_BUCKET_1)
+        snprintf(d->reason, sizeof d->reason, "one token: the router linear, then the routing (fused forms "
+                 "slower on the H200: b1 386.5 cluster, 346.8 counting vs 408.3 and 367.9)");
+    else
+        snprintf(d->reason, sizeof d->reason, "the router linear, then the routing kernel");
+}
+
 /* "op[@bucket]:kernel,...": each named kernel first in its lists. */
 static enum status apply_force(const struct fill *x, struct err *err)
 {
@@ -205,12 +242,10 @@ static enum status apply_force(const struct fill *x, struct err *err)
         while (op < PLAN_OP_COUNT && strcmp(OP_NAMES[op], item))
             op++;
         if (op == PLAN_OP_COUNT)
-            return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: op \"%s\": expected linear or moe_experts",
-                           item);
+            return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: op \"%s\": expected linear, moe_experts "
+                           "or moe_route", item);
         const struct kernel_desc *k = kernel_table_find(x->req->kernels, kernel);
-        const char *a = op == PLAN_OP_LINEAR ? "linear" : "moe_experts_gemm";
-        const char *c = op == PLAN_OP_LINEAR ? "linear_decode" : "moe_experts_decode";
-        if (!k || !(kernel_desc_serves(k, a) || kernel_desc_serves(k, c)))
+        if (!k || !plan_op_takes((enum plan_op)op, k))
             return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: the %s backend has no kernel \"%s\" for %s",
                            x->req->kernels->backend, kernel, item);
         if (!has_features(&x->p->caps, k->needs) ||
@@ -247,6 +282,7 @@ enum status plan_dispatch_fill(struct plan *p, const struct plan_request *req, s
         for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++) {
             fill_linear(&x, (enum plan_bucket)b, (enum weight_format)f);
             fill_moe(&x, (enum plan_bucket)b, (enum weight_format)f, pair_max);
+            fill_route(&x, (enum plan_bucket)b, (enum weight_format)f, pair_max);
         }
     return apply_force(&x, err);
 }

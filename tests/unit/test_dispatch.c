@@ -91,7 +91,8 @@ static bool caps_has(const struct device_caps *c, unsigned needs)
 {
     return (!(needs & KERNEL_NEEDS_BF16_MMA) || c->bf16_mma) && (!(needs & KERNEL_NEEDS_WGMMA) || c->wgmma) &&
            (!(needs & KERNEL_NEEDS_FP8_MMA) || c->fp8_mma) && (!(needs & KERNEL_NEEDS_TCGEN05) || c->tcgen05) &&
-           (!(needs & KERNEL_NEEDS_FP4_MMA) || c->fp4_mma_block_scaled);
+           (!(needs & KERNEL_NEEDS_FP4_MMA) || c->fp4_mma_block_scaled) &&
+           (!(needs & KERNEL_NEEDS_CLUSTERS) || c->clusters);
 }
 
 static void check_table(const struct plan *p)
@@ -105,9 +106,7 @@ static void check_table(const struct plan *p)
                 for (int i = 0; i < d->n; i++) {
                     const struct kernel_desc *k = d->kernels[i];
                     assert_ptr_equal(kernel_table_find(&CUDA_KERNELS, k->name), k);
-                    const char *a = op == PLAN_OP_LINEAR ? "linear" : "moe_experts_gemm";
-                    const char *c = op == PLAN_OP_LINEAR ? "linear_decode" : "moe_experts_decode";
-                    if (!kernel_desc_serves(k, a) && !kernel_desc_serves(k, c))
+                    if (!plan_op_takes((enum plan_op)op, k))
                         fail_msg("%s: %s serves %s, listed for %s", p->caps.name, k->name, k->op,
                                  plan_op_name((enum plan_op)op));
                     assert_true(k->formats & (1u << f));
@@ -235,6 +234,13 @@ static void test_dispatch_is_the_plan(void **state)
                         "moe_pair_decode_mma_bf16");
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 33, WEIGHT_NVFP4)->kernels[0]->name,
                         "moe_gemm_nvfp4_wo_wgmma");
+    /* routing: the norm, router and routing in one cluster kernel at 2-32 tokens, apart at one */
+    const struct kernel_shape rs = {.format = WEIGHT_BF16, .tokens = 8, .n_weights = 1, .n = 128, .k = 2048,
+                                    .n_used = 8, .n_experts = 128, .n_group = 1, .norm_first = true};
+    assert_string_equal(plan_dispatch_pick(p, PLAN_OP_MOE_ROUTE, &rs)->name, "norm_router_route_cluster");
+    struct kernel_shape r1 = rs;
+    r1.tokens = 1;
+    assert_string_equal(plan_dispatch_pick(p, PLAN_OP_MOE_ROUTE, &r1)->name, "moe_route_softmax_topk");
     /* GLM-5's 256 experts top-8: pair by pair up to 64 tokens */
     plan_for(p, "h200", &ms[N_DIRS + 1], 0, NULL, STATUS_OK);
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 64, WEIGHT_NVFP4)->kernels[0]->name,

@@ -3,9 +3,9 @@
 
 /* ---------------------------------------------------------------- routing */
 
-/* router_route (decode: the router GEMV and the routing in one kernel; off unless asked for)
+/* router_route (decode: the router GEMV and the routing in one kernel, forced in each form)
  * against the CPU's linear then moe_route: the same expert ids, weights and logits within
- * TOL_F32; and the declines. */
+ * TOL_F32; and where the plan leaves the routing to linear + moe_route. */
 static void test_router_route(void **state)
 {
     struct pair *p = *state;
@@ -17,10 +17,11 @@ static void test_router_route(void **state)
     struct route_args a0 = {.n_experts = 64, .n_used = 4, .score = ROUTE_SOFTMAX, .n_group = 1, .topk_group = 1,
                             .scaling = 1.0f};
     float *b0 = dev_nan(&p->gpu, 64 * 4);
-    assert_false(p->gpu.ops->router_route(&p->gpu, &t0.dev, b0, 1, &a0, b0, (int32_t *)b0, b0)); /* off */
+    /* the plan: at one token the router linear and the routing kernel */
+    assert_false(p->gpu.ops->router_route(&p->gpu, &t0.dev, b0, 1, &a0, b0, (int32_t *)b0, b0));
     p->gpu.ops->free(&p->gpu, b0);
     weight_free(&t0, p);
-    backend_cuda_set_router_route(&p->gpu, true);
+    const bool clusters = backend_cuda_plan(&p->gpu)->caps.clusters;
     uint64_t rng = 29;
     struct {
         int E, k, K, T;
@@ -36,11 +37,14 @@ static void test_router_route(void **state)
         {40, 8, 2048, 2, ROUTE_SOFTMAX, false, false, true, 1.0f}, /* a part-filled cluster block */
     };
     /* each case twice: the counting kernel, then the cluster form (<= 128 experts, where caps
-     * has clusters; the others stay on the counting kernel) */
+     * has clusters; the others fall to the counting kernel, the next in the list) */
     const size_t nc = sizeof cs / sizeof cs[0];
     for (size_t cc = 0; cc < 2 * nc; cc++) {
         const size_t c = cc % nc;
-        backend_cuda_set_router_route_cluster(&p->gpu, cc >= nc);
+        if (cc >= nc && !clusters)
+            break;
+        force(p, cc >= nc ? "moe_route:router_route_count,moe_route:router_route_cluster"
+                          : "moe_route:router_route_count");
         const int E = cs[c].E, k = cs[c].k, K = cs[c].K, T = cs[c].T;
         struct test_weight tw;
         weight_make(&tw, p, WEIGHT_BF16, E, K, cs[c].lin_bias, &rng);
@@ -86,29 +90,29 @@ static void test_router_route(void **state)
             p->gpu.ops->free(&p->gpu, dcorr);
         weight_free(&tw, p);
     }
-    /* what it must leave to linear + moe_route: a non-BF16 router, expert groups, many tokens */
+    /* what the plan leaves to linear + moe_route: a non-BF16 router, expert groups, more tokens
+     * than the experts take pair by pair */
+    force(p, NULL);
     struct test_weight tf;
     weight_make(&tf, p, WEIGHT_F32, 64, 64, false, &rng);
     struct route_args a = {.n_experts = 64, .n_used = 4, .score = ROUTE_SOFTMAX, .n_group = 1, .topk_group = 1,
                            .scaling = 1.0f};
     float *buf = dev_nan(&p->gpu, 64 * 64 * 4);
-    assert_false(p->gpu.ops->router_route(&p->gpu, &tf.dev, buf, 1, &a, buf, (int32_t *)buf, buf));
+    assert_false(p->gpu.ops->router_route(&p->gpu, &tf.dev, buf, 2, &a, buf, (int32_t *)buf, buf));
     weight_free(&tf, p);
     struct test_weight tb;
     weight_make(&tb, p, WEIGHT_BF16, 64, 64, false, &rng);
     struct route_args g = a;
     g.n_group = 8, g.topk_group = 2;
-    assert_false(p->gpu.ops->router_route(&p->gpu, &tb.dev, buf, 1, &g, buf, (int32_t *)buf, buf));
+    assert_false(p->gpu.ops->router_route(&p->gpu, &tb.dev, buf, 2, &g, buf, (int32_t *)buf, buf));
     assert_false(p->gpu.ops->router_route(&p->gpu, &tb.dev, buf, 64, &a, buf, (int32_t *)buf, buf));
     weight_free(&tb, p);
     p->gpu.ops->free(&p->gpu, buf);
     gpu_ok(&p->gpu);
-    backend_cuda_set_router_route_cluster(&p->gpu, false);
-    backend_cuda_set_router_route(&p->gpu, false);
 }
 
-/* norm_router_route (add + RMSNorm + router GEMV + routing in one cluster kernel; only with
- * the cluster form of router_route, where the device has clusters) against the CPU's
+/* norm_router_route (add + RMSNorm + router GEMV + routing in one cluster kernel, forced; only
+ * where the device has clusters) against the CPU's
  * add_rmsnorm (or rmsnorm), linear and moe_route: h, x, logits and weights within TOL_F32, the
  * same ids. */
 static void test_norm_router_route(void **state)
@@ -123,10 +127,10 @@ static void test_norm_router_route(void **state)
                             .scaling = 1.0f};
     float *b0 = dev_nan(&p->gpu, 128 * 8);
     assert_false(p->gpu.ops->norm_router_route(&p->gpu, b0, b0, b0, 1e-6f, &t0.dev, 1, &a0, b0, b0, (int32_t *)b0,
-                                               b0)); /* off unless the cluster form is asked for */
-    backend_cuda_set_router_route(&p->gpu, true);
-    backend_cuda_set_router_route_cluster(&p->gpu, true);
+                                               b0)); /* the plan: at one token norm, router, routing apart */
     const bool clusters = backend_cuda_plan(&p->gpu)->caps.clusters;
+    if (clusters)
+        force(p, "moe_route:norm_router_route_cluster");
     p->gpu.ops->free(&p->gpu, b0);
     weight_free(&t0, p);
     struct {
@@ -193,8 +197,7 @@ static void test_norm_router_route(void **state)
         p->gpu.ops->free(&p->gpu, dw);
         weight_free(&tw, p);
     }
-    backend_cuda_set_router_route_cluster(&p->gpu, false);
-    backend_cuda_set_router_route(&p->gpu, false);
+    force(p, NULL);
 }
 
 static void test_moe_route(void **state)

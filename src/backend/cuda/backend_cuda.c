@@ -154,16 +154,13 @@ static void configure_from_plan(struct cuda_backend *c)
         LOG_WARN("cuda: the plan has no attention_decode entry; using 64 keys per step");
     }
     /* Decode kernels overlap their start with the previous kernel's end where the device has
-     * programmatic dependent launch; cluster merges and the fused router + routing where the
-     * device has clusters. Which linear and expert kernels run: the plan's dispatch table. */
+     * programmatic dependent launch; cluster merges where the device has clusters. Which linear,
+     * expert and routing kernels run: the plan's dispatch table. */
     const struct device_caps *caps = &c->plan.caps;
     c->pdl = caps->pdl;
     c->moe_smem_min = 2;
     c->attn_cluster = caps->clusters;
     c->attn_push = true;
-    c->router_route = caps->clusters;
-    c->router_cluster = caps->clusters;
-    c->router_min_tokens = 2;
     c->mla_attn = (struct cuda_mla_cfg){.rows = 16, .keys = 16, .threads = 128, .stages = 1};
     if ((op = plan_find(&c->plan, "mla_attention"))) {
         if (op->tile_m > 0)
@@ -348,16 +345,4 @@ enum status backend_cuda_force(struct backend *be, const char *force, struct err
                                .force = force && *force ? force : NULL};
     cuda_graphs_drop(c); /* captured steps ran the old choices */
     return plan_dispatch_fill(&c->plan, &req, err);
-}
-
-void backend_cuda_set_router_route_cluster(struct backend *be, bool on)
-{
-    struct cuda_backend *c = cuda_ctx(be);
-    c->router_cluster = on && c->plan.caps.clusters;
-}
-
-void backend_cuda_set_router_route(struct backend *be, bool on)
-{
-    cuda_ctx(be)->router_route = on;
-    cuda_ctx(be)->router_min_tokens = 1;
 }

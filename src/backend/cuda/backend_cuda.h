@@ -64,11 +64,5 @@ void backend_cuda_set_moe_smem(struct backend *be, int min_tokens);
 /* Re-plans the dispatch table with `force` first ("op[@bucket]:kernel,...", as
  * MOESERVE_CUDA_FORCE; NULL or "": the plan's own choices). Captured graphs are dropped. */
 enum status backend_cuda_force(struct backend *be, const char *force, struct err *err);
-/* Tests: the router GEMV + routing in one kernel at few tokens from one token on
- * (cuda_router_route.cu; by default its cluster form from 2 tokens, where the device has
- * clusters). */
-void backend_cuda_set_router_route(struct backend *be, bool on);
-/* Tests: router_route in its thread-block-cluster form (where caps has clusters; else no-op). */
-void backend_cuda_set_router_route_cluster(struct backend *be, bool on);
 
 #endif

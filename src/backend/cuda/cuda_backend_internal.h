@@ -69,9 +69,6 @@ struct cuda_backend {
     bool attn_cluster;   /* decode attention: splits merged in a cluster's shared memory (caps "clusters") */
     bool attn_push;      /* ... the splits pushing their partials to the leader where that fits (else pulled) */
     int moe_smem_min;    /* MoE mma: the weights through shared memory from this many tokens on (0: never) */
-    bool router_route;     /* few tokens: router GEMV + routing in one kernel */
-    bool router_cluster;   /* ... in its thread-block-cluster form (caps "clusters") */
-    int router_min_tokens; /* ... from this many tokens of a pass */
     int attn_prec;         /* prefill tensor-core attention operands: 0 hi + lo, 1 P and V bf16, 2 all bf16 */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;

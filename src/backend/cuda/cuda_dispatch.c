@@ -1,6 +1,6 @@
-/* cuda_dispatch.c — the linears and the routed experts run the first kernel of the plan's dispatch
- * list (plan_dispatch_for) whose limits and launcher take the call; nothing here chooses otherwise
- * (see cuda_backend_internal.h). */
+/* cuda_dispatch.c — the linears, the routed experts and the routing run the first kernel of the
+ * plan's dispatch list (plan_dispatch_for) whose limits and launcher take the call; nothing here
+ * chooses otherwise (see cuda_backend_internal.h). */
 #include "backend/cuda/cuda_backend_internal.h"
 
 #include <limits.h>
@@ -414,4 +414,100 @@ void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int3
     }
     PANIC("cuda: no kernel of the plan takes %s experts at %d tokens (d_model %d, d_expert %d)",
           weight_format_name(fmt), n_tokens, a->d_model, a->d_expert);
+}
+
+/* ---------------------------------------------------------------- routing */
+
+/* The routing's call record (the launchers of cuda_launch.h): the router on x, or with norm_w
+ * the norm before it as well (h += delta, x = rmsnorm(h) * norm_w, written to x_out). */
+struct route_call {
+    const struct weight *router;
+    const float *x;
+    float *h;
+    const float *delta, *norm_w;
+    float eps;
+    float *x_out;
+    int n_tokens;
+    const struct route_args *args;
+    float *logits;
+    int32_t *ids;
+    float *weights;
+};
+
+bool cuda_launch_norm_router_route(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct route_call *r = call;
+    if (!r->norm_w || !cuda_norm_router_route_supported(r->router, r->n_tokens, r->args, c->smem_budget) ||
+        !aligned16(r->h) || !aligned16(r->delta) || !aligned16(r->norm_w) || !aligned16(r->x_out))
+        return false;
+    CHECK(c, cuda_norm_router_route(c->stream, r->h, r->delta, r->norm_w, r->eps, r->router, r->n_tokens, r->args,
+                                    r->x_out, r->logits, r->ids, r->weights, c->pdl));
+    return true;
+}
+
+bool cuda_launch_router_route_cluster(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct route_call *r = call;
+    if (!cuda_router_route_cluster_supported(r->router, r->n_tokens, r->args, c->smem_budget) || !aligned16(r->x))
+        return false;
+    CHECK(c, cuda_router_route(c->stream, r->router, r->x, r->n_tokens, r->args, r->logits, r->ids, r->weights, NULL,
+                               c->pdl, 1));
+    return true;
+}
+
+bool cuda_launch_router_route_count(void *backend, const void *call)
+{
+    struct cuda_backend *c = backend;
+    const struct route_call *r = call;
+    if (!cuda_router_route_supported(r->router, r->n_tokens, r->args, c->smem_budget) || !aligned16(r->x))
+        return false;
+    int *sem = cuda_sem_get(c, 1);
+    if (!sem)
+        return false;
+    CHECK(c, cuda_router_route(c->stream, r->router, r->x, r->n_tokens, r->args, r->logits, r->ids, r->weights,
+                               (unsigned *)sem, c->pdl, 0));
+    return true;
+}
+
+/* The first kernel of the plan's moe_route list that takes the call; false, having run nothing,
+ * where that is the routing kernel alone (the caller runs the router linear, then moe_route) or,
+ * for a call that offers the norm, a form without it (the caller runs the norm, then asks again
+ * without it). */
+static bool route_run(struct cuda_backend *c, const struct route_call *r)
+{
+    const struct kernel_shape sh = {.format = r->router->format, .tokens = r->n_tokens, .n_weights = 1,
+                                    .n = r->args->n_experts, .k = r->router->cols, .n_used = r->args->n_used,
+                                    .n_experts = r->args->n_experts, .n_group = r->args->n_group,
+                                    .norm_first = r->norm_w != NULL};
+    const struct plan_dispatch *d = plan_dispatch_for(&c->plan, PLAN_OP_MOE_ROUTE, r->n_tokens, sh.format);
+    for (int i = 0; i < d->n; i++) {
+        const struct kernel_desc *k = d->kernels[i];
+        if (k->fits && !k->fits(&sh, c->smem_budget))
+            continue;
+        if (k->id == CK_FIXED || (r->norm_w && k->id != CK_NORM_ROUTER_ROUTE))
+            return false;
+        if (k->launch && k->launch(c, r))
+            return true;
+    }
+    return false;
+}
+
+bool cu_router_route(struct backend *be, const struct weight *router, const float *x, int n_tokens,
+                     const struct route_args *args, float *logits, int32_t *ids, float *weights)
+{
+    const struct route_call r = {.router = router, .x = x, .n_tokens = n_tokens, .args = args, .logits = logits,
+                                 .ids = ids, .weights = weights};
+    return route_run(cuda_ctx(be), &r);
+}
+
+bool cu_norm_router_route(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
+                          const struct weight *router, int n_tokens, const struct route_args *args, float *x,
+                          float *logits, int32_t *ids, float *weights)
+{
+    const struct route_call r = {.router = router, .x = h, .h = h, .delta = delta, .norm_w = norm_w, .eps = eps,
+                                 .x_out = x, .n_tokens = n_tokens, .args = args, .logits = logits, .ids = ids,
+                                 .weights = weights};
+    return route_run(cuda_ctx(be), &r);
 }

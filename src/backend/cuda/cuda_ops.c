@@ -150,47 +150,6 @@ void cu_silu_mul(struct backend *be, const float *gate, const float *up, int row
 }
 
 
-/* The most tokens the MoE block of n_experts, top n_used, runs pair by pair (the router fusion
- * follows it: past it the routing kernel's block-per-token ranks are cheaper). */
-static int moe_pair_max(const struct cuda_backend *c, int n_experts, int n_used)
-{
-    (void)c;
-    return plan_moe_pair_max_tokens(n_experts, n_used);
-}
-
-/* A few tokens: the router GEMV and the routing in one kernel (cuda_router_route.cu). */
-bool cu_router_route(struct backend *be, const struct weight *router, const float *x, int n_tokens,
-                            const struct route_args *args, float *logits, int32_t *ids, float *weights)
-{
-    struct cuda_backend *c = cuda_ctx(be);
-    if (!c->router_route || n_tokens > moe_pair_max(c, args->n_experts, args->n_used) ||
-        n_tokens < c->router_min_tokens || !cuda_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(x))
-        return false;
-    int *sem = cuda_sem_get(c, 1);
-    if (!sem)
-        return false;
-    const int cluster = c->router_cluster && cuda_router_route_cluster_supported(args);
-    CHECK(c, cuda_router_route(c->stream, router, x, n_tokens, args, logits, ids, weights, (unsigned *)sem, c->pdl,
-                               cluster));
-    return true;
-}
-
-/* A few tokens: add + RMSNorm, the router GEMV and the routing in one cluster kernel (the
- * router_route cluster form with the norm in its prologue), where that form is asked for. */
-bool cu_norm_router_route(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
-                                 const struct weight *router, int n_tokens, const struct route_args *args, float *x,
-                                 float *logits, int32_t *ids, float *weights)
-{
-    struct cuda_backend *c = cuda_ctx(be);
-    if (!c->router_route || !c->router_cluster || n_tokens > moe_pair_max(c, args->n_experts, args->n_used) ||
-        n_tokens < c->router_min_tokens || !cuda_norm_router_route_supported(router, n_tokens, args, c->smem_budget) || !aligned16(h) ||
-        !aligned16(delta) || !aligned16(norm_w) || !aligned16(x))
-        return false;
-    CHECK(c, cuda_norm_router_route(c->stream, h, delta, norm_w, eps, router, n_tokens, args, x, logits, ids, weights,
-                                    c->pdl));
-    return true;
-}
-
 void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args,
                          int32_t *ids, float *weights)
 {

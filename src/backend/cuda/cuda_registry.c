@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_launch.h"
 #include "backend/cuda/decode/cuda_decode_limits.h"
 #include "backend/cuda/gemm/cuda_gemm_limits.h"
+#include "backend/cuda/moe/cuda_route_limits.h"
 
 /* Each dispatched kernel's launcher (cuda_launch.h), by its id; only a CUDA build has them. */
 #if MOESERVE_HAVE_CUDA
@@ -24,6 +25,9 @@
 #define LAUNCH_CK_MOE_WGMMA cuda_launch_moe_wgmma
 #define LAUNCH_CK_MOE_MMA cuda_launch_moe_mma
 #define LAUNCH_CK_MOE_FP32 cuda_launch_moe_fp32
+#define LAUNCH_CK_NORM_ROUTER_ROUTE cuda_launch_norm_router_route
+#define LAUNCH_CK_ROUTER_ROUTE_CLUSTER cuda_launch_router_route_cluster
+#define LAUNCH_CK_ROUTER_ROUTE_COUNT cuda_launch_router_route_count
 #else
 #define LAUNCH_CK_GEMV_MMA NULL
 #define LAUNCH_CK_GEMV1 NULL
@@ -38,6 +42,9 @@
 #define LAUNCH_CK_MOE_WGMMA NULL
 #define LAUNCH_CK_MOE_MMA NULL
 #define LAUNCH_CK_MOE_FP32 NULL
+#define LAUNCH_CK_NORM_ROUTER_ROUTE NULL
+#define LAUNCH_CK_ROUTER_ROUTE_CLUSTER NULL
+#define LAUNCH_CK_ROUTER_ROUTE_COUNT NULL
 #endif
 #define LAUNCH_CK_FIXED NULL /* an op with one kernel, launched by the op itself */
 #define LAUNCH_OF(id) LAUNCH_##id
@@ -49,6 +56,7 @@
 #define WGMMA "bf16_wgmma"
 #define BMMA KERNEL_NEEDS_BF16_MMA
 #define WG KERNEL_NEEDS_WGMMA
+#define CL KERNEL_NEEDS_CLUSTERS
 
 static bool fits_gemv_mma(const struct kernel_shape *s, size_t budget)
 {
@@ -109,6 +117,24 @@ static size_t smem_moe_pair_mma(const struct kernel_shape *s, size_t budget, int
     return gu > dn ? gu : dn;
 }
 
+/* the router + routing kernels (the router's format, its width k, the routing's experts); the
+ * norm form only where the call offers the norm */
+static bool fits_norm_router_route(const struct kernel_shape *s, size_t budget)
+{
+    return s->norm_first && cuda_norm_router_route_fits(s->format, s->k, s->tokens, s->n_experts, s->n_used,
+                                                        s->n_group, budget);
+}
+
+static bool fits_router_route_cluster(const struct kernel_shape *s, size_t budget)
+{
+    return cuda_router_route_cluster_fits(s->format, s->k, s->tokens, s->n_experts, s->n_used, s->n_group, budget);
+}
+
+static bool fits_router_route_count(const struct kernel_shape *s, size_t budget)
+{
+    return cuda_router_route_fits(s->format, s->k, s->tokens, s->n_experts, s->n_used, s->n_group, budget);
+}
+
 #define LIN "linear,linear_decode"
 #define MOE "moe_experts_gemm,moe_experts_decode"
 /* one kernel: name, ops, math, needed features, weight formats, file, dispatch id, limits, and
@@ -143,8 +169,12 @@ static const struct kernel_desc KERNELS[] = {
     K("mla_latent_attn_fp32", "mla_attention", FP32, 0, 0, "mla/cuda_mla.cu", CK_FIXED, NULL, NULL),
     K("dsa_index_score_fp32", "dsa_index", FP32, 0, 0, "mla/cuda_dsa.cu", CK_FIXED, NULL, NULL),
     /* routing */
-    K("moe_route_softmax_topk", "moe_route", FP32, 0, 0, "moe/cuda_moe_route.cu", CK_FIXED, NULL, NULL),
-    K("moe_route_sigmoid_grouped_topk", "moe_route", FP32, 0, 0, "moe/cuda_moe_route.cu", CK_FIXED, NULL, NULL),
+    K("norm_router_route_cluster", "moe_route", FP32, CL, F(WEIGHT_BF16), "moe/cuda_router_route.cu", CK_NORM_ROUTER_ROUTE, fits_norm_router_route, "router_route_cluster_kernel"),
+    K("router_route_cluster", "moe_route", FP32, CL, F(WEIGHT_BF16), "moe/cuda_router_route.cu", CK_ROUTER_ROUTE_CLUSTER, fits_router_route_cluster, "router_route_cluster_kernel"),
+    K("router_route_count", "moe_route", FP32, 0, F(WEIGHT_BF16), "moe/cuda_router_route.cu", CK_ROUTER_ROUTE_COUNT, fits_router_route_count, "router_route_kernel"),
+    /* ... the routing alone, on the logits of the router linear (whatever the router's format) */
+    K("moe_route_softmax_topk", "moe_route", FP32, 0, ANY_WEIGHT, "moe/cuda_moe_route.cu", CK_FIXED, NULL, "moe_route_(rank_|warp_)?kernel"),
+    K("moe_route_sigmoid_grouped_topk", "moe_route", FP32, 0, ANY_WEIGHT, "moe/cuda_moe_route.cu", CK_FIXED, NULL, "moe_route_(rank_|warp_)?kernel"),
     K("moe_align_count_sort", "moe_align", FP32, 0, 0, "moe/cuda_moe.cu", CK_FIXED, NULL, NULL),
     K("moe_silu_mul_bf16", "moe_silu_mul", FP32, 0, 0, "common/cuda_elementwise.cu", CK_FIXED, NULL, NULL),
     /* linears (the plan's linear, linear_ffn, lm_head and their few-token form) */

@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
+#include "backend/cuda/moe/cuda_route_limits.h"
 
 struct route_warp_args {
     int E, k, sigmoid, normalize;
@@ -36,8 +37,7 @@ static inline route_warp_args route_warp_args_from(const struct route_args *a)
 /* Whether route_warp takes these arguments. */
 static inline bool cuda_route_warp_supported(const struct route_args *a)
 {
-    return (a->n_group <= 1) && a->n_experts >= 1 && a->n_experts <= 512 && a->n_used >= 1 && a->n_used <= 64 &&
-           a->n_used <= a->n_experts;
+    return cuda_route_warp_fits(a->n_experts, a->n_used, a->n_group);
 }
 
 /* a better than b: larger value, ties to the lower index; idx < 0 is "none" */
@@ -160,7 +160,7 @@ __device__ __forceinline__ void route_warp(const float *lg, const route_warp_arg
  * experts ranked below k put themselves at their rank, and the weights are renormalised in that
  * order, as route_warp does. Threads 0..k-1 of warp 0 write ids[j] / wout[j]. mark(1..3): the
  * max, the selection keys, the ranks (trace builds). Every thread of the block calls it. */
-enum { ROUTE_RANK_THREADS = 512, ROUTE_RANK_MAX_E = 256, ROUTE_RANK_MAX_K = 64 };
+enum { ROUTE_RANK_THREADS = 512, ROUTE_RANK_MAX_E = 256, ROUTE_RANK_MAX_K = CUDA_ROUTE_MAX_K };
 
 template <int EP, typename Mark = route_no_mark>
 __device__ __forceinline__ void route_rank_block(const float *lg, const route_warp_args a, int32_t *ids, float *wout,

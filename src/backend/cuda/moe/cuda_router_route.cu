@@ -12,9 +12,9 @@
  *    the next launch (graph replays reuse it).
  * Numbers: a logit is the fp32 sum over the lane's 8-element chunks in order, then a butterfly
  * over the warp, plus the bias; the routing is route_warp's (the CPU reference's order).
- * Shapes: BF16 router rows with K % 8 == 0, no expert groups, at most RR_MAX_LOGITS logits
- * (tokens x experts), their floats within the shared-memory budget; the backend falls back to
- * linear + moe_route otherwise.
+ * Shapes: BF16 router rows with K % 8 == 0, no expert groups, at most CUDA_RR_MAX_LOGITS logits
+ * (tokens x experts), their floats within the shared-memory budget (cuda_route_limits.h, which
+ * the kernel table's limits read too); otherwise the plan's next choice runs, linear + moe_route.
  * That form's last block costs about what the kernel boundary does (the fence, the atomic, the
  * read-back), so where the device has thread block clusters (caps "clusters", at most 128
  * experts) there is a second form: a cluster per token, whose blocks store their logits straight
@@ -22,7 +22,8 @@
  * once). Two cluster barrier phases replace the counter, the fences and the L2 round trip; with
  * norm_w the add + RMSNorm before the router runs in its prologue too (cuda_norm_router_route).
  * At one token both forms are slower than the two kernels (H200, batch 1: 346.8 and 386.5 vs
- * 367.9 and 408.3 tok/s, docs/lab/journal.md), so the backend uses them from 2 tokens.
+ * 367.9 and 408.3 tok/s, docs/lab/journal.md), so the plan lists them from 2 tokens
+ * (plan_dispatch.c, op moe_route).
  */
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/common/cuda_common.cuh"
@@ -35,7 +36,7 @@ KT_MODULE(router_route, "rr_cluster_leader", "rr_cluster_peer")
 namespace
 {
 
-enum { RR_THREADS = 256, RR_WARPS = RR_THREADS / 32, RR_U = 8, RR_MAX_LOGITS = 4096 };
+enum { RR_THREADS = 256, RR_WARPS = RR_THREADS / 32, RR_U = 8 };
 
 struct rr_params {
     const uint4 *w;    /* (E, K) bf16 rows as 8-element chunks */
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(RR_THREADS) router_route_kernel(const __grid_c
  * p.norm_w every block first makes x = rmsnorm(h + delta) * norm_w itself in its shared memory
  * (K floats, dynamic), rounded as the CPU's add and RMSNorm; block 0 writes h + delta and x out
  * only after the cluster's second barrier, when no block of the token reads h any more. */
-enum { RC_THREADS = ROUTE_RANK_THREADS, RC_WARPS = RC_THREADS / 32, RC_MAX_E = 128, RC_NORM_IT = 4 };
+enum { RC_THREADS = CUDA_RC_THREADS, RC_WARPS = RC_THREADS / 32, RC_MAX_E = CUDA_RC_MAX_E, RC_NORM_IT = CUDA_RC_NORM_IT };
+static_assert((int)RC_THREADS == (int)ROUTE_RANK_THREADS, "block 0 ranks with route_rank_block's threads");
 
 __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const __grid_constant__ rr_params p)
 {
@@ -245,10 +247,9 @@ __global__ void __launch_bounds__(RC_THREADS) router_route_cluster_kernel(const 
 extern "C" int cuda_router_route_supported(const struct weight *router, int n_tokens,
                                            const struct route_args *a, size_t smem_budget)
 {
-    return (size_t)n_tokens * (size_t)a->n_experts * sizeof(float) <= smem_budget &&
-           router->format == WEIGHT_BF16 && router->cols > 0 && router->cols % 8 == 0 &&
-           router->rows == a->n_experts && cuda_route_warp_supported(a) && n_tokens >= 1 &&
-           (int64_t)n_tokens * a->n_experts <= RR_MAX_LOGITS && (uintptr_t)router->data % 16 == 0;
+    return cuda_router_route_fits(router->format, router->cols, n_tokens, a->n_experts, a->n_used, a->n_group,
+                                  smem_budget) &&
+           router->rows == a->n_experts && (uintptr_t)router->data % 16 == 0;
 }
 
 /* The parameters both forms share (the rest zero). */
@@ -283,18 +284,20 @@ static cudaError_t rr_cluster_launch(cudaStream_t stream, const rr_params &p, in
                               dim3(per, (unsigned)p.n_tokens), dim3(RC_THREADS), smem, stream, p);
 }
 
-extern "C" int cuda_router_route_cluster_supported(const struct route_args *a)
+extern "C" int cuda_router_route_cluster_supported(const struct weight *router, int n_tokens,
+                                                   const struct route_args *a, size_t smem_budget)
 {
-    return a->n_experts <= RC_MAX_E && a->n_used <= ROUTE_RANK_MAX_K;
+    return cuda_router_route_supported(router, n_tokens, a, smem_budget) &&
+           cuda_router_route_cluster_fits(router->format, router->cols, n_tokens, a->n_experts, a->n_used,
+                                          a->n_group, smem_budget);
 }
 
 extern "C" int cuda_norm_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
                                                 size_t smem_budget)
 {
-    const int64_t K = router->cols;
-    return cuda_router_route_supported(router, n_tokens, a, smem_budget) && cuda_router_route_cluster_supported(a) &&
-           K % 4 == 0 && K / 4 <= (int64_t)RC_NORM_IT * RC_THREADS && (size_t)K * 4 + 8192 <= smem_budget &&
-           n_tokens <= 65535;
+    return cuda_router_route_supported(router, n_tokens, a, smem_budget) &&
+           cuda_norm_router_route_fits(router->format, router->cols, n_tokens, a->n_experts, a->n_used, a->n_group,
+                                       smem_budget);
 }
 
 extern "C" cudaError_t cuda_norm_router_route(cudaStream_t stream, float *h, const float *delta, const float *norm_w,
@@ -318,12 +321,12 @@ extern "C" cudaError_t cuda_router_route(cudaStream_t stream, const struct weigh
                                          int n_tokens, const struct route_args *a, float *logits,
                                          int32_t *ids, float *weights, unsigned *count, int pdl, int cluster)
 {
-    if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || !count || (uintptr_t)x % 16)
+    if (!cuda_router_route_supported(router, n_tokens, a, (size_t)-1) || (!cluster && !count) || (uintptr_t)x % 16)
         return cudaErrorInvalidValue;
     rr_params p = rr_params_of(router, x, n_tokens, a, logits, ids, weights);
     p.count = count;
     if (cluster) {
-        if (!cuda_router_route_cluster_supported(a) || n_tokens > 65535)
+        if (!cuda_router_route_cluster_supported(router, n_tokens, a, (size_t)-1))
             return cudaErrorInvalidValue;
         return rr_cluster_launch(stream, p, pdl);
     }

@@ -21,14 +21,16 @@ extern "C" {
 #endif
 
 /* ---- cuda_router_route.cu (decode: router GEMV + routing in one kernel) ---- */
-/* Whether cuda_router_route takes this router and routing (BF16 rows, K % 8 == 0, no groups,
- * tokens x experts <= 4096, their floats within smem_budget). */
+/* Whether cuda_router_route takes this router and routing (cuda_router_route_fits: BF16 rows,
+ * K % 8 == 0, no groups, tokens x experts <= 4096, their floats within smem_budget; the router
+ * of a->n_experts rows, its data 16-byte aligned). */
 int cuda_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
                                 size_t smem_budget);
-/* Whether the cluster form takes this routing as well (<= 128 experts). */
-int cuda_router_route_cluster_supported(const struct route_args *a);
-/* Whether cuda_norm_router_route takes these (the cluster form's, K % 4 == 0, K <= 8192, x of K
- * floats in shared memory within smem_budget). */
+/* Whether its cluster form takes them as well (cuda_router_route_cluster_fits: <= 128 experts). */
+int cuda_router_route_cluster_supported(const struct weight *router, int n_tokens, const struct route_args *a,
+                                        size_t smem_budget);
+/* Whether cuda_norm_router_route takes these (cuda_norm_router_route_fits: the cluster form's,
+ * K % 4 == 0, K <= 8192, x of K floats in shared memory within smem_budget). */
 int cuda_norm_router_route_supported(const struct weight *router, int n_tokens, const struct route_args *a,
                                      size_t smem_budget);
 /* h += delta (delta may be NULL), x = rmsnorm(h) * norm_w, then cuda_router_route on x in its
@@ -37,7 +39,7 @@ cudaError_t cuda_norm_router_route(cudaStream_t stream, float *h, const float *d
                                    const struct weight *router, int n_tokens, const struct route_args *a, float *x,
                                    float *logits, int32_t *ids, float *weights, int pdl);
 /* logits = x router^T (+ bias), then ids / weights as cuda_moe_route; count: one device counter,
- * zero before and after the launch (not used by the cluster form). cluster: a thread block
+ * zero before and after the launch (the cluster form takes NULL). cluster: a thread block
  * cluster per token (caps "clusters", cuda_router_route_cluster_supported). */
 cudaError_t cuda_router_route(cudaStream_t stream, const struct weight *router, const float *x, int n_tokens,
                               const struct route_args *a, float *logits, int32_t *ids, float *weights,
