@@ -8,7 +8,7 @@
 # the next. Each launch is named by the kernel table's profiler names (`moeserve plan --kernels
 # --json`, kernel_desc.symbols), and compared with `moeserve plan --device 0 --model` for that
 # token count: the plan's first choice for the NVFP4 linears and the routed experts must be
-# launched, and every dispatched kernel launched must be one the plan lists for the step's token
+# launched (and the routing's, the router's bf16 list), and every dispatched kernel launched must be one the plan lists for the step's token
 # counts (the lm_head and router take the bf16 lists). A table last; logs in $OUT.
 set -u
 build=$(cd "${1:-build-dev}" && pwd) || exit 2
@@ -28,7 +28,7 @@ fi
 # pass after the first two (bench's own 1-token prefill, warm-up and timed) has the batch's token count: the
 # decode prompts of all sequences go in one pass, then the decode steps. The prefill case: the bench's
 # warm-up prefill (its last row's logits: the lm_head at one row).
-cases=("decode_b1 1 1 1 4 1200 1100 1" "decode_b64 64 1 1 3 2000 3300 64" "prefill_2048 1 2048 1 1 0 1800 2048")
+cases=("decode_b1 1 1 1 4 1200 1100 1" "decode_b8 8 1 1 3 2000 3300 8" "decode_b64 64 1 1 3 2000 3300 64" "prefill_2048 1 2048 1 1 0 1800 2048")
 for c in "${cases[@]}"; do
     set -- $c
     MOESERVE_NO_GRAPHS=1 timeout 240 ncu --clock-control none --cache-control none --launch-skip "$6" \
@@ -63,9 +63,10 @@ for name, batch, prompt, ctx, dec, skip, count, tokens in cases:
     # decode: the last complete pass; prefill: the first (the warm-up prefill)
     step = seq[starts[-2]:starts[-1]] if name.startswith("decode") else seq[starts[0]:starts[1]] if len(starts) >= 2 else seq[starts[0]:] if starts else seq
     seen = {k for k, rx in sym.items() if any(rx.search(n) for n in step)}
-    heads = [lists("linear", t, "nvfp4")[0], lists("moe_experts", t, "nvfp4")[0]]
+    heads = [lists("linear", t, "nvfp4")[0], lists("moe_experts", t, "nvfp4")[0], lists("moe_route", t, "bf16")[0]]
     allowed = set(lists("linear", t, "nvfp4")) | set(lists("moe_experts", t, "nvfp4")) | set(lists("linear", t, "bf16"))
     allowed |= set(lists("linear", 1 if name.startswith("prefill") else t, "bf16"))  # lm_head rows
+    allowed |= set(lists("moe_route", t, "bf16"))
     allowed_syms = {sym[k].pattern for k in allowed if k in sym}
     missing = [h for h in heads if h not in seen]
     stray = sorted(k for k in seen if sym[k].pattern not in allowed_syms)
