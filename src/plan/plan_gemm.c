@@ -398,13 +398,10 @@ enum status pl_moe(struct plan_ctx *x, struct err *err)
     for (int i = 0; i < 3; i++)
         pl_simple(x, rk, TOK[i], s->n_experts, s->n_experts_used, 32 * TOK[i], (size_t)TOK[i] * s->n_experts * 4,
                T * E * 8, T * E * 4 + T * k * 8, ceil_div(T, TOK[i]));
-    /* cuda_moe_route.cu; with clusters cuda_router_route.cu's cluster form from 2 tokens */
-    const char *route_note = x->caps->clusters
-                                 ? "a block per token counting ranks, logits from a bf16 GEMM; 2-8 "
-                                   "decode tokens: norm + router + routing in one cluster per token"
-                                 : "one warp per token (<= 256 tokens and experts: a block per token "
-                                   "that counts each expert's rank); router logits come from a bf16 "
-                                   "GEMM";
+    /* cuda_moe_route.cu; which fused router + routing form runs at few tokens is the dispatch
+     * table's moe_route lists (plan_dispatch.c) */
+    const char *route_note = "a block per token counting ranks (<= 256 tokens and experts, else a warp per "
+                             "token), logits from the router linear; at few tokens: the dispatch's moe_route";
     if ((st = pl_choose(x, "moe_route", WEIGHT_BF16, route_note, err)))
         return st;
 

@@ -446,29 +446,27 @@ bool cuda_launch_norm_router_route(void *backend, const void *call)
     return true;
 }
 
+/* cuda_router_route in its cluster form or its counting form (which needs the device counter). */
+static bool router_route_launch(struct cuda_backend *c, const struct route_call *r, bool cluster)
+{
+    const bool takes = cluster ? cuda_router_route_cluster_supported(r->router, r->n_tokens, r->args, c->smem_budget)
+                               : cuda_router_route_supported(r->router, r->n_tokens, r->args, c->smem_budget);
+    int *sem = takes && !cluster ? cuda_sem_get(c, 1) : NULL;
+    if (!takes || !aligned16(r->x) || (!cluster && !sem))
+        return false;
+    CHECK(c, cuda_router_route(c->stream, r->router, r->x, r->n_tokens, r->args, r->logits, r->ids, r->weights,
+                               (unsigned *)sem, c->pdl, cluster));
+    return true;
+}
+
 bool cuda_launch_router_route_cluster(void *backend, const void *call)
 {
-    struct cuda_backend *c = backend;
-    const struct route_call *r = call;
-    if (!cuda_router_route_cluster_supported(r->router, r->n_tokens, r->args, c->smem_budget) || !aligned16(r->x))
-        return false;
-    CHECK(c, cuda_router_route(c->stream, r->router, r->x, r->n_tokens, r->args, r->logits, r->ids, r->weights, NULL,
-                               c->pdl, 1));
-    return true;
+    return router_route_launch(backend, call, true);
 }
 
 bool cuda_launch_router_route_count(void *backend, const void *call)
 {
-    struct cuda_backend *c = backend;
-    const struct route_call *r = call;
-    if (!cuda_router_route_supported(r->router, r->n_tokens, r->args, c->smem_budget) || !aligned16(r->x))
-        return false;
-    int *sem = cuda_sem_get(c, 1);
-    if (!sem)
-        return false;
-    CHECK(c, cuda_router_route(c->stream, r->router, r->x, r->n_tokens, r->args, r->logits, r->ids, r->weights,
-                               (unsigned *)sem, c->pdl, 0));
-    return true;
+    return router_route_launch(backend, call, false);
 }
 
 /* The first kernel of the plan's moe_route list that takes the call; false, having run nothing,
