@@ -19,7 +19,7 @@
  *                      tile_k = qk head dim; K/V tiles in smem, `stages` buffers, bf16 operands
  *   attention_decode   split-K (flash-decoding) over the cache: tile_m query heads of one kv
  *                      head (GQA group; all heads for MLA) x tile_n keys x tile_k = head dim;
- *                      split_k chunks for the reference batch (plan_decode_splits() at launch)
+ *                      split_k chunks for the reference batch (plan_attention_splits() at launch)
  *   mla_attention      MLA (glm_moe_dsa): attention in latent space over the cached [c_kv | k_r]
  *                      rows, one token's tile_m heads per block x tile_n keys per step, split-K
  *                      over the selected keys; planned with GLM-5 dims when there is no model
@@ -266,6 +266,12 @@ const struct kernel_desc *plan_dispatch_pick(const struct plan *p, enum plan_op 
  * that reads its operands from global memory. */
 size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages);
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
+/* Key splits of one attention launch (decode attention, MLA latent attention): enough splits that
+ * `blocks` blocks per split reach two per SM, at most max_splits (the key chunks there are) and
+ * PLAN_ATTN_MAX_SPLITS (the kernels' merge workspace). The planner's split_k and the backend's
+ * launch both come from it. */
+#define PLAN_ATTN_MAX_SPLITS 64
+int plan_attention_splits(int sm_count, double blocks, double max_splits);
 /* KV chunks for an attention_decode launch of n_seqs sequences whose longest context is max_ctx:
  * enough blocks for two per SM, each chunk a multiple of tile_n. */
 int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);

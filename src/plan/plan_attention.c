@@ -67,11 +67,17 @@ enum status pl_attention_prefill(struct plan_ctx *x, struct err *err)
     return pl_choose(x, "attention_prefill", WEIGHT_BF16, note, err);
 }
 
+int plan_attention_splits(int sm_count, double blocks, double max_splits)
+{
+    double want = ceil_div(2.0 * sm_count, blocks > 0 ? blocks : 1);
+    double most = fmin(max_splits, PLAN_ATTN_MAX_SPLITS);
+    return (int)fmax(1, fmin(want, most));
+}
+
+/* the planner's form: at most one split per tile_n keys of the context */
 static int decode_splits(int sms, double base_blocks, int ctx, int tn)
 {
-    double want = ceil_div(2.0 * sms, base_blocks);
-    double most = ceil_div(ctx, tn > 0 ? tn : 1);
-    return (int)fmax(1, fmin(want, most));
+    return plan_attention_splits(sms, base_blocks, ceil_div(ctx, tn > 0 ? tn : 1));
 }
 
 enum status pl_attention_decode(struct plan_ctx *x, struct err *err)

@@ -496,6 +496,11 @@ static void test_decode_splits(void **state)
     assert_true(one <= (32768 + d->tile_n - 1) / d->tile_n);
     assert_int_equal(plan_decode_splits(p, 1024, 32768), 1); /* a big batch fills the GPU alone */
     assert_int_equal(plan_decode_splits(p, 1, 1), 1);
+    /* the launch rule: two blocks per SM, bounded by the key chunks and the merge workspace */
+    assert_int_equal(plan_attention_splits(132, 32, PLAN_ATTN_MAX_SPLITS), 9);
+    assert_int_equal(plan_attention_splits(132, 1, PLAN_ATTN_MAX_SPLITS), PLAN_ATTN_MAX_SPLITS);
+    assert_int_equal(plan_attention_splits(132, 1, 3), 3);
+    assert_int_equal(plan_attention_splits(132, 512, PLAN_ATTN_MAX_SPLITS), 1);
     assert_null(plan_find(p, "no_such_op"));
     free(p);
 }

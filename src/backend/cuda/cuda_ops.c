@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "plan/plan.h"
 
 /* ---------------------------------------------------------------- ops */
 
@@ -103,11 +104,9 @@ void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv,
         if (!cuda_attention_fit(&cfg, hd, c->smem_budget))
             PANIC("cuda: no decode attention tile fits head_dim %d in %zu bytes", hd, c->smem_budget);
         int dblocks = ceil_div(q_rows, cfg.rows) * kv->n_kv_heads;
-        splits = c->force_splits > 0 ? c->force_splits : ceil_div(2 * (int64_t)c->sm_count, dblocks);
-        if (splits > 64)
-            splits = 64;
-        if (splits < 1)
-            splits = 1;
+        splits = plan_attention_splits(c->sm_count, dblocks, PLAN_ATTN_MAX_SPLITS);
+        if (c->force_splits > 0)
+            splits = c->force_splits < PLAN_ATTN_MAX_SPLITS ? c->force_splits : PLAN_ATTN_MAX_SPLITS;
     }
     struct cuda_attn_mma_cfg mcfg = c->attn_mma;
     if (splits == 1 && mcfg.rows > 0 && cuda_attention_mma_supported(q, kv, out) &&
@@ -122,14 +121,14 @@ void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv,
     if (splits > 1 && !c->legacy_decode && cuda_attn_decode_supported(group, hd, splits, c->smem_budget)) {
         int *sem = cuda_sem_get(c, (size_t)b->n_tokens * (size_t)kv->n_kv_heads);
         /* clusters of CUDA_ATTN_CLUSTER splits merge in shared memory (caps "clusters"); the
-         * automatic split count is rounded up to a multiple of it (at most 64). Only while one
+         * automatic split count is rounded up to a multiple of it (at most PLAN_ATTN_MAX_SPLITS). Only while one
          * cluster per (token, KV head) fits the SMs: with more cluster blocks than SMs the merge
          * through global memory measured faster (docs/lab/journal.md, the decode attention). */
         int cluster = 1;
         if (c->attn_cluster && (c->force_splits == 0 || splits % CUDA_ATTN_CLUSTER == 0) &&
             (int64_t)b->n_tokens * kv->n_kv_heads * CUDA_ATTN_CLUSTER <= c->sm_count) {
             int sc = ceil_div(splits, CUDA_ATTN_CLUSTER) * CUDA_ATTN_CLUSTER;
-            if (sc <= 64 && cuda_attn_decode_supported(group, hd, sc, c->smem_budget))
+            if (sc <= PLAN_ATTN_MAX_SPLITS && cuda_attn_decode_supported(group, hd, sc, c->smem_budget))
                 splits = sc, cluster = CUDA_ATTN_CLUSTER;
         }
         /* push: the splits store their partials into the leader's shared memory (one barrier
@@ -218,11 +217,8 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
     } else if (c->force_splits == 0 && blocks < c->sm_count) {
         /* few tokens (decode): split each token's keys so that every SM has work; the key list is
          * at most sel_k long with a selection, unknown (device-side positions) without */
-        splits = ceil_div(2 * (int64_t)c->sm_count, blocks);
-        if (sel && splits > ceil_div(sel_k, cfg.keys))
-            splits = ceil_div(sel_k, cfg.keys);
-        if (splits > 64)
-            splits = 64;
+        splits = plan_attention_splits(c->sm_count, (double)blocks,
+                                       sel ? ceil_div(sel_k, cfg.keys) : PLAN_ATTN_MAX_SPLITS);
     }
     float *work = NULL;
     size_t wf = cuda_mla_attention_workspace_floats(b->n_tokens, n_heads, kv->kv_rank, splits);
