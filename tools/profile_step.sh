@@ -6,7 +6,9 @@
 #   tools/profile_step.sh [BUILD_DIR]   (default build-dev; the synthetic Qwen3-30B-A3B NVFP4
 #                                        checkpoint of tools/bench_gpu.sh in $SYNTH_DIR)
 # Environment: SKIP_LAUNCHES (3000), LAUNCHES (700: more than a step), BATCH (1), PROMPT_LEN (128),
-# DECODE (16). Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
+# DECODE (16), PRESET (qwen3-30b-a3b) and LAYERS (48) of the synthetic checkpoint, BENCH_ARGS (extra
+# bench flags). A GLM-5 layer: PRESET=glm5-slice LAYERS=2 BENCH_ARGS="--decode-context 2048"
+# SKIP_LAUNCHES=200 (SYNTH_DIR=/tmp/glm5-2: one dense + one MoE layer, 9.4 GB). Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
 # $OUT/profile_step.txt too. "One step" is the kernels from one embedding launch to the next, so
 # SKIP_LAUNCHES=0 PROMPT_LEN=2048 LAUNCHES=1800 profiles the bench's warm-up prefill of 2048 tokens.
 set -u
@@ -14,16 +16,18 @@ build=$(cd "${1:-build-dev}" && pwd) || exit 2
 logs=${OUT:-$build/profile_step}
 mkdir -p "$logs"
 synth=${SYNTH_DIR:-/tmp/synth-30b-nvfp4}
-want="qwen3-30b-a3b nvfp4 layers=48"
+preset=${PRESET:-qwen3-30b-a3b}
+layers=${LAYERS:-48}
+want="$preset nvfp4 layers=$layers"
 if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
     rm -rf "$synth" && mkdir -p "$synth"
-    "$build/make_synth_checkpoint" --out "$synth" --preset qwen3-30b-a3b --format nvfp4 >"$logs/synth.log" 2>&1 ||
+    "$build/make_synth_checkpoint" --out "$synth" --preset "$preset" --layers "$layers" --format nvfp4 >"$logs/synth.log" 2>&1 ||
         { echo "profile_step: checkpoint failed"; exit 1; }
     echo "$want" >"$synth/.complete"
 fi
 MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none --launch-skip "${SKIP_LAUNCHES:-3000}" \
     --launch-count "${LAUNCHES:-700}" --metrics gpu__time_duration.sum --csv \
-    "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" \
+    "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" ${BENCH_ARGS:-} \
     >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
 python3 - "$logs/ncu_step.csv" <<'PY' | tee "$logs/profile_step.txt"
 import csv, sys

@@ -10,6 +10,29 @@ size_t backend_moe_workspace_floats(int n_tokens, int n_used, int d_model, int d
     return pairs * ((size_t)d_model * 2 + (size_t)d_expert * 2) + pairs * 2 + 16;
 }
 
+const char *kv_dtype_name(enum kv_dtype t)
+{
+    switch (t) {
+    case KV_DTYPE_F32: return "f32";
+    case KV_DTYPE_BF16: return "bf16";
+    case KV_DTYPE_FP8: return "fp8";
+    }
+    return "?";
+}
+
+int kv_dtype_parse(const char *s)
+{
+    for (int t = KV_DTYPE_F32; t <= KV_DTYPE_FP8; t++)
+        if (s && !strcmp(s, kv_dtype_name((enum kv_dtype)t)))
+            return t;
+    return -1;
+}
+
+size_t kv_dtype_row_bytes(enum kv_dtype t, int n)
+{
+    return (size_t)n * (t == KV_DTYPE_F32 ? 4u : t == KV_DTYPE_BF16 ? 2u : 1u);
+}
+
 size_t backend_dsa_workspace_floats(int n_tokens, int topk)
 {
     /* one candidate heap per token: (score, position) pairs */

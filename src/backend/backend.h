@@ -11,6 +11,7 @@
  *          struct rope_args, struct route_args, struct moe_args,
  *          struct sample_row,
  *          backend_moe_workspace_floats(),
+ *          enum kv_dtype, kv_dtype_name(), kv_dtype_parse(), kv_dtype_row_bytes(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
  *          backend_cpu_create(), struct backend_cpu_opts, backend_cpu_create_opts(), backend_destroy()
  */
@@ -76,13 +77,29 @@ struct moe_args {
     const struct weight *down; /* (n_experts) each [d_model, d_expert] */
 };
 
+/* The element type of a cache's rows (--kv-cache-dtype). f32: reference runs; bf16: the
+ * default for the MLA latent (576 values, 1152 bytes a token for GLM-5); fp8 is declared for
+ * the option's spelling and refused until its kernels exist. The DSA indexer keys stay f32
+ * under bf16: rounding them flipped a top-k selection on a golden fixture (dsa_basic, 1 of 24
+ * rows, 0.51 of max|logit|) where a bf16 latent alone stays within 3e-3. */
+enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_BF16, KV_DTYPE_FP8 };
+#define KV_DTYPE_AUTO (-2) /* session option: bf16 for MLA latent caches, f32 for GQA caches */
+const char *kv_dtype_name(enum kv_dtype t);
+/* "f32", "bf16", "fp8" -> the dtype; -1 for anything else. */
+int kv_dtype_parse(const char *s);
+/* Bytes of one cached row of n values. */
+size_t kv_dtype_row_bytes(enum kv_dtype t, int n);
+
 /* One MLA layer's slice of the paged cache (glm_moe_dsa, spec/models.md C.8). Per token
  * slot: the normalised KV latent c_kv followed by the roped shared key k_r (never the
  * per-head expanded K/V), and, on layers that own a DSA indexer, the indexer key. Token
- * slot s = block * block_size + offset, as in struct paged_kv. */
+ * slot s = block * block_size + offset, as in struct paged_kv. Rows are f32 or bf16 (rounded
+ * to nearest even from the f32 the store op gets). */
 struct paged_latent {
-    float *latent;  /* (n_slots, kv_rank + rope_dim) */
-    float *index_k; /* (n_slots, index_dim), or NULL on layers without an indexer */
+    void *latent;   /* (n_slots, kv_rank + rope_dim) */
+    void *index_k;  /* (n_slots, index_dim), or NULL on layers without an indexer */
+    enum kv_dtype dtype;       /* latent rows */
+    enum kv_dtype index_dtype; /* index_k rows */
     int block_size;
     int kv_rank;    /* kv_lora_rank */
     int rope_dim;   /* qk_rope_head_dim */

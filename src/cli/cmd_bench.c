@@ -321,7 +321,8 @@ static struct session_opts bench_session_opts(const struct bench_report *r, int 
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)max_tokens,
                               .max_seqs = max_batch, .max_context = (int)max_context, .block_size = BENCH_BLOCK,
                               .smem_budget = cli_smem_budget(opts, n),
-                              .attention_precision = cli_attention_precision(opts, n)};
+                              .attention_precision = cli_attention_precision(opts, n),
+                              .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL)};
     return so;
 }
 
@@ -377,6 +378,7 @@ int cmd_bench(int argc, char **argv)
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
+        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32 (reference runs)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
         {.name = "prompt-len", .metavar = "N", .help = "prefill length in tokens (default 128)"},

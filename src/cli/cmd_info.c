@@ -85,21 +85,22 @@ struct info_report {
     const struct checkpoint *ck;
     int n_moe;
     uint64_t weight_bytes;
-    uint64_t kv_token, kv_layer0; /* what engine/kv_cache.c allocates (fp32 values on every backend today) */
+    enum kv_dtype latent_dtype;   /* MLA layers' rows (--kv-cache-dtype); GQA layers are f32 */
+    uint64_t kv_token, kv_layer0; /* bytes engine/kv_cache.c allocates */
     struct info_kv_mla mla;
 };
 
 static void info_collect_report(struct info_report *r, const char *dir, const struct model_desc *d,
                                 const struct model_weights *w, const struct quant_config *qc,
-                                const struct checkpoint *ck)
+                                const struct checkpoint *ck, enum kv_dtype latent)
 {
-    *r = (struct info_report){.dir = dir, .d = d, .w = w, .qc = qc, .ck = ck};
+    *r = (struct info_report){.dir = dir, .d = d, .w = w, .qc = qc, .ck = ck, .latent_dtype = latent};
     for (int l = 0; l < d->n_layers; l++)
         r->n_moe += d->layers[l].ffn == FFN_MOE;
     for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
         r->weight_bytes += w->bytes_by_format[f];
-    r->kv_token = kv_cache_bytes(d, 1, 1);
-    r->kv_layer0 = model_desc_kv_elems_per_token(d, 0) * sizeof(float);
+    r->kv_token = kv_cache_bytes(d, latent, 1, 1);
+    r->kv_layer0 = kv_cache_layer_bytes(d, 0, latent);
     info_kv_mla(d, &r->mla);
 }
 
@@ -142,7 +143,7 @@ static void info_print_json(const struct info_report *r)
     json_add(o, "weight_bytes", json_new_number((double)r->weight_bytes));
     json_add(o, "quantization", json_new_string(quant_algo_name(r->qc->algo)));
     info_add_json_modules(o, w);
-    json_add(o, "kv_dtype", json_new_string("f32"));
+    json_add(o, "kv_dtype", json_new_string(r->mla.on ? kv_dtype_name(r->latent_dtype) : "f32"));
     json_add(o, "kv_bytes_per_token_layer0", json_new_number((double)r->kv_layer0));
     json_add(o, "kv_bytes_per_token", json_new_number((double)r->kv_token));
     if (r->mla.on) {
@@ -187,8 +188,8 @@ static void info_print_table(const struct info_report *r)
                (double)w->kinds[k].params / 1e6, 8.0 * (double)w->kinds[k].bytes / (double)w->kinds[k].params);
     }
     printf("files          %zu, %.2f MiB on disk\n", r->ck->n_files, (double)r->ck->total_bytes / 1048576.0);
-    printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (f32)\n",
-           (unsigned long long)r->kv_layer0, (double)r->kv_token / 1024.0);
+    printf("kv cache       %llu B/token/layer (layer 0), %.1f KiB/token (%s)\n", (unsigned long long)r->kv_layer0,
+           (double)r->kv_token / 1024.0, r->mla.on ? kv_dtype_name(r->latent_dtype) : "f32");
     if (r->mla.on)
         printf("  mla latent   %llu values (kv_lora_rank + rope) + indexer key %llu values on %d of %d layers;"
                " expanded K/V would be %llu values\n",
@@ -202,13 +203,14 @@ int cmd_info(int argc, char **argv)
 {
     struct cli_opt opts[] = {
         {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
+        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32"},
         {.name = "json", .help = "print JSON instead of a table"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
     enum cli_result r = cli_parse(argc, argv, opts, n, &err);
     if (r == CLI_HELP) {
-        cli_print_help("moeserve info [--model DIR] [--json]",
+        cli_print_help("moeserve info [--model DIR] [--kv-cache-dtype T] [--json]",
                        "Describes a checkpoint: family, layers, parameters, bytes per format, memory needed.",
                        opts, n);
         return 0;
@@ -222,6 +224,13 @@ int cmd_info(int argc, char **argv)
     if (model_desc_load(&d, dir, &err)) {
         LOG_ERROR("%s", err.msg);
         return 1;
+    }
+    const char *kvt = cli_get(opts, n, "kv-cache-dtype", NULL);
+    int kv_req = kvt ? kv_dtype_parse(kvt) : KV_DTYPE_AUTO;
+    if (kv_cache_check_dtype(&d, kv_req, &err)) {
+        LOG_ERROR("info: %s", err.msg);
+        model_desc_free(&d);
+        return 2;
     }
     struct checkpoint ck;
     struct backend be;
@@ -245,7 +254,7 @@ int cmd_info(int argc, char **argv)
         goto done;
     }
     struct info_report rep;
-    info_collect_report(&rep, dir, &d, &w, &qc, &ck);
+    info_collect_report(&rep, dir, &d, &w, &qc, &ck, kv_cache_latent_dtype(kv_req));
     if (cli_flag(opts, n, "json"))
         info_print_json(&rep);
     else

@@ -20,6 +20,7 @@ int cmd_logits(int argc, char **argv)
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
+        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32 (reference runs)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };
@@ -44,7 +45,8 @@ int cmd_logits(int argc, char **argv)
     const char *model = cli_get(opts, n, "model", cli_default_model());
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = n_ids,
                               .max_seqs = 1, .max_context = n_ids, .block_size = 16, .smem_budget = cli_smem_budget(opts, n),
-                              .attention_precision = cli_attention_precision(opts, n)};
+                              .attention_precision = cli_attention_precision(opts, n),
+                              .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL)};
     struct model_session s;
     int rc = 1;
     float *logits = NULL;

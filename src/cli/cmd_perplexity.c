@@ -108,6 +108,7 @@ int cmd_perplexity(int argc, char **argv)
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
+        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32 (reference runs)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
         {.name = "json", .help = "print JSON"},
@@ -140,7 +141,8 @@ int cmd_perplexity(int argc, char **argv)
     mapped_file_close(&mf);
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)window,
                               .max_seqs = 1, .max_context = (int)window, .smem_budget = cli_smem_budget(opts, n),
-                              .attention_precision = cli_attention_precision(opts, n)};
+                              .attention_precision = cli_attention_precision(opts, n),
+                              .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL)};
     struct model_session s;
     if (model_session_open(&s, model, &so, &err)) {
         LOG_ERROR("%s", err.msg);

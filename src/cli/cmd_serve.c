@@ -42,6 +42,7 @@ struct serve_args {
     long port, max_seqs, max_tokens, max_ctx, kv_blocks, block, max_queue, max_body;
     double timeout;
     int attention_precision;
+    const char *kv_cache_dtype;
     bool no_prefix_cache, batch_invariant;
 };
 
@@ -111,6 +112,7 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->backend = cli_get(opts, n, "backend", "cpu");
     a->host = cli_get(opts, n, "host", "127.0.0.1");
     a->attention_precision = cli_attention_precision(opts, n);
+    a->kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL);
     a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
     a->batch_invariant = cli_flag(opts, n, "batch-invariant");
     return -1;
@@ -173,6 +175,7 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
     struct session_opts so = {.backend = a->backend, .max_tokens = (int)a->max_tokens, .max_seqs = (int)a->max_seqs,
                               .max_context = (int)(per_seq_blocks * a->block), .block_size = (int)a->block,
                               .smem_budget = smem_budget, .attention_precision = a->attention_precision,
+                              .kv_cache_dtype = a->kv_cache_dtype,
                               .batch_invariant = a->batch_invariant};
     enum status s = model_session_open(&st->s, a->model, &so, err);
     if (s)
@@ -198,7 +201,7 @@ static void serve_run_until_signal(struct serve_state *st, const struct serve_ar
     const struct model_session *s = &st->s;
     LOG_INFO("serve: %s on %s: %d KV blocks of %d tokens (%.1f MiB), %ld sequences, %ld tokens per pass, context %ld%s%s",
              a->served, s->be.ops->name, s->kv.n_blocks, s->kv.block_size,
-             (double)kv_cache_bytes(&s->desc, s->kv.n_blocks, s->kv.block_size) / 1048576.0, a->max_seqs,
+             (double)kv_cache_bytes(&s->desc, s->kv.latent_dtype, s->kv.n_blocks, s->kv.block_size) / 1048576.0, a->max_seqs,
              a->max_tokens, a->max_ctx, a->no_prefix_cache ? ", no prefix cache" : "",
              a->api_key ? ", API key required" : "");
     printf("listening on http://%s:%d\n", a->host, server_port(&st->srv));
@@ -232,6 +235,7 @@ int cmd_serve(int argc, char **argv)
         {.name = "batch-invariant",
          .help = "cpu: a request's logits never depend on the requests batched with it (slower prefill)"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block"},
+        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32 (reference runs)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };

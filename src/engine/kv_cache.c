@@ -5,11 +5,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t kv_cache_bytes(const struct model_desc *d, int n_blocks, int block_size)
+uint64_t kv_cache_layer_bytes(const struct model_desc *d, int l, enum kv_dtype latent)
+{
+    if (d->layers[l].attn != ATTN_MLA)
+        return model_desc_kv_elems_per_token(d, l) * sizeof(float);
+    uint64_t b = kv_dtype_row_bytes(latent, d->kv_lora_rank + d->qk_rope_head_dim);
+    if (d->layers[l].indexer == INDEXER_FULL)
+        b += kv_dtype_row_bytes(KV_DTYPE_F32, d->index_head_dim); /* backend.h: why f32 */
+    return b;
+}
+
+enum kv_dtype kv_cache_latent_dtype(int requested)
+{
+    return requested == KV_DTYPE_AUTO ? KV_DTYPE_BF16 : (enum kv_dtype)requested;
+}
+
+enum status kv_cache_check_dtype(const struct model_desc *d, int requested, struct err *err)
+{
+    if (requested == KV_DTYPE_AUTO)
+        return STATUS_OK;
+    if (requested < KV_DTYPE_F32 || requested > KV_DTYPE_FP8)
+        return err_set(err, STATUS_INVALID, "--kv-cache-dtype: expected f32, bf16 or fp8");
+    if (requested == KV_DTYPE_FP8)
+        return err_set(err, STATUS_UNSUPPORTED,
+                       "--kv-cache-dtype fp8: the fp8 latent cache is not implemented yet (use bf16 or f32)");
+    bool mla = false;
+    for (int l = 0; l < d->n_layers; l++)
+        mla |= d->layers[l].attn == ATTN_MLA;
+    if (requested != KV_DTYPE_F32 && !mla)
+        return err_set(err, STATUS_UNSUPPORTED,
+                       "--kv-cache-dtype %s: only MLA latent caches (glm_moe_dsa) have it; this model's GQA cache "
+                       "is f32",
+                       kv_dtype_name((enum kv_dtype)requested));
+    return STATUS_OK;
+}
+
+uint64_t kv_cache_bytes(const struct model_desc *d, enum kv_dtype latent, int n_blocks, int block_size)
 {
     uint64_t per_token = 0;
-    for (int l = 0; l < d->n_layers; l++)
-        per_token += model_desc_kv_elems_per_token(d, l) * sizeof(float);
+    for (int l = 0; l < d->n_layers; l++) {
+        per_token += kv_cache_layer_bytes(d, l, latent);
+    }
     return per_token * (uint64_t)n_blocks * (uint64_t)block_size;
 }
 
@@ -21,11 +57,13 @@ static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_
     p->block_size = kv->block_size;
     p->kv_rank = d->kv_lora_rank;
     p->rope_dim = d->qk_rope_head_dim;
-    size_t bytes = slots * (size_t)(p->kv_rank + p->rope_dim) * sizeof(float);
+    p->dtype = kv->latent_dtype;
+    p->index_dtype = KV_DTYPE_F32; /* backend.h: why */
+    size_t bytes = slots * kv_dtype_row_bytes(p->dtype, p->kv_rank + p->rope_dim);
     p->latent = kv->be->ops->alloc(kv->be, bytes);
     if (p->latent && d->layers[l].indexer == INDEXER_FULL) {
         p->index_dim = d->index_head_dim;
-        bytes = slots * (size_t)p->index_dim * sizeof(float);
+        bytes = slots * kv_dtype_row_bytes(p->index_dtype, p->index_dim);
         p->index_k = kv->be->ops->alloc(kv->be, bytes);
     }
     if (!p->latent || (p->index_dim && !p->index_k))
@@ -36,9 +74,10 @@ static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_
 }
 
 enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct model_desc *d,
-                          int n_blocks, int block_size, struct err *err)
+                          enum kv_dtype latent, int n_blocks, int block_size, struct err *err)
 {
     memset(kv, 0, sizeof *kv);
+    kv->latent_dtype = latent;
     if (n_blocks < 1 || block_size < 1)
         return err_set(err, STATUS_INVALID, "KV cache: %d blocks of %d tokens is not a cache", n_blocks,
                        block_size);

@@ -30,6 +30,7 @@ struct kv_cache {
     int n_layers;
     int block_size;           /* tokens per block */
     int n_blocks;
+    enum kv_dtype latent_dtype; /* MLA layers' rows */
     struct paged_kv *layers;  /* (n_layers) owned; k/v in backend memory, owned (GQA layers) */
     struct paged_latent *latent; /* (n_layers) owned, NULL without MLA layers; MLA layers' latent
                                     (+ indexer key) rows in backend memory, owned (spec C.8) */
@@ -45,10 +46,18 @@ struct kv_seq {
     int n_tokens;    /* tokens whose K/V are in the cache */
 };
 
-/* Bytes of backend memory a cache of n_blocks would take. */
-uint64_t kv_cache_bytes(const struct model_desc *d, int n_blocks, int block_size);
+/* The MLA latent dtype a request (KV_DTYPE_AUTO or an enum kv_dtype) gives: bf16 by default. */
+enum kv_dtype kv_cache_latent_dtype(int requested);
+/* STATUS_OK when the model can have that cache; otherwise an error naming why (fp8 not yet
+ * built, bf16 asked for a GQA-only model, an unknown spelling). */
+enum status kv_cache_check_dtype(const struct model_desc *d, int requested, struct err *err);
+/* Bytes a token takes in layer l's cache, MLA latent rows of type latent. */
+uint64_t kv_cache_layer_bytes(const struct model_desc *d, int l, enum kv_dtype latent);
+/* Bytes of backend memory a cache of n_blocks would take, MLA layers' rows of type latent. */
+uint64_t kv_cache_bytes(const struct model_desc *d, enum kv_dtype latent, int n_blocks, int block_size);
+/* MLA layers' rows are of type latent; GQA layers' K and V are f32. */
 enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct model_desc *d,
-                          int n_blocks, int block_size, struct err *err);
+                          enum kv_dtype latent, int n_blocks, int block_size, struct err *err);
 /* Safe on a zeroed struct. */
 void kv_cache_free(struct kv_cache *kv);
 

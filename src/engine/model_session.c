@@ -39,8 +39,12 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     else if (o && o->attention_precision && strcmp(def.backend, "cuda") != 0)
         st = err_set(err, STATUS_UNSUPPORTED, "--attention-precision applies to the cuda backend, not \"%s\"",
                      def.backend);
+    int kv_req = o && o->kv_cache_dtype ? kv_dtype_parse(o->kv_cache_dtype) : KV_DTYPE_AUTO;
+    if (!st)
+        st = kv_cache_check_dtype(&s->desc, kv_req, err);
     if (st)
         goto fail;
+    enum kv_dtype latent = kv_cache_latent_dtype(kv_req);
     if (strcmp(def.backend, "cpu") == 0) {
         struct backend_cpu_opts co = {.batch_invariant = o && o->batch_invariant};
         st = backend_cpu_create_opts(&s->be, &co, err);
@@ -55,6 +59,7 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
         struct plan_shapes ps;
         model_plan_weights(&s->desc, &s->qc, &pw);
         st = model_plan_shapes(&s->desc, dir, &ps, err);
+        ps.latent_bf16 = ps.mla && latent == KV_DTYPE_BF16;
         if (!st)
             st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &ps, &pw, err);
         if (!st && o)
@@ -77,7 +82,7 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     int blocks_per_seq = (def.max_context + def.block_size - 1) / def.block_size;
-    st = kv_cache_init(&s->kv, &s->be, &s->desc, blocks_per_seq * def.max_seqs, def.block_size, err);
+    st = kv_cache_init(&s->kv, &s->be, &s->desc, latent, blocks_per_seq * def.max_seqs, def.block_size, err);
     if (st)
         goto fail;
     st = forward_init(&s->fwd, &s->desc, &s->w, &s->be, &s->kv, def.max_tokens, def.max_seqs, err);

@@ -27,6 +27,8 @@ struct session_opts {
                             0 = MOESERVE_SMEM_BUDGET or the device's own */
     bool batch_invariant; /* cpu: a token's results never depend on the rest of its batch
                              (struct backend_cpu_opts); refused on other backends */
+    const char *kv_cache_dtype; /* MLA latent cache: "bf16" (NULL: the default), "f32" for reference runs;
+                                   "fp8" is refused until it exists (--kv-cache-dtype) */
     int attention_precision; /* cuda: prefill tensor-core attention operands: 0 bf16 hi + lo (fp32-grade), 1 P and
                                 V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision) */
 };

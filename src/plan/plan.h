@@ -149,6 +149,7 @@ struct plan_shapes {
     /* MLA + DSA (glm_moe_dsa) */
     int q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim;
     int index_n_heads, index_head_dim, index_topk;
+    bool latent_bf16; /* the latent cache holds bf16 rows (the default; f32 for reference runs) */
 };
 
 /* Weight formats by group, as the checkpoint stores them. */
@@ -266,6 +267,10 @@ const struct kernel_desc *plan_dispatch_pick(const struct plan *p, enum plan_op 
  * that reads its operands from global memory. */
 size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages);
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
+/* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
+ * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8). */
+int plan_mla_mma_ld(int k_dim);
+size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages);
 /* Key splits of one attention launch (decode attention, MLA latent attention): enough splits that
  * `blocks` blocks per split reach two per SM, at most max_splits (the key chunks there are) and
  * PLAN_ATTN_MAX_SPLITS (the kernels' merge workspace). The planner's split_k and the backend's

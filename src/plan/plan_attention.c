@@ -220,6 +220,16 @@ size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v
     return 4 * (r * (size_t)(k_dim + v_dim) + k * (size_t)(k_dim + 1) + warps * k + 2 * r);
 }
 
+int plan_mla_mma_ld(int k_dim)
+{
+    return (k_dim + 15) / 16 * 16 + 8;
+}
+
+size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages)
+{
+    return 2 * (size_t)plan_mla_mma_ld(k_dim) * (2 * (size_t)rows + (size_t)(stages > 1 ? 2 : 1) * (size_t)keys);
+}
+
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
 {
     if (stages <= 0)
@@ -263,9 +273,38 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
                           base * c->split_k);
             }
     }
+    /* the tensor-core form needs the bf16 cache (the default) and mma-shaped dims: 16 heads a
+     * warp pair, 8-value loads, value halves of whole 8-column tiles (cuda_mla_mma_fits()) */
+    bool bf16_cache = !x->req->shapes || s->latent_bf16;
+    if (bf16_cache && Dk % 8 == 0 && R % 16 == 0 && R <= 512 && Dk > R) {
+        static const int MM_TM[] = {64, 32, 16}, MM_TN[] = {64, 32, 16};
+        int heads16 = (r.heads + 15) / 16 * 16;
+        for (int a = 0; a < 3; a++) {
+            int tm = MM_TM[a];
+            if (tm > heads16 && tm > 16)
+                continue; /* no taller tile than the heads need */
+            for (int b = 0; b < 3; b++)
+                for (int st = 2; st >= 1; st--) {
+                    int tn = MM_TN[b];
+                    struct cand *c = pl_cand_add(x, "mla_latent_attn_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
+                    c->threads = tm / 16 * 64;
+                    c->regs = R / 4 + tn + 40; /* a warp's O half, S, addresses (ptxas: 194-240) */
+                    c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = st;
+                    c->smem = plan_mla_mma_smem(tm, tn, Dk, st);
+                    /* each staged key serves tm heads, hi + lo query and weights: 2 MMAs a product */
+                    c->feed = SMEM_BYTES_PER_CLK * tm / 2.0 * (st > 1 ? 1.0 : 0.7);
+                    double head_blocks = ceil_div(r.heads, tm), base = (double)B * head_blocks;
+                    c->split_k = decode_splits(x->caps->sm_count, base, keys_q, tn);
+                    double flops = 2.0 * 2.0 * B * head_blocks * tm * (double)keys_q * (Dk + R);
+                    double cache = (double)B * keys_q * Dk * 2;
+                    pl_cand_part(c, flops, cache + (double)B * r.heads * (Dk + R) * 4, cache * head_blocks,
+                                 base * c->split_k);
+                }
+        }
+    }
     char note[192];
-    snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query", r.heads,
-             Dk, R, keys_q);
+    snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query; %s cache",
+             r.heads, Dk, R, keys_q, bf16_cache ? "bf16" : "f32");
     enum status st = pl_choose(x, "mla_attention", WEIGHT_BF16, note, err);
     if (st)
         return st;

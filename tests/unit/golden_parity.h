@@ -26,6 +26,9 @@ struct golden_cfg {
     double tol_ref;                       /* vs transformers */
     double tol_self;                      /* incremental and mixed batch vs our one pass */
     void (*check)(struct model_session *s); /* after every forward (device errors), or NULL */
+    const char *kv_cache_dtype;           /* session_opts.kv_cache_dtype (NULL: the default, bf16 latent) */
+    int flip_rows_per_48;                 /* rows (per 48) that may miss tol_ref vs transformers: a
+                                             quantised cache moves a key across the DSA top-k boundary */
 };
 
 struct fixture {
@@ -77,6 +80,17 @@ static int argmax(const float *a, int n)
     return b;
 }
 
+/* The reference row's top-1 minus top-2 logit. */
+static double top2_gap(const float *a, int n)
+{
+    int b = argmax(a, n);
+    double second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != b && a[i] > second)
+            second = a[i];
+    return (double)a[b] - second;
+}
+
 /* max|got - want| / max|want| over rows [0, n_rows); fails on NaN. */
 static double rel_err(const float *got, const float *want, int n_rows, int vocab)
 {
@@ -94,7 +108,8 @@ static void session_open(const struct golden_cfg *cfg, struct model_session *s, 
                          int max_seqs)
 {
     struct session_opts o = {.backend = cfg->backend, .max_tokens = max_tokens, .max_seqs = max_seqs,
-                             .max_context = 256, .block_size = 4 /* small: many blocks per sequence */};
+                             .max_context = 256, .block_size = 4 /* small: many blocks per sequence */,
+                             .kv_cache_dtype = cfg->kv_cache_dtype};
     struct err err = {0};
     enum status st = model_session_open(s, dir, &o, &err);
     if (st)
@@ -140,14 +155,30 @@ static void check_fixture(const struct golden_cfg *cfg, const char *dir)
     kv_seq_init(&ks);
     run_rows(cfg, &s, &ks, fx.tokens, fx.n_tokens, 0, one);
     kv_seq_release(&ks, &s.kv);
-    double e = rel_err(one, fx.ref, fx.n_tokens, fx.vocab);
-    int mism = 0;
-    for (int t = 0; t < fx.n_tokens; t++)
-        mism += argmax(one + (size_t)t * V, fx.vocab) != argmax(fx.ref + (size_t)t * V, fx.vocab);
-    print_message("  %-32s %s one-pass rel err %.2e, argmax mismatches %d/%d\n", strrchr(dir, '/') + 1,
-                  cfg->backend, e, mism, fx.n_tokens);
+    /* row by row: a row that misses tol_ref is a "flip" (only allowed with flip_rows_per_48: a
+     * selection change moves the whole row, so its argmax may differ too); the rest must hold */
+    double e = 0, scale = max_abs(fx.ref, (size_t)fx.n_tokens * V);
+    int mism = 0, flips = 0;
+    for (int t = 0; t < fx.n_tokens; t++) {
+        double er = rel_err(one + (size_t)t * V, fx.ref + (size_t)t * V, 1, fx.vocab) *
+                    max_abs(fx.ref + (size_t)t * V, V) / scale;
+        /* an argmax may differ only where the reference's top two are closer than twice the error */
+        bool am = argmax(one + (size_t)t * V, fx.vocab) != argmax(fx.ref + (size_t)t * V, fx.vocab) &&
+                  top2_gap(fx.ref + (size_t)t * V, fx.vocab) > 2 * er * scale;
+        if (er > cfg->tol_ref) {
+            flips++;
+            print_message("  %-32s row %d: rel err %.2e%s (a DSA selection change)\n", "", t, er,
+                          am ? ", argmax differs" : "");
+        } else {
+            e = er > e ? er : e;
+            mism += am;
+        }
+    }
+    print_message("  %-32s %s one-pass rel err %.2e, argmax mismatches %d/%d, rows past %.0e: %d\n",
+                  strrchr(dir, '/') + 1, cfg->backend, e, mism, fx.n_tokens, cfg->tol_ref, flips);
     assert_true(e <= cfg->tol_ref);
     assert_int_equal(mism, 0);
+    assert_true(flips <= (cfg->flip_rows_per_48 * fx.n_tokens + 47) / 48);
 
     /* 2. prefill k tokens, then decode one at a time */
     int k = fx.n_tokens / 3;

@@ -30,7 +30,11 @@ static void check_device(struct model_session *s)
 
 /* 2e-2: DESIGN.md's bound for CUDA bf16 paths (the split-bf16 linears give ~1e-5). */
 static const struct golden_cfg CUDA_CFG = {.backend = "cuda", .tol_ref = 2e-2, .tol_self = 1e-4,
-                                           .check = check_device};
+                                           .check = check_device, .kv_cache_dtype = "f32"};
+/* The default bf16 latent cache: its tensor-core MLA kernel; self-consistency within one bf16
+ * rounding step of a cached value (test_golden_models.c measures it on the CPU). */
+static const struct golden_cfg CUDA_BF16_CFG = {.backend = "cuda", .tol_ref = 2e-2, .tol_self = 5e-3, .flip_rows_per_48 = 1,
+                                                .check = check_device, .kv_cache_dtype = NULL};
 
 static void test_bf16_fixtures(void **state)
 {
@@ -51,6 +55,13 @@ static void test_dsa_fixtures(void **state)
     assert_true(check_group(&CUDA_CFG, "dsa") >= 2);
 }
 
+static void test_dsa_fixtures_bf16_cache(void **state)
+{
+    (void)state;
+    assert_true(check_group(&CUDA_BF16_CFG, "dsa") >= 2);
+    assert_true(check_group(&CUDA_BF16_CFG, "quant") >= 8); /* the quantized glm_moe_dsa ones among them */
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
@@ -60,6 +71,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bf16_fixtures),
                                        cmocka_unit_test(test_quantized_fixtures),
-                                       cmocka_unit_test(test_dsa_fixtures)};
+                                       cmocka_unit_test(test_dsa_fixtures),
+                                       cmocka_unit_test(test_dsa_fixtures_bf16_cache)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

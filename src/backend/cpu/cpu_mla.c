@@ -20,6 +20,8 @@
  */
 #include "backend/cpu/cpu_mla.h"
 
+#include "base/dtype.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,14 +68,40 @@ void cpu_layernorm(struct backend *be, const float *x, const float *w, const flo
     }
 }
 
+/* Row `slot` of a cache array of `n` values of type t as f32: the row itself (f32) or its
+ * bf16 values widened into buf. */
+static const float *cache_row(const void *base, enum kv_dtype t, size_t slot, int n, float *buf)
+{
+    if (t == KV_DTYPE_F32)
+        return (const float *)base + slot * (size_t)n;
+    const uint16_t *r = (const uint16_t *)base + slot * (size_t)n;
+    for (int i = 0; i < n; i++)
+        buf[i] = bf16_to_f32(r[i]);
+    return buf;
+}
+
+/* Stores n f32 values as row `slot` of type t (bf16: round to nearest even, as CUDA's store). */
+static void cache_put(void *base, enum kv_dtype t, size_t slot, int n, const float *v)
+{
+    if (t == KV_DTYPE_F32) {
+        memcpy((float *)base + slot * (size_t)n, v, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *r = (uint16_t *)base + slot * (size_t)n;
+    for (int i = 0; i < n; i++)
+        r[i] = f32_to_bf16(v[i]);
+}
+
 void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w, float eps,
                    const float *idx_k, int n_tokens, const int32_t *slots)
 {
     (void)be;
     int R = kv->kv_rank, row = kv->kv_rank + kv->rope_dim;
+    ASSERT(row <= CPU_MLA_MAX_DIM && kv->index_dim <= CPU_MLA_MAX_DIM && kv->dtype <= KV_DTYPE_BF16 &&
+           kv->index_dtype <= KV_DTYPE_BF16);
     for (int t = 0; t < n_tokens; t++) {
         const float *src = ckv + (size_t)t * (size_t)row;
-        float *dst = kv->latent + (size_t)slots[t] * (size_t)row;
+        float dst[CPU_MLA_MAX_DIM];
         double ss = 0;
         for (int c = 0; c < R; c++)
             ss += (double)src[c] * (double)src[c];
@@ -81,9 +109,10 @@ void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const floa
         for (int c = 0; c < R; c++)
             dst[c] = w[c] * (src[c] * inv);
         memcpy(dst + R, src + R, (size_t)kv->rope_dim * sizeof(float));
+        cache_put(kv->latent, kv->dtype, (size_t)slots[t], row, dst);
         if (idx_k && kv->index_k)
-            memcpy(kv->index_k + (size_t)slots[t] * (size_t)kv->index_dim, idx_k + (size_t)t * (size_t)kv->index_dim,
-                   (size_t)kv->index_dim * sizeof(float));
+            cache_put(kv->index_k, kv->index_dtype, (size_t)slots[t], kv->index_dim,
+                      idx_k + (size_t)t * (size_t)kv->index_dim);
     }
 }
 
@@ -137,7 +166,8 @@ void cpu_mla_attention(struct backend *be, const float *q_abs, const struct page
                 int j = sel ? sel[(size_t)t * (size_t)sel_k + (size_t)i] : i;
                 if (j < 0)
                     break; /* -1 padding ends a selection */
-                const float *kj = kv->latent + slot_of(b, t, j, kv->block_size) * (size_t)Dk;
+                float kbuf[CPU_MLA_MAX_DIM];
+                const float *kj = cache_row(kv->latent, kv->dtype, slot_of(b, t, j, kv->block_size), Dk, kbuf);
                 float dot = 0.0f;
                 for (int d = 0; d < Dk; d++)
                     dot = fmaf(qh[d], kj[d], dot);
@@ -268,7 +298,8 @@ void cpu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, 
         const float *w = w_idx + (size_t)t * (size_t)a->n_heads;
         int n = 0;
         for (int j = 0; j < n_keys; j++) {
-            const float *k = kv->index_k + slot_of(b, t, j, kv->block_size) * (size_t)kv->index_dim;
+            float kbuf[CPU_MLA_MAX_DIM];
+            const float *k = cache_row(kv->index_k, kv->index_dtype, slot_of(b, t, j, kv->block_size), kv->index_dim, kbuf);
             float s = dsa_score(q, w, k, a);
             if (n < K) {
                 hs[n] = s, hp[n] = j;

@@ -162,7 +162,11 @@ static void configure_from_plan(struct cuda_backend *c)
     c->attn_cluster = caps->clusters;
     c->attn_push = true;
     c->mla_attn = (struct cuda_mla_cfg){.rows = 16, .keys = 16, .threads = 128, .stages = 1};
-    if ((op = plan_find(&c->plan, "mla_attention"))) {
+    c->mla_mma = (struct cuda_mla_cfg){0};
+    if ((op = plan_find(&c->plan, "mla_attention")) && !strcmp(op->kernel, "mla_latent_attn_mma_bf16")) {
+        /* over a bf16 cache; an f32 cache (reference runs) takes the fp32 kernel's default tile */
+        c->mla_mma = (struct cuda_mla_cfg){.rows = op->tile_m, .keys = op->tile_n, .stages = op->stages};
+    } else if (op) {
         if (op->tile_m > 0)
             c->mla_attn.rows = op->tile_m; /* heads of one token per block */
         if (op->tile_n > 0)

@@ -207,6 +207,24 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
     if (b->n_tokens <= 0)
         return;
     int dk = kv->kv_rank + kv->rope_dim;
+    const struct cuda_mla_cfg *mc = &c->mla_mma;
+    if (mc->rows > 0 && kv->dtype == KV_DTYPE_BF16 &&
+        cuda_mla_mma_fits(n_heads, dk, kv->kv_rank, mc->rows, mc->keys, mc->stages, c->smem_budget)) {
+        int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, mc->rows);
+        int splits = 1;
+        if (c->force_splits > 0)
+            splits = c->force_splits;
+        else if (c->force_splits == 0 && blocks < c->sm_count)
+            splits = plan_attention_splits(c->sm_count, (double)blocks,
+                                           sel ? ceil_div(sel_k, mc->keys) : PLAN_ATTN_MAX_SPLITS);
+        float *work = NULL;
+        size_t wf = cuda_mla_attention_workspace_floats(b->n_tokens, n_heads, kv->kv_rank, splits);
+        if (wf && !(work = cuda_scratch_get(c, wf * sizeof(float))))
+            return;
+        CHECK(c, cuda_mla_attention_mma(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, mc->rows,
+                                        mc->keys, mc->stages, splits, work));
+        return;
+    }
     struct cuda_mla_cfg cfg = c->mla_attn;
     if (!cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))
         PANIC("cuda: no MLA attention tile fits %d latent dims in %zu bytes of shared memory", dk, c->smem_budget);

@@ -24,6 +24,7 @@
 #include <math.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
+#include "backend/cuda/mla/cuda_latent.cuh"
 extern "C" {
 #include "plan/plan.h"
 }
@@ -54,7 +55,8 @@ __global__ void layernorm_kernel(const float *x, const float *w, const float *b,
 struct score_params {
     const float *q;       /* (T, HI, DI) */
     const float *w;       /* (T, HI) */
-    const float *index_k; /* (slots, DI) */
+    const void *index_k; /* (slots, DI) of f32, or bf16 when bf16 */
+    int bf16;
     const int32_t *pos, *seq, *table;
     int max_blocks, block_size;
     int HI, DI, topk, keys;
@@ -93,25 +95,24 @@ __global__ void dsa_score_kernel(score_params p)
             for (int i = threadIdx.x; i < nk * DI; i += blockDim.x) {
                 int jj = i / DI, d = i % DI, kp = k0 + jj;
                 size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
-                ks[(size_t)jj * (DI + 1) + d] = p.index_k[slot * DI + d];
+                ks[(size_t)jj * (DI + 1) + d] = latent_get(p.index_k, p.bf16, slot * DI + d);
             }
             __syncthreads();
         }
         const int jj = threadIdx.x;
         if (jj < nk) {
-            const float *k;
-            if (STAGED) {
-                k = ks + (size_t)jj * (DI + 1);
-            } else {
+            const float *k = ks + (size_t)jj * (DI + 1); /* STAGED */
+            size_t kg = 0;                               /* !STAGED: the key's first value */
+            if (!STAGED) {
                 int kp = k0 + jj;
-                k = p.index_k + ((size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size)) * DI;
+                kg = ((size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size)) * DI;
             }
             float s = 0.0f;
             for (int h = 0; h < HI; h++) {
                 const float *qh = (STAGED ? qs : q) + (size_t)h * DI;
                 float dot = 0.0f;
                 for (int d = 0; d < DI; d++)
-                    dot = fmaf(qh[d], k[d], dot);
+                    dot = fmaf(qh[d], STAGED ? k[d] : latent_get(p.index_k, p.bf16, kg + d), dot);
                 float r = __fmul_rn(dot, p.score_scale);
                 r = r > 0.0f ? r : 0.0f;
                 s = fmaf(STAGED ? ws[h] : __fmul_rn(wt[h], p.head_scale), r, s);
@@ -264,6 +265,7 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
     p.q = q_idx;
     p.w = w_idx;
     p.index_k = kv->index_k;
+    p.bf16 = kv->index_dtype == KV_DTYPE_BF16;
     p.pos = b->pos;
     p.seq = b->seq;
     p.table = b->block_table;

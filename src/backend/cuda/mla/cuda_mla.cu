@@ -22,12 +22,14 @@
  * m[rows], l[rows]; the unstaged variant (a budget too small for any tile) keeps only
  * P, m, l and the step's key slots — plan_mla_attention_smem() is the same formula.
  *
- * Deliberately not here: tensor cores, a bf16 latent cache, an expanded-K/V prefill path.
+ * The latent rows are f32 or bf16 (cuda_latent.cuh); the tensor-core form over a bf16 cache is
+ * cuda_mla_mma.cu. Deliberately not here: an expanded-K/V prefill path.
  */
 #include "backend/cuda/mla/mla.h"
 #include <math.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
+#include "backend/cuda/mla/cuda_latent.cuh"
 extern "C" {
 #include "plan/plan.h"
 }
@@ -43,23 +45,23 @@ struct mla_shape {
     int H, nope, rope, v, R;
 };
 
-__global__ void mla_store_kernel(float *latent, float *index_k, int R, int rope, int idx_dim, const float *ckv,
-                                 const float *w, float eps, const float *idx_k, const int32_t *slots)
+__global__ void mla_store_kernel(void *latent, void *index_k, int bf16, int idx_bf16, int R, int rope, int idx_dim,
+                                 const float *ckv, const float *w, float eps, const float *idx_k, const int32_t *slots)
 {
     const int t = blockIdx.x, row = R + rope;
     const float *src = ckv + (size_t)t * row;
-    float *dst = latent + (size_t)slots[t] * row;
+    const size_t dst = (size_t)slots[t] * row;
     double ss = 0;
     for (int c = threadIdx.x; c < R; c += blockDim.x)
         ss += (double)src[c] * (double)src[c];
     float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / R), eps)));
     for (int c = threadIdx.x; c < R; c += blockDim.x)
-        dst[c] = __fmul_rn(w[c], __fmul_rn(src[c], inv));
+        latent_put(latent, bf16, dst + c, __fmul_rn(w[c], __fmul_rn(src[c], inv)));
     for (int c = threadIdx.x; c < rope; c += blockDim.x)
-        dst[R + c] = src[R + c];
+        latent_put(latent, bf16, dst + R + c, src[R + c]);
     if (idx_k)
         for (int c = threadIdx.x; c < idx_dim; c += blockDim.x)
-            index_k[(size_t)slots[t] * idx_dim + c] = idx_k[(size_t)t * idx_dim + c];
+            latent_put(index_k, idx_bf16, (size_t)slots[t] * idx_dim + c, idx_k[(size_t)t * idx_dim + c]);
 }
 
 /* W[n, k] as weight_dequant_row gives it (NVFP4 with its global scale). */
@@ -147,7 +149,8 @@ __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
 
 struct attn_params {
     const float *q;      /* (T, H, Dk) */
-    const float *latent; /* (slots, Dk) */
+    const void *latent; /* (slots, Dk) of f32, or bf16 when bf16 */
+    int bf16;
     const int32_t *sel;  /* (T, sel_k) or NULL */
     int sel_k;
     const int32_t *pos, *seq, *table;
@@ -222,7 +225,7 @@ __global__ void mla_attn_kernel(attn_params p)
             for (int i = threadIdx.x; i < nk * Dk; i += blockDim.x) {
                 int jj = i / Dk, d = i % Dk, kp = sel ? sel[k0 + jj] : k0 + jj;
                 size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
-                Ks[(size_t)jj * (Dk + 1) + d] = p.latent[slot * Dk + d];
+                Ks[(size_t)jj * (Dk + 1) + d] = latent_get(p.latent, p.bf16, slot * Dk + d);
             }
         } else {
             for (int jj = threadIdx.x; jj < nk; jj += blockDim.x) {
@@ -236,10 +239,16 @@ __global__ void mla_attn_kernel(attn_params p)
             const float *qr = STAGED ? Qs + (size_t)r * Dk : p.q + ((size_t)t * p.H + h0 + r) * Dk;
             float mloc = -INFINITY;
             for (int jj = lane; jj < nk; jj += 32) {
-                const float *kr = STAGED ? Ks + (size_t)jj * (Dk + 1) : p.latent + (size_t)slots[jj] * Dk;
                 float dot = 0.0f;
-                for (int d = 0; d < Dk; d++)
-                    dot = fmaf(qr[d], kr[d], dot);
+                if (STAGED) {
+                    const float *kr = Ks + (size_t)jj * (Dk + 1);
+                    for (int d = 0; d < Dk; d++)
+                        dot = fmaf(qr[d], kr[d], dot);
+                } else {
+                    const size_t kr = (size_t)slots[jj] * Dk;
+                    for (int d = 0; d < Dk; d++)
+                        dot = fmaf(qr[d], latent_get(p.latent, p.bf16, kr + d), dot);
+                }
                 float sc = __fmul_rn(dot, p.scale);
                 Pw[jj] = sc;
                 mloc = fmaxf(mloc, sc);
@@ -261,7 +270,8 @@ __global__ void mla_attn_kernel(attn_params p)
                 float a = orow[d] * alpha;
                 for (int jj = 0; jj < nk; jj++) {
                     /* values: the c_kv part of the key's row */
-                    float v = STAGED ? Ks[(size_t)jj * (Dk + 1) + d] : p.latent[(size_t)slots[jj] * Dk + d];
+                    float v = STAGED ? Ks[(size_t)jj * (Dk + 1) + d]
+                                     : latent_get(p.latent, p.bf16, (size_t)slots[jj] * Dk + d);
                     a = fmaf(Pw[jj], v, a);
                 }
                 orow[d] = a;
@@ -359,8 +369,11 @@ extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_la
     if (idx_k && !kv->index_k)
         idx_k = nullptr;
     unsigned threads = kv->kv_rank >= 256 ? 256u : 64u;
-    mla_store_kernel<<<(unsigned)n_tokens, threads, 0, stream>>>(kv->latent, kv->index_k, kv->kv_rank, kv->rope_dim,
-                                                                 kv->index_dim, ckv, w, eps, idx_k, slots);
+    if (kv->dtype > KV_DTYPE_BF16 || kv->index_dtype > KV_DTYPE_BF16)
+        return cudaErrorInvalidValue;
+    mla_store_kernel<<<(unsigned)n_tokens, threads, 0, stream>>>(kv->latent, kv->index_k, kv->dtype == KV_DTYPE_BF16,
+                                                                 kv->index_dtype == KV_DTYPE_BF16, kv->kv_rank, kv->rope_dim, kv->index_dim, ckv, w, eps,
+                                                                 idx_k, slots);
     return CUDA_LAUNCH_RESULT();
 }
 
@@ -454,6 +467,7 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
     attn_params p;
     p.q = q_abs;
     p.latent = kv->latent;
+    p.bf16 = kv->dtype == KV_DTYPE_BF16;
     p.sel = sel;
     p.sel_k = sel_k;
     p.pos = b->pos;
@@ -492,9 +506,15 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
-        int n_th = b->n_tokens * n_heads;
-        unsigned threads = p.R >= 256 ? 256u : p.R > 32 ? 64u : 32u;
-        mla_merge_kernel<<<(unsigned)n_th, threads, 0, stream>>>(work, n_splits, n_th, p.R, o_lat);
+        return cuda_mla_merge(stream, work, n_splits, b->n_tokens * n_heads, p.R, o_lat);
     }
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits, int n_th, int R,
+                                      float *out)
+{
+    unsigned threads = R >= 256 ? 256u : R > 32 ? 64u : 32u;
+    mla_merge_kernel<<<(unsigned)n_th, threads, 0, stream>>>(part, n_splits, n_th, R, out);
     return CUDA_LAUNCH_RESULT();
 }

@@ -46,6 +46,21 @@ cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_abs, const st
                                const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
                                float *o_lat, const struct cuda_mla_cfg *cfg, int n_splits, float *work);
 
+/* The split partials' merge of both latent attention kernels: part (n_splits, n_th, R + 2) of
+ * (m, l, unnormalised O) rows -> out (n_th, R). */
+cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits, int n_th, int R, float *out);
+
+/* ---- cuda_mla_mma.cu (latent attention on bf16 tensor cores over a bf16 latent cache) ---- */
+/* Whether the kernel takes these dims and tile (rows: heads per block, 16/32/64; keys per tile:
+ * 16/32/64; stages 1 or 2) within budget bytes of shared memory. */
+int cuda_mla_mma_fits(int n_heads, int k_dim, int v_dim, int rows, int keys, int stages, size_t budget);
+/* backend_ops.mla_attention with that tile; kv->dtype must be KV_DTYPE_BF16; n_splits > 1:
+ * partials in work (cuda_mla_attention_workspace_floats()), then cuda_mla_merge(). */
+cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
+                                   const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k,
+                                   float scale, float *o_lat, int rows, int keys, int stages, int n_splits,
+                                   float *work);
+
 /* ---- cuda_dsa.cu (the DSA indexer; backend_ops.layernorm, dsa_select) ---- */
 cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows, int dim,
                            float eps, float *y);
