@@ -267,6 +267,8 @@ const struct kernel_desc *plan_dispatch_pick(const struct plan *p, enum plan_op 
  * that reads its operands from global memory. */
 size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages);
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
+/* dsa_index_score_warp_fp32: a warp per key, `warps` keys in flight a block. */
+size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim);
 /* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
  * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8). */
 int plan_mla_mma_ld(int k_dim);

@@ -220,6 +220,12 @@ size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v
     return 4 * (r * (size_t)(k_dim + v_dim) + k * (size_t)(k_dim + 1) + warps * k + 2 * r);
 }
 
+size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim)
+{
+    return 4 * ((size_t)idx_heads * (size_t)(idx_dim + 1) + (size_t)idx_heads +
+                (size_t)warps * (size_t)(idx_dim + idx_heads));
+}
+
 int plan_mla_mma_ld(int k_dim)
 {
     return (k_dim + 15) / 16 * 16 + 8;
@@ -311,6 +317,22 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
 
     static const int KN[] = {512, 256, 128, 64, 32};
     double T = s->prefill_tokens, ctx = s->decode_ctx;
+    {
+        /* a warp per key, a lane per head: 32 dot products at once where the key-per-thread kernel
+         * runs one per thread after another, and ctx / 8 blocks at decode where that one has
+         * ctx / tile_n. Its tile: a lane per head (tile_m) x 8 keys a block. Listed first: the
+         * model (prefill, smem-feed bound) rates the two alike, and a tie keeps the first. */
+        struct cand *c = pl_cand_add(x, "dsa_index_score_warp_fp32", PLAN_MATH_FP32_FMA, 0);
+        c->threads = 256;
+        c->regs = 40;
+        c->tm = imin(r.idx_heads, 32), c->tn = 8, c->tk = r.idx_dim, c->stages = 1; /* lanes = heads */
+        c->smem = plan_dsa_warp_smem(8, r.idx_heads, r.idx_dim);
+        c->feed = SMEM_BYTES_PER_CLK * 2.0;
+        double pairs = T * ctx / 2;
+        double flops = 2.0 * pairs * r.idx_heads * r.idx_dim;
+        /* the key row a warp loads serves its 32 heads (the other kernel: its block's tile_n queries) */
+        pl_cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4 / 256, T * ceil_div(ctx / 2, 8));
+    }
     for (int b = 0; b < 10; b++) {
         int st = b < 5 ? 1 : 0;
         struct cand *c = pl_cand_add(x, "dsa_index_score_fp32", PLAN_MATH_FP32_FMA, 0);

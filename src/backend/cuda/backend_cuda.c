@@ -179,7 +179,9 @@ static void configure_from_plan(struct cuda_backend *c)
         LOG_DEBUG("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
     }
     c->dsa = (struct cuda_dsa_cfg){.keys = 128, .stages = 1};
-    if ((op = plan_find(&c->plan, "dsa_index"))) {
+    if ((op = plan_find(&c->plan, "dsa_index")) && !strcmp(op->kernel, "dsa_index_score_warp_fp32")) {
+        c->dsa.per_warp = 1;
+    } else if (op) {
         if (op->tile_n > 0)
             c->dsa.keys = op->tile_n;
         c->dsa.stages = op->stages;

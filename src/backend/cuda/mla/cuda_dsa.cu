@@ -33,6 +33,7 @@ namespace
 {
 
 constexpr int TOPK_THREADS = 1024;
+constexpr int DSA_WARPS = 8; /* dsa_score_warp_kernel: warps (keys in flight) per block */
 
 __global__ void layernorm_kernel(const float *x, const float *w, const float *b, int dim, float eps, float *y)
 {
@@ -119,6 +120,51 @@ __global__ void dsa_score_kernel(score_params p)
             }
             row[k0 + jj] = s;
         }
+    }
+}
+
+/* grid (key blocks, chunk rows), DSA_WARPS warps: a warp per key, lane h the dot product of head
+ * h (h += 32 past 32 heads), then the heads' terms summed in head order like the CPU, so the
+ * score is bit-identical to dsa_score_kernel's; key j of row t goes to warp j % DSA_WARPS of
+ * block (j / DSA_WARPS) % gridDim.x. Shared memory (floats): q[HI][DI + 1] (+1: lanes read
+ * different heads' rows in distinct banks), w[HI], per warp one key row [DI] and its terms [HI]. */
+__global__ void dsa_score_warp_kernel(score_params p)
+{
+    extern __shared__ float smem[];
+    const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
+    if (n <= p.topk)
+        return;
+    const int HI = p.HI, DI = p.DI, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float *q = p.q + (size_t)t * HI * DI, *wt = p.w + (size_t)t * HI;
+    float *qs = smem, *ws = qs + (size_t)HI * (DI + 1), *ks = ws + HI + (size_t)warp * (DI + HI), *rs = ks + DI;
+    for (int i = threadIdx.x; i < HI * DI; i += blockDim.x)
+        qs[(i / DI) * (DI + 1) + i % DI] = q[i];
+    for (int h = threadIdx.x; h < HI; h += blockDim.x)
+        ws[h] = __fmul_rn(wt[h], p.head_scale);
+    __syncthreads();
+    const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
+    float *row = p.scores + (size_t)blockIdx.y * p.ctx;
+    for (int j = blockIdx.x * DSA_WARPS + warp; j < n; j += gridDim.x * DSA_WARPS) {
+        const size_t slot = (size_t)blocks[j / p.block_size] * p.block_size + (size_t)(j % p.block_size);
+        for (int d = lane; d < DI; d += 32)
+            ks[d] = latent_get(p.index_k, p.bf16, slot * DI + d);
+        __syncwarp();
+        for (int h = lane; h < HI; h += 32) {
+            const float *qh = qs + (size_t)h * (DI + 1);
+            float dot = 0.0f;
+            for (int d = 0; d < DI; d++)
+                dot = fmaf(qh[d], ks[d], dot);
+            float r = __fmul_rn(dot, p.score_scale);
+            rs[h] = r > 0.0f ? r : 0.0f;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            float s = 0.0f;
+            for (int h = 0; h < HI; h++)
+                s = fmaf(ws[h], rs[h], s);
+            row[j] = s;
+        }
+        __syncwarp(); /* ks and rs are free for the warp's next key */
     }
 }
 
@@ -231,6 +277,17 @@ extern "C" cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const
 
 extern "C" int cuda_dsa_fit(struct cuda_dsa_cfg *cfg, int idx_heads, int idx_dim, size_t budget)
 {
+    if (cfg->per_warp) {
+        size_t bytes = plan_dsa_warp_smem(DSA_WARPS, idx_heads, idx_dim);
+        if (bytes + 256 <= budget) {
+            cfg->keys = DSA_WARPS;
+            cfg->stages = 1;
+            cfg->smem_bytes = bytes;
+            return 1;
+        }
+        cfg->per_warp = 0; /* the key-per-thread kernel's tiles, below */
+        cfg->keys = 128;
+    }
     int k = cfg->keys < 32 ? 32 : cfg->keys > 1024 ? 1024 : cfg->keys;
     k = k / 32 * 32;
     int st = cfg->stages > 0 ? 1 : 0;
@@ -258,8 +315,10 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
         return cudaSuccess;
     int keys = cfg->keys;
     size_t smem = cfg->smem_bytes;
-    if (n_rows > 65535 || key_blocks < 1 || keys < 32 || keys > 1024 || !kv->index_k ||
-        smem != plan_dsa_index_smem(keys, a->n_heads, a->head_dim, cfg->stages))
+    if (n_rows > 65535 || key_blocks < 1 || !kv->index_k ||
+        (cfg->per_warp ? keys != DSA_WARPS || smem != plan_dsa_warp_smem(DSA_WARPS, a->n_heads, a->head_dim)
+                       : keys < 32 || keys > 1024 || smem != plan_dsa_index_smem(keys, a->n_heads, a->head_dim,
+                                                                                 cfg->stages)))
         return cudaErrorInvalidValue;
     score_params p;
     p.q = q_idx;
@@ -280,14 +339,16 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
     p.row0 = row0;
     p.ctx = ctx;
     p.scores = scores;
-    void (*kernel)(score_params) = cfg->stages > 0 ? dsa_score_kernel<true> : dsa_score_kernel<false>;
+    void (*kernel)(score_params) = cfg->per_warp      ? dsa_score_warp_kernel
+                                   : cfg->stages > 0 ? dsa_score_kernel<true>
+                                                     : dsa_score_kernel<false>;
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
             return e;
     }
     dim3 grid((unsigned)key_blocks, (unsigned)n_rows);
-    kernel<<<grid, (unsigned)keys, smem, stream>>>(p);
+    kernel<<<grid, (unsigned)(cfg->per_warp ? DSA_WARPS * 32 : keys), smem, stream>>>(p);
     return CUDA_LAUNCH_RESULT();
 }
 

@@ -67,11 +67,13 @@ cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, 
 /* The score kernel's tile: keys per block (= threads); stages 1: query and keys staged in
  * shared memory, 0: read from global memory. */
 struct cuda_dsa_cfg {
+    int per_warp; /* 1: a warp per key (dsa_index_score_warp_fp32; keys = its 8 warps), where it fits */
     int keys;
     int stages;
     size_t smem_bytes; /* filled by cuda_dsa_fit() */
 };
-/* Shrinks keys (multiples of 32), then goes unstaged, until the tile fits budget. */
+/* per_warp: keeps it where its shared memory fits, else the key-per-thread tiles; those:
+ * shrinks keys (multiples of 32), then goes unstaged, until the tile fits budget. */
 int cuda_dsa_fit(struct cuda_dsa_cfg *cfg, int idx_heads, int idx_dim, size_t budget);
 /* Scores of rows [row0, row0 + n_rows) into scores (n_rows, ctx); rows with pos < topk are
  * skipped. key_blocks blocks per row stride over the keys. */
