@@ -27,7 +27,8 @@
 # BUILD_DIR/bench_glm5/.
 #
 # Environment (defaults): L1 (4), L2 (8), BATCHES (1,64), PROMPT_LEN (256), DECODE_STEPS (32),
-# DECODE_CONTEXT (2048), SLICE_DIR (/tmp/glm5-slice), BACKEND (cuda), SMEM_BUDGET (unset; e.g.
+# DECODE_CONTEXT (2048), SLICE_DIR (/tmp/glm5-slice), BACKEND (cuda), KV_CACHE_DTYPE (unset: bf16;
+# f32 for the reference cache), SMEM_BUDGET (unset; e.g.
 # 101376 plans an sm_120's tiles on the H200), TIME_BUDGET (220), STEP_TIMEOUT (200 s per step).
 set -u
 build=${1:-build}
@@ -102,7 +103,8 @@ bench_slice() { # $1 = layers; sets bench_s
     stamp "moeserve bench --backend $backend, $1 layers ($dir)"
     timeout "$step_timeout" "$build/moeserve" bench --backend "$backend" --model "$dir" --batch "$batches" \
         --prompt-len "$prompt_len" --decode "$steps" --decode-context "$context" \
-        ${SMEM_BUDGET:+--smem-budget "$SMEM_BUDGET"} --json >"$logs/bench_L$1.json" 2>"$logs/bench_L$1.log"
+        ${SMEM_BUDGET:+--smem-budget "$SMEM_BUDGET"} ${KV_CACHE_DTYPE:+--kv-cache-dtype "$KV_CACHE_DTYPE"} --json \
+        >"$logs/bench_L$1.json" 2>"$logs/bench_L$1.log"
     local rc=$?
     bench_s=$((SECONDS - t0))
     stamp "bench of $1 layers: exit $rc, $bench_s s"
@@ -126,7 +128,8 @@ else
     l2_run=$l2
 fi
 bench_slice "$l2_run" || exit 1
-"$build/moeserve" info --model "$root/L$l1" --json >"$logs/info.json" 2>/dev/null # KV layout only
+"$build/moeserve" info --model "$root/L$l1" ${KV_CACHE_DTYPE:+--kv-cache-dtype "$KV_CACHE_DTYPE"} --json \
+    >"$logs/info.json" 2>/dev/null # KV layout only
 
 # 3. per-layer figures and the 8-GPU estimate
 python3 - "$logs" "$l1" "$l2_run" "$steps" "$context" "$long/config.json" <<'PY' | tee "$logs/summary.txt"
@@ -142,7 +145,7 @@ H200_BW = 4.8e12  # datasheet HBM3e (spec/devices.md); efficiency below is again
 # ---- measured: one MoE layer
 kv_size = {"f32": 4, "bf16": 2, "f16": 2}[info["kv_dtype"]]
 lat_b = info["kv_mla"]["latent_values_per_token_layer"] * kv_size
-idx_b = info["kv_mla"]["indexer_values_per_token_layer"] * kv_size
+idx_b = info["kv_mla"]["indexer_values_per_token_layer"] * 4  # the indexer keys stay f32 (backend.h)
 topk = cfg["index_topk"]
 # keys a timed step sees, averaged over the steps: the prompt, the warm-up tokens, half the steps
 T = ctx + WARMUP + (steps + 1) / 2

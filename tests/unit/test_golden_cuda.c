@@ -33,7 +33,7 @@ static const struct golden_cfg CUDA_CFG = {.backend = "cuda", .tol_ref = 2e-2, .
                                            .check = check_device, .kv_cache_dtype = "f32"};
 /* The default bf16 latent cache: its tensor-core MLA kernel; self-consistency within one bf16
  * rounding step of a cached value (test_golden_models.c measures it on the CPU). */
-static const struct golden_cfg CUDA_BF16_CFG = {.backend = "cuda", .tol_ref = 2e-2, .tol_self = 5e-3, .flip_rows_per_48 = 1,
+static const struct golden_cfg CUDA_BF16_CFG = {.backend = "cuda", .tol_ref = 2e-2, .tol_self = 5e-3, .dsa_flips = true,
                                                 .check = check_device, .kv_cache_dtype = NULL};
 
 static void test_bf16_fixtures(void **state)

@@ -20,8 +20,9 @@ static const struct golden_cfg CPU_CFG = {.backend = "cpu", .tol_ref = 1e-3, .to
  * measured). Incremental and one-pass runs differ in the last bit of some sums, and a cached
  * value on a rounding boundary then goes the other way: one bf16 step, ~1e-3 measured. And a
  * rounded latent moves later layers' indexer inputs, so a key near the top-k boundary can
- * change sides: one row of dsa_bias_mtp_long's 48 (0.10 of max|ref|), hence one flip row per 48. */
-static const struct golden_cfg CPU_BF16_CFG = {.backend = "cpu", .tol_ref = 2e-2, .tol_self = 5e-3, .flip_rows_per_48 = 1,
+ * change sides: one row of dsa_bias_mtp_long's 48 (0.10 of max|ref|) on the CPU; on CUDA
+ * dsa_shared_indexer_nvfp4_sharded's rows 20..29 (one change, then the rows that attend to it). */
+static const struct golden_cfg CPU_BF16_CFG = {.backend = "cpu", .tol_ref = 2e-2, .tol_self = 5e-3, .dsa_flips = true,
                                                .kv_cache_dtype = NULL};
 
 static void test_bf16_fixtures(void **state)

@@ -14,7 +14,8 @@
  *    takes one contiguous share of the key list and mla_merge combines the partials (decode:
  *    one token has too few heads to fill the GPU).
  *  - mla_expand: out[t, h*v + j] = W_uv_h[j, :] . o_lat[t, h, :], one warp per output
- *    feature for a tile of tokens, kv_b_proj read in its stored format.
+ *    feature for a tile of tokens, 8 consecutive columns a lane, kv_b_proj read in its
+ *    stored format.
  * NVFP4's global scale is applied per element (e2m1 * e4m3 * scale2), exactly as
  * weight_dequant_row does, so both backends see the same weight values.
  *
@@ -150,12 +151,29 @@ __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
     for (int tt = 0; tt < TOK_TILE; tt++)
         acc[tt] = 0.0f;
     const int64_t row = (int64_t)h * (s.nope + s.v) + s.nope + j;
-    for (int c = lane; c < s.R; c += 32) {
-        float wv = w_value<FMT>(w, row, c, s.R);
+    if (s.R % 8 == 0) {
+        /* 8 consecutive columns a lane: one 4-byte NVFP4 word (8-32 bytes in the other formats) */
+        for (int c0 = lane * 8; c0 < s.R; c0 += 256) {
+            float wv[8];
+            w_load8<FMT>(w, row, c0, s.R, wv);
 #pragma unroll
-        for (int tt = 0; tt < TOK_TILE; tt++)
-            if (tt < nt)
-                acc[tt] = fmaf(wv, ol[tt * s.R + c], acc[tt]);
+            for (int i = 0; i < 8; i++) {
+                if constexpr (FMT == WEIGHT_NVFP4)
+                    wv[i] = __fmul_rn(wv[i], w.scale2); /* as w_value: e2m1 * e4m3 * scale2 */
+#pragma unroll
+                for (int tt = 0; tt < TOK_TILE; tt++)
+                    if (tt < nt)
+                        acc[tt] = fmaf(wv[i], ol[tt * s.R + c0 + i], acc[tt]);
+            }
+        }
+    } else {
+        for (int c = lane; c < s.R; c += 32) {
+            float wv = w_value<FMT>(w, row, c, s.R);
+#pragma unroll
+            for (int tt = 0; tt < TOK_TILE; tt++)
+                if (tt < nt)
+                    acc[tt] = fmaf(wv, ol[tt * s.R + c], acc[tt]);
+        }
     }
 #pragma unroll
     for (int tt = 0; tt < TOK_TILE; tt++) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# gpu_glm5_check.sh — on the GPU machine, one call for the GLM-5 kernels: the packed new build's
+# MLA op tests (both budgets), the golden fixtures (default budget and 101376), a kernel-by-kernel
+# profile of one batch-1 decode step of a 2-layer GLM-5 slice at context 2048, then (unless
+# SKIP_BENCH=1) tools/bench_glm5_slice.sh with L1=2, L2=4. A table last; logs in $OUT.
+#
+#   carry [".carry/ab", ".carry/lib"]
+#   NEW=new [SKIP_BENCH=1] [KV_CACHE_DTYPE=f32] [BATCHES=1,64] tools/gpu_glm5_check.sh
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/gpu_glm5_check}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$src/.carry/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+d=/tmp/abx-${NEW:-new}
+rm -rf "$d" && mkdir -p "$d" && tar -xJf "$src/.carry/ab/${NEW:-new}.tar.xz" -C "$d" || exit 2
+rows=()
+run() { # run NAME LOG ENV... -- COMMAND...
+    local name=$1 log=$2 t0=$SECONDS
+    shift 2
+    env MOESERVE_SRC="$src" TMPDIR="$d" "$@" >"$out/$log" 2>&1
+    local rc=$?
+    rows+=("$(printf '%-36s rc %-3s %4ss  %s failed' "$name" "$rc" $((SECONDS - t0)) "$(grep -cE '^\[  FAILED  \]' "$out/$log")")")
+}
+run "op tests mla" ops_mla.log timeout 240 "$d/tests/test_ops_mla_cuda"
+run "goldens" golden.log timeout 120 "$d/tests/test_golden_cuda"
+run "goldens, smem 101376" golden_small.log MOESERVE_SMEM_BUDGET=101376 timeout 120 "$d/tests/test_golden_cuda"
+"$d/moeserve" plan --device 0 >"$out/plan.txt" 2>&1
+PRESET=glm5-slice LAYERS=2 SYNTH_DIR=/tmp/glm5-2 BENCH_ARGS="--decode-context 2048 ${KV_CACHE_DTYPE:+--kv-cache-dtype $KV_CACHE_DTYPE}" \
+    SKIP_LAUNCHES=150 LAUNCHES=400 DECODE=8 PROMPT_LEN=64 OUT="$out/profile" timeout 200 "$src/tools/profile_step.sh" "$d" \
+    >"$out/profile.log" 2>&1
+rows+=("$(printf '%-36s rc %-3s' "profile glm5 b1 step" $?)")
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    L1=2 L2=4 BATCHES=${BATCHES:-1,64} DECODE_STEPS=${DECODE_STEPS:-16} TIME_BUDGET=${TIME_BUDGET:-200} \
+        OUT="$out/bench" timeout 330 "$src/tools/bench_glm5_slice.sh" "$d" >"$out/bench.log" 2>&1
+    rows+=("$(printf '%-36s rc %-3s' "bench_glm5_slice L1=2 L2=4" $?)")
+fi
+echo "==== $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
+grep -E "rel err|identical|plan:" "$out/ops_mla.log" | sed 's/^ *//' | sort | uniq | tail -40
+grep -E "mla_attention|dsa_index" "$out/plan.txt" | cut -c1-100
+head -22 "$out/profile/profile_step.txt" 2>/dev/null
+[ -f "$out/bench.log" ] && grep -A6 "^GLM-5 slice" "$out/bench.log"
+for f in golden.log golden_small.log; do echo "-- $f"; grep -E "dsa|PASSED|FAILED" "$out/$f" | head -30; done
+printf '%s\n' "${rows[@]}"
