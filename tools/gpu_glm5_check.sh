@@ -5,8 +5,9 @@
 # SKIP_BENCH=1) tools/bench_glm5_slice.sh with L1=2, L2=4. A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib"]
-#   NEW=new [SKIP_BENCH=1] [KV_CACHE_DTYPE=f32] [BATCHES=1,64] tools/gpu_glm5_check.sh
+#   NEW=new [SKIP_BENCH=1] [KV_CACHE_DTYPE=f32] [BATCHES=1,64] [PROFILE_BATCHES=1,64] tools/gpu_glm5_check.sh
 set -u
+PROFILE_BATCHES=${PROFILE_BATCHES:-1,64}
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_glm5_check}
 mkdir -p "$out"
@@ -25,10 +26,15 @@ run "op tests mla" ops_mla.log timeout 240 "$d/tests/test_ops_mla_cuda"
 run "goldens" golden.log timeout 120 "$d/tests/test_golden_cuda"
 run "goldens, smem 101376" golden_small.log MOESERVE_SMEM_BUDGET=101376 timeout 120 "$d/tests/test_golden_cuda"
 "$d/moeserve" plan --device 0 >"$out/plan.txt" 2>&1
-PRESET=glm5-slice LAYERS=2 SYNTH_DIR=/tmp/glm5-2 BENCH_ARGS="--decode-context 2048 ${KV_CACHE_DTYPE:+--kv-cache-dtype $KV_CACHE_DTYPE}" \
-    SKIP_LAUNCHES=150 LAUNCHES=400 DECODE=8 PROMPT_LEN=64 OUT="$out/profile" timeout 200 "$src/tools/profile_step.sh" "$d" \
-    >"$out/profile.log" 2>&1
-rows+=("$(printf '%-36s rc %-3s' "profile glm5 b1 step" $?)")
+# one decode step per batch size of PROFILE_BATCHES (default 1,64): the window's last whole step
+for pb in ${PROFILE_BATCHES//,/ }; do
+    skip=$((pb * 66 + 340)) # past the bench's prefills: one pass per 2048-token sequence (~64 launches)
+    PRESET=glm5-slice LAYERS=2 SYNTH_DIR=/tmp/glm5-2 BATCH=$pb STEP=last \
+        BENCH_ARGS="--decode-context 2048 ${KV_CACHE_DTYPE:+--kv-cache-dtype $KV_CACHE_DTYPE}" \
+        SKIP_LAUNCHES=${PROFILE_SKIP:-$skip} LAUNCHES=${PROFILE_LAUNCHES:-300} DECODE=8 PROMPT_LEN=64 \
+        OUT="$out/profile_b$pb" timeout 200 "$src/tools/profile_step.sh" "$d" >"$out/profile_b$pb.log" 2>&1
+    rows+=("$(printf '%-36s rc %-3s' "profile glm5 b$pb step" $?)")
+done
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     L1=2 L2=4 BATCHES=${BATCHES:-1,64} DECODE_STEPS=${DECODE_STEPS:-16} TIME_BUDGET=${TIME_BUDGET:-200} \
         OUT="$out/bench" timeout 330 "$src/tools/bench_glm5_slice.sh" "$d" >"$out/bench.log" 2>&1
@@ -37,7 +43,7 @@ fi
 echo "==== $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
 grep -E "rel err|identical|plan:" "$out/ops_mla.log" | sed 's/^ *//' | sort | uniq | tail -40
 grep -E "mla_attention|dsa_index" "$out/plan.txt" | cut -c1-100
-head -22 "$out/profile/profile_step.txt" 2>/dev/null
+for pb in ${PROFILE_BATCHES//,/ }; do echo "-- b$pb"; head -36 "$out/profile_b$pb/profile_step.txt" 2>/dev/null; done
 [ -f "$out/bench.log" ] && grep -A6 "^GLM-5 slice" "$out/bench.log"
 for f in golden.log golden_small.log; do echo "-- $f"; grep -E "dsa|PASSED|FAILED" "$out/$f" | head -30; done
 printf '%s\n' "${rows[@]}"

@@ -8,7 +8,8 @@
 # Environment: SKIP_LAUNCHES (3000), LAUNCHES (700: more than a step), BATCH (1), PROMPT_LEN (128),
 # DECODE (16), PRESET (qwen3-30b-a3b) and LAYERS (48) of the synthetic checkpoint, BENCH_ARGS (extra
 # bench flags). A GLM-5 layer: PRESET=glm5-slice LAYERS=2 BENCH_ARGS="--decode-context 2048"
-# SKIP_LAUNCHES=200 (SYNTH_DIR=/tmp/glm5-2: one dense + one MoE layer, 9.4 GB). Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
+# SKIP_LAUNCHES=200 (SYNTH_DIR=/tmp/glm5-2: one dense + one MoE layer, 9.4 GB). STEP=last: the
+# window's last complete step instead of its first. Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
 # $OUT/profile_step.txt too. "One step" is the kernels from one embedding launch to the next, so
 # SKIP_LAUNCHES=0 PROMPT_LEN=2048 LAUNCHES=1800 profiles the bench's warm-up prefill of 2048 tokens.
 set -u
@@ -30,7 +31,7 @@ MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none -
     "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" ${BENCH_ARGS:-} \
     >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
 python3 - "$logs/ncu_step.csv" <<'PY' | tee "$logs/profile_step.txt"
-import csv, sys
+import csv, os, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows:
     print("profile_step: no ncu rows"); sys.exit(0)
@@ -43,7 +44,9 @@ for r in rows[1:]:
 # one step: from an embedding kernel to the next one
 starts = [i for i, (n, _) in enumerate(seq) if "embed" in n]
 if len(starts) >= 2:
-    seq = seq[starts[0]:starts[1]]
+    # STEP=last: the last complete step of the window (past a prefill whose launch count is unknown)
+    a, b = (starts[-2], starts[-1]) if os.environ.get("STEP") == "last" else (starts[0], starts[1])
+    seq = seq[a:b]
     print("one step: %d kernels" % len(seq))
 per = {}
 for n, us in seq:

@@ -269,6 +269,11 @@ size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
 /* dsa_index_score_warp_fp32: a warp per key, `warps` keys in flight a block. */
 size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim);
+/* MLA's absorb and expand (kv_b_proj per head): batched bf16 GEMMs (cuBLAS, activations hi + lo)
+ * from PLAN_MLA_PROJ_GEMM_MIN_TOKENS tokens for NVFP4 and BF16 kv_b; below, or for other formats,
+ * the fp32 kernels that read kv_b once per 8 tokens. */
+#define PLAN_MLA_PROJ_GEMM_MIN_TOKENS 16
+bool plan_mla_proj_gemm(int n_tokens, enum weight_format kv_b);
 /* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
  * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8). */
 int plan_mla_mma_ld(int k_dim);

@@ -226,6 +226,11 @@ size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim)
                 (size_t)warps * (size_t)(idx_dim + idx_heads));
 }
 
+bool plan_mla_proj_gemm(int n_tokens, enum weight_format kv_b)
+{
+    return n_tokens >= PLAN_MLA_PROJ_GEMM_MIN_TOKENS && (kv_b == WEIGHT_NVFP4 || kv_b == WEIGHT_BF16);
+}
+
 int plan_mla_mma_ld(int k_dim)
 {
     return (k_dim + 15) / 16 * 16 + 8;

@@ -105,6 +105,12 @@ void cu_free(struct backend *be, void *p);
 void cu_upload(struct backend *be, void *dst, const void *src, size_t bytes);
 void cu_download(struct backend *be, void *dst, const void *src, size_t bytes);
 void cu_synchronize(struct backend *be);
+/* cuda_mla_gemm.c: absorb / expand as head-batched cuBLAS GEMMs (plan_mla_proj_gemm()); false
+ * when the call is not theirs (nothing launched). */
+bool cuda_mla_absorb_gemm(struct cuda_backend *c, const struct weight *kv_b, const struct mla_dims *m, const float *q,
+                          int n_tokens, float *q_abs);
+bool cuda_mla_expand_gemm(struct cuda_backend *c, const struct weight *kv_b, const struct mla_dims *m,
+                          const float *o_lat, int n_tokens, float *out);
 void *cuda_scratch_get(struct cuda_backend *c, size_t bytes);
 int *cuda_sem_get(struct cuda_backend *c, size_t n);
 enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out, unsigned flags, struct err *err);

@@ -187,6 +187,8 @@ void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct
                             int n_tokens, float *q_abs)
 {
     struct cuda_backend *c = cuda_ctx(be);
+    if (plan_mla_proj_gemm(n_tokens, kv_b->format) && cuda_mla_absorb_gemm(c, kv_b, m, q, n_tokens, q_abs))
+        return;
     struct cuda_wdev wd = {.data = kv_b->data, .scale = kv_b->scale, .bias = NULL, .scale2 = kv_b->scale2};
     CHECK(c, cuda_mla_absorb_q(c->stream, kv_b->format, &wd, m, q, n_tokens, q_abs));
 }
@@ -195,6 +197,8 @@ void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct
                             const float *o_lat, int n_tokens, float *out)
 {
     struct cuda_backend *c = cuda_ctx(be);
+    if (plan_mla_proj_gemm(n_tokens, kv_b->format) && cuda_mla_expand_gemm(c, kv_b, m, o_lat, n_tokens, out))
+        return;
     struct cuda_wdev wd = {.data = kv_b->data, .scale = kv_b->scale, .bias = NULL, .scale2 = kv_b->scale2};
     CHECK(c, cuda_mla_expand_o(c->stream, kv_b->format, &wd, m, o_lat, n_tokens, out));
 }
