@@ -28,7 +28,9 @@ run "goldens, smem 101376" golden_small.log MOESERVE_SMEM_BUDGET=101376 timeout 
 "$d/moeserve" plan --device 0 >"$out/plan.txt" 2>&1
 # one decode step per batch size of PROFILE_BATCHES (default 1,64): the window's last whole step
 for pb in ${PROFILE_BATCHES//,/ }; do
-    skip=$((pb * 66 + 340)) # past the bench's prefills: one pass per 2048-token sequence (~64 launches)
+    # past the bench's prefills: a 64-token warm-up, then one pass per 2048-token sequence (~156
+    # launches each) and the untimed steps; batch 1 measured at 400
+    skip=$((pb == 1 ? 400 : pb * 156 + 600))
     PRESET=glm5-slice LAYERS=2 SYNTH_DIR=/tmp/glm5-2 BATCH=$pb STEP=last \
         BENCH_ARGS="--decode-context 2048 ${KV_CACHE_DTYPE:+--kv-cache-dtype $KV_CACHE_DTYPE}" \
         SKIP_LAUNCHES=${PROFILE_SKIP:-$skip} LAUNCHES=${PROFILE_LAUNCHES:-300} DECODE=8 PROMPT_LEN=64 \

@@ -217,7 +217,7 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
         int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, mc->rows);
         int splits = 1;
         if (c->force_splits > 0)
-            splits = c->force_splits;
+            splits = c->force_splits < PLAN_ATTN_MAX_SPLITS ? c->force_splits : PLAN_ATTN_MAX_SPLITS;
         else if (c->force_splits == 0 && blocks < c->sm_count)
             splits = plan_attention_splits(c->sm_count, (double)blocks,
                                            sel ? ceil_div(sel_k, mc->keys) : PLAN_ATTN_MAX_SPLITS);
@@ -235,7 +235,7 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
     int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, cfg.rows); /* per split */
     int splits = 1;
     if (c->force_splits > 0) {
-        splits = c->force_splits;
+        splits = c->force_splits < PLAN_ATTN_MAX_SPLITS ? c->force_splits : PLAN_ATTN_MAX_SPLITS;
     } else if (c->force_splits == 0 && blocks < c->sm_count) {
         /* few tokens (decode): split each token's keys so that every SM has work; the key list is
          * at most sel_k long with a selection, unknown (device-side positions) without */

@@ -338,30 +338,36 @@ __global__ void mla_attn_kernel(attn_params p)
 }
 
 /* o_lat[t, h, :] from the n_splits partials of (t, h); one block per (t, h). An empty
- * split (no keys) has l = 0 and is skipped. */
+ * split (no keys) has l = 0 and is skipped. Each split's weight exp(m_s - M) once into shared
+ * memory, then every value a sum of independent loads. */
 __global__ void mla_merge_kernel(const float *part, int n_splits, int n_th, int R, float *out)
 {
+    __shared__ float wsplit[PLAN_ATTN_MAX_SPLITS];
+    __shared__ float inv_l;
     size_t th = blockIdx.x;
     size_t stride = (size_t)n_th * (R + 2);
     const float *p0 = part + th * (size_t)(R + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        if (p0[s * stride + 1] > 0.0f)
-            M = fmaxf(M, p0[s * stride]);
-    float l = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float *ps = p0 + s * stride;
-        if (ps[1] > 0.0f)
-            l += ps[1] * expf(ps[0] - M);
-    }
-    for (int d = threadIdx.x; d < R; d += blockDim.x) {
-        float a = 0.0f;
+    if (threadIdx.x == 0) {
+        float M = -INFINITY;
+        for (int s = 0; s < n_splits; s++)
+            if (p0[s * stride + 1] > 0.0f)
+                M = fmaxf(M, p0[s * stride]);
+        float l = 0.0f;
         for (int s = 0; s < n_splits; s++) {
             const float *ps = p0 + s * stride;
-            if (ps[1] > 0.0f)
-                a += ps[2 + d] * expf(ps[0] - M);
+            float w = ps[1] > 0.0f ? expf(ps[0] - M) : 0.0f;
+            wsplit[s] = w;
+            l += ps[1] * w;
         }
-        out[th * R + d] = a / l;
+        inv_l = 1.0f / l;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < R; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < n_splits; s++)
+            if (wsplit[s] != 0.0f)
+                a += p0[s * stride + 2 + d] * wsplit[s];
+        out[th * R + d] = a * inv_l;
     }
 }
 
@@ -523,7 +529,7 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
     p.n_splits = n_splits;
     p.out = o_lat;
     p.part = work;
-    if (n_splits < 1 || n_splits > 65535 || (n_splits > 1 && !work) || (sel && sel_k < 1) ||
+    if (n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) || (sel && sel_k < 1) ||
         cfg->rows > n_heads ||
         cfg->smem_bytes != plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, p.Dk, p.R, cfg->stages))
         return cudaErrorInvalidValue; /* not fitted for these dims */
@@ -551,6 +557,8 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
 extern "C" cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits, int n_th, int R,
                                       float *out)
 {
+    if (n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS)
+        return cudaErrorInvalidValue;
     unsigned threads = R >= 256 ? 256u : R > 32 ? 64u : 32u;
     mla_merge_kernel<<<(unsigned)n_th, threads, 0, stream>>>(part, n_splits, n_th, R, out);
     return CUDA_LAUNCH_RESULT();

@@ -69,18 +69,23 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         lo = split * chunk < n_keys ? split * chunk : n_keys;
         hi = lo + chunk < n_keys ? lo + chunk : n_keys;
     }
-    const int Dk = p.Dk, ksteps = (Dk + 15) / 16, cpr = Dk / 8;
-    for (int i = threadIdx.x; i < RW * ld; i += blockDim.x) {
-        int r = i / ld, d = i % ld;
-        float v = r < nh && d < Dk ? p.q[((size_t)t * p.H + h0 + r) * Dk + d] : 0.0f;
-        __nv_bfloat16 b = __float2bfloat16_rn(v);
-        Qh[i] = __bfloat16_as_ushort(b);
-        Ql[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(b)));
+    const int Dk = p.Dk, ksteps = (Dk + 15) / 16, cpr = Dk / 8, q4 = ld / 4;
+    /* the queries as hi + lo, 4 values a load (the loads independent: a block stages 37-74 KB) */
+#pragma unroll 4
+    for (int i = threadIdx.x; i < RW * q4; i += blockDim.x) {
+        const int r = i / q4, d = (i % q4) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nh && d < Dk)
+            v = __ldg((const float4 *)(p.q + ((size_t)t * p.H + h0 + r) * Dk + d));
+        uint32_t h0w, l0w, h1w, l1w;
+        mma_split_bf16x2(v.x, v.y, h0w, l0w);
+        mma_split_bf16x2(v.z, v.w, h1w, l1w);
+        *(uint2 *)(Qh + (size_t)r * ld + d) = make_uint2(h0w, h1w);
+        *(uint2 *)(Ql + (size_t)r * ld + d) = make_uint2(l0w, l1w);
     }
-    /* zero key tiles: the pad columns past Dk are never loaded, and a short tile's rows must
-     * hold finite values (their weights are 0) */
-    for (int i = threadIdx.x; i < p.stages * TN * ld / 8; i += blockDim.x)
-        ((uint4 *)Kb)[i] = make_uint4(0, 0, 0, 0);
+    /* the key rows' pad columns past Dk are never loaded: zero once */
+    for (int i = threadIdx.x; i < p.stages * TN * (ld - Dk); i += blockDim.x)
+        Kb[(size_t)(i / (ld - Dk)) * ld + Dk + i % (ld - Dk)] = 0;
     __syncthreads();
 
     const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
@@ -88,10 +93,15 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     auto load = [&](int k0, int buf) {
         const int nk = hi - k0 < TN ? hi - k0 : TN;
         uint16_t *dst = Kb + (size_t)buf * TN * ld;
+        /* a short tile's missing rows: zeros (weight 0 times whatever the buffer held could be NaN) */
+        for (int i = threadIdx.x; i < (TN - nk) * cpr; i += blockDim.x)
+            *(uint4 *)(dst + (size_t)(nk + i / cpr) * ld + (i % cpr) * 8) = make_uint4(0, 0, 0, 0);
         for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
             int jj = i / cpr, c = i % cpr, kp = sel ? sel[k0 + jj] : k0 + jj;
-            if (kp < 0)
-                continue; /* -1 padding: masked below */
+            if (kp < 0) { /* -1 padding: masked below, zeros meanwhile */
+                *(uint4 *)(dst + (size_t)jj * ld + c * 8) = make_uint4(0, 0, 0, 0);
+                continue;
+            }
             size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
             cp_async16(dst + (size_t)jj * ld + c * 8, p.latent + slot * Dk + c * 8);
         }
@@ -275,7 +285,7 @@ extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *
     p.out = o_lat;
     p.part = work;
     int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;
-    if (kv->dtype != KV_DTYPE_BF16 || n_splits < 1 || n_splits > 65535 || (n_splits > 1 && !work) ||
+    if (kv->dtype != KV_DTYPE_BF16 || n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) ||
         (sel && sel_k < 1) || blocks > 0x7fffffff || !cuda_mla_mma_fits(n_heads, p.Dk, p.R, rows, keys, stages, ~(size_t)0))
         return cudaErrorInvalidValue;
     size_t smem = plan_mla_mma_smem(rows, keys, p.Dk, stages);
