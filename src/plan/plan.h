@@ -288,9 +288,14 @@ int plan_attention_splits(int sm_count, double blocks, double max_splits);
  * enough blocks for two per SM, each chunk a multiple of tile_n. */
 int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);
 /* The most tokens a MoE block runs pair by pair (each (token, slot) pair streaming its expert, no
- * sort) before the sorted grouped GEMM: while the pairs average at most 2 an expert, rounded down
- * to a bucket's end (8, 32 or 64), so that a bucket never mixes the two. */
-int plan_moe_pair_max_tokens(int n_experts, int n_used);
+ * sort) before the sorted grouped GEMM: while the pairs average at most 2 an expert and the
+ * experts they read twice or more (uniform routing) come to at most PLAN_MOE_PAIR_REREAD_BYTES,
+ * rounded down to a bucket's end (8, 32 or 64), so that a bucket never mixes the two.
+ * expert_bytes: one expert's gate + up + down. The bound sits between two measurements (H200):
+ * Qwen3-30B-A3B at 32 tokens (~380 MB re-read) ran faster pair by pair, GLM-5 at 64 tokens
+ * (~6.1 GB) took 10.7 ms pair by pair for ~4.7 GB of distinct experts. */
+#define PLAN_MOE_PAIR_REREAD_BYTES 1e9
+int plan_moe_pair_max_tokens(int n_experts, int n_used, double expert_bytes);
 const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
 struct json *plan_to_json(const struct plan *p);

@@ -188,10 +188,19 @@ int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx)
  * each expert's rows to a tile and sorts first: at 2 pairs an expert the two cost about the same
  * (H200, Qwen3-30B-A3B NVFP4: batch 32 1225.3 vs 1201.1 tok/s, batch 9 864.7 vs 529.9;
  * docs/lab/journal.md). Rounded down to a bucket's end so that one plan entry holds. */
-int plan_moe_pair_max_tokens(int n_experts, int n_used)
+int plan_moe_pair_max_tokens(int n_experts, int n_used, double expert_bytes)
 {
     int t = n_used > 0 ? 2 * n_experts / n_used : 8;
-    return t >= 64 ? 64 : t >= 32 ? 32 : 8;
+    t = t >= 64 ? 64 : t >= 32 ? 32 : 8;
+    /* while the pairs re-read fewer expert bytes than the sorted GEMM's overhead is worth */
+    while (t > 8) {
+        double pairs = (double)t * n_used;
+        double distinct = n_experts * (1.0 - pow(1.0 - (double)n_used / n_experts, t)); /* uniform routing */
+        if ((pairs - distinct) * expert_bytes <= PLAN_MOE_PAIR_REREAD_BYTES)
+            break;
+        t = t > 32 ? 32 : 8;
+    }
+    return t;
 }
 
 /* ---- MLA + DSA (glm_moe_dsa) ---- */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 static const char *const BUCKET_NAMES[PLAN_BUCKET_COUNT] = {"1", "2-8", "9-32", "33-64", "65+"};
 static const char *const OP_NAMES[PLAN_OP_COUNT] = {"linear", "moe_experts", "moe_route"};
@@ -277,7 +278,8 @@ enum status plan_dispatch_fill(struct plan *p, const struct plan_request *req, s
     if (!req->kernels)
         return STATUS_OK;
     struct fill x = {.p = p, .req = req};
-    const int pair_max = plan_moe_pair_max_tokens(p->shapes.n_experts, p->shapes.n_experts_used);
+    const double eb = pl_wf_bytes(p->weights.experts) * 3.0 * p->shapes.d_model * p->shapes.d_expert;
+    const int pair_max = plan_moe_pair_max_tokens(p->shapes.n_experts, p->shapes.n_experts_used, eb);
     for (int b = 0; b < PLAN_BUCKET_COUNT; b++)
         for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++) {
             fill_linear(&x, (enum plan_bucket)b, (enum weight_format)f);

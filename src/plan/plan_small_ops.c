@@ -151,9 +151,9 @@ enum status pl_decode(struct plan_ctx *x, struct err *err)
      * instead of registers: more blocks resident (faster from 2 tokens, slower at 1: H200,
      * docs/lab/journal.md) */
     snprintf(note, sizeof note,
-             "<= %d tokens (2 pairs an expert): each (token, expert) pair streams its rows, no sort; "
+             "<= %d tokens (<= 2 pairs an expert, <= 1 GB re-read): each (token, expert) pair streams its rows, no sort; "
              "routing one warp per token; %.1f MB of experts per token and layer; from 2 tokens NVFP4 "
              "weights via shared memory (cp.async)%s",
-             plan_moe_pair_max_tokens(s->n_experts, s->n_experts_used), k * eb / 1e6, pdl);
+             plan_moe_pair_max_tokens(s->n_experts, s->n_experts_used, eb), k * eb / 1e6, pdl);
     return pl_choose(x, "moe_experts_decode", x->w.experts, note, err);
 }

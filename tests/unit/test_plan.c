@@ -512,14 +512,18 @@ static void test_moe_pair_max_tokens(void **state)
     (void)state;
     for (int e = 1; e <= 1024; e *= 2)
         for (int k = 1; k <= 16 && k <= e; k *= 2) {
-            const int t = plan_moe_pair_max_tokens(e, k);
+            const int t = plan_moe_pair_max_tokens(e, k, 0.0);
             assert_in_range(t, 8, 64);
             if (t > 8 && t < 64) {
                 assert_true((int64_t)t * k <= 2 * (int64_t)e);
                 assert_true((int64_t)(t + 1) * k > 2 * (int64_t)e);
             }
         }
-    assert_int_equal(plan_moe_pair_max_tokens(128, 0), 8); /* no routing: the floor */
+    assert_int_equal(plan_moe_pair_max_tokens(128, 0, 0.0), 8); /* no routing: the floor */
+    /* the re-read bound: Qwen3-30B-A3B's NVFP4 experts keep 32 tokens, GLM-5's (21.2 MB) stop at 8 */
+    const double fp4 = 0.5 + 1.0 / 16;
+    assert_int_equal(plan_moe_pair_max_tokens(128, 8, fp4 * 3 * 2048 * 768), 32);
+    assert_int_equal(plan_moe_pair_max_tokens(256, 8, fp4 * 3 * 6144 * 2048), 8);
 }
 
 static void test_probe(void **state)
