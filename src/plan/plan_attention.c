@@ -311,8 +311,13 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
                     c->regs = R / 4 + tn + 40; /* a warp's O half, S, addresses (ptxas: 194-240) */
                     c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = st;
                     c->smem = plan_mla_mma_smem(tm, tn, Dk, st);
-                    /* each staged key serves tm heads, hi + lo query and weights: 2 MMAs a product */
-                    c->feed = SMEM_BYTES_PER_CLK * tm / 2.0 * (st > 1 ? 1.0 : 0.7);
+                    /* each staged key serves tm heads, hi + lo query and weights: 2 MMAs a product;
+                     * a warp waits on its own ldmatrix -> mma chain, so fewer than 8 warps resident
+                     * an SM leave the tensor cores idle (H200, 32x64 x2 stages = 4 warps an SM: a
+                     * 64-key tile of 32 heads took ~21 us at batch 64) */
+                    double resident = (double)(c->threads / 32) *
+                                      floor((double)x->caps->smem_per_sm / (double)(c->smem + 1024));
+                    c->feed = SMEM_BYTES_PER_CLK * tm / 2.0 * (st > 1 ? 1.0 : 0.7) * fmin(1.0, resident / 8.0);
                     double head_blocks = ceil_div(r.heads, tm), base = (double)B * head_blocks;
                     c->split_k = decode_splits(x->caps->sm_count, base, keys_q, tn);
                     double flops = 2.0 * 2.0 * B * head_blocks * tm * (double)keys_q * (Dk + R);

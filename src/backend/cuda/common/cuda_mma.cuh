@@ -31,10 +31,11 @@ __device__ __forceinline__ void mma_ldsm_x4_trans(uint32_t r[4], const uint16_t 
                  : "r"(mma_smem_addr(p)));
 }
 
-/* c += a b: a 16x16 (row), b 16x8 (col), c 16x8 fp32. */
+/* c += a b: a 16x16 (row), b 16x8 (col), c 16x8 fp32. Registers only, so not volatile: the
+ * compiler may move it past the next ldmatrix and overlap the two. */
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
                  "{%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

@@ -4,9 +4,8 @@
  *  - mla_store: [w * rmsnorm(c_kv) | k_r] (+ the indexer key) into the cache slots; the
  *    norm's sum of squares in double, as cuda_norm.cu and the CPU take it.
  *  - mla_absorb: q_abs[t, h, :R] = W_uk_h^T q_nope[t, h] straight from kv_b_proj in its
- *    stored format (a latent column per thread of each of 4 slices of the nope dims, a tile
- *    of tokens per block; each slice sums in ascending order, then the slices in order), and
- *    the rope part copied after it.
+ *    stored format (8 latent columns a thread over one of 32 slices of the nope dims, a
+ *    tile of tokens per block; the slices then add up), and the rope part copied after it.
  *  - mla_attn: attention in latent space. A block takes `rows` heads of ONE token, walks
  *    that token's keys (its DSA selection, or 0..pos) in steps of `keys`, staging each
  *    key's latent row [c_kv | k_r] once in shared memory for all its heads; the values are
@@ -39,8 +38,8 @@ extern "C" {
 namespace
 {
 
-constexpr int ABSORB_COLS = 64;  /* latent columns per absorb block */
-constexpr int ABSORB_SLICES = 4; /* ... times slices of the nope dims: the block's threads */
+constexpr int ABSORB_COLS = 64;  /* latent columns per absorb block: 8 groups of 8 */
+constexpr int ABSORB_WARPS = 8;  /* its 256 threads: 32 slices of the nope dims x 8 groups */
 constexpr int TOK_TILE = 8;      /* tokens per absorb / expand block */
 constexpr int EXPAND_WARPS = 8;
 
@@ -77,18 +76,19 @@ __device__ __forceinline__ float w_value(const cuda_wdev &w, int64_t n, int64_t 
     return v;
 }
 
-/* grid (H, ceil(R / ABSORB_COLS), ceil(T / TOK_TILE)), ABSORB_COLS * ABSORB_SLICES threads:
- * thread (slice, column) sums its slice of the nope dims (ascending), the slices then add up in
- * slice order; smem qn[TOK_TILE][nope], part[ABSORB_SLICES][TOK_TILE][ABSORB_COLS]. Slices:
- * one thread per column walking all 192 dims left the GPU waiting on each load (decode: 64
- * heads x 4 blocks of 128 threads). */
+/* grid (H, ceil(R / ABSORB_COLS), ceil(T / TOK_TILE)), 256 threads: thread (slice, group) takes 8
+ * consecutive latent columns (one 4-byte NVFP4 word a row) over the nope dims slice, slice + 32, ...
+ * (ascending); the 32 slices add up by shuffles within a warp, then over the 8 warps in order.
+ * smem qn[TOK_TILE][nope], part[8 warps][TOK_TILE][ABSORB_COLS]. One thread per column walking
+ * all 192 dims left the GPU waiting on each load (decode: 147 us a layer on the H200). */
 template <int FMT>
-__global__ void mla_absorb_kernel(cuda_wdev w, mla_shape s, int n_tokens, const float *q, float *q_abs)
+__global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape s, int n_tokens, const float *q,
+                                                         float *q_abs)
 {
     extern __shared__ float qn[];
     float *part = qn + TOK_TILE * s.nope;
-    const int h = blockIdx.x, lc = threadIdx.x % ABSORB_COLS, slice = threadIdx.x / ABSORB_COLS;
-    const int c = blockIdx.y * ABSORB_COLS + lc, t0 = blockIdx.z * TOK_TILE;
+    const int h = blockIdx.x, cg = threadIdx.x % 8, slice = threadIdx.x / 8, warp = threadIdx.x / 32;
+    const int c0 = blockIdx.y * ABSORB_COLS + cg * 8, t0 = blockIdx.z * TOK_TILE;
     const int nt = n_tokens - t0 < TOK_TILE ? n_tokens - t0 : TOK_TILE;
     const int qd = s.nope + s.rope, ad = s.R + s.rope;
     for (int i = threadIdx.x; i < nt * s.nope; i += blockDim.x) {
@@ -101,32 +101,58 @@ __global__ void mla_absorb_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
             q_abs[((size_t)(t0 + tt) * s.H + h) * ad + s.R + d] = q[((size_t)(t0 + tt) * s.H + h) * qd + s.nope + d];
         }
     __syncthreads();
-    float acc[TOK_TILE];
+    float acc[TOK_TILE][8];
 #pragma unroll
     for (int tt = 0; tt < TOK_TILE; tt++)
-        acc[tt] = 0.0f;
-    const int per = (s.nope + ABSORB_SLICES - 1) / ABSORB_SLICES;
-    const int i0 = slice * per, i1 = i0 + per < s.nope ? i0 + per : s.nope;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            acc[tt][e] = 0.0f;
     const int64_t row0 = (int64_t)h * (s.nope + s.v);
-    if (c < s.R) {
-#pragma unroll 4
-        for (int i = i0; i < i1; i++) {
-            float wv = w_value<FMT>(w, row0 + i, c, s.R);
+    const bool whole = s.R % 8 == 0 && c0 + 8 <= s.R;
+    if (c0 < s.R)
+        for (int i = slice; i < s.nope; i += 32) {
+            float wv[8];
+            if (whole) {
+                w_load8<FMT>(w, row0 + i, c0, s.R, wv);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    if constexpr (FMT == WEIGHT_NVFP4)
+                        wv[e] = __fmul_rn(wv[e], w.scale2); /* as w_value: e2m1 * e4m3 * scale2 */
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    wv[e] = c0 + e < s.R ? w_value<FMT>(w, row0 + i, c0 + e, s.R) : 0.0f;
+            }
 #pragma unroll
             for (int tt = 0; tt < TOK_TILE; tt++)
                 if (tt < nt)
-                    acc[tt] = fmaf(qn[tt * s.nope + i], wv, acc[tt]);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[tt][e] = fmaf(qn[tt * s.nope + i], wv[e], acc[tt][e]);
         }
-    }
+    /* lanes l, l ^ 8, l ^ 16, l ^ 24 hold one column group's four slices of this warp */
 #pragma unroll
     for (int tt = 0; tt < TOK_TILE; tt++)
-        part[(slice * TOK_TILE + tt) * ABSORB_COLS + lc] = acc[tt];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            float v = acc[tt][e];
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            acc[tt][e] = v;
+        }
+    if ((threadIdx.x % 32) < 8)
+#pragma unroll
+        for (int tt = 0; tt < TOK_TILE; tt++)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                part[(warp * TOK_TILE + tt) * ABSORB_COLS + cg * 8 + e] = acc[tt][e];
     __syncthreads();
-    if (slice == 0 && c < s.R)
+    const int lc = threadIdx.x, c = blockIdx.y * ABSORB_COLS + lc;
+    if (lc < ABSORB_COLS && c < s.R)
         for (int tt = 0; tt < nt; tt++) {
             float v = 0.0f;
-            for (int sl = 0; sl < ABSORB_SLICES; sl++)
-                v += part[(sl * TOK_TILE + tt) * ABSORB_COLS + lc];
+            for (int wi = 0; wi < 8; wi++)
+                v += part[(wi * TOK_TILE + tt) * ABSORB_COLS + lc];
             q_abs[((size_t)(t0 + tt) * s.H + h) * ad + c] = v;
         }
 }
@@ -377,8 +403,8 @@ cudaError_t launch_absorb(cudaStream_t stream, const cuda_wdev &w, const mla_sha
 {
     dim3 grid((unsigned)s.H, (unsigned)((s.R + ABSORB_COLS - 1) / ABSORB_COLS),
               (unsigned)((n_tokens + TOK_TILE - 1) / TOK_TILE));
-    size_t smem = ((size_t)TOK_TILE * s.nope + (size_t)ABSORB_SLICES * TOK_TILE * ABSORB_COLS) * sizeof(float);
-    mla_absorb_kernel<FMT><<<grid, ABSORB_COLS * ABSORB_SLICES, smem, stream>>>(w, s, n_tokens, q, q_abs);
+    size_t smem = ((size_t)TOK_TILE * s.nope + (size_t)ABSORB_WARPS * TOK_TILE * ABSORB_COLS) * sizeof(float);
+    mla_absorb_kernel<FMT><<<grid, ABSORB_WARPS * 32, smem, stream>>>(w, s, n_tokens, q, q_abs);
     return CUDA_LAUNCH_RESULT();
 }
 
@@ -397,7 +423,7 @@ bool mla_shape_ok(const struct mla_dims *m, int n_tokens)
 {
     return m->n_heads > 0 && m->n_heads <= 65535 && m->nope > 0 && m->rope >= 0 && m->v > 0 && m->kv_rank > 0 &&
            (n_tokens + TOK_TILE - 1) / TOK_TILE <= 65535 &&
-           (size_t)TOK_TILE * ((size_t)m->nope + (size_t)ABSORB_SLICES * ABSORB_COLS) * sizeof(float) <= 48 * 1024 &&
+           (size_t)TOK_TILE * ((size_t)m->nope + (size_t)ABSORB_WARPS * ABSORB_COLS) * sizeof(float) <= 48 * 1024 &&
            (size_t)TOK_TILE * (size_t)m->kv_rank * sizeof(float) <= 48 * 1024;
 }
 

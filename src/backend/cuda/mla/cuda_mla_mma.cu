@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 #pragma unroll
         for (int n = 0; n < TN / 8; n++)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll 2 /* the next step's ldmatrix issues under this step's MMAs */
         for (int kk = 0; kk < ksteps; kk++) {
             uint32_t ah[4], al[4];
             const size_t qo = (size_t)(r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 + (lane >> 4) * 8;
