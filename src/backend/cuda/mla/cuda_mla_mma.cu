@@ -121,9 +121,11 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         const int k0 = lo + it * TN, buf = p.stages > 1 ? (it & 1) : 0;
         const int nk = hi - k0 < TN ? hi - k0 : TN;
         if (p.stages > 1 && it + 1 < n_tiles) {
-            load(k0 + TN, buf ^ 1);
+            load(k0 + TN, buf ^ 1); /* the next tile streams in under this one */
             cp_async_wait_upto(1);
         } else {
+            if (p.stages == 1 && it > 0)
+                load(k0, 0); /* one buffer: this tile now (the previous one is consumed) */
             cp_async_wait_upto(0);
         }
         __syncthreads();
