@@ -28,9 +28,16 @@ int kv_dtype_parse(const char *s)
     return -1;
 }
 
-size_t kv_dtype_row_bytes(enum kv_dtype t, int n)
+size_t kv_latent_row_bytes(enum kv_dtype t, int kv_rank, int rope)
 {
-    return (size_t)n * (t == KV_DTYPE_F32 ? 4u : t == KV_DTYPE_BF16 ? 2u : 1u);
+    if (t == KV_DTYPE_FP8)
+        return (size_t)kv_rank + 4 * (size_t)((kv_rank + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK) + 2 * (size_t)rope;
+    return (size_t)(kv_rank + rope) * (t == KV_DTYPE_F32 ? 4u : 2u);
+}
+
+size_t kv_index_row_bytes(enum kv_dtype t, int dim)
+{
+    return kv_latent_row_bytes(t, dim, 0);
 }
 
 size_t backend_dsa_workspace_floats(int n_tokens, int topk)

@@ -11,7 +11,7 @@
  *          struct rope_args, struct route_args, struct moe_args,
  *          struct sample_row,
  *          backend_moe_workspace_floats(),
- *          enum kv_dtype, kv_dtype_name(), kv_dtype_parse(), kv_dtype_row_bytes(),
+ *          enum kv_dtype, kv_dtype_name(), kv_dtype_parse(), kv_latent_row_bytes(), kv_index_row_bytes(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
  *          backend_cpu_create(), struct backend_cpu_opts, backend_cpu_create_opts(), backend_destroy()
  */
@@ -78,17 +78,22 @@ struct moe_args {
 };
 
 /* The element type of a cache's rows (--kv-cache-dtype). f32: reference runs; bf16: the
- * default for the MLA latent (576 values, 1152 bytes a token for GLM-5); fp8 is declared for
- * the option's spelling and refused until its kernels exist. The DSA indexer keys stay f32
- * under bf16: rounding them flipped a top-k selection on a golden fixture (dsa_basic, 1 of 24
- * rows, 0.51 of max|logit|) where a bf16 latent alone stays within 3e-3. */
+ * default for the MLA latent (576 values, 1152 bytes a token for GLM-5); fp8: the latent in
+ * e4m3 with one f32 scale per 128 values (amax / 448, round to nearest even, saturating) and
+ * the rope values in bf16 (656 bytes), the DSA keys the same way without rope (132 bytes).
+ * The DSA indexer keys stay f32 under bf16: rounding them flipped a top-k selection on a golden
+ * fixture (dsa_basic, 1 of 24 rows, 0.51 of max|logit|) where a bf16 latent alone stays within
+ * 3e-3; under fp8 the user asked for the smallest cache, and they are fp8. */
 enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_BF16, KV_DTYPE_FP8 };
 #define KV_DTYPE_AUTO (-2) /* session option: bf16 for MLA latent caches, f32 for GQA caches */
 const char *kv_dtype_name(enum kv_dtype t);
 /* "f32", "bf16", "fp8" -> the dtype; -1 for anything else. */
 int kv_dtype_parse(const char *s);
-/* Bytes of one cached row of n values. */
-size_t kv_dtype_row_bytes(enum kv_dtype t, int n);
+/* Bytes of one latent row (kv_rank values + rope values) and of one indexer key row of dim
+ * values in type t (the fp8 layouts above: [e4m3 x kv_rank][f32 scale per 128][bf16 x rope]). */
+size_t kv_latent_row_bytes(enum kv_dtype t, int kv_rank, int rope);
+size_t kv_index_row_bytes(enum kv_dtype t, int dim);
+#define KV_FP8_BLOCK 128 /* values per f32 scale in an fp8 row */
 
 /* One MLA layer's slice of the paged cache (glm_moe_dsa, spec/models.md C.8). Per token
  * slot: the normalised KV latent c_kv followed by the roped shared key k_r (never the

@@ -203,7 +203,7 @@ int cmd_info(int argc, char **argv)
 {
     struct cli_opt opts[] = {
         {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
-        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32"},
+        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default), f32 or fp8"},
         {.name = "json", .help = "print JSON instead of a table"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);

@@ -20,7 +20,8 @@ int cmd_logits(int argc, char **argv)
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
-        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32 (reference runs)"},
+        {.name = "kv-cache-dtype", .metavar = "T",
+         .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (cpu backend)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };

@@ -235,7 +235,8 @@ int cmd_serve(int argc, char **argv)
         {.name = "batch-invariant",
          .help = "cpu: a request's logits never depend on the requests batched with it (slower prefill)"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block"},
-        {.name = "kv-cache-dtype", .metavar = "T", .help = "MLA latent cache rows: bf16 (default) or f32 (reference runs)"},
+        {.name = "kv-cache-dtype", .metavar = "T",
+         .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (cpu backend)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };

@@ -9,10 +9,15 @@ uint64_t kv_cache_layer_bytes(const struct model_desc *d, int l, enum kv_dtype l
 {
     if (d->layers[l].attn != ATTN_MLA)
         return model_desc_kv_elems_per_token(d, l) * sizeof(float);
-    uint64_t b = kv_dtype_row_bytes(latent, d->kv_lora_rank + d->qk_rope_head_dim);
+    uint64_t b = kv_latent_row_bytes(latent, d->kv_lora_rank, d->qk_rope_head_dim);
     if (d->layers[l].indexer == INDEXER_FULL)
-        b += kv_dtype_row_bytes(KV_DTYPE_F32, d->index_head_dim); /* backend.h: why f32 */
+        b += kv_index_row_bytes(kv_cache_index_dtype(latent), d->index_head_dim);
     return b;
+}
+
+enum kv_dtype kv_cache_index_dtype(enum kv_dtype latent)
+{
+    return latent == KV_DTYPE_FP8 ? KV_DTYPE_FP8 : KV_DTYPE_F32; /* backend.h: why f32 under bf16 */
 }
 
 enum kv_dtype kv_cache_latent_dtype(int requested)
@@ -26,9 +31,6 @@ enum status kv_cache_check_dtype(const struct model_desc *d, int requested, stru
         return STATUS_OK;
     if (requested < KV_DTYPE_F32 || requested > KV_DTYPE_FP8)
         return err_set(err, STATUS_INVALID, "--kv-cache-dtype: expected f32, bf16 or fp8");
-    if (requested == KV_DTYPE_FP8)
-        return err_set(err, STATUS_UNSUPPORTED,
-                       "--kv-cache-dtype fp8: the fp8 latent cache is not implemented yet (use bf16 or f32)");
     bool mla = false;
     for (int l = 0; l < d->n_layers; l++)
         mla |= d->layers[l].attn == ATTN_MLA;
@@ -58,12 +60,12 @@ static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_
     p->kv_rank = d->kv_lora_rank;
     p->rope_dim = d->qk_rope_head_dim;
     p->dtype = kv->latent_dtype;
-    p->index_dtype = KV_DTYPE_F32; /* backend.h: why */
-    size_t bytes = slots * kv_dtype_row_bytes(p->dtype, p->kv_rank + p->rope_dim);
+    p->index_dtype = kv_cache_index_dtype(p->dtype);
+    size_t bytes = slots * kv_latent_row_bytes(p->dtype, p->kv_rank, p->rope_dim);
     p->latent = kv->be->ops->alloc(kv->be, bytes);
     if (p->latent && d->layers[l].indexer == INDEXER_FULL) {
         p->index_dim = d->index_head_dim;
-        bytes = slots * kv_dtype_row_bytes(p->index_dtype, p->index_dim);
+        bytes = slots * kv_index_row_bytes(p->index_dtype, p->index_dim);
         p->index_k = kv->be->ops->alloc(kv->be, bytes);
     }
     if (!p->latent || (p->index_dim && !p->index_k))

@@ -46,10 +46,12 @@ struct kv_seq {
     int n_tokens;    /* tokens whose K/V are in the cache */
 };
 
+/* The DSA key rows' type beside a latent of type latent: fp8 with fp8, else f32 (backend.h). */
+enum kv_dtype kv_cache_index_dtype(enum kv_dtype latent);
 /* The MLA latent dtype a request (KV_DTYPE_AUTO or an enum kv_dtype) gives: bf16 by default. */
 enum kv_dtype kv_cache_latent_dtype(int requested);
-/* STATUS_OK when the model can have that cache; otherwise an error naming why (fp8 not yet
- * built, bf16 asked for a GQA-only model, an unknown spelling). */
+/* STATUS_OK when the model can have that cache; otherwise an error naming why (bf16 or fp8
+ * asked for a GQA-only model, an unknown spelling). */
 enum status kv_cache_check_dtype(const struct model_desc *d, int requested, struct err *err);
 /* Bytes a token takes in layer l's cache, MLA latent rows of type latent. */
 uint64_t kv_cache_layer_bytes(const struct model_desc *d, int l, enum kv_dtype latent);

@@ -45,6 +45,12 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     enum kv_dtype latent = kv_cache_latent_dtype(kv_req);
+    if (latent == KV_DTYPE_FP8 && strcmp(def.backend, "cpu") != 0) {
+        st = err_set(err, STATUS_UNSUPPORTED,
+                     "--kv-cache-dtype fp8: only the cpu backend has the fp8 latent cache so far (use bf16 on %s)",
+                     def.backend);
+        goto fail;
+    }
     if (strcmp(def.backend, "cpu") == 0) {
         struct backend_cpu_opts co = {.batch_invariant = o && o->batch_invariant};
         st = backend_cpu_create_opts(&s->be, &co, err);

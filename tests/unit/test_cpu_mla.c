@@ -371,10 +371,64 @@ static void test_layernorm_and_store(void **state)
     backend_destroy(&be);
 }
 
+/* The fp8 latent row (backend.h): GLM-5's 656 bytes and the indexer key's 132; stored through
+ * mla_store and read back through mla_attention over one key (softmax weight 1: o_lat is the
+ * key's decoded c_kv), each value within half an e4m3 step (1/16 relative, or the subnormal
+ * step of its block's scale), the scale amax / 448, an all-zero block decoded to zeros. */
+static void test_fp8_latent_rows(void **state)
+{
+    (void)state;
+    assert_int_equal(kv_latent_row_bytes(KV_DTYPE_FP8, 512, 64), 656);
+    assert_int_equal(kv_index_row_bytes(KV_DTYPE_FP8, 128), 132);
+    assert_int_equal(kv_latent_row_bytes(KV_DTYPE_BF16, 512, 64), 1152);
+    struct backend be;
+    struct err err = {0};
+    assert_int_equal(backend_cpu_create(&be, &err), STATUS_OK);
+    uint64_t rng = 94;
+    const int R = 256, rope = 64, H = 2;
+    size_t rb = kv_latent_row_bytes(KV_DTYPE_FP8, R, rope);
+    uint8_t *lat = calloc(4, rb);
+    float *ckv = rand_floats((size_t)(R + rope), 2.0f, &rng), *nw = malloc((size_t)R * 4);
+    for (int c = 0; c < R; c++)
+        nw[c] = 1.0f;
+    for (int c = 128; c < 256; c++)
+        ckv[c] = 0.0f; /* the second block all zeros */
+    int32_t slot = 3;
+    struct paged_latent kv = {.latent = lat, .dtype = KV_DTYPE_FP8, .block_size = 4, .kv_rank = R, .rope_dim = rope};
+    be.ops->mla_store(&be, &kv, ckv, nw, 1e-6f, NULL, 1, &slot);
+    /* what the store normalised: rmsnorm with weight 1 */
+    double ss = 0;
+    for (int c = 0; c < R; c++)
+        ss += (double)ckv[c] * ckv[c];
+    float inv = 1.0f / sqrtf((float)(ss / R) + 1e-6f), amax = 0.0f;
+    for (int c = 0; c < 128; c++)
+        amax = fmaxf(amax, fabsf(ckv[c] * inv));
+    float scale;
+    memcpy(&scale, lat + 3 * rb + R, 4);
+    assert_true(scale == amax / 448.0f);
+    int32_t pos = 0, seq = 0, table = 0;
+    struct attn_batch b = {.n_tokens = 1, .pos = &pos, .seq = &seq, .block_table = &table, .max_blocks = 1};
+    slot = 0; /* attention reads slot 0 of sequence 0: store the row there too */
+    be.ops->mla_store(&be, &kv, ckv, nw, 1e-6f, NULL, 1, &slot);
+    float *q = rand_floats((size_t)H * (R + rope), 1.0f, &rng), *o = malloc((size_t)H * R * 4);
+    be.ops->mla_attention(&be, q, &kv, &b, H, NULL, 0, 0.1f, o);
+    for (int c = 0; c < R; c++) {
+        float x = ckv[c] * inv, got = o[c];
+        if (c >= 128)
+            assert_true(got == 0.0f);
+        else
+            assert_true(fabsf(got - x) <= fmaxf(fabsf(x) / 16.0f, scale / 512.0f) + 1e-6f);
+        assert_true(o[R + c] == got); /* the other head reads the same row */
+    }
+    free(lat), free(ckv), free(nw), free(q), free(o);
+    backend_destroy(&be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_mla_absorbed_equals_expanded),
                                        cmocka_unit_test(test_dsa_select_brute_force),
-                                       cmocka_unit_test(test_layernorm_and_store)};
+                                       cmocka_unit_test(test_layernorm_and_store),
+                                       cmocka_unit_test(test_fp8_latent_rows)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

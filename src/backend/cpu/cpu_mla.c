@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_mla.h"
 
 #include "base/dtype.h"
+#include "format/quant_codec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -68,28 +69,68 @@ void cpu_layernorm(struct backend *be, const float *x, const float *w, const flo
     }
 }
 
-/* Row `slot` of a cache array of `n` values of type t as f32: the row itself (f32) or its
- * bf16 values widened into buf. */
-static const float *cache_row(const void *base, enum kv_dtype t, size_t slot, int n, float *buf)
+/* Row `slot` of a cache array whose rows are nq values then nr rope values of type t (backend.h's
+ * layouts; fp8: nq e4m3, their f32 scales, the rope values in bf16), as f32: the row itself (f32)
+ * or its values decoded into buf. */
+static const float *cache_row(const void *base, enum kv_dtype t, size_t slot, int nq, int nr, float *buf)
 {
+    const int n = nq + nr;
     if (t == KV_DTYPE_F32)
         return (const float *)base + slot * (size_t)n;
-    const uint16_t *r = (const uint16_t *)base + slot * (size_t)n;
-    for (int i = 0; i < n; i++)
-        buf[i] = bf16_to_f32(r[i]);
+    if (t == KV_DTYPE_BF16) {
+        const uint16_t *r = (const uint16_t *)base + slot * (size_t)n;
+        for (int i = 0; i < n; i++)
+            buf[i] = bf16_to_f32(r[i]);
+        return buf;
+    }
+    const uint8_t *r = (const uint8_t *)base + slot * kv_latent_row_bytes(t, nq, nr);
+    const int nb = (nq + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
+    for (int b = 0; b < nb; b++) {
+        float s;
+        memcpy(&s, r + nq + 4 * (size_t)b, 4);
+        for (int i = b * KV_FP8_BLOCK; i < nq && i < (b + 1) * KV_FP8_BLOCK; i++)
+            buf[i] = e4m3_to_f32(r[i]) * s;
+    }
+    for (int i = 0; i < nr; i++) {
+        uint16_t h;
+        memcpy(&h, r + nq + 4 * (size_t)nb + 2 * (size_t)i, 2);
+        buf[nq + i] = bf16_to_f32(h);
+    }
     return buf;
 }
 
-/* Stores n f32 values as row `slot` of type t (bf16: round to nearest even, as CUDA's store). */
-static void cache_put(void *base, enum kv_dtype t, size_t slot, int n, const float *v)
+/* Stores the f32 row v (nq values, then nr rope values) as row `slot` of type t: bf16 rounds to
+ * nearest even, fp8 takes a scale amax / 448 per 128 values (1 for an all-zero block) and rounds
+ * v / scale to e4m3 (nearest even, saturating), as CUDA's store does. */
+static void cache_put(void *base, enum kv_dtype t, size_t slot, int nq, int nr, const float *v)
 {
+    const int n = nq + nr;
     if (t == KV_DTYPE_F32) {
         memcpy((float *)base + slot * (size_t)n, v, (size_t)n * sizeof(float));
         return;
     }
-    uint16_t *r = (uint16_t *)base + slot * (size_t)n;
-    for (int i = 0; i < n; i++)
-        r[i] = f32_to_bf16(v[i]);
+    if (t == KV_DTYPE_BF16) {
+        uint16_t *r = (uint16_t *)base + slot * (size_t)n;
+        for (int i = 0; i < n; i++)
+            r[i] = f32_to_bf16(v[i]);
+        return;
+    }
+    uint8_t *r = (uint8_t *)base + slot * kv_latent_row_bytes(t, nq, nr);
+    const int nb = (nq + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
+    for (int b = 0; b < nb; b++) {
+        const int i0 = b * KV_FP8_BLOCK, i1 = i0 + KV_FP8_BLOCK < nq ? i0 + KV_FP8_BLOCK : nq;
+        float amax = 0.0f;
+        for (int i = i0; i < i1; i++)
+            amax = fmaxf(amax, fabsf(v[i]));
+        const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+        memcpy(r + nq + 4 * (size_t)b, &s, 4);
+        for (int i = i0; i < i1; i++)
+            r[i] = f32_to_e4m3(v[i] / s);
+    }
+    for (int i = 0; i < nr; i++) {
+        uint16_t h = f32_to_bf16(v[nq + i]);
+        memcpy(r + nq + 4 * (size_t)nb + 2 * (size_t)i, &h, 2);
+    }
 }
 
 void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w, float eps,
@@ -97,8 +138,7 @@ void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const floa
 {
     (void)be;
     int R = kv->kv_rank, row = kv->kv_rank + kv->rope_dim;
-    ASSERT(row <= CPU_MLA_MAX_DIM && kv->index_dim <= CPU_MLA_MAX_DIM && kv->dtype <= KV_DTYPE_BF16 &&
-           kv->index_dtype <= KV_DTYPE_BF16);
+    ASSERT(row <= CPU_MLA_MAX_DIM && kv->index_dim <= CPU_MLA_MAX_DIM);
     for (int t = 0; t < n_tokens; t++) {
         const float *src = ckv + (size_t)t * (size_t)row;
         float dst[CPU_MLA_MAX_DIM];
@@ -109,9 +149,9 @@ void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const floa
         for (int c = 0; c < R; c++)
             dst[c] = w[c] * (src[c] * inv);
         memcpy(dst + R, src + R, (size_t)kv->rope_dim * sizeof(float));
-        cache_put(kv->latent, kv->dtype, (size_t)slots[t], row, dst);
+        cache_put(kv->latent, kv->dtype, (size_t)slots[t], R, kv->rope_dim, dst);
         if (idx_k && kv->index_k)
-            cache_put(kv->index_k, kv->index_dtype, (size_t)slots[t], kv->index_dim,
+            cache_put(kv->index_k, kv->index_dtype, (size_t)slots[t], kv->index_dim, 0,
                       idx_k + (size_t)t * (size_t)kv->index_dim);
     }
 }
@@ -167,7 +207,7 @@ void cpu_mla_attention(struct backend *be, const float *q_abs, const struct page
                 if (j < 0)
                     break; /* -1 padding ends a selection */
                 float kbuf[CPU_MLA_MAX_DIM];
-                const float *kj = cache_row(kv->latent, kv->dtype, slot_of(b, t, j, kv->block_size), Dk, kbuf);
+                const float *kj = cache_row(kv->latent, kv->dtype, slot_of(b, t, j, kv->block_size), R, kv->rope_dim, kbuf);
                 float dot = 0.0f;
                 for (int d = 0; d < Dk; d++)
                     dot = fmaf(qh[d], kj[d], dot);
@@ -299,7 +339,7 @@ void cpu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, 
         int n = 0;
         for (int j = 0; j < n_keys; j++) {
             float kbuf[CPU_MLA_MAX_DIM];
-            const float *k = cache_row(kv->index_k, kv->index_dtype, slot_of(b, t, j, kv->block_size), kv->index_dim, kbuf);
+            const float *k = cache_row(kv->index_k, kv->index_dtype, slot_of(b, t, j, kv->block_size), kv->index_dim, 0, kbuf);
             float s = dsa_score(q, w, k, a);
             if (n < K) {
                 hs[n] = s, hp[n] = j;
