@@ -264,8 +264,10 @@ describe('--api-key', () => {
 
 describe('bounded queue and deadlines', () => {
   test('a full queue answers 503 with Retry-After; a request past its deadline ends with an error', async () => {
+    // 0.25 s: the tiny model decodes ~1500 tok/s on a 2-core EPYC, so 1000 tokens take ~0.7 s (1 s let a
+    // streamed request finish on a fast machine)
     const srv = await startServer(['--max-context', '1024', '--max-seqs', '1', '--max-tokens', '64', '--max-queue', '1',
-      '--request-timeout', '1']);
+      '--request-timeout', '0.25']);
     try {
       const long = { model: MODEL, prompt: 'And', max_tokens: 1000, temperature: 0, ignore_eos: true };
       const all = await Promise.all(Array.from({ length: 6 }, () => postJSON(`${srv.url}/v1/completions`, long)));
@@ -275,7 +277,7 @@ describe('bounded queue and deadlines', () => {
         assert.equal(r.headers.get('retry-after'), '1');
         assert.equal(r.json.error.code, 'overloaded');
       }
-      // 1000 tokens do not fit in 1 s on this CPU: the deadline ends them (408 before a reply was sent)
+      // 1000 tokens do not fit in 0.25 s: the deadline ends them (408 before a reply was sent)
       const late = all.filter((r) => r.status === 408);
       assert.ok(late.length >= 1, all.map((r) => r.status).join(','));
       assert.equal(late[0].json.error.code, 'request_timeout');
