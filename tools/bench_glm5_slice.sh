@@ -28,7 +28,8 @@
 #
 # Environment (defaults): L1 (4), L2 (8), BATCHES (1,64), PROMPT_LEN (256), DECODE_STEPS (32),
 # DECODE_CONTEXT (2048), SLICE_DIR (/tmp/glm5-slice), BACKEND (cuda), KV_CACHE_DTYPE (unset: bf16;
-# f32 for the reference cache), SMEM_BUDGET (unset; e.g.
+# f32 for the reference cache), CONTEXT_FILL (unset: prefill; random: random cache rows, for
+# 32768-token contexts without their prefill), SMEM_BUDGET (unset; e.g.
 # 101376 plans an sm_120's tiles on the H200), TIME_BUDGET (220), STEP_TIMEOUT (200 s per step).
 set -u
 build=${1:-build}
@@ -103,7 +104,8 @@ bench_slice() { # $1 = layers; sets bench_s
     stamp "moeserve bench --backend $backend, $1 layers ($dir)"
     timeout "$step_timeout" "$build/moeserve" bench --backend "$backend" --model "$dir" --batch "$batches" \
         --prompt-len "$prompt_len" --decode "$steps" --decode-context "$context" \
-        ${SMEM_BUDGET:+--smem-budget "$SMEM_BUDGET"} ${KV_CACHE_DTYPE:+--kv-cache-dtype "$KV_CACHE_DTYPE"} --json \
+        ${SMEM_BUDGET:+--smem-budget "$SMEM_BUDGET"} ${KV_CACHE_DTYPE:+--kv-cache-dtype "$KV_CACHE_DTYPE"} \
+        ${CONTEXT_FILL:+--context-fill "$CONTEXT_FILL"} --json \
         >"$logs/bench_L$1.json" 2>"$logs/bench_L$1.log"
     local rc=$?
     bench_s=$((SECONDS - t0))

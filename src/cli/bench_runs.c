@@ -166,12 +166,12 @@ enum status bench_decode(struct model_session *s, const struct bench_decode_args
 {
     memset(out, 0, sizeof *out);
     int B = a->batch, C = a->context, T = s->fwd.max_tokens;
-    if (B <= 0 || B > s->fwd.max_seqs || B > T || C <= 0 || C > T || a->steps <= 0)
+    if (B <= 0 || B > s->fwd.max_seqs || B > T || C <= 0 || (C > T && !a->fill_random) || a->steps <= 0)
         return err_set(err, STATUS_INVALID,
                        "bench: decode batch %d, context %d, %d steps do not fit the session (max %d sequences, "
                        "%d tokens per pass)",
                        B, C, a->steps, s->fwd.max_seqs, T);
-    int per_pass = T / C;
+    int per_pass = C <= T ? T / C : 1;
     size_t meta = (size_t)(B > per_pass * C ? B : per_pass * C);
     struct decode_scratch d = {
         .ks = calloc((size_t)B, sizeof *d.ks),
@@ -192,8 +192,15 @@ enum status bench_decode(struct model_session *s, const struct bench_decode_args
         d.seqs[i] = &d.ks[i];
         st = kv_seq_reserve(&d.ks[i], &s->kv, C + BENCH_WARMUP_STEPS + a->steps, err);
     }
-    if (!st)
+    if (!st && a->fill_random) {
+        /* the rows are there already (kv_cache_fill_random): each sequence just owns its context */
+        for (int i = 0; i < B; i++) {
+            d.ks[i].n_tokens = C;
+            d.next[i] = a->prompts[(size_t)i * (size_t)C + (size_t)C - 1];
+        }
+    } else if (!st) {
         st = decode_prefill(s, a, per_pass, &d, err);
+    }
     /* untimed steps: the first grows the backend's scratch to this batch shape, the second
      * captures the decode graph that the timed steps replay */
     for (int i = 0; i < BENCH_WARMUP_STEPS && !st; i++)

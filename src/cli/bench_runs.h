@@ -17,6 +17,7 @@
 #ifndef MOESERVE_CLI_BENCH_RUNS_H
 #define MOESERVE_CLI_BENCH_RUNS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -37,6 +38,7 @@ struct bench_decode_args {
     int context;            /* prompt tokens prefilled into each sequence before the timed steps */
     int steps;              /* timed steps, one token per sequence each */
     const int32_t *prompts; /* (batch, context) token ids, one prompt per sequence; borrowed */
+    bool fill_random;       /* the cache already holds random rows: the contexts are not prefilled */
 };
 
 /* One untimed pass (pages weights in, settles threads and kernel choices),
@@ -45,7 +47,7 @@ enum status bench_prefill(struct model_session *s, const int32_t *toks, int n, i
                           struct bench_timing *out, struct err *err);
 
 /* The cache must hold batch * (context + BENCH_WARMUP_STEPS + steps) tokens
- * and the forward max(context, batch) tokens per pass; max_seqs >= batch. */
+ * and the forward max(context, batch) tokens per pass (batch with fill_random); max_seqs >= batch. */
 enum status bench_decode(struct model_session *s, const struct bench_decode_args *a, struct power_sampler *ps,
                          struct bench_timing *out, struct err *err);
 

@@ -47,6 +47,7 @@ struct bench_report {
     const char *model, *backend;
     char device[256];
     long prompt_len, steps, context, reps, seed, copy_mib;
+    bool fill_random; /* --context-fill random: the decode contexts are random cache rows, not prefilled */
     double weights_bytes;
     double gpu_used_mib, gpu_total_mib; /* after the load */
     double gpu_used_end_mib;            /* after every timed phase: scratch grown to the largest shape */
@@ -312,7 +313,7 @@ static void bench_print_table(const struct bench_report *r)
 static struct session_opts bench_session_opts(const struct bench_report *r, int max_batch,
                                               const struct cli_opt *opts, int n)
 {
-    long max_tokens = r->prompt_len > r->context ? r->prompt_len : r->context;
+    long max_tokens = r->fill_random || r->prompt_len > r->context ? r->prompt_len : r->context;
     max_tokens = max_tokens > max_batch ? max_tokens : max_batch;
     long per_seq_blocks = (r->context + BENCH_WARMUP_STEPS + r->steps + BENCH_BLOCK - 1) / BENCH_BLOCK;
     long blocks = (r->prompt_len + BENCH_BLOCK - 1) / BENCH_BLOCK;
@@ -350,11 +351,18 @@ static int bench_run_phases(struct model_session *s, struct bench_report *r, int
         LOG_ERROR("bench: prefill: %s", err.msg);
         goto done;
     }
+    if (r->fill_random) {
+        LOG_INFO("bench: filling the whole KV cache with random rows (the decode contexts, not prefilled)");
+        if (kv_cache_fill_random(&s->kv, (uint64_t)r->seed, &err)) {
+            LOG_ERROR("bench: %s", err.msg);
+            goto done;
+        }
+    }
     for (int i = 0; i < r->n_batches; i++) {
-        LOG_INFO("bench: decode at batch %d (%ld-token prompts, %ld timed steps)", r->batches[i], r->context,
-                 r->steps);
+        LOG_INFO("bench: decode at batch %d (%ld-token %s, %ld timed steps)", r->batches[i], r->context,
+                 r->fill_random ? "random contexts" : "prompts", r->steps);
         struct bench_decode_args a = {.batch = r->batches[i], .context = (int)r->context, .steps = (int)r->steps,
-                                      .prompts = prompts};
+                                      .prompts = prompts, .fill_random = r->fill_random};
         if (bench_decode(s, &a, ps, &r->decode[i], &err)) {
             LOG_ERROR("bench: decode at batch %d: %s", r->batches[i], err.msg);
             snprintf(r->error[i], sizeof r->error[i], "%s", err.msg);
@@ -388,6 +396,9 @@ int cmd_bench(int argc, char **argv)
         {.name = "decode", .metavar = "N", .help = "timed decode steps per batch size (default 32)"},
         {.name = "decode-context", .metavar = "N", .help = "prompt tokens in each decoding sequence's cache "
                                                              "(default: --prompt-len)"},
+        {.name = "context-fill", .metavar = "HOW", .help = "prefill (default): the decode contexts are prompts run "
+                                                           "through the model; random: random cache rows (long "
+                                                           "contexts without their prefill)"},
         {.name = "seed", .metavar = "S", .help = "seed of the random prompts (default 1)"},
         {.name = "copy-mib", .metavar = "N", .help = "buffer of the copy-bandwidth measurement, far above the "
                                                      "last-level cache (default 1024)"},
@@ -398,7 +409,7 @@ int cmd_bench(int argc, char **argv)
     enum cli_result cr = cli_parse(argc, argv, opts, n, &err);
     if (cr == CLI_HELP) {
         cli_print_help("moeserve bench [--model DIR] [--backend cpu|cuda] [--prompt-len N] [--batch 1,8,64] "
-                       "[--decode N] [--decode-context N] [--json]",
+                       "[--decode N] [--decode-context N] [--context-fill prefill|random] [--json]",
                        "Times prefill and decode at each batch size; reports tok/s, weight GB/s against the "
                        "measured copy bandwidth, NVML power and memory.",
                        opts, n);
@@ -420,6 +431,12 @@ int cmd_bench(int argc, char **argv)
         LOG_ERROR("bench: %s", err.msg);
         return 2;
     }
+    const char *fill = cli_get(opts, n, "context-fill", "prefill");
+    if (strcmp(fill, "prefill") != 0 && strcmp(fill, "random") != 0) {
+        LOG_ERROR("bench: --context-fill: expected prefill or random, got \"%s\"", fill);
+        return 2;
+    }
+    r.fill_random = strcmp(fill, "random") == 0;
     r.model = cli_get(opts, n, "model", cli_default_model());
     int max_batch = 0;
     for (int i = 0; i < r.n_batches; i++)

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
+
 uint64_t kv_cache_layer_bytes(const struct model_desc *d, int l, enum kv_dtype latent)
 {
     if (d->layers[l].attn != ATTN_MLA)
@@ -228,4 +230,86 @@ enum status kv_seq_reserve(struct kv_seq *s, struct kv_cache *kv, int n_tokens, 
         s->blocks[s->n_blocks++] = id;
     }
     return STATUS_OK;
+}
+
+/* The next of a fixed sequence of uniform values in [-1, 1). */
+static float fill_next(uint64_t *x)
+{
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return (float)((*x >> 40) & 0xffffffu) / 8388608.0f - 1.0f;
+}
+
+/* n rows of nq + nr values of type t at host buffer h (backend.h's row layouts): fp8 rows get
+ * e4m3 codes of values in [-1, 1) at scale 1 / 448 and bf16 rope values. */
+static void fill_rows(uint8_t *h, enum kv_dtype t, size_t n, int nq, int nr, uint64_t *x)
+{
+    size_t rb = kv_latent_row_bytes(t, nq, nr);
+    for (size_t r = 0; r < n; r++) {
+        uint8_t *row = h + r * rb;
+        if (t == KV_DTYPE_F32) {
+            for (int i = 0; i < nq + nr; i++) {
+                float v = fill_next(x);
+                memcpy(row + 4 * (size_t)i, &v, 4);
+            }
+        } else if (t == KV_DTYPE_BF16) {
+            for (int i = 0; i < nq + nr; i++) {
+                uint16_t b = f32_to_bf16(fill_next(x));
+                memcpy(row + 2 * (size_t)i, &b, 2);
+            }
+        } else {
+            const int nb = (nq + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
+            for (int i = 0; i < nq; i++) {
+                uint8_t c = (uint8_t)((*x >> 24) & 0xffu);
+                fill_next(x);
+                row[i] = (c & 0x7fu) == 0x7fu ? (uint8_t)(c ^ 1u) : c; /* never the NaN codes */
+            }
+            for (int b = 0; b < nb; b++) {
+                float s = 1.0f / 448.0f;
+                memcpy(row + nq + 4 * (size_t)b, &s, 4);
+            }
+            for (int i = 0; i < nr; i++) {
+                uint16_t b = f32_to_bf16(fill_next(x));
+                memcpy(row + nq + 4 * (size_t)nb + 2 * (size_t)i, &b, 2);
+            }
+        }
+    }
+}
+
+/* Every slot of one cache array (n_slots rows), uploaded in chunks of ~16 MiB. */
+static enum status fill_array(struct kv_cache *kv, void *dev, enum kv_dtype t, int nq, int nr, uint64_t *x,
+                              struct err *err)
+{
+    size_t rb = kv_latent_row_bytes(t, nq, nr), slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
+    size_t per = (16u << 20) / rb + 1;
+    uint8_t *h = malloc(per * rb);
+    if (!h)
+        return err_set(err, STATUS_NOMEM, "KV cache: out of host memory for the random fill");
+    for (size_t s0 = 0; s0 < slots; s0 += per) {
+        size_t n = slots - s0 < per ? slots - s0 : per;
+        fill_rows(h, t, n, nq, nr, x);
+        kv->be->ops->upload(kv->be, (uint8_t *)dev + s0 * rb, h, n * rb);
+    }
+    free(h);
+    return STATUS_OK;
+}
+
+enum status kv_cache_fill_random(struct kv_cache *kv, uint64_t seed, struct err *err)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    enum status st = STATUS_OK;
+    for (int l = 0; l < kv->n_layers && !st; l++) {
+        if (kv->latent && kv->latent[l].latent) {
+            const struct paged_latent *p = &kv->latent[l];
+            st = fill_array(kv, p->latent, p->dtype, p->kv_rank, p->rope_dim, &x, err);
+            if (!st && p->index_k)
+                st = fill_array(kv, p->index_k, p->index_dtype, p->index_dim, 0, &x, err);
+        } else if (kv->layers[l].k) {
+            const struct paged_kv *p = &kv->layers[l];
+            int row = p->n_kv_heads * p->head_dim;
+            st = fill_array(kv, p->k, KV_DTYPE_F32, row, 0, &x, err);
+            if (!st)
+                st = fill_array(kv, p->v, KV_DTYPE_F32, row, 0, &x, err);
+        }
+    }
+    return st;
 }

@@ -14,7 +14,7 @@
  * never written again.
  *
  * defines: struct kv_cache, struct kv_seq, kv_cache_init(), kv_cache_free(),
- *          kv_cache_bytes(), kv_seq_init(), kv_seq_release(), kv_seq_reserve(),
+ *          kv_cache_bytes(), kv_cache_fill_random(), kv_seq_init(), kv_seq_release(), kv_seq_reserve(),
  *          kv_seq_share(), kv_block_ref(), kv_block_unref(), kv_seq_slot()
  */
 #ifndef MOESERVE_ENGINE_KV_CACHE_H
@@ -62,6 +62,9 @@ enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct 
                           enum kv_dtype latent, int n_blocks, int block_size, struct err *err);
 /* Safe on a zeroed struct. */
 void kv_cache_free(struct kv_cache *kv);
+/* Fills every slot of every layer with valid random rows of its dtype (values in [-1, 1)), from
+ * seed: a benchmark's long contexts without prefilling them (`bench --context-fill random`). */
+enum status kv_cache_fill_random(struct kv_cache *kv, uint64_t seed, struct err *err);
 
 void kv_seq_init(struct kv_seq *s);
 /* Returns the sequence's blocks to the cache and empties it. */

@@ -74,6 +74,17 @@ else
     bad "bench failed: $(tail -n 3 "$work/bench.log")"
 fi
 
+# 4b. decode over random cache rows (no prefill): a context far past the prompt length runs, the
+#     session's passes stay prompt-sized
+if "$bin" bench --model "$m" --prompt-len 16 --batch 1,2 --decode 2 --decode-context 600 --context-fill random \
+    --copy-mib 16 >"$work/bench_fill.txt" 2>"$work/bench_fill.log" &&
+    [ "$(grep -cE '^decode +[12] +600 ' "$work/bench_fill.txt")" = 2 ] &&
+    grep -q "random rows" "$work/bench_fill.log"; then
+    ok "bench --context-fill random --decode-context 600: two decode rows at context 600"
+else
+    bad "bench --context-fill random: $(tail -n 3 "$work/bench_fill.txt" "$work/bench_fill.log")"
+fi
+
 # 5. the bf16 layout of the same shapes, written over the nvfp4 one: no quant config left behind
 "$synth" --out "$work/nvfp4_t2" --preset tiny --layers 2 2>/dev/null &&
     [ ! -e "$work/nvfp4_t2/hf_quant_config.json" ] &&
