@@ -1,6 +1,8 @@
 /* json.c — cJSON behind the json.h API. The only file that includes cJSON.h. */
 #include "base/json.h"
 
+#include "base/strmap.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,15 @@ enum status json_parse(const char *text, size_t len, const char *what, struct js
         size_t off = end && end >= text ? (size_t)(end - text) : 0;
         return err_set(err, STATUS_FORMAT, "%s: malformed JSON near byte %zu", what, off);
     }
+    /* one value, then only white space: bytes after it would be what a proxy in front reads
+     * differently */
+    size_t at = (size_t)(end - text);
+    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r'))
+        at++;
+    if (at < len) {
+        cJSON_Delete(root);
+        return err_set(err, STATUS_FORMAT, "%s: bytes after the JSON value, from byte %zu", what, at);
+    }
     *out = (struct json *)root;
     return STATUS_OK;
 }
@@ -33,6 +44,60 @@ enum status json_parse_file(const char *path, struct json **out, struct err *err
     st = json_parse(mf.size ? (const char *)mf.data : "", mf.size, path, out, err);
     mapped_file_close(&mf);
     return st;
+}
+
+const char *json_duplicate_key(const struct json *j)
+{
+    if (!j)
+        return NULL;
+    const cJSON *c = C(j);
+    size_t n = 0;
+    for (const cJSON *a = c->child; a; a = a->next)
+        n++;
+    if (cJSON_IsObject(c) && n > 1) {
+        /* a hash set: a body may hold an object of many thousands of keys */
+        struct strmap seen;
+        if (!strmap_init(&seen, n))
+            return c->child->string; /* out of memory: refuse rather than guess */
+        const char *dup = NULL;
+        for (const cJSON *a = c->child; a && !dup; a = a->next) {
+            void *old = NULL;
+            if (!strmap_put(&seen, a->string ? a->string : "", (void *)a, &old))
+                dup = a->string;
+            else if (old)
+                dup = a->string;
+        }
+        strmap_free(&seen);
+        if (dup)
+            return dup;
+    }
+    for (const cJSON *a = c->child; a; a = a->next) {
+        const char *d = json_duplicate_key((const struct json *)a);
+        if (d)
+            return d;
+    }
+    return NULL;
+}
+
+bool json_has_nul_escape(const char *text, size_t len)
+{
+    bool in = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (!in) {
+            in = ch == '"';
+            continue;
+        }
+        if (ch == '"') {
+            in = false;
+        } else if (ch == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0' &&
+                text[i + 5] == '0')
+                return true;
+            i++; /* the escaped character */
+        }
+    }
+    return false;
 }
 
 void json_free(struct json *j)

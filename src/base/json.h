@@ -6,7 +6,8 @@
  * Numbers are doubles (exact up to 2^53).
  * Writing: build a tree with json_new_*() / json_add_*() and print it.
  *
- * defines: struct json, json_parse(), json_parse_file(), json_free(), json_get(),
+ * defines: struct json, json_parse(), json_parse_file(), json_free(), json_duplicate_key(),
+ *          json_has_nul_escape(), json_get(),
  *          json_child(), json_next(), json_key(), json_is_*(), json_string(),
  *          json_number(), json_bool(), json_array_size(), json_array_at(),
  *          json_new_object(), json_new_array(), json_add_*(), json_print()
@@ -21,11 +22,17 @@
 
 struct json; /* opaque node */
 
-/* `what` names the source in error messages (a path, "request body"). */
+/* `what` names the source in error messages (a path, "request body"). One value, then only
+ * white space: bytes after it are an error. */
 enum status json_parse(const char *text, size_t len, const char *what, struct json **out,
                        struct err *err);
 enum status json_parse_file(const char *path, struct json **out, struct err *err);
 void json_free(struct json *j);
+/* The first key that an object anywhere in j holds twice, or NULL (cJSON keeps both, and
+ * lookups see the first where most parsers keep the last). */
+const char *json_duplicate_key(const struct json *j);
+/* Whether a JSON string in text holds the escape \u0000: parsed, the C string would end there. */
+bool json_has_nul_escape(const char *text, size_t len);
 
 const struct json *json_get(const struct json *obj, const char *key); /* NULL if absent */
 const struct json *json_child(const struct json *j); /* first member/element */

@@ -276,6 +276,8 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
     const char *mt = rq->kind == API_CHAT && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((st = get_int(body, mt, 1, 2147483647.0, &rq->max_tokens, &given, e)))
         return st;
+    if (!given && rq->kind == API_COMPLETIONS)
+        rq->max_tokens = API_COMPLETIONS_DEFAULT_MAX_TOKENS; /* OpenAI's; chat's default is the context */
     int n = 1;
     if ((st = get_int(body, "n", 1, 2147483647.0, &n, NULL, e)))
         return st;
@@ -333,12 +335,19 @@ enum status api_request_parse(struct api_request *rq, enum api_kind kind, const 
     rq->top_p = 1.0;
     struct json *root = NULL;
     struct err err = {0};
+    if (json_has_nul_escape(body, len))
+        return api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                             "a string holds \\u0000 (NUL), which this server does not take");
     if (json_parse(body, len, "request body", &root, &err))
         return api_error_set(e, 400, "invalid_request_error", NULL, NULL,
                              "the request body is not valid JSON: %s", err.msg);
     enum status st;
+    const char *dup = json_duplicate_key(root);
     if (!json_is_object(root))
         st = api_error_set(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    else if (dup)
+        st = api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                           "the key \"%.100s\" appears twice in one object (which one counts is ambiguous)", dup);
     else
         st = parse_fields(root, rq, e);
     json_free(root);

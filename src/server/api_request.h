@@ -3,7 +3,9 @@
  *
  * Every field this server understands is type- and range-checked; a bad one
  * yields an OpenAI-shaped error (HTTP status, type, param, message naming the
- * field). Fields it does not know are ignored, as OpenAI clients send extras.
+ * field). Fields it does not know are ignored, as OpenAI clients send extras. A body with
+ * bytes after its JSON value, a key twice in one object or a \u0000 in a string is refused:
+ * a proxy in front might read it differently, or the C string would end early.
  * JSON null counts as absent. Checks that need the model (token ids in range,
  * prompt + max_tokens within the context, the model name) are the server's.
  * Pure: no I/O and no global state, so it is fuzzed (tests/fuzz/fuzz_request.c).
@@ -21,6 +23,7 @@
 #include "base/status.h"
 
 #define API_MAX_STOP 4 /* OpenAI's limit on stop sequences */
+#define API_COMPLETIONS_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for /v1/completions */
 
 enum api_kind { API_COMPLETIONS, API_CHAT };
 
@@ -53,7 +56,8 @@ struct api_request {
     struct api_message *messages; /* (n_messages) owned */
     int n_messages;
 
-    int max_tokens;              /* 0 = not given (use the rest of the context) */
+    int max_tokens;              /* completions: 16 when not given (OpenAI's default); chat: 0 = not given
+                                    (the rest of the context) */
     double temperature;          /* default 1 */
     double top_p;                /* default 1 */
     int top_k;                   /* 0 = off (-1 is accepted as off) */

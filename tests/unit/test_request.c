@@ -94,6 +94,49 @@ static void test_error_classes(void **state)
                  400, "max_completion_tokens");
 }
 
+/* Bodies a proxy in front could read differently from us, or that a C string would cut short:
+ * refused with 400 (each accepted before, with its first key, its value or its text up to the
+ * NUL); their harmless neighbours still pass. */
+static void test_ambiguous_bodies(void **state)
+{
+    (void)state;
+    enum api_kind C = API_COMPLETIONS, H = API_CHAT;
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"a\", \"prompt\": \"b\"}", 400, "");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"a\", \"stream_options\": {\"x\": 1, \"x\": 2}}", 400, "");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"a\"} {\"model\": \"n\"}", 400, "");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"a\"}x", 400, "");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"ab\\u0000cd\"}", 400, "");
+    expect_error(H, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000\"}]}", 400, "");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"a\", \"stop\": [\"\\u0000\"]}", 400, "");
+    /* a raw NUL byte after the object (inside the declared length) */
+    const char raw[] = "{\"model\": \"m\", \"prompt\": \"a\"}\0x";
+    struct api_request rq;
+    struct api_error e;
+    assert_int_equal(api_request_parse(&rq, C, raw, sizeof raw - 1, &e), STATUS_INVALID);
+    assert_int_equal(e.http_status, 400);
+    /* white space after the object, an escaped backslash before "u0000", the same key in two
+     * objects: fine */
+    const char *ok[] = {"{\"model\": \"m\", \"prompt\": \"a\"} \n\t\r",
+                        "{\"model\": \"m\", \"prompt\": \"a\\\\u0000\"}",
+                        "{\"model\": \"m\", \"prompt\": \"a\", \"frobnicate\": {\"model\": 1}}"};
+    for (size_t i = 0; i < 3; i++) {
+        if (api_request_parse(&rq, C, ok[i], strlen(ok[i]), &e))
+            fail_msg("refused %s: %s", ok[i], e.message);
+        if (i == 1)
+            assert_string_equal(rq.prompt_text, "a\\u0000");
+        api_request_free(&rq);
+    }
+    /* completions without max_tokens: OpenAI's 16; chat: the rest of the context (0) */
+    const char *c = "{\"model\": \"m\", \"prompt\": \"a\"}";
+    assert_int_equal(api_request_parse(&rq, C, c, strlen(c), &e), STATUS_OK);
+    assert_int_equal(rq.max_tokens, API_COMPLETIONS_DEFAULT_MAX_TOKENS);
+    api_request_free(&rq);
+    const char *h = "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}";
+    assert_int_equal(api_request_parse(&rq, H, h, strlen(h), &e), STATUS_OK);
+    assert_int_equal(rq.max_tokens, 0);
+    api_request_free(&rq);
+}
+
 static void test_accepted_fields(void **state)
 {
     (void)state;
@@ -266,7 +309,8 @@ static void test_metrics_text(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_accepted_fields),
+        cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
+        cmocka_unit_test(test_accepted_fields),
         cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
