@@ -12,7 +12,9 @@
 enum status mapped_file_open(struct mapped_file *mf, const char *path, struct err *err)
 {
     memset(mf, 0, sizeof *mf);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in a file's place must not block the open (a regular file ignores it);
+     * fstat then refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return err_set(err, STATUS_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;

@@ -107,8 +107,12 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     model_name_of(a->model, a->name, sizeof a->name);
     a->served = cli_get(opts, n, "served-model-name", a->name);
     a->api_key = cli_get(opts, n, "api-key", cli_env_api_key());
-    if (a->api_key && !*a->api_key)
-        a->api_key = NULL;
+    if (a->api_key && !*a->api_key) {
+        /* an empty key would serve everyone while the operator believes it does not */
+        LOG_ERROR("serve: %s is empty: give a key, or leave it out to serve without one",
+                  cli_get(opts, n, "api-key", NULL) ? "--api-key" : "MOESERVE_API_KEY");
+        return 2;
+    }
     a->backend = cli_get(opts, n, "backend", "cpu");
     a->host = cli_get(opts, n, "host", "127.0.0.1");
     a->attention_precision = cli_attention_precision(opts, n);

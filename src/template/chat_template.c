@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/mapped_file.h"
 #include "template/jinja_eval.h"
@@ -114,12 +115,11 @@ static enum status config_read_jinja(const char *config_path, char **out, size_t
         return err_set(err, STATUS_NOMEM, "out of memory");
     memcpy(path, config_path, dir_len);
     memcpy(path + dir_len, "chat_template.jinja", sizeof "chat_template.jinja");
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) { /* absent (a FIFO there is refused by mapped_file_open, never opened blocking) */
         free(path);
         return STATUS_OK;
     }
-    fclose(f);
     struct mapped_file mf = {0};
     struct err e2 = {0};
     enum status st = mapped_file_open(&mf, path, &e2);

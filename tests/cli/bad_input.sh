@@ -14,7 +14,7 @@ expect() {
     local name=$1 want=$2
     shift 3
     local out rc
-    out=$("$bin" "$@" 2>&1 >/dev/null)
+    out=$(timeout 60 "$bin" "$@" 2>&1 >/dev/null) # 124: it hung
     rc=$?
     if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then
         echo "FAIL $name: exit status $rc (want 1 or 2): $out"
@@ -101,6 +101,17 @@ expect bad_attention_precision "--attention-precision: expected hi_lo" -- logits
     --out "$work/o.bin" --attention-precision fp8
 expect attention_precision_on_cpu "applies to the cuda backend" -- generate --model "$good" --tokens 1 -n 1 \
     --backend cpu --attention-precision bf16
+expect empty_api_key "--api-key is empty" -- serve --model "$good" --api-key ""
+MOESERVE_API_KEY= expect empty_api_key_env "MOESERVE_API_KEY is empty" -- serve --model "$good"
+expect kv_dtype_gqa "only MLA latent caches" -- logits --model "$good" --tokens 1 --out "$work/o.bin" \
+    --kv-cache-dtype bf16
+expect kv_dtype_bogus "--kv-cache-dtype: expected f32, bf16 or fp8" -- logits --model "$good" --tokens 1 \
+    --out "$work/o.bin" --kv-cache-dtype f16
+expect context_fill_bogus "--context-fill: expected prefill or random" -- bench --model "$good" --context-fill x
+# a FIFO in place of a shard: refused at once, never a blocked open
+fifo=$(copy_model fifo)
+rm -f "$fifo/model.safetensors" && mkfifo "$fifo/model.safetensors"
+expect fifo_shard "not a regular file" -- info --model "$fifo"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
