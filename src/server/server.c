@@ -197,6 +197,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         cc->conn = conn;
         cc->ep = endpoint_of(url);
         *con_cls = cc;
+        /* the key is in the headers: an unauthenticated body is never read into memory */
+        if (strncmp(url, "/v1/", 4) == 0 && !authorized(cc)) {
+            cc->refused = true;
+            return route(cc, url, method);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
         if (declared > srv->o.max_body_bytes) {
@@ -209,7 +214,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (cc->too_big)
+        if (cc->too_big || cc->refused)
             return MHD_YES;
         if (cc->len + n > srv->o.max_body_bytes) {
             cc->too_big = true;
@@ -233,6 +238,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
+    if (cc->refused)
+        return MHD_YES; /* answered already */
     return route(cc, url, method);
 }
 

@@ -31,6 +31,7 @@ struct gen {
     struct sched_req *req;          /* one reference, owned */
     struct text_stream ts;
     char id[48];
+    long created;                   /* unix seconds when the request came in (OpenAI's `created`) */
     int n_prompt;
     int consumed;                   /* tokens pushed into ts */
     bool stop_string;               /* ts found a stop string; the request was cancelled */
@@ -145,7 +146,7 @@ static void gen_logprobs(const struct gen *g, int from, int n, size_t text_offse
 static struct api_result gen_result(const struct gen *g)
 {
     return (struct api_result){.kind = g->rq.kind, .id = g->id, .model = g->srv->o.model_name,
-                               .created = g->srv->created, .text = "", .prompt_tokens = g->n_prompt,
+                               .created = g->created, .text = "", .prompt_tokens = g->n_prompt,
                                .completion_tokens = g->consumed, .cached_tokens = g->req->n_cached};
 }
 
@@ -400,6 +401,7 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
         .top_logprobs = rq->logprobs ? rq->top_logprobs : -1,
         .deadline = srv->o.request_timeout > 0 ? timer_now() + srv->o.request_timeout : 0,
     };
+    g->created = (long)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", rq->kind == API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
     struct err err = {0};

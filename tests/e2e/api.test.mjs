@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { MODEL, postJSON, startServer } from './helpers.mjs';
+import { MODEL, metrics, postJSON, sleep, startServer } from './helpers.mjs';
 
 describe('openai client against moeserve serve', () => {
   let srv;
@@ -69,6 +69,15 @@ describe('openai client against moeserve serve', () => {
     assert.equal(finish, 'length');
     assert.equal(text, whole.choices[0].message.content);
     assert.deepEqual(usage, whole.usage);
+  });
+
+  test('`created` is the request\'s time, not the server\'s start', async () => {
+    const req = { model: MODEL, prompt: 'And', max_tokens: 1, temperature: 0 };
+    const a = await client.completions.create(req);
+    await sleep(1100);
+    const b = await client.completions.create(req);
+    assert.ok(b.created > a.created, `${a.created} then ${b.created}`);
+    assert.ok(Math.abs(b.created - Date.now() / 1000) < 5);
   });
 
   test('completions, streamed and not, identical greedy text', async () => {
@@ -256,6 +265,27 @@ describe('--api-key', () => {
       assert.equal(models.data[0].id, MODEL);
       assert.equal((await fetch(`${srv.url}/health`)).status, 200);
       assert.equal((await fetch(`${srv.url}/metrics`)).status, 200);
+    } finally {
+      await srv.stop();
+    }
+  });
+
+  test('an unauthenticated body is refused from the headers, not read into memory', async () => {
+    const srv = await startServer(['--api-key', 's3cret', '--max-context', '128']);
+    try {
+      const body = JSON.stringify({ model: MODEL, prompt: Array.from({ length: 500000 }, (_, i) => i % 200) });
+      assert.ok(body.length > 2 ** 21, `${body.length} bytes`);
+      const before = (await metrics(srv.url)).process_resident_memory_bytes;
+      // 160 bodies of ~2.4 MB, 16 at a time: reading each (the bug) took RSS up by hundreds of MiB
+      for (let round = 0; round < 10; round++) {
+        const rs = await Promise.all(Array.from({ length: 16 }, () =>
+          fetch(`${srv.url}/v1/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+            .then(async (r) => { await r.arrayBuffer(); return r.status; }, () => 'reset')));
+        for (const s of rs) assert.ok(s === 401 || s === 'reset', `status ${s}`);
+      }
+      const after = (await metrics(srv.url)).process_resident_memory_bytes;
+      assert.ok(after - before < 64 * 2 ** 20, `RSS ${before / 2 ** 20} -> ${after / 2 ** 20} MiB`);
+      assert.equal((await fetch(`${srv.url}/health`)).status, 200);
     } finally {
       await srv.stop();
     }
