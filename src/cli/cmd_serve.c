@@ -41,6 +41,7 @@ struct serve_args {
     char name[256]; /* the model directory's name: served's default */
     long port, max_seqs, max_tokens, max_ctx, kv_blocks, block, max_queue, max_body;
     double timeout;
+    double shutdown_grace; /* seconds running requests get after SIGTERM / SIGINT */
     int attention_precision;
     const char *kv_cache_dtype;
     bool no_prefix_cache, batch_invariant;
@@ -84,7 +85,7 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
         return 2;
     }
     *a = (struct serve_args){.port = 8000, .max_seqs = 64, .max_tokens = 512, .block = 16, .max_queue = 256,
-                             .max_body = 4L << 20, .timeout = 600};
+                             .max_body = 4L << 20, .timeout = 600, .shutdown_grace = 30};
     if (cli_int(opts, n, "port", 0, 65535, &a->port, &err) ||
         cli_int(opts, n, "max-seqs", 1, 4096, &a->max_seqs, &err) ||
         cli_int(opts, n, "max-tokens", 1, 1 << 20, &a->max_tokens, &err) ||
@@ -93,7 +94,8 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
         cli_int(opts, n, "block-size", 1, 4096, &a->block, &err) ||
         cli_int(opts, n, "max-queue", 1, 1 << 24, &a->max_queue, &err) ||
         cli_int(opts, n, "max-body-bytes", 1024, 1L << 34, &a->max_body, &err) ||
-        cli_float(opts, n, "request-timeout", 0, 1e9, &a->timeout, &err)) {
+        cli_float(opts, n, "request-timeout", 0, 1e9, &a->timeout, &err) ||
+        cli_float(opts, n, "shutdown-grace", 0, 1e6, &a->shutdown_grace, &err)) {
         LOG_ERROR("serve: %s", err.msg);
         return 2;
     }
@@ -212,7 +214,11 @@ static void serve_run_until_signal(struct serve_state *st, const struct serve_ar
     fflush(stdout);
     int sig = 0;
     sigwait(sigs, &sig);
-    LOG_INFO("serve: %s, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    struct scheduler_stats ss;
+    scheduler_get_stats(&st->sch, &ss);
+    LOG_INFO("serve: %s, shutting down: no new requests; %d running and %d queued get up to %g s",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", ss.n_running, ss.n_waiting, a->shutdown_grace);
+    server_drain(&st->srv, a->shutdown_grace);
 }
 
 int cmd_serve(int argc, char **argv)
@@ -235,6 +241,9 @@ int cmd_serve(int argc, char **argv)
         {.name = "max-body-bytes", .metavar = "N", .help = "largest request body (default 4194304)"},
         {.name = "request-timeout", .metavar = "S", .help = "seconds a request may take, queue included (default 600; "
                                                            "0 = none)"},
+        {.name = "shutdown-grace", .metavar = "S", .help = "seconds running requests may take to finish after "
+                                                          "SIGTERM or SIGINT (default 30); the rest end with an "
+                                                          "error event"},
         {.name = "no-prefix-cache", .help = "do not reuse the KV blocks of earlier prompts"},
         {.name = "batch-invariant",
          .help = "cpu: a request's logits never depend on the requests batched with it (slower prefill)"},

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/timer.h"
 #include "server/api_response.h"
 
 enum { REFUSE_UNREAD_FACTOR = 16 }; /* bodies declared over 16x the limit are not even read */
@@ -157,6 +158,10 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
     switch (cc->ep) {
     case METRICS_EP_COMPLETIONS:
     case METRICS_EP_CHAT:
+        if (post && atomic_load(&srv->draining)) {
+            api_error_set(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+            return server_reply_error(cc, &e);
+        }
         if (post)
             return server_generate(cc, cc->ep == METRICS_EP_CHAT ? API_CHAT : API_COMPLETIONS);
         break;
@@ -285,6 +290,8 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
     clock_gettime(CLOCK_REALTIME, &ts);
     srv->salt = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_sec;
     atomic_init(&srv->stopping, false);
+    atomic_init(&srv->draining, false);
+    atomic_init(&srv->n_live, 0);
     atomic_init(&srv->n_ids, 0);
 
     char port[16];
@@ -317,6 +324,24 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
 int server_port(const struct server *srv)
 {
     return srv->port;
+}
+
+void server_drain(struct server *srv, double grace)
+{
+    if (!srv->daemon)
+        return;
+    atomic_store(&srv->draining, true);
+    double t0 = timer_now();
+    for (;;) {
+        struct scheduler_stats st;
+        scheduler_get_stats(srv->m.sch, &st);
+        if (st.n_waiting + st.n_running == 0 || timer_now() - t0 >= grace)
+            break;
+        usleep(20 * 1000);
+    }
+    scheduler_stop(srv->m.sch); /* what is left ends as cancelled: its threads write the ends */
+    for (double t1 = timer_now(); atomic_load(&srv->n_live) > 0 && timer_now() - t1 < 2.0;)
+        usleep(10 * 1000);
 }
 
 void server_stop(struct server *srv)

@@ -14,7 +14,7 @@
  * Bodies over max_body_bytes are refused with 413.
  *
  * defines: struct server_opts, struct server_model, struct server, server_start(),
- *          server_port(), server_stop()
+ *          server_port(), server_drain(), server_stop()
  */
 #ifndef MOESERVE_SERVER_SERVER_H
 #define MOESERVE_SERVER_SERVER_H
@@ -50,7 +50,9 @@ struct server {
     struct server_model m;
     struct metrics metrics;
     struct MHD_Daemon *daemon;
+    atomic_bool draining;      /* server_drain(): new generations get 503, running ones go on */
     atomic_bool stopping;
+    atomic_int n_live;         /* generations whose connection is still being answered */
     atomic_ullong n_ids;       /* request ids and default seeds */
     uint64_t salt;             /* makes ids differ between runs */
     long created;              /* unix time at start */
@@ -60,6 +62,11 @@ struct server {
 enum status server_start(struct server *srv, const struct server_opts *o, const struct server_model *m,
                          struct err *err);
 int server_port(const struct server *srv);
+/* A graceful end: new generations are refused with 503 at once, running and queued ones may
+ * finish for up to grace seconds; then the scheduler cancels the rest, whose streams end with
+ * a "shutting_down" error event and [DONE] (non-streamed: a 503 body), and the answers are
+ * given up to 2 s to go out. Call before server_stop(). */
+void server_drain(struct server *srv, double grace);
 /* Ends open connections (streams end with an error), joins every thread.
  * Safe on a zeroed struct. */
 void server_stop(struct server *srv);

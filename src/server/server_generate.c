@@ -95,6 +95,7 @@ static void gen_free(struct gen *g)
     text_stream_free(&g->ts);
     api_request_free(&g->rq);
     free(g->out);
+    atomic_fetch_sub(&g->srv->n_live, 1);
     free(g);
 }
 
@@ -428,6 +429,7 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
         return MHD_NO;
     g->srv = cc->srv;
     g->conn = cc->conn;
+    atomic_fetch_add(&g->srv->n_live, 1); /* gen_free counts it out: server_drain waits for it */
     if (api_request_parse(&g->rq, kind, cc->body ? cc->body : "", cc->len, &e) || gen_submit(g, &e)) {
         /* refused before the scheduler took it: no generation to log */
         sched_req_put(g->req);

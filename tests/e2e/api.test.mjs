@@ -331,3 +331,33 @@ describe('bounded queue and deadlines', () => {
     }
   });
 });
+
+describe('SIGTERM', () => {
+  test('new requests get 503, a running stream ends with an error event and [DONE] after the grace period', async () => {
+    const srv = await startServer(['--max-context', '4096', '--max-seqs', '2', '--max-tokens', '64',
+      '--shutdown-grace', '1']);
+    // ~3000 tokens at ~1500 tok/s: longer than the 1 s grace
+    const res = await fetch(`${srv.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'And', max_tokens: 4000, temperature: 0, ignore_eos: true,
+        stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    srv.proc.kill('SIGTERM');
+    await sleep(200);
+    const late = await postJSON(`${srv.url}/v1/completions`, { model: MODEL, prompt: 'And', max_tokens: 4 });
+    assert.equal(late.status, 503);
+    assert.equal(late.json.error.code, 'shutting_down');
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    assert.match(text, /"code":"shutting_down"/);
+    assert.ok(text.trimEnd().endsWith('data: [DONE]'), text.slice(-200));
+    assert.equal(await srv.stop(), 0);
+  });
+});
