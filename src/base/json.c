@@ -79,6 +79,26 @@ const char *json_duplicate_key(const struct json *j)
     return NULL;
 }
 
+size_t json_count_values(const char *text, size_t len)
+{
+    size_t n = 1;
+    bool in = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (in) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in = false;
+        } else if (ch == '"') {
+            in = true;
+        } else if (ch == ',' || ch == '[' || ch == '{') {
+            n++;
+        }
+    }
+    return n;
+}
+
 bool json_has_nul_escape(const char *text, size_t len)
 {
     bool in = false;

@@ -7,7 +7,7 @@
  * Writing: build a tree with json_new_*() / json_add_*() and print it.
  *
  * defines: struct json, json_parse(), json_parse_file(), json_free(), json_duplicate_key(),
- *          json_has_nul_escape(), json_get(),
+ *          json_count_values(), json_has_nul_escape(), json_get(),
  *          json_child(), json_next(), json_key(), json_is_*(), json_string(),
  *          json_number(), json_bool(), json_array_size(), json_array_at(),
  *          json_new_object(), json_new_array(), json_add_*(), json_print()
@@ -31,6 +31,10 @@ void json_free(struct json *j);
 /* The first key that an object anywhere in j holds twice, or NULL (cJSON keeps both, and
  * lookups see the first where most parsers keep the last). */
 const char *json_duplicate_key(const struct json *j);
+/* About how many values (members, elements, containers) the JSON text holds, counted without
+ * parsing: what a parse would allocate nodes for (one per element and member, plus one per
+ * container). */
+size_t json_count_values(const char *text, size_t len);
 /* Whether a JSON string in text holds the escape \u0000: parsed, the C string would end there. */
 bool json_has_nul_escape(const char *text, size_t len);
 

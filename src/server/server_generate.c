@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/json.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "server/api_response.h"
@@ -430,6 +431,18 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
     g->srv = cc->srv;
     g->conn = cc->conn;
     atomic_fetch_add(&g->srv->n_live, 1); /* gen_free counts it out: server_drain waits for it */
+    /* a parse allocates a node (~200 bytes) per JSON value: bound them by what a request to this
+     * model can use before parsing, so a body of ids costs memory in proportion to its use */
+    const size_t max_values = 4 * (size_t)g->srv->m.max_context + 4096;
+    const size_t n_values = cc->body ? json_count_values(cc->body, cc->len) : 0;
+    if (n_values > max_values) {
+        api_error_set(&e, 400, "invalid_request_error", NULL, NULL,
+                      "the body holds about %zu JSON values; a request to this server takes at most %zu "
+                      "(4 per token of its %d-token context)",
+                      n_values, max_values, g->srv->m.max_context);
+        gen_free(g);
+        return server_reply_error(cc, &e);
+    }
     if (api_request_parse(&g->rq, kind, cc->body ? cc->body : "", cc->len, &e) || gen_submit(g, &e)) {
         /* refused before the scheduler took it: no generation to log */
         sched_req_put(g->req);

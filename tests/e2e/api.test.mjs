@@ -241,6 +241,23 @@ describe('openai client against moeserve serve', () => {
     assert.equal(ok.status, 200, ok.text);
   });
 
+  test('a body of more JSON values than the context can use is refused before it is parsed', async () => {
+    const body = JSON.stringify({ model: MODEL, prompt: Array.from({ length: 800000 }, (_, i) => i % 200) });
+    const before = (await metrics(srv.url)).process_resident_memory_bytes;
+    // parsed (the bug), each of these took ~176 MB of nodes while it lived
+    for (let round = 0; round < 2; round++) {
+      const rs = await Promise.all(Array.from({ length: 32 }, () =>
+        fetch(`${srv.url}/v1/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+          .then(async (r) => ({ status: r.status, json: await r.json() }))));
+      for (const r of rs) {
+        assert.equal(r.status, 400);
+        assert.match(r.json.error.message, /JSON values/);
+      }
+    }
+    const after = (await metrics(srv.url)).process_resident_memory_bytes;
+    assert.ok(after - before < 128 * 2 ** 20, `RSS ${before / 2 ** 20} -> ${after / 2 ** 20} MiB`);
+  });
+
   test('a 10 MB body is refused with 413', async () => {
     const big = JSON.stringify({ model: MODEL, prompt: 'a'.repeat(10 * 1024 * 1024) });
     const r = await postJSON(`${srv.url}/v1/completions`, big);

@@ -126,6 +126,11 @@ static void test_ambiguous_bodies(void **state)
             assert_string_equal(rq.prompt_text, "a\\u0000");
         api_request_free(&rq);
     }
+    /* the pre-parse count of values: members, elements and containers, nothing inside strings */
+    assert_int_equal(json_count_values("{}", 2), 2);
+    assert_int_equal(json_count_values("{\"a\": [1, 2, 3]}", 16), 5);
+    const char *str = "{\"s\": \"a, [b], {c}, \\\" ,\"}";
+    assert_int_equal(json_count_values(str, strlen(str)), 2);
     /* completions without max_tokens: OpenAI's 16; chat: the rest of the context (0) */
     const char *c = "{\"model\": \"m\", \"prompt\": \"a\"}";
     assert_int_equal(api_request_parse(&rq, C, c, strlen(c), &e), STATUS_OK);
