@@ -57,7 +57,9 @@
  *
  * usage: make_synth_checkpoint --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice]
  *                              [--format bf16|nvfp4] [--layers N] [--seed S] [--embed-scale X]
- *                              [--config-only]
+ *                              [--tokenizer DIR] [--config-only]
+ * --tokenizer DIR copies DIR's tokenizer.json (and tokenizer_config.json) beside the weights, so
+ * that the checkpoint serves (e.g. the Qwen3 tokenizer of tests/npm for qwen3-30b-a3b).
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -73,6 +75,7 @@
 #include "format/safetensors_header.h"
 #include "base/json.h"
 #include "base/timer.h"
+#include "format/tokenizer.h"
 
 enum synth_family { FAMILY_QWEN3_MOE, FAMILY_GLM_MOE_DSA };
 
@@ -639,18 +642,72 @@ static int synth_write_configs(const struct synth *sy, const char *out)
     return rc;
 }
 
+/* dir/name -> out/name, byte for byte; 0, or 1 with a message. */
+static int copy_file(const char *dir, const char *name, const char *out)
+{
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/%s", dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", out, name);
+    struct stat sb;
+    if (stat(src, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "make_synth_checkpoint: --tokenizer: %s is not a regular file\n", src);
+        return 1;
+    }
+    FILE *in = fopen(src, "rb"), *o = in ? fopen(dst, "wb") : NULL;
+    int rc = !in || !o;
+    char buf[1 << 16];
+    size_t n;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        rc = fwrite(buf, 1, n, o) != n;
+    rc |= in && ferror(in);
+    if (in)
+        fclose(in);
+    if (o && fclose(o) != 0)
+        rc = 1;
+    if (rc)
+        fprintf(stderr, "make_synth_checkpoint: cannot copy %s to %s: %s\n", src, dst, strerror(errno));
+    return rc;
+}
+
+/* A real tokenizer beside the random weights (tokenizer.json, and tokenizer_config.json where the
+ * directory has one: its chat template), so that `moeserve serve` and `bench serve` take the
+ * checkpoint. Its ids must fit the preset's vocabulary. */
+static int synth_copy_tokenizer(const char *dir, const char *out, int vocab)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    struct tokenizer *tok = NULL;
+    struct err err = {0};
+    if (tokenizer_load(&tok, path, &err)) {
+        fprintf(stderr, "make_synth_checkpoint: --tokenizer: %s\n", err.msg);
+        return 1;
+    }
+    int n = tokenizer_vocab_size(tok);
+    tokenizer_free(tok);
+    if (n > vocab) {
+        fprintf(stderr, "make_synth_checkpoint: --tokenizer: %s has %d ids, the preset's vocabulary %d\n", path, n,
+                vocab);
+        return 1;
+    }
+    if (copy_file(dir, "tokenizer.json", out))
+        return 1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    struct stat sb;
+    return stat(path, &sb) == 0 ? copy_file(dir, "tokenizer_config.json", out) : 0;
+}
+
 static int usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice] [--format bf16|nvfp4] "
-            "[--layers N] [--seed S] [--embed-scale X] [--config-only]\n",
+            "[--layers N] [--seed S] [--embed-scale X] [--tokenizer DIR] [--config-only]\n",
             argv0);
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    const char *out = NULL, *preset = "cpu-bench", *format = "bf16";
+    const char *out = NULL, *preset = "cpu-bench", *format = "bf16", *tokenizer = NULL;
     int layers = 0;
     double embed_scale = 1.0;
     bool config_only = false;
@@ -674,7 +731,9 @@ int main(int argc, char **argv)
                         argv[i]);
                 return 2;
             }
-        } else if (!strcmp(argv[i], "--config-only"))
+        } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
+            tokenizer = argv[++i];
+        else if (!strcmp(argv[i], "--config-only"))
             config_only = true;
         else
             return usage(argv[0]);
@@ -716,7 +775,7 @@ int main(int argc, char **argv)
     if (config_only) {
         /* the bytes a script checks against the free space before the real write */
         printf("%llu\n", (unsigned long long)(8 + hl + sy.data_bytes));
-        rc = synth_write_configs(&sy, out) ? 1 : 0;
+        rc = synth_write_configs(&sy, out) || (tokenizer && synth_copy_tokenizer(tokenizer, out, sy.s.vocab)) ? 1 : 0;
         goto done;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", out);
@@ -741,7 +800,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "\rwrote %s: %.2f GB, %zu tensors, %s, %d layers, %.1f s\n", path,
             (double)sy.data_bytes / 1e9, sy.n, sy.format == SYNTH_NVFP4 ? "NVFP4 (ModelOpt)" : "BF16",
             sy.s.n_layers, timer_now() - t0);
-    rc = synth_write_configs(&sy, out) ? 1 : 0;
+    rc = synth_write_configs(&sy, out) || (tokenizer && synth_copy_tokenizer(tokenizer, out, sy.s.vocab)) ? 1 : 0;
 done:
     if (fp)
         fclose(fp);

