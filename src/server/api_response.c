@@ -2,6 +2,8 @@
  * string is escaped by one printer. */
 #include "server/api_response.h"
 
+#include <stdbool.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,11 +29,44 @@ static char *finish(struct json *root)
     return s;
 }
 
+void api_scrub_paths(char *msg)
+{
+    char *w = msg;
+    for (const char *r = msg; *r;) {
+        bool start = *r == '/' && (r == msg || r[-1] == ' ' || r[-1] == '"' || r[-1] == '\'' || r[-1] == '(');
+        if (start) {
+            /* a run of path characters with at least two '/': keep what follows the last one */
+            const char *e = r, *last = r;
+            int slashes = 0;
+            while (*e && *e != ' ' && *e != ':' && *e != '"' && *e != '\'' && *e != ',' && *e != ')') {
+                if (*e == '/')
+                    slashes++, last = e;
+                e++;
+            }
+            if (slashes >= 2) {
+                for (const char *c = last + 1; c < e; c++)
+                    *w++ = *c;
+                r = e;
+                continue;
+            }
+        }
+        *w++ = *r++;
+    }
+    *w = 0;
+}
+
 char *api_error_json(const struct api_error *e)
 {
     struct json *root = json_new_object();
     struct json *err = json_add(root, "error", json_new_object());
-    json_add(err, "message", json_new_string(e->message));
+    char msg[sizeof e->message];
+    memcpy(msg, e->message, sizeof msg);
+    msg[sizeof msg - 1] = 0;
+    /* the client is told what went wrong, not where this server keeps its files; a route error
+     * names the client's own URL, which stays */
+    if (e->http_status != 404 && e->http_status != 405)
+        api_scrub_paths(msg);
+    json_add(err, "message", json_new_string(msg));
     json_add(err, "type", json_new_string(e->type));
     json_add(err, "param", e->param[0] ? json_new_string(e->param) : json_new_null());
     json_add(err, "code", e->code[0] ? json_new_string(e->code) : json_new_null());

@@ -9,7 +9,7 @@
  * of {token, logprob, bytes, top_logprobs}). Every function returns a
  * malloc'ed NUL-terminated string, or NULL when out of memory.
  *
- * defines: struct api_logprobs, struct api_result, api_error_json(), api_models_json(),
+ * defines: struct api_logprobs, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(),
  *          api_result_json(), api_usage_chunk_json()
  */
 #ifndef MOESERVE_SERVER_API_RESPONSE_H
@@ -22,6 +22,9 @@
 #include "format/tokenizer.h"
 #include "server/api_request.h"
 
+/* Replaces every absolute path in msg (a '/' after a space, quote or parenthesis, with a second
+ * '/' before the next space, ':', quote, ',' or ')') by its last component, in place. */
+void api_scrub_paths(char *msg);
 /* Log-probabilities of n consecutive generated tokens. */
 struct api_logprobs {
     int n;

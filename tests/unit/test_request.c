@@ -142,6 +142,28 @@ static void test_ambiguous_bodies(void **state)
     api_request_free(&rq);
 }
 
+/* Client errors never carry this server's paths; a route error keeps the client's own URL. */
+static void test_error_paths_scrubbed(void **state)
+{
+    (void)state;
+    char m[200] = "KV cache: /srv/models/glm-5/config.json: bad value at /a/b (see \"/etc/x/y.conf\")";
+    api_scrub_paths(m);
+    assert_string_equal(m, "KV cache: config.json: bad value at b (see \"y.conf\")");
+    char k[64] = "a/b/c and /x alone stay";
+    api_scrub_paths(k);
+    assert_string_equal(k, "a/b/c and /x alone stay");
+    struct api_error e;
+    api_error_set(&e, 500, "server_error", NULL, NULL, "cannot read /home/me/m/tokenizer.json: gone");
+    char *j = api_error_json(&e);
+    assert_non_null(strstr(j, "cannot read tokenizer.json: gone"));
+    assert_null(strstr(j, "/home"));
+    free(j);
+    api_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no route for GET /v1/a/b");
+    j = api_error_json(&e);
+    assert_non_null(strstr(j, "/v1/a/b"));
+    free(j);
+}
+
 static void test_accepted_fields(void **state)
 {
     (void)state;
@@ -315,6 +337,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
+        cmocka_unit_test(test_error_paths_scrubbed),
         cmocka_unit_test(test_accepted_fields),
         cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
