@@ -108,6 +108,7 @@ int cmd_perplexity(int argc, char **argv)
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
+        {.name = "allow-long-context", .help = "let the context run past the model's max_position_embeddings"},
         {.name = "kv-cache-dtype", .metavar = "T",
          .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (cpu backend)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
@@ -143,7 +144,8 @@ int cmd_perplexity(int argc, char **argv)
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = (int)window,
                               .max_seqs = 1, .max_context = (int)window, .smem_budget = cli_smem_budget(opts, n),
                               .attention_precision = cli_attention_precision(opts, n),
-                              .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL)};
+                              .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL), .check_positions = true,
+                              .allow_long_context = cli_flag(opts, n, "allow-long-context")};
     struct model_session s;
     if (model_session_open(&s, model, &so, &err)) {
         LOG_ERROR("%s", err.msg);

@@ -44,6 +44,7 @@ struct serve_args {
     double shutdown_grace; /* seconds running requests get after SIGTERM / SIGINT */
     int attention_precision;
     const char *kv_cache_dtype;
+    bool allow_long_context;
     bool no_prefix_cache, batch_invariant;
 };
 
@@ -119,6 +120,7 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->host = cli_get(opts, n, "host", "127.0.0.1");
     a->attention_precision = cli_attention_precision(opts, n);
     a->kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL);
+    a->allow_long_context = cli_flag(opts, n, "allow-long-context");
     a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
     a->batch_invariant = cli_flag(opts, n, "batch-invariant");
     return -1;
@@ -162,7 +164,13 @@ static enum status serve_size_cache(struct serve_args *a, struct err *err)
         a->max_ctx = desc.max_position_embeddings > 0 && desc.max_position_embeddings < 32768
                          ? desc.max_position_embeddings
                          : 32768;
+    int max_pos = desc.max_position_embeddings;
     model_desc_free(&desc);
+    if (max_pos > 0 && a->max_ctx > max_pos && !a->allow_long_context)
+        return err_set(err, STATUS_INVALID,
+                       "--max-context %ld is past the model's max_position_embeddings (%d): positions it never "
+                       "saw; pass --allow-long-context to go on anyway",
+                       a->max_ctx, max_pos);
     if (!a->kv_blocks) {
         long per_seq = (1024 + a->block - 1) / a->block, one = (a->max_ctx + a->block - 1) / a->block;
         a->kv_blocks = per_seq * a->max_seqs > one ? per_seq * a->max_seqs : one;
@@ -248,6 +256,7 @@ int cmd_serve(int argc, char **argv)
         {.name = "batch-invariant",
          .help = "cpu: a request's logits never depend on the requests batched with it (slower prefill)"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block"},
+        {.name = "allow-long-context", .help = "let the context run past the model's max_position_embeddings"},
         {.name = "kv-cache-dtype", .metavar = "T",
          .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (cpu backend)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "

@@ -30,6 +30,14 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     enum status st = model_desc_load(&s->desc, dir, err);
     if (st)
         goto fail;
+    if (o && o->check_positions && !o->allow_long_context && s->desc.max_position_embeddings > 0 &&
+        def.max_context > s->desc.max_position_embeddings) {
+        st = err_set(err, STATUS_INVALID,
+                     "a context of %d tokens is past the model's max_position_embeddings (%d): positions it "
+                     "never saw; pass --allow-long-context to go on anyway",
+                     def.max_context, s->desc.max_position_embeddings);
+        goto fail;
+    }
     /* before the backend: a CUDA backend plans for these weight formats */
     st = quant_config_load(&s->qc, dir, err);
     if (st)

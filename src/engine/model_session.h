@@ -29,6 +29,9 @@ struct session_opts {
                              (struct backend_cpu_opts); refused on other backends */
     const char *kv_cache_dtype; /* MLA latent cache: "bf16" (NULL: the default), "f32" for reference runs;
                                    "fp8" is refused until it exists (--kv-cache-dtype) */
+    bool check_positions;   /* refuse a max_context past the model's max_position_embeddings (the CLI's
+                               commands; tests and benchmarks size caches, not positions) ... */
+    bool allow_long_context; /* ... unless asked to (--allow-long-context) */
     int attention_precision; /* cuda: prefill tensor-core attention operands: 0 bf16 hi + lo (fp32-grade), 1 P and
                                 V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision) */
 };

@@ -101,6 +101,10 @@ expect bad_attention_precision "--attention-precision: expected hi_lo" -- logits
     --out "$work/o.bin" --attention-precision fp8
 expect attention_precision_on_cpu "applies to the cuda backend" -- generate --model "$good" --tokens 1 -n 1 \
     --backend cpu --attention-precision bf16
+expect serve_past_positions "past the model's max_position_embeddings (1024)" -- serve \
+    --model "$src/models/moeserve-tiny" --max-context 2048
+expect generate_past_positions "past the model's max_position_embeddings (256)" -- generate --model "$good" \
+    --tokens 1,2 -n 300
 expect empty_api_key "--api-key is empty" -- serve --model "$good" --api-key ""
 MOESERVE_API_KEY= expect empty_api_key_env "MOESERVE_API_KEY is empty" -- serve --model "$good"
 expect kv_dtype_gqa "only MLA latent caches" -- logits --model "$good" --tokens 1 --out "$work/o.bin" \

@@ -351,8 +351,8 @@ describe('bounded queue and deadlines', () => {
 
 describe('SIGTERM', () => {
   test('new requests get 503, a running stream ends with an error event and [DONE] after the grace period', async () => {
-    const srv = await startServer(['--max-context', '4096', '--max-seqs', '2', '--max-tokens', '64',
-      '--shutdown-grace', '1']);
+    const srv = await startServer(['--max-context', '4096', '--allow-long-context', '--max-seqs', '2',
+      '--max-tokens', '64', '--shutdown-grace', '1']);
     // ~3000 tokens at ~1500 tok/s: longer than the 1 s grace
     const res = await fetch(`${srv.url}/v1/completions`, {
       method: 'POST',

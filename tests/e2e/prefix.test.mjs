@@ -11,7 +11,7 @@ import { MODEL, MODEL_DIR, startServer } from './helpers.mjs';
 
 let srv;
 before(async () => {
-  srv = await startServer(['--max-context', '2048', '--max-seqs', '8', '--max-tokens', '512']);
+  srv = await startServer(['--max-context', '2048', '--allow-long-context', '--max-seqs', '8', '--max-tokens', '512']);
 });
 after(async () => {
   assert.equal(await srv.stop(), 0, srv.stderr());
