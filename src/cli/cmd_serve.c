@@ -222,10 +222,8 @@ static void serve_run_until_signal(struct serve_state *st, const struct serve_ar
     fflush(stdout);
     int sig = 0;
     sigwait(sigs, &sig);
-    struct scheduler_stats ss;
-    scheduler_get_stats(&st->sch, &ss);
-    LOG_INFO("serve: %s, shutting down: no new requests; %d running and %d queued get up to %g s",
-             sig == SIGINT ? "SIGINT" : "SIGTERM", ss.n_running, ss.n_waiting, a->shutdown_grace);
+    LOG_INFO("serve: %s, shutting down: no new requests; the %d in flight get up to %g s",
+             sig == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&st->srv.n_live), a->shutdown_grace);
     server_drain(&st->srv, a->shutdown_grace);
 }
 

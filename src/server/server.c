@@ -332,13 +332,10 @@ void server_drain(struct server *srv, double grace)
         return;
     atomic_store(&srv->draining, true);
     double t0 = timer_now();
-    for (;;) {
-        struct scheduler_stats st;
-        scheduler_get_stats(srv->m.sch, &st);
-        if (st.n_waiting + st.n_running == 0 || timer_now() - t0 >= grace)
-            break;
+    /* the generations being answered, not the scheduler's published counts: those lag a step
+     * behind the first token a client already has */
+    while (atomic_load(&srv->n_live) > 0 && timer_now() - t0 < grace)
         usleep(20 * 1000);
-    }
     scheduler_stop(srv->m.sch); /* what is left ends as cancelled: its threads write the ends */
     for (double t1 = timer_now(); atomic_load(&srv->n_live) > 0 && timer_now() - t1 < 2.0;)
         usleep(10 * 1000);
