@@ -49,7 +49,9 @@ struct mma_params {
     float *part; /* (n_splits, T, H, R + 2) otherwise: m, l, unnormalised O */
 };
 
-/* grid (T * head_blocks, n_splits), (rows / 16) * 2 warps; TN keys per tile. */
+/* grid (T * head_blocks, n_splits), (rows / 16) * 2 warps; TN keys per tile. One function past
+ * 100 lines: the O accumulators (up to 128 registers a thread) live through every phase of the
+ * tile loop (load, S, softmax, P V), which reads best, and compiles best, in one piece. */
 template <int TN>
 __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 {
