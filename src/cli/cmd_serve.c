@@ -40,6 +40,7 @@ struct serve_args {
     const char *model, *served, *api_key, *backend, *host;
     char name[256]; /* the model directory's name: served's default */
     long port, max_seqs, max_tokens, max_ctx, kv_blocks, block, max_queue, max_body;
+    long max_conns, max_per_client, idle_timeout;
     double timeout;
     double shutdown_grace; /* seconds running requests get after SIGTERM / SIGINT */
     int attention_precision;
@@ -86,7 +87,8 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
         return 2;
     }
     *a = (struct serve_args){.port = 8000, .max_seqs = 64, .max_tokens = 512, .block = 16, .max_queue = 256,
-                             .max_body = 4L << 20, .timeout = 600, .shutdown_grace = 30};
+                             .max_body = 4L << 20, .timeout = 600, .shutdown_grace = 30, .max_conns = 1024,
+                             .idle_timeout = 600};
     if (cli_int(opts, n, "port", 0, 65535, &a->port, &err) ||
         cli_int(opts, n, "max-seqs", 1, 4096, &a->max_seqs, &err) ||
         cli_int(opts, n, "max-tokens", 1, 1 << 20, &a->max_tokens, &err) ||
@@ -95,6 +97,9 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
         cli_int(opts, n, "block-size", 1, 4096, &a->block, &err) ||
         cli_int(opts, n, "max-queue", 1, 1 << 24, &a->max_queue, &err) ||
         cli_int(opts, n, "max-body-bytes", 1024, 1L << 34, &a->max_body, &err) ||
+        cli_int(opts, n, "max-connections", 1, 1 << 20, &a->max_conns, &err) ||
+        cli_int(opts, n, "max-connections-per-client", 1, 1 << 20, &a->max_per_client, &err) ||
+        cli_int(opts, n, "idle-timeout", 1, 1 << 20, &a->idle_timeout, &err) ||
         cli_float(opts, n, "request-timeout", 0, 1e9, &a->timeout, &err) ||
         cli_float(opts, n, "shutdown-grace", 0, 1e6, &a->shutdown_grace, &err)) {
         LOG_ERROR("serve: %s", err.msg);
@@ -200,6 +205,8 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
         return s;
     struct server_opts sro = {.host = a->host, .port = (int)a->port, .api_key = a->api_key,
                               .model_name = a->served, .max_body_bytes = (size_t)a->max_body,
+                              .max_connections = (int)a->max_conns, .max_per_client = (int)a->max_per_client,
+                              .idle_timeout = (int)a->idle_timeout,
                               .request_timeout = a->timeout};
     struct server_model sm = {
         .sch = &st->sch,
@@ -245,6 +252,10 @@ int cmd_serve(int argc, char **argv)
         {.name = "block-size", .metavar = "N", .help = "tokens per KV block (default 16)"},
         {.name = "max-queue", .metavar = "N", .help = "requests waiting before new ones get 503 (default 256)"},
         {.name = "max-body-bytes", .metavar = "N", .help = "largest request body (default 4194304)"},
+        {.name = "max-connections", .metavar = "N", .help = "open connections answered; past it 503 (default 1024)"},
+        {.name = "max-connections-per-client", .metavar = "N",
+         .help = "open connections of one client address; past it 503 (default: --max-connections)"},
+        {.name = "idle-timeout", .metavar = "S", .help = "seconds a silent connection stays open (default 600)"},
         {.name = "request-timeout", .metavar = "S", .help = "seconds a request may take, queue included (default 600; "
                                                            "0 = none)"},
         {.name = "shutdown-grace", .metavar = "S", .help = "seconds running requests may take to finish after "

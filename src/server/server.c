@@ -9,6 +9,7 @@
 #include "server/server_internal.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +188,90 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
     return server_reply_error(cc, &e);
 }
 
+/* The client's slot in srv->clients (claimed when absent and claim), or NULL: the table full, or
+ * an address of another family. Under conn_mu. */
+static struct server_client *client_slot(struct server *srv, const struct sockaddr *sa, bool claim)
+{
+    unsigned char key[16];
+    int len;
+    if (sa->sa_family == AF_INET) {
+        memcpy(key, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        len = 4;
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        len = 16;
+    } else {
+        return NULL;
+    }
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < len; i++)
+        h = (h ^ key[i]) * 16777619u;
+    /* len 0: never used (a probe ends), -1: freed (a probe goes on; a claim may take it) */
+    struct server_client *freed = NULL;
+    for (int probe = 0; probe < SERVER_CLIENT_SLOTS; probe++) {
+        struct server_client *c = &srv->clients[(h + (uint32_t)probe) % SERVER_CLIENT_SLOTS];
+        if (c->len == len && memcmp(c->addr, key, (size_t)len) == 0)
+            return c;
+        if (c->len == -1 && !freed)
+            freed = c;
+        if (c->len == 0) {
+            freed = freed ? freed : c;
+            break;
+        }
+    }
+    if (!claim || !freed)
+        return NULL;
+    memcpy(freed->addr, key, (size_t)len);
+    freed->len = len;
+    freed->n_open = 0;
+    return freed;
+}
+
+/* Counts connections as they open and close, per client address. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct server *srv = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    pthread_mutex_lock(&srv->conn_mu);
+    struct server_client *c = ci && ci->client_addr ? client_slot(srv, ci->client_addr, code == MHD_CONNECTION_NOTIFY_STARTED) : NULL;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        srv->n_open++;
+        if (c)
+            c->n_open++;
+        *socket_ctx = c;
+    } else {
+        srv->n_open--;
+        c = *socket_ctx;
+        if (c && --c->n_open == 0)
+            c->len = -1; /* freed: probes go past it, a new address may take it */
+    }
+    pthread_mutex_unlock(&srv->conn_mu);
+}
+
+/* Past a connection limit: answered 503 (with Retry-After) instead of a reset. */
+static bool over_connection_limits(struct conn_ctx *cc, struct api_error *e)
+{
+    struct server *srv = cc->srv;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(cc->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    pthread_mutex_lock(&srv->conn_mu);
+    int all = srv->n_open, mine = 0;
+    struct server_client *c = ci && ci->client_addr ? client_slot(srv, ci->client_addr, false) : NULL;
+    if (c)
+        mine = c->n_open;
+    pthread_mutex_unlock(&srv->conn_mu);
+    if (all > srv->o.max_connections)
+        api_error_set(e, 503, "server_error", NULL, "too_many_connections",
+                      "%d connections are open, more than the server's limit of %d", all, srv->o.max_connections);
+    else if (mine > srv->o.max_per_client)
+        api_error_set(e, 503, "server_error", NULL, "too_many_connections",
+                      "your address has %d connections open, more than the limit of %d a client", mine,
+                      srv->o.max_per_client);
+    else
+        return false;
+    return true;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -202,6 +287,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         cc->conn = conn;
         cc->ep = endpoint_of(url);
         *con_cls = cc;
+        struct api_error e;
+        if (over_connection_limits(cc, &e)) {
+            cc->refused = true;
+            return server_reply_error(cc, &e);
+        }
         /* the key is in the headers: an unauthenticated body is never read into memory */
         if (strncmp(url, "/v1/", 4) == 0 && !authorized(cc)) {
             cc->refused = true;
@@ -284,6 +374,14 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
         srv->o.max_body_bytes = 4u << 20;
     if (srv->o.max_connections <= 0)
         srv->o.max_connections = 1024;
+    if (srv->o.max_per_client <= 0 || srv->o.max_per_client > srv->o.max_connections)
+        srv->o.max_per_client = srv->o.max_connections;
+    if (srv->o.idle_timeout <= 0)
+        srv->o.idle_timeout = 600;
+    srv->clients = calloc(SERVER_CLIENT_SLOTS, sizeof *srv->clients);
+    if (!srv->clients)
+        return err_set(err, STATUS_NOMEM, "server: out of memory");
+    pthread_mutex_init(&srv->conn_mu, NULL);
     metrics_init(&srv->metrics);
     srv->created = (long)time(NULL);
     struct timespec ts;
@@ -300,6 +398,8 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
     int rc = getaddrinfo(srv->o.host, port, &hints, &ai);
     if (rc) {
         metrics_free(&srv->metrics);
+        free(srv->clients);
+        pthread_mutex_destroy(&srv->conn_mu);
         return err_set(err, STATUS_INVALID, "--host %s: %s", srv->o.host, gai_strerror(rc));
     }
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
@@ -307,12 +407,16 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)600, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+        /* the hard limit sits above ours, so that the first connections past ours get a 503 */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->o.max_connections + 64u, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)srv->o.idle_timeout, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {
         metrics_free(&srv->metrics);
+        free(srv->clients);
+        pthread_mutex_destroy(&srv->conn_mu);
         return err_set(err, STATUS_IO, "cannot listen on %s:%d (in use, or not an address of this machine?)",
                        srv->o.host, o->port);
     }
@@ -349,5 +453,7 @@ void server_stop(struct server *srv)
     atomic_store(&srv->stopping, true);
     MHD_stop_daemon(srv->daemon);
     metrics_free(&srv->metrics);
+    free(srv->clients);
+    pthread_mutex_destroy(&srv->conn_mu);
     memset(srv, 0, sizeof *srv);
 }

@@ -19,6 +19,7 @@
 #ifndef MOESERVE_SERVER_SERVER_H
 #define MOESERVE_SERVER_SERVER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +35,9 @@ struct server_opts {
     const char *model_name;    /* the id clients send and /v1/models lists */
     size_t max_body_bytes;     /* default 4 MiB */
     double request_timeout;    /* seconds from arrival to the end of generation; 0 = none */
-    int max_connections;       /* default 1024 */
+    int max_connections;       /* open connections answered; past it 503 (default 1024) */
+    int max_per_client;        /* open connections of one client address; past it 503 (0: max_connections) */
+    int idle_timeout;          /* seconds a connection may stay silent before it is closed (default 600) */
 };
 
 struct server_model {
@@ -45,6 +48,14 @@ struct server_model {
 
 struct MHD_Daemon;
 
+/* One client address and its open connections (an open-addressing table of SERVER_CLIENT_SLOTS). */
+#define SERVER_CLIENT_SLOTS 4096
+struct server_client {
+    unsigned char addr[16]; /* IPv4 in the first 4 bytes (len 4), else IPv6 */
+    int len;                /* 4 or 16; 0: never used; -1: freed */
+    int n_open;
+};
+
 struct server {
     struct server_opts o;      /* strings borrowed */
     struct server_model m;
@@ -53,6 +64,9 @@ struct server {
     atomic_bool draining;      /* server_drain(): new generations get 503, running ones go on */
     atomic_bool stopping;
     atomic_int n_live;         /* generations whose connection is still being answered */
+    pthread_mutex_t conn_mu;   /* guards n_open and clients */
+    int n_open;                /* connections open now */
+    struct server_client *clients; /* (SERVER_CLIENT_SLOTS) open connections per client address, owned */
     atomic_ullong n_ids;       /* request ids and default seeds */
     uint64_t salt;             /* makes ids differ between runs */
     long created;              /* unix time at start */

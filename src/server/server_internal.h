@@ -21,7 +21,8 @@ struct conn_ctx {
     char *body;                /* (cap) the request body so far, NUL-terminated, owned */
     size_t len, cap;
     bool too_big;              /* over max_body_bytes: the rest is read and dropped */
-    bool refused;              /* answered from the headers (no key, too big): no body is kept */
+    bool refused;              /* answered from the headers (no key, too big, too many connections): no
+                                  body is kept */
 };
 
 /* Queues a response with body (owned, may be NULL for empty) and counts it. */

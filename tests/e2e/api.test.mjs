@@ -2,6 +2,7 @@
 // use it (chat streamed and not, completions, model list, log-probabilities, stop) and through raw
 // HTTP for every class of bad request (status + OpenAI error body), the body size limit and the API key.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import { MODEL, metrics, postJSON, sleep, startServer } from './helpers.mjs';
@@ -376,5 +377,50 @@ describe('SIGTERM', () => {
     assert.match(text, /"code":"shutting_down"/);
     assert.ok(text.trimEnd().endsWith('data: [DONE]'), text.slice(-200));
     assert.equal(await srv.stop(), 0);
+  });
+});
+
+describe('connection limits', () => {
+  // idle sockets (opened, never a request) hold connections the way a client that locks others out does
+  const idle = async (url, n) => {
+    const { hostname, port } = new URL(url);
+    return Promise.all(Array.from({ length: n }, () => new Promise((resolve, reject) => {
+      const s = net.connect(Number(port), hostname, () => resolve(s));
+      s.on('error', reject);
+    })));
+  };
+  const status = async (url) => {
+    const r = await fetch(url, { headers: { connection: 'close' } });
+    return { status: r.status, retry: r.headers.get('retry-after'), json: await r.json() };
+  };
+
+  test('past --max-connections-per-client and --max-connections: 503 with Retry-After, not a reset', async () => {
+    const srv = await startServer(['--max-context', '128', '--max-connections', '6', '--max-connections-per-client',
+      '3']);
+    try {
+      let socks = await idle(srv.url, 3);
+      await sleep(100);
+      let r = await status(`${srv.url}/health`);
+      assert.equal(r.status, 503);
+      assert.equal(r.retry, '1');
+      assert.equal(r.json.error.code, 'too_many_connections');
+      assert.match(r.json.error.message, /limit of 3 a client/);
+      for (const s of socks) s.destroy();
+      await sleep(200);
+      assert.equal((await status(`${srv.url}/health`)).status, 200);
+    } finally {
+      await srv.stop();
+    }
+    const srv2 = await startServer(['--max-context', '128', '--max-connections', '3']);
+    try {
+      const socks = await idle(srv2.url, 3);
+      await sleep(100);
+      const r = await status(`${srv2.url}/health`);
+      assert.equal(r.status, 503);
+      assert.match(r.json.error.message, /server's limit of 3/);
+      for (const s of socks) s.destroy();
+    } finally {
+      await srv2.stop();
+    }
   });
 });
