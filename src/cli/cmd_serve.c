@@ -46,6 +46,7 @@ struct serve_args {
     int attention_precision;
     const char *kv_cache_dtype;
     bool allow_long_context;
+    bool lenient;
     bool no_prefix_cache, batch_invariant;
 };
 
@@ -126,6 +127,7 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->attention_precision = cli_attention_precision(opts, n);
     a->kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL);
     a->allow_long_context = cli_flag(opts, n, "allow-long-context");
+    a->lenient = cli_flag(opts, n, "lenient");
     a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
     a->batch_invariant = cli_flag(opts, n, "batch-invariant");
     return -1;
@@ -206,7 +208,7 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
     struct server_opts sro = {.host = a->host, .port = (int)a->port, .api_key = a->api_key,
                               .model_name = a->served, .max_body_bytes = (size_t)a->max_body,
                               .max_connections = (int)a->max_conns, .max_per_client = (int)a->max_per_client,
-                              .idle_timeout = (int)a->idle_timeout,
+                              .idle_timeout = (int)a->idle_timeout, .lenient = a->lenient,
                               .request_timeout = a->timeout};
     struct server_model sm = {
         .sch = &st->sch,
@@ -256,6 +258,8 @@ int cmd_serve(int argc, char **argv)
         {.name = "max-connections-per-client", .metavar = "N",
          .help = "open connections of one client address; past it 503 (default: --max-connections)"},
         {.name = "idle-timeout", .metavar = "S", .help = "seconds a silent connection stays open (default 600)"},
+        {.name = "lenient", .help = "ignore the request fields this server does not implement (tools, penalties, "
+                                    "...) with a logged warning instead of a 400"},
         {.name = "request-timeout", .metavar = "S", .help = "seconds a request may take, queue included (default 600; "
                                                            "0 = none)"},
         {.name = "shutdown-grace", .metavar = "S", .help = "seconds running requests may take to finish after "

@@ -258,6 +258,64 @@ static enum status parse_stop(const struct json *body, struct api_request *rq, s
     return STATUS_OK;
 }
 
+/* What an unsupported field's value may be and still ask for nothing. */
+enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT };
+
+static const struct {
+    const char *name;
+    enum neutral ok;
+} UNSUPPORTED[] = {
+    {"tools", NEUTRAL_EMPTY},           {"tool_choice", NEUTRAL_NONE},     {"functions", NEUTRAL_EMPTY},
+    {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT}, {"frequency_penalty", NEUTRAL_EMPTY},
+    {"presence_penalty", NEUTRAL_EMPTY}, {"repetition_penalty", NEUTRAL_ONE}, {"logit_bias", NEUTRAL_EMPTY},
+    {"min_p", NEUTRAL_EMPTY},           {"min_tokens", NEUTRAL_EMPTY},     {"stop_token_ids", NEUTRAL_EMPTY},
+    {"echo", NEUTRAL_EMPTY},            {"suffix", NEUTRAL_EMPTY},         {"best_of", NEUTRAL_ONE},
+    {"prompt_logprobs", NEUTRAL_EMPTY}, {"chat_template_kwargs", NEUTRAL_EMPTY}, {"chat_template", NEUTRAL_EMPTY},
+    {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
+    {"guided_grammar", NEUTRAL_EMPTY},  {"structured_outputs", NEUTRAL_EMPTY}, {"audio", NEUTRAL_EMPTY},
+    {"prediction", NEUTRAL_EMPTY},      {"reasoning_effort", NEUTRAL_EMPTY},
+};
+
+static bool asks_nothing(const struct json *j, enum neutral ok)
+{
+    if (json_is_null(j) || (json_is_bool(j) && !json_bool(j)) || (json_is_number(j) && json_number(j) == 0) ||
+        (json_is_string(j) && !json_string(j)[0]) ||
+        ((json_is_array(j) || json_is_object(j)) && !json_child(j)))
+        return true;
+    switch (ok) {
+    case NEUTRAL_ONE: return json_is_number(j) && json_number(j) == 1;
+    case NEUTRAL_NONE: return json_is_string(j) && strcmp(json_string(j), "none") == 0;
+    case NEUTRAL_TEXT: {
+        const struct json *t = json_get(j, "type");
+        return json_is_string(t) && strcmp(json_string(t), "text") == 0 && !json_next(json_child(j));
+    }
+    case NEUTRAL_EMPTY: break;
+    }
+    return false;
+}
+
+/* 400 for the first unsupported field that asks for something; lenient: listed in rq->ignored. */
+static enum status check_unsupported(const struct json *body, struct api_request *rq, bool lenient,
+                                     struct api_error *e)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++) {
+        const struct json *j = json_get(body, UNSUPPORTED[i].name);
+        if (!j || asks_nothing(j, UNSUPPORTED[i].ok))
+            continue;
+        if (!lenient)
+            return api_error_set(e, 400, "invalid_request_error", UNSUPPORTED[i].name, "unsupported_parameter",
+                                 "'%s' is not supported by this server: refused rather than ignored "
+                                 "(serve --lenient ignores it with a warning)",
+                                 UNSUPPORTED[i].name);
+        at += (size_t)snprintf(rq->ignored + at, at < sizeof rq->ignored ? sizeof rq->ignored - at : 0, "%s%s",
+                               at ? ", " : "", UNSUPPORTED[i].name);
+        if (at >= sizeof rq->ignored)
+            at = sizeof rq->ignored - 1;
+    }
+    return STATUS_OK;
+}
+
 static enum status parse_fields(const struct json *body, struct api_request *rq, struct api_error *e)
 {
     const struct json *model = field(body, "model");
@@ -329,6 +387,12 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
 enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
                               struct api_error *e)
 {
+    return api_request_parse_opts(rq, kind, body, len, false, e);
+}
+
+enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
+                                   bool lenient, struct api_error *e)
+{
     memset(rq, 0, sizeof *rq);
     rq->kind = kind;
     rq->temperature = 1.0;
@@ -348,8 +412,8 @@ enum status api_request_parse(struct api_request *rq, enum api_kind kind, const 
     else if (dup)
         st = api_error_set(e, 400, "invalid_request_error", NULL, NULL,
                            "the key \"%.100s\" appears twice in one object (which one counts is ambiguous)", dup);
-    else
-        st = parse_fields(root, rq, e);
+    else if (!(st = parse_fields(root, rq, e)))
+        st = check_unsupported(root, rq, lenient, e);
     json_free(root);
     if (st) {
         api_request_free(rq);

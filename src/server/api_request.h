@@ -3,7 +3,8 @@
  *
  * Every field this server understands is type- and range-checked; a bad one
  * yields an OpenAI-shaped error (HTTP status, type, param, message naming the
- * field). Fields it does not know are ignored, as OpenAI clients send extras. A body with
+ * field). Fields it does not know are ignored, as OpenAI clients send extras; fields it knows
+ * and does not implement are refused (api_request_parse()). A body with
  * bytes after its JSON value, a key twice in one object or a \u0000 in a string is refused:
  * a proxy in front might read it differently, or the C string would end early.
  * JSON null counts as absent. Checks that need the model (token ids in range,
@@ -70,12 +71,20 @@ struct api_request {
     bool logprobs;               /* return log-probabilities */
     int top_logprobs;            /* alternatives per token: completions' logprobs N, chat's top_logprobs */
     bool ignore_eos;             /* extension (vLLM's): generate max_tokens whatever is sampled */
+    char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */
 };
 
 /* Parses body[0..len). On failure returns STATUS_INVALID with e filled
- * (status 400) and *rq zeroed. */
+ * (status 400) and *rq zeroed. A field OpenAI (or vLLM) defines that this server does not
+ * implement (tools, response_format, penalties, logit_bias, echo, ...) is refused with 400 naming
+ * it when its value asks for something (anything but its no-op: null, false, 0, "", [], {}, a
+ * repetition_penalty of 1, best_of 1, tool_choice "none", response_format {"type": "text"}), so
+ * that no answer silently ignores it. */
 enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
                               struct api_error *e);
+/* The same; lenient: those fields are listed in rq->ignored instead of refused (serve --lenient). */
+enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
+                                   bool lenient, struct api_error *e);
 /* Safe on a zeroed struct. */
 void api_request_free(struct api_request *rq);
 

@@ -20,6 +20,7 @@
 #define MOESERVE_SERVER_SERVER_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,7 @@ struct server_opts {
     int max_connections;       /* open connections answered; past it 503 (default 1024) */
     int max_per_client;        /* open connections of one client address; past it 503 (0: max_connections) */
     int idle_timeout;          /* seconds a connection may stay silent before it is closed (default 600) */
+    bool lenient;              /* unsupported request fields ignored with a warning, not refused */
 };
 
 struct server_model {

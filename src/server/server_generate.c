@@ -443,13 +443,16 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
         gen_free(g);
         return server_reply_error(cc, &e);
     }
-    if (api_request_parse(&g->rq, kind, cc->body ? cc->body : "", cc->len, &e) || gen_submit(g, &e)) {
+    if (api_request_parse_opts(&g->rq, kind, cc->body ? cc->body : "", cc->len, g->srv->o.lenient, &e) ||
+        gen_submit(g, &e)) {
         /* refused before the scheduler took it: no generation to log */
         sched_req_put(g->req);
         g->req = NULL;
         gen_free(g);
         return server_reply_error(cc, &e);
     }
+    if (g->rq.ignored[0])
+        LOG_WARN("request %s: ignored (--lenient): %s", g->id, g->rq.ignored);
     text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
     /* the first token (or an early end) decides the status line */
     if (!gen_wait(g, 0)) {
