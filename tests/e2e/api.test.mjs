@@ -81,6 +81,22 @@ describe('openai client against moeserve serve', () => {
     assert.ok(Math.abs(b.created - Date.now() / 1000) < 5);
   });
 
+  test('what the server does not implement is refused, not ignored (tools, response_format, penalties)', async () => {
+    const base = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 };
+    const cases = [
+      [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'tools'],
+      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ frequency_penalty: 0.5 }, 'frequency_penalty'],
+      [{ logit_bias: { 5: 10 } }, 'logit_bias'],
+    ];
+    for (const [extra, param] of cases)
+      await assert.rejects(client.chat.completions.create({ ...base, ...extra }),
+        (e) => e.status === 400 && e.param === param && e.code === 'unsupported_parameter');
+    // the no-op values pass
+    const r = await client.chat.completions.create({ ...base, frequency_penalty: 0, tools: [], tool_choice: 'none' });
+    assert.equal(r.choices.length, 1);
+  });
+
   test('completions, streamed and not, identical greedy text', async () => {
     const req = { model: MODEL, prompt: 'And God said, Let there be', max_tokens: 16, temperature: 0, ignore_eos: true };
     const whole = await client.completions.create(req);
