@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/log.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
@@ -159,6 +160,36 @@ static void serve_load_template(struct serve_state *st, const char *model)
     }
 }
 
+/* The model's sampling defaults from DIR/generation_config.json (HF's: do_sample false is greedy;
+ * temperature, top_p, top_k), for requests that leave them out. Absent file or keys: none. */
+static void serve_sampling_defaults(const char *dir, struct server_opts *o)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    struct json *g = NULL;
+    struct err err = {0};
+    if (json_parse_file(path, &g, &err))
+        return;
+    const struct json *t = json_get(g, "temperature"), *p = json_get(g, "top_p"), *k = json_get(g, "top_k"),
+                      *ds = json_get(g, "do_sample");
+    if (json_is_bool(ds) && !json_bool(ds)) {
+        o->has_temperature = true, o->temperature = 0.0; /* greedy, whatever else the file says */
+    } else {
+        if (json_is_number(t) && json_number(t) >= 0 && json_number(t) <= 2)
+            o->has_temperature = true, o->temperature = json_number(t);
+        if (json_is_number(p) && json_number(p) > 0 && json_number(p) <= 1)
+            o->has_top_p = true, o->top_p = json_number(p);
+        if (json_is_number(k) && json_number(k) >= 0 && json_number(k) == (int)json_number(k))
+            o->has_top_k = true, o->top_k = (int)json_number(k);
+    }
+    json_free(g);
+    if (o->has_temperature || o->has_top_p || o->has_top_k)
+        LOG_INFO("serve: sampling defaults from %s: temperature %s%g, top_p %s%g, top_k %s%d (a request's own win)",
+                 path, o->has_temperature ? "" : "(none) ", o->has_temperature ? o->temperature : 1.0,
+                 o->has_top_p ? "" : "(none) ", o->has_top_p ? o->top_p : 1.0, o->has_top_k ? "" : "(none) ",
+                 o->has_top_k ? o->top_k : 0);
+}
+
 /* Fills in the defaults of --max-context (the model's context, at most 32768)
  * and --kv-blocks (see the top of this file), which need the model's config. */
 static enum status serve_size_cache(struct serve_args *a, struct err *err)
@@ -210,6 +241,7 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .max_connections = (int)a->max_conns, .max_per_client = (int)a->max_per_client,
                               .idle_timeout = (int)a->idle_timeout, .lenient = a->lenient,
                               .request_timeout = a->timeout};
+    serve_sampling_defaults(a->model, &sro);
     struct server_model sm = {
         .sch = &st->sch,
         .max_context = (int)a->max_ctx,

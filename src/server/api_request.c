@@ -343,8 +343,10 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         return api_error_set(e, 400, "invalid_request_error", "n", NULL, "'n' = %d is not supported: only n = 1", n);
     if ((st = get_num(body, "temperature", 0, 2, false, &rq->temperature, e)) ||
         (st = get_num(body, "top_p", 0, 1, true, &rq->top_p, e)) ||
-        (st = get_int(body, "top_k", -1, 2147483647.0, &rq->top_k, NULL, e)))
+        (st = get_int(body, "top_k", -1, 2147483647.0, &rq->top_k, &rq->has_top_k, e)))
         return st;
+    rq->has_temperature = field(body, "temperature") != NULL;
+    rq->has_top_p = field(body, "top_p") != NULL;
     if (rq->top_k < 0)
         rq->top_k = 0;
     const struct json *seed = field(body, "seed");

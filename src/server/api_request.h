@@ -62,6 +62,7 @@ struct api_request {
     double temperature;          /* default 1 */
     double top_p;                /* default 1 */
     int top_k;                   /* 0 = off (-1 is accepted as off) */
+    bool has_temperature, has_top_p, has_top_k; /* given: the model's defaults do not apply */
     bool has_seed;
     uint64_t seed;
     char *stop[API_MAX_STOP];    /* owned, non-empty strings */

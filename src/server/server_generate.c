@@ -366,6 +366,14 @@ fail:;
 static enum status gen_submit(struct gen *g, struct api_error *e)
 {
     struct server *srv = g->srv;
+    /* the model's recommended sampling where the request leaves it out (generation_config.json) */
+    const struct server_opts *so = &srv->o;
+    if (!g->rq.has_temperature && so->has_temperature)
+        g->rq.temperature = so->temperature;
+    if (!g->rq.has_top_p && so->has_top_p)
+        g->rq.top_p = so->top_p;
+    if (!g->rq.has_top_k && so->has_top_k)
+        g->rq.top_k = so->top_k;
     const struct api_request *rq = &g->rq;
     if (strcmp(rq->model, srv->o.model_name) != 0)
         return api_error_set(e, 404, "invalid_request_error", "model", "model_not_found",

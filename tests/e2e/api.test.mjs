@@ -134,6 +134,15 @@ describe('openai client against moeserve serve', () => {
     assert.equal(res.choices[0].text, alone);
   });
 
+  test('the model\'s generation_config.json sets what a request leaves out (moeserve-tiny: do_sample false)', async () => {
+    const req = { model: MODEL, prompt: 'And the LORD said', max_tokens: 10, ignore_eos: true };
+    const a = await client.completions.create(req);
+    const b = await client.completions.create(req);
+    const greedy = await client.completions.create({ ...req, temperature: 0 });
+    assert.equal(a.choices[0].text, b.choices[0].text);
+    assert.equal(a.choices[0].text, greedy.choices[0].text);
+  });
+
   test('seeded sampling repeats', async () => {
     const req = { model: MODEL, prompt: 'The LORD is my shepherd', max_tokens: 12, temperature: 1, top_p: 0.9, top_k: 50, seed: 42 };
     const a = await client.completions.create(req);

@@ -220,6 +220,7 @@ static void test_accepted_fields(void **state)
     assert_int_equal(rq.prompt_ids[2], 7);
     assert_int_equal(rq.max_tokens, 9);
     assert_true(rq.temperature == 0 && rq.top_p == 0.5 && rq.top_k == 0);
+    assert_true(rq.has_temperature && rq.has_top_p && rq.has_top_k); /* given: the model's defaults stay out */
     assert_true(rq.has_seed && rq.seed == UINT64_MAX);
     assert_int_equal(rq.n_stop, 1); /* empty stop strings are dropped */
     assert_string_equal(rq.stop[0], "END");
