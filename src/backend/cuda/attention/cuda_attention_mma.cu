@@ -46,6 +46,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
+#include "backend/cuda/common/cuda_mma.cuh"
 
 namespace
 {
@@ -81,46 +82,16 @@ __device__ __forceinline__ int swz(int row, int col)
     return row * HD + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
 }
 
-/* a, b as bf16x2 hi (a in the low half, as the MMA operands want) and lo = bf16x2(x - hi);
- * x - hi is exact in fp32 */
-__device__ __forceinline__ void split2(float a, float b, uint32_t &hi, uint32_t &lo)
-{
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    float2 f = __bfloat1622float2(h);
-    __nv_bfloat162 l = __floats2bfloat162_rn(a - f.x, b - f.y);
-    hi = *(uint32_t *)&h;
-    lo = *(uint32_t *)&l;
-}
-
 /* 4 consecutive elements (off % 4 == 0) into the hi and (LO) lo tiles */
 template <bool LO = true>
 __device__ __forceinline__ void store_split4(uint16_t *hi, uint16_t *lo, int off, float4 v)
 {
     uint32_t h0, h1, l0, l1;
-    split2(v.x, v.y, h0, l0);
-    split2(v.z, v.w, h1, l1);
+    mma_split_bf16x2(v.x, v.y, h0, l0);
+    mma_split_bf16x2(v.z, v.w, h1, l1);
     *(uint2 *)(hi + off) = make_uint2(h0, h1);
     if constexpr (LO)
         *(uint2 *)(lo + off) = make_uint2(l0, l1);
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const uint16_t *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
 }
 
 __device__ __forceinline__ void cp_async_wait_all()
@@ -231,17 +202,17 @@ __device__ __forceinline__ void attend_chunk(am_state<HD> &st, const uint16_t *q
 #pragma unroll
     for (int ks = 0; ks < HD / 16; ks++) {
         uint32_t ah[4], al[4];
-        ldsm_x4(ah, qh + swz<HD>(a_row, 16 * ks + a_col));
+        mma_ldsm_x4(ah, qh + swz<HD>(a_row, 16 * ks + a_col));
         if constexpr (QK_LO)
-            ldsm_x4(al, ql + swz<HD>(a_row, 16 * ks + a_col));
+            mma_ldsm_x4(al, ql + swz<HD>(a_row, 16 * ks + a_col));
 #pragma unroll
         for (int jp = 0; jp < KC / 16; jp++) {
             if (16 * jp >= live)
                 continue;
             uint32_t bh[4], bl[4];
-            ldsm_x4(bh, kh + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
+            mma_ldsm_x4(bh, kh + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
             if constexpr (QK_LO) {
-                ldsm_x4(bl, kl + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
+                mma_ldsm_x4(bl, kl + swz<HD>(b_row + 16 * jp, 16 * ks + b_col));
                 mma_split<false>(s[2 * jp], ah, al, bh, bl);
                 mma_split<false>(s[2 * jp + 1], ah, al, bh + 2, bl + 2);
             } else {
@@ -297,16 +268,16 @@ __device__ __forceinline__ void attend_chunk(am_state<HD> &st, const uint16_t *q
         if (16 * kk >= live)
             continue;
         uint32_t ph[4], pl[4];
-        split2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-        split2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-        split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-        split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+        mma_split_bf16x2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        mma_split_bf16x2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        mma_split_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        mma_split_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
 #pragma unroll
         for (int np = 0; np < HD / 16; np++) {
             uint32_t bh[4], bl[4];
-            ldsm_x4_trans(bh, vh + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
+            mma_ldsm_x4_trans(bh, vh + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
             if constexpr (PV_LO) {
-                ldsm_x4_trans(bl, vl + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
+                mma_ldsm_x4_trans(bl, vl + swz<HD>(v_row + 16 * kk, 16 * np + v_col));
                 mma_split<AM_PV_LO_LO>(st.o[2 * np], ph, pl, bh, bl);
                 mma_split<AM_PV_LO_LO>(st.o[2 * np + 1], ph, pl, bh + 2, bl + 2);
             } else {

@@ -534,27 +534,12 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
     if (b->n_tokens <= 0)
         return cudaSuccess;
     attn_params p;
-    p.q = q_abs;
+    latent_params_fill(p, q_abs, kv, b, n_heads, sel, sel_k, scale, n_splits, o_lat, work);
     p.latent = kv->latent;
     p.bf16 = kv->dtype == KV_DTYPE_BF16;
-    p.sel = sel;
-    p.sel_k = sel_k;
-    p.pos = b->pos;
-    p.seq = b->seq;
-    p.table = b->block_table;
-    p.max_blocks = b->max_blocks;
-    p.block_size = kv->block_size;
-    p.n_tokens = b->n_tokens;
-    p.H = n_heads;
-    p.Dk = kv->kv_rank + kv->rope_dim;
-    p.R = kv->kv_rank;
     p.rows = cfg->rows;
     p.keys = cfg->keys;
     p.head_blocks = (n_heads + cfg->rows - 1) / cfg->rows;
-    p.scale = scale;
-    p.n_splits = n_splits;
-    p.out = o_lat;
-    p.part = work;
     if (n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) || (sel && sel_k < 1) ||
         cfg->rows > n_heads ||
         cfg->smem_bytes != plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, p.Dk, p.R, cfg->stages))

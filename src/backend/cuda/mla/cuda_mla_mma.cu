@@ -25,6 +25,7 @@
 
 #include "backend/cuda/common/cuda_common.cuh"
 #include "backend/cuda/common/cuda_mma.cuh"
+#include "backend/cuda/mla/cuda_latent.cuh"
 extern "C" {
 #include "plan/plan.h"
 }
@@ -268,27 +269,12 @@ extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *
     if (b->n_tokens <= 0)
         return cudaSuccess;
     mma_params p;
-    p.q = q_abs;
+    latent_params_fill(p, q_abs, kv, b, n_heads, sel, sel_k, scale, n_splits, o_lat, work);
     p.latent = (const uint16_t *)kv->latent;
-    p.sel = sel;
-    p.sel_k = sel_k;
-    p.pos = b->pos;
-    p.seq = b->seq;
-    p.table = b->block_table;
-    p.max_blocks = b->max_blocks;
-    p.block_size = kv->block_size;
-    p.n_tokens = b->n_tokens;
-    p.H = n_heads;
-    p.Dk = kv->kv_rank + kv->rope_dim;
-    p.R = kv->kv_rank;
     p.rows = rows;
     p.stages = stages;
     p.head_blocks = (n_heads + rows - 1) / rows;
     p.ld = plan_mla_mma_ld(p.Dk);
-    p.scale = scale;
-    p.n_splits = n_splits;
-    p.out = o_lat;
-    p.part = work;
     int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;
     if (kv->dtype != KV_DTYPE_BF16 || n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) ||
         (sel && sel_k < 1) || blocks > 0x7fffffff || !cuda_mla_mma_fits(n_heads, p.Dk, p.R, rows, keys, stages, ~(size_t)0))
