@@ -203,6 +203,20 @@ void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct
     CHECK(c, cuda_mla_expand_o(c->stream, kv_b->format, &wd, m, o_lat, n_tokens, out));
 }
 
+/* Key splits of one MLA launch of `rows` heads a block and `keys` keys a tile: the test switch,
+ * else the plan's rule where the blocks would not fill the SMs (the key list is at most sel_k
+ * long with a selection, unknown without: positions are device-side). */
+static int mla_splits(const struct cuda_backend *c, const struct attn_batch *b, int n_heads, int rows, int keys,
+                      const int32_t *sel, int sel_k)
+{
+    int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, rows);
+    if (c->force_splits > 0)
+        return c->force_splits < PLAN_ATTN_MAX_SPLITS ? c->force_splits : PLAN_ATTN_MAX_SPLITS;
+    if (c->force_splits == 0 && blocks < c->sm_count)
+        return plan_attention_splits(c->sm_count, (double)blocks, sel ? ceil_div(sel_k, keys) : PLAN_ATTN_MAX_SPLITS);
+    return 1;
+}
+
 void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged_latent *kv,
                              const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale,
                              float *o_lat)
@@ -211,42 +225,24 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
     if (b->n_tokens <= 0)
         return;
     int dk = kv->kv_rank + kv->rope_dim;
+    /* the plan's tensor-core tile over a bf16 cache; the fp32 kernel otherwise */
     const struct cuda_mla_cfg *mc = &c->mla_mma;
-    if (mc->rows > 0 && kv->dtype == KV_DTYPE_BF16 &&
-        cuda_mla_mma_fits(n_heads, dk, kv->kv_rank, mc->rows, mc->keys, mc->stages, c->smem_budget)) {
-        int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, mc->rows);
-        int splits = 1;
-        if (c->force_splits > 0)
-            splits = c->force_splits < PLAN_ATTN_MAX_SPLITS ? c->force_splits : PLAN_ATTN_MAX_SPLITS;
-        else if (c->force_splits == 0 && blocks < c->sm_count)
-            splits = plan_attention_splits(c->sm_count, (double)blocks,
-                                           sel ? ceil_div(sel_k, mc->keys) : PLAN_ATTN_MAX_SPLITS);
-        float *work = NULL;
-        size_t wf = cuda_mla_attention_workspace_floats(b->n_tokens, n_heads, kv->kv_rank, splits);
-        if (wf && !(work = cuda_scratch_get(c, wf * sizeof(float))))
-            return;
-        CHECK(c, cuda_mla_attention_mma(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, mc->rows,
-                                        mc->keys, mc->stages, splits, work));
-        return;
-    }
+    bool mma = mc->rows > 0 && kv->dtype == KV_DTYPE_BF16 &&
+               cuda_mla_mma_fits(n_heads, dk, kv->kv_rank, mc->rows, mc->keys, mc->stages, c->smem_budget);
     struct cuda_mla_cfg cfg = c->mla_attn;
-    if (!cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))
+    if (!mma && !cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))
         PANIC("cuda: no MLA attention tile fits %d latent dims in %zu bytes of shared memory", dk, c->smem_budget);
-    int64_t blocks = (int64_t)b->n_tokens * ceil_div(n_heads, cfg.rows); /* per split */
-    int splits = 1;
-    if (c->force_splits > 0) {
-        splits = c->force_splits < PLAN_ATTN_MAX_SPLITS ? c->force_splits : PLAN_ATTN_MAX_SPLITS;
-    } else if (c->force_splits == 0 && blocks < c->sm_count) {
-        /* few tokens (decode): split each token's keys so that every SM has work; the key list is
-         * at most sel_k long with a selection, unknown (device-side positions) without */
-        splits = plan_attention_splits(c->sm_count, (double)blocks,
-                                       sel ? ceil_div(sel_k, cfg.keys) : PLAN_ATTN_MAX_SPLITS);
-    }
+    int splits = mla_splits(c, b, n_heads, mma ? mc->rows : cfg.rows, mma ? mc->keys : cfg.keys, sel, sel_k);
     float *work = NULL;
     size_t wf = cuda_mla_attention_workspace_floats(b->n_tokens, n_heads, kv->kv_rank, splits);
     if (wf && !(work = cuda_scratch_get(c, wf * sizeof(float))))
         return;
-    CHECK(c, cuda_mla_attention(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, &cfg, splits, work));
+    if (mma)
+        CHECK(c, cuda_mla_attention_mma(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, mc->rows,
+                                        mc->keys, mc->stages, splits, work));
+    else
+        CHECK(c, cuda_mla_attention(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, &cfg, splits,
+                                    work));
 }
 
 void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv,
