@@ -251,6 +251,9 @@ __global__ void __launch_bounds__(MD_THREADS, 3)
  * waits on no load after the wait; with 4 that dot takes 4598 cycles against o's 2140, whose 4
  * groups are all in (H200 kernel trace). */
 enum { GM_U = 8 };
+/* GM_MAX_CHAIN: the most 128-k groups one warp of gemv_mma walks (its loads are a chain of GM_U at a
+ * time: a long one leaves the SM waiting on DRAM latency, not bandwidth) */
+enum { GM_MAX_CHAIN = 32 };
 
 struct gemv_mma_params {
     cuda_wdev w[MD_MAX_JOBS];
@@ -341,9 +344,12 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
     if (!tiles)
         return cudaSuccess;
     /* K slices until every SM has a block (q/k/v of Qwen3-30B: 640 tiles -> 2 slices, 160
-     * blocks; o: 256 tiles -> 8 slices, 256 blocks), each slice at least one 128-k group */
+     * blocks; o: 256 tiles -> 8 slices, 256 blocks) and no warp walks more than GM_MAX_CHAIN
+     * groups (GLM-5's o_proj, K = 16384: 4 slices, 384 blocks, where 2 left 72 of 132 SMs one
+     * block of 64-group chains), each slice at least one 128-k group */
     p.ks = 1;
-    while (p.ks < MD_WARPS && (tiles * p.ks + MD_WARPS - 1) / MD_WARPS < sm_count && K / 128 >= 2 * p.ks)
+    while (p.ks < MD_WARPS && K / 128 >= 2 * p.ks &&
+           ((tiles * p.ks + MD_WARPS - 1) / MD_WARPS < sm_count || K / 128 / p.ks > GM_MAX_CHAIN))
         p.ks *= 2;
     const int64_t blocks = (tiles + MD_WARPS / p.ks - 1) / (MD_WARPS / p.ks);
     const size_t smem = (size_t)n_tokens * (size_t)K * 4;

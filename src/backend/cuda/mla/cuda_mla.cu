@@ -42,6 +42,7 @@ constexpr int ABSORB_COLS = 64;  /* latent columns per absorb block: 8 groups of
 constexpr int ABSORB_WARPS = 8;  /* its 256 threads: 32 slices of the nope dims x 8 groups */
 constexpr int TOK_TILE = 8;      /* tokens per absorb / expand block */
 constexpr int EXPAND_WARPS = 8;
+constexpr int MERGE_COLS = 128; /* latent columns a merge block */
 
 struct mla_shape {
     int H, nope, rope, v, R;
@@ -76,20 +77,20 @@ __device__ __forceinline__ float w_value(const cuda_wdev &w, int64_t n, int64_t 
     return v;
 }
 
-/* grid (H, ceil(R / ABSORB_COLS), ceil(T / TOK_TILE)), 256 threads: thread (slice, group) takes 8
+/* grid (H, ceil(R / ABSORB_COLS), ceil(T / NT)), 256 threads: thread (slice, group) takes 8
  * consecutive latent columns (one 4-byte NVFP4 word a row) over the nope dims slice, slice + 32, ...
  * (ascending); the 32 slices add up by shuffles within a warp, then over the 8 warps in order.
- * smem qn[TOK_TILE][nope], part[8 warps][TOK_TILE][ABSORB_COLS]. One thread per column walking
+ * smem qn[NT][nope], part[8 warps][NT][ABSORB_COLS]. One thread per column walking
  * all 192 dims left the GPU waiting on each load (decode: 147 us a layer on the H200). */
-template <int FMT>
+template <int FMT, int NT>
 __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape s, int n_tokens, const float *q,
                                                          float *q_abs)
 {
     extern __shared__ float qn[];
-    float *part = qn + TOK_TILE * s.nope;
+    float *part = qn + NT * s.nope;
     const int h = blockIdx.x, cg = threadIdx.x % 8, slice = threadIdx.x / 8, warp = threadIdx.x / 32;
-    const int c0 = blockIdx.y * ABSORB_COLS + cg * 8, t0 = blockIdx.z * TOK_TILE;
-    const int nt = n_tokens - t0 < TOK_TILE ? n_tokens - t0 : TOK_TILE;
+    const int c0 = blockIdx.y * ABSORB_COLS + cg * 8, t0 = blockIdx.z * NT;
+    const int nt = n_tokens - t0 < NT ? n_tokens - t0 : NT;
     const int qd = s.nope + s.rope, ad = s.R + s.rope;
     for (int i = threadIdx.x; i < nt * s.nope; i += blockDim.x) {
         int tt = i / s.nope, d = i % s.nope;
@@ -101,15 +102,16 @@ __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape 
             q_abs[((size_t)(t0 + tt) * s.H + h) * ad + s.R + d] = q[((size_t)(t0 + tt) * s.H + h) * qd + s.nope + d];
         }
     __syncthreads();
-    float acc[TOK_TILE][8];
+    float acc[NT][8];
 #pragma unroll
-    for (int tt = 0; tt < TOK_TILE; tt++)
+    for (int tt = 0; tt < NT; tt++)
 #pragma unroll
         for (int e = 0; e < 8; e++)
             acc[tt][e] = 0.0f;
     const int64_t row0 = (int64_t)h * (s.nope + s.v);
     const bool whole = s.R % 8 == 0 && c0 + 8 <= s.R;
     if (c0 < s.R)
+#pragma unroll 2
         for (int i = slice; i < s.nope; i += 32) {
             float wv[8];
             if (whole) {
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape 
                     wv[e] = c0 + e < s.R ? w_value<FMT>(w, row0 + i, c0 + e, s.R) : 0.0f;
             }
 #pragma unroll
-            for (int tt = 0; tt < TOK_TILE; tt++)
+            for (int tt = 0; tt < NT; tt++)
                 if (tt < nt)
 #pragma unroll
                     for (int e = 0; e < 8; e++)
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape 
         }
     /* lanes l, l ^ 8, l ^ 16, l ^ 24 hold one column group's four slices of this warp */
 #pragma unroll
-    for (int tt = 0; tt < TOK_TILE; tt++)
+    for (int tt = 0; tt < NT; tt++)
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             float v = acc[tt][e];
@@ -142,71 +144,92 @@ __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape 
         }
     if ((threadIdx.x % 32) < 8)
 #pragma unroll
-        for (int tt = 0; tt < TOK_TILE; tt++)
+        for (int tt = 0; tt < NT; tt++)
 #pragma unroll
             for (int e = 0; e < 8; e++)
-                part[(warp * TOK_TILE + tt) * ABSORB_COLS + cg * 8 + e] = acc[tt][e];
+                part[(warp * NT + tt) * ABSORB_COLS + cg * 8 + e] = acc[tt][e];
     __syncthreads();
     const int lc = threadIdx.x, c = blockIdx.y * ABSORB_COLS + lc;
     if (lc < ABSORB_COLS && c < s.R)
         for (int tt = 0; tt < nt; tt++) {
             float v = 0.0f;
             for (int wi = 0; wi < 8; wi++)
-                v += part[(wi * TOK_TILE + tt) * ABSORB_COLS + lc];
+                v += part[(wi * NT + tt) * ABSORB_COLS + lc];
             q_abs[((size_t)(t0 + tt) * s.H + h) * ad + c] = v;
         }
 }
 
-/* grid (H, ceil(v / EXPAND_WARPS), ceil(T / TOK_TILE)); smem ol[TOK_TILE][R]. */
-template <int FMT>
+/* grid (H, ceil(v / (EXPAND_WARPS RPW)), ceil(T / NT)); smem ol[NT][R]. A warp takes RPW consecutive
+ * output features (their loads in flight together); each lane sums its columns in ascending order,
+ * so RPW and NT do not change a result. One token (decode) runs NT 1, RPW 4: NT 8 spent its
+ * registers and shuffles on empty token slots and left one 4-byte load a lane in flight. */
+template <int FMT, int NT, int RPW>
 __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const float *o_lat, float *out)
 {
     extern __shared__ float ol[];
     const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int j = blockIdx.y * EXPAND_WARPS + warp, t0 = blockIdx.z * TOK_TILE;
-    const int nt = n_tokens - t0 < TOK_TILE ? n_tokens - t0 : TOK_TILE;
+    const int j0 = (blockIdx.y * EXPAND_WARPS + warp) * RPW, t0 = blockIdx.z * NT;
+    const int nt = n_tokens - t0 < NT ? n_tokens - t0 : NT;
     for (int i = threadIdx.x; i < nt * s.R; i += blockDim.x) {
         int tt = i / s.R, c = i % s.R;
         ol[i] = o_lat[((size_t)(t0 + tt) * s.H + h) * s.R + c];
     }
     __syncthreads();
-    if (j >= s.v)
+    if (j0 >= s.v)
         return;
-    float acc[TOK_TILE];
+    float acc[RPW][NT];
 #pragma unroll
-    for (int tt = 0; tt < TOK_TILE; tt++)
-        acc[tt] = 0.0f;
-    const int64_t row = (int64_t)h * (s.nope + s.v) + s.nope + j;
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int tt = 0; tt < NT; tt++)
+            acc[r][tt] = 0.0f;
+    const int64_t row = (int64_t)h * (s.nope + s.v) + s.nope + j0;
     if (s.R % 8 == 0) {
         /* 8 consecutive columns a lane: one 4-byte NVFP4 word (8-32 bytes in the other formats) */
+#pragma unroll 2
         for (int c0 = lane * 8; c0 < s.R; c0 += 256) {
-            float wv[8];
-            w_load8<FMT>(w, row, c0, s.R, wv);
+            float wv[RPW][8];
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                if constexpr (FMT == WEIGHT_NVFP4)
-                    wv[i] = __fmul_rn(wv[i], w.scale2); /* as w_value: e2m1 * e4m3 * scale2 */
+            for (int r = 0; r < RPW; r++) {
+                if (j0 + r < s.v)
+                    w_load8<FMT>(w, row + r, c0, s.R, wv[r]);
+                else
 #pragma unroll
-                for (int tt = 0; tt < TOK_TILE; tt++)
-                    if (tt < nt)
-                        acc[tt] = fmaf(wv[i], ol[tt * s.R + c0 + i], acc[tt]);
+                    for (int i = 0; i < 8; i++)
+                        wv[r][i] = 0.0f;
             }
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    float x = wv[r][i];
+                    if constexpr (FMT == WEIGHT_NVFP4)
+                        x = __fmul_rn(x, w.scale2); /* as w_value: e2m1 * e4m3 * scale2 */
+#pragma unroll
+                    for (int tt = 0; tt < NT; tt++)
+                        if (tt < nt)
+                            acc[r][tt] = fmaf(x, ol[tt * s.R + c0 + i], acc[r][tt]);
+                }
         }
     } else {
-        for (int c = lane; c < s.R; c += 32) {
-            float wv = w_value<FMT>(w, row, c, s.R);
+        for (int c = lane; c < s.R; c += 32)
 #pragma unroll
-            for (int tt = 0; tt < TOK_TILE; tt++)
-                if (tt < nt)
-                    acc[tt] = fmaf(wv, ol[tt * s.R + c], acc[tt]);
+            for (int r = 0; r < RPW; r++) {
+                const float x = j0 + r < s.v ? w_value<FMT>(w, row + r, c, s.R) : 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < NT; tt++)
+                    if (tt < nt)
+                        acc[r][tt] = fmaf(x, ol[tt * s.R + c], acc[r][tt]);
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int tt = 0; tt < NT; tt++) {
+            float v = warp_sum(acc[r][tt]);
+            if (lane == 0 && tt < nt && j0 + r < s.v)
+                out[(size_t)(t0 + tt) * s.H * s.v + (size_t)h * s.v + j0 + r] = v;
         }
-    }
-#pragma unroll
-    for (int tt = 0; tt < TOK_TILE; tt++) {
-        float v = warp_sum(acc[tt]);
-        if (lane == 0 && tt < nt)
-            out[(size_t)(t0 + tt) * s.H * s.v + (size_t)h * s.v + j] = v;
-    }
 }
 
 struct attn_params {
@@ -366,45 +389,73 @@ __global__ void mla_attn_kernel(attn_params p)
 /* o_lat[t, h, :] from the n_splits partials of (t, h); one block per (t, h). An empty
  * split (no keys) has l = 0 and is skipped. Each split's weight exp(m_s - M) once into shared
  * memory, then every value a sum of independent loads. */
-__global__ void mla_merge_kernel(const float *part, int n_splits, int n_th, int R, float *out)
+/* grid (n_th, ceil(R / MERGE_COLS)): one warp weighs the splits (their maxima and sums by
+ * shuffles), then each thread adds one column over the splits in ascending order. One block a
+ * (token, head) with thread 0 walking the splits took 17 us at batch 1 (64 blocks, H200). */
+__global__ void __launch_bounds__(MERGE_COLS) mla_merge_kernel(const float *part, int n_splits, int n_th, int R,
+                                                                float *out)
 {
     __shared__ float wsplit[PLAN_ATTN_MAX_SPLITS];
     __shared__ float inv_l;
-    size_t th = blockIdx.x;
-    size_t stride = (size_t)n_th * (R + 2);
+    const size_t th = blockIdx.x, stride = (size_t)n_th * (R + 2);
     const float *p0 = part + th * (size_t)(R + 2);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {
         float M = -INFINITY;
-        for (int s = 0; s < n_splits; s++)
+        for (int s = threadIdx.x; s < n_splits; s += 32)
             if (p0[s * stride + 1] > 0.0f)
                 M = fmaxf(M, p0[s * stride]);
+        M = warp_max(M);
         float l = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
+        for (int s = threadIdx.x; s < n_splits; s += 32) {
             const float *ps = p0 + s * stride;
-            float w = ps[1] > 0.0f ? expf(ps[0] - M) : 0.0f;
+            const float w = ps[1] > 0.0f ? expf(ps[0] - M) : 0.0f;
             wsplit[s] = w;
             l += ps[1] * w;
         }
-        inv_l = 1.0f / l;
+        l = warp_sum(l);
+        if (threadIdx.x == 0)
+            inv_l = 1.0f / l;
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < R; d += blockDim.x) {
-        float a = 0.0f;
-        for (int s = 0; s < n_splits; s++)
-            if (wsplit[s] != 0.0f)
-                a += p0[s * stride + 2 + d] * wsplit[s];
-        out[th * R + d] = a * inv_l;
+    const int d = blockIdx.y * MERGE_COLS + threadIdx.x;
+    if (d >= R)
+        return;
+    float a = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_splits; s++) {
+        const float v = p0[s * stride + 2 + d], w = wsplit[s];
+        a += w != 0.0f ? v * w : 0.0f; /* an empty split's values are not read into the sum */
     }
+    out[th * R + d] = a * inv_l;
 }
 
+template <int FMT, int NT>
+cudaError_t launch_absorb_nt(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens, const float *q,
+                             float *q_abs)
+{
+    dim3 grid((unsigned)s.H, (unsigned)((s.R + ABSORB_COLS - 1) / ABSORB_COLS), (unsigned)((n_tokens + NT - 1) / NT));
+    size_t smem = ((size_t)NT * s.nope + (size_t)ABSORB_WARPS * NT * ABSORB_COLS) * sizeof(float);
+    mla_absorb_kernel<FMT, NT><<<grid, ABSORB_WARPS * 32, smem, stream>>>(w, s, n_tokens, q, q_abs);
+    return CUDA_LAUNCH_RESULT();
+}
+
+/* One token (decode at batch 1) gets its own token tile: the same sums, without 7 empty slots. */
 template <int FMT>
 cudaError_t launch_absorb(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens, const float *q,
                           float *q_abs)
 {
-    dim3 grid((unsigned)s.H, (unsigned)((s.R + ABSORB_COLS - 1) / ABSORB_COLS),
-              (unsigned)((n_tokens + TOK_TILE - 1) / TOK_TILE));
-    size_t smem = ((size_t)TOK_TILE * s.nope + (size_t)ABSORB_WARPS * TOK_TILE * ABSORB_COLS) * sizeof(float);
-    mla_absorb_kernel<FMT><<<grid, ABSORB_WARPS * 32, smem, stream>>>(w, s, n_tokens, q, q_abs);
+    return n_tokens == 1 ? launch_absorb_nt<FMT, 1>(stream, w, s, n_tokens, q, q_abs)
+                         : launch_absorb_nt<FMT, TOK_TILE>(stream, w, s, n_tokens, q, q_abs);
+}
+
+template <int FMT, int NT, int RPW>
+cudaError_t launch_expand_nt(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens,
+                             const float *o_lat, float *out)
+{
+    dim3 grid((unsigned)s.H, (unsigned)((s.v + EXPAND_WARPS * RPW - 1) / (EXPAND_WARPS * RPW)),
+              (unsigned)((n_tokens + NT - 1) / NT));
+    size_t smem = (size_t)NT * s.R * sizeof(float);
+    mla_expand_kernel<FMT, NT, RPW><<<grid, EXPAND_WARPS * 32, smem, stream>>>(w, s, n_tokens, o_lat, out);
     return CUDA_LAUNCH_RESULT();
 }
 
@@ -412,11 +463,8 @@ template <int FMT>
 cudaError_t launch_expand(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens,
                           const float *o_lat, float *out)
 {
-    dim3 grid((unsigned)s.H, (unsigned)((s.v + EXPAND_WARPS - 1) / EXPAND_WARPS),
-              (unsigned)((n_tokens + TOK_TILE - 1) / TOK_TILE));
-    size_t smem = (size_t)TOK_TILE * s.R * sizeof(float);
-    mla_expand_kernel<FMT><<<grid, EXPAND_WARPS * 32, smem, stream>>>(w, s, n_tokens, o_lat, out);
-    return CUDA_LAUNCH_RESULT();
+    return n_tokens == 1 ? launch_expand_nt<FMT, 1, 4>(stream, w, s, n_tokens, o_lat, out)
+                         : launch_expand_nt<FMT, TOK_TILE, 1>(stream, w, s, n_tokens, o_lat, out);
 }
 
 bool mla_shape_ok(const struct mla_dims *m, int n_tokens)
@@ -570,7 +618,7 @@ extern "C" cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, in
 {
     if (n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS)
         return cudaErrorInvalidValue;
-    unsigned threads = R >= 256 ? 256u : R > 32 ? 64u : 32u;
-    mla_merge_kernel<<<(unsigned)n_th, threads, 0, stream>>>(part, n_splits, n_th, R, out);
+    dim3 grid((unsigned)n_th, (unsigned)((R + MERGE_COLS - 1) / MERGE_COLS));
+    mla_merge_kernel<<<grid, MERGE_COLS, 0, stream>>>(part, n_splits, n_th, R, out);
     return CUDA_LAUNCH_RESULT();
 }
