@@ -386,12 +386,11 @@ __global__ void mla_attn_kernel(attn_params p)
         }
 }
 
-/* o_lat[t, h, :] from the n_splits partials of (t, h); one block per (t, h). An empty
- * split (no keys) has l = 0 and is skipped. Each split's weight exp(m_s - M) once into shared
- * memory, then every value a sum of independent loads. */
-/* grid (n_th, ceil(R / MERGE_COLS)): one warp weighs the splits (their maxima and sums by
- * shuffles), then each thread adds one column over the splits in ascending order. One block a
- * (token, head) with thread 0 walking the splits took 17 us at batch 1 (64 blocks, H200). */
+/* o_lat[t, h, :] from the n_splits partials of (t, h); grid (n_th, ceil(R / MERGE_COLS)). An
+ * empty split (no keys) has l = 0 and is skipped. One warp weighs the splits (their maxima and
+ * sums by shuffles) into shared memory, then each thread adds one column over the splits in
+ * ascending order. One block a (token, head) with thread 0 walking the splits took 17 us at
+ * batch 1 (64 blocks, H200). */
 __global__ void __launch_bounds__(MERGE_COLS) mla_merge_kernel(const float *part, int n_splits, int n_th, int R,
                                                                 float *out)
 {
