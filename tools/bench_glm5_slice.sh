@@ -145,9 +145,15 @@ WARMUP = 2  # BENCH_WARMUP_STEPS: untimed steps after the prompt
 H200_BW = 4.8e12  # datasheet HBM3e (spec/devices.md); efficiency below is against it
 
 # ---- measured: one MoE layer
-kv_size = {"f32": 4, "bf16": 2, "f16": 2}[info["kv_dtype"]]
-lat_b = info["kv_mla"]["latent_values_per_token_layer"] * kv_size
-idx_b = info["kv_mla"]["indexer_values_per_token_layer"] * 4  # the indexer keys stay f32 (backend.h)
+# row bytes as backend.h lays them out: fp8 = e4m3 codes + an f32 scale per 128 + bf16 rope;
+# the indexer keys stay f32 under bf16 and f32, fp8 under fp8
+dt, R_kv, R_rope, D_idx = info["kv_dtype"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["index_head_dim"]
+if dt == "fp8":
+    lat_b = R_kv + 4 * math.ceil(R_kv / 128) + 2 * R_rope
+    idx_b = D_idx + 4 * math.ceil(D_idx / 128)
+else:
+    lat_b = info["kv_mla"]["latent_values_per_token_layer"] * {"f32": 4, "bf16": 2}[dt]
+    idx_b = info["kv_mla"]["indexer_values_per_token_layer"] * 4
 topk = cfg["index_topk"]
 # keys a timed step sees, averaged over the steps: the prompt, the warm-up tokens, half the steps
 T = ctx + WARMUP + (steps + 1) / 2

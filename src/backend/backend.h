@@ -25,6 +25,10 @@
 #include "format/weight.h"
 #include "base/status.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA kernels' host code calls the row-layout functions */
+#endif
+
 struct backend;
 
 /* One layer's slice of a paged KV cache. Token slot s = block * block_size + offset. */
@@ -276,5 +280,9 @@ struct backend_cpu_opts {
 enum status backend_cpu_create_opts(struct backend *be, const struct backend_cpu_opts *o, struct err *err);
 /* Safe on a zeroed struct. */
 void backend_destroy(struct backend *be);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -53,10 +53,13 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     enum kv_dtype latent = kv_cache_latent_dtype(kv_req);
-    if (latent == KV_DTYPE_FP8 && strcmp(def.backend, "cpu") != 0) {
+    if (latent == KV_DTYPE_FP8 && strcmp(def.backend, "cpu") != 0 &&
+        (s->desc.kv_lora_rank % 4 || s->desc.qk_rope_head_dim % 2 || s->desc.index_head_dim % 4)) {
+        /* the CUDA kernels read the rows' f32 scales and bf16 rope values in place (cuda_latent.cuh) */
         st = err_set(err, STATUS_UNSUPPORTED,
-                     "--kv-cache-dtype fp8: only the cpu backend has the fp8 latent cache so far (use bf16 on %s)",
-                     def.backend);
+                     "--kv-cache-dtype fp8 on %s needs kv_lora_rank and index_head_dim multiples of 4 and an even "
+                     "qk_rope_head_dim (this model: %d, %d, %d)",
+                     def.backend, s->desc.kv_lora_rank, s->desc.index_head_dim, s->desc.qk_rope_head_dim);
         goto fail;
     }
     if (strcmp(def.backend, "cpu") == 0) {
@@ -73,7 +76,7 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
         struct plan_shapes ps;
         model_plan_weights(&s->desc, &s->qc, &pw);
         st = model_plan_shapes(&s->desc, dir, &ps, err);
-        ps.latent_bf16 = ps.mla && latent == KV_DTYPE_BF16;
+        ps.latent_mma = ps.mla && (latent == KV_DTYPE_BF16 || latent == KV_DTYPE_FP8);
         if (!st)
             st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &ps, &pw, err);
         if (!st && o)

@@ -29,7 +29,7 @@ enum status model_plan_shapes(const struct model_desc *d, const char *source, st
         s->qk_nope_dim = d->qk_nope_head_dim, s->qk_rope_dim = d->qk_rope_head_dim;
         s->v_head_dim = d->v_head_dim;
         s->index_n_heads = d->index_n_heads, s->index_head_dim = d->index_head_dim, s->index_topk = d->index_topk;
-        s->latent_bf16 = true; /* the session's default cache (engine/kv_cache.h) */
+        s->latent_mma = true; /* the session's default cache, bf16 (engine/kv_cache.h) */
     }
     return STATUS_OK;
 }

@@ -149,7 +149,8 @@ struct plan_shapes {
     /* MLA + DSA (glm_moe_dsa) */
     int q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim;
     int index_n_heads, index_head_dim, index_topk;
-    bool latent_bf16; /* the latent cache holds bf16 rows (the default; f32 for reference runs) */
+    bool latent_mma; /* the latent cache holds bf16 (the default) or fp8 rows, which the tensor-core
+                        kernel reads; f32 (reference runs) only the fp32 kernel */
 };
 
 /* Weight formats by group, as the checkpoint stores them. */
@@ -275,7 +276,10 @@ size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim);
 #define PLAN_MLA_PROJ_GEMM_MIN_TOKENS 16
 bool plan_mla_proj_gemm(int n_tokens, enum weight_format kv_b);
 /* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
- * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8). */
+ * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8), then an fp8
+ * cache's scales of those keys: PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) f32 a key (its latent part has
+ * at most that many 128-value blocks; a bf16 cache leaves them unused). */
+#define PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) (((k_dim) + 127) / 128)
 int plan_mla_mma_ld(int k_dim);
 size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages);
 /* Key splits of one attention launch (decode attention, MLA latent attention): enough splits that

@@ -247,7 +247,9 @@ int plan_mla_mma_ld(int k_dim)
 
 size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages)
 {
-    return 2 * (size_t)plan_mla_mma_ld(k_dim) * (2 * (size_t)rows + (size_t)(stages > 1 ? 2 : 1) * (size_t)keys);
+    const size_t tiles = (size_t)(stages > 1 ? 2 : 1) * (size_t)keys;
+    return 2 * (size_t)plan_mla_mma_ld(k_dim) * (2 * (size_t)rows + tiles) +
+           4 * tiles * (size_t)PLAN_MLA_MMA_SCALE_BLOCKS(k_dim);
 }
 
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
@@ -293,10 +295,10 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
                           base * c->split_k);
             }
     }
-    /* the tensor-core form needs the bf16 cache (the default) and mma-shaped dims: 16 heads a
+    /* the tensor-core form needs a bf16 (the default) or fp8 cache and mma-shaped dims: 16 heads a
      * warp pair, 8-value loads, value halves of whole 8-column tiles (cuda_mla_mma_fits()) */
-    bool bf16_cache = !x->req->shapes || s->latent_bf16;
-    if (bf16_cache && Dk % 8 == 0 && R % 16 == 0 && R <= 512 && Dk > R) {
+    bool mma_cache = !x->req->shapes || s->latent_mma;
+    if (mma_cache && Dk % 8 == 0 && R % 16 == 0 && R <= 512 && Dk > R) {
         static const int MM_TM[] = {64, 32, 16}, MM_TN[] = {64, 32, 16};
         int heads16 = (r.heads + 15) / 16 * 16;
         for (int a = 0; a < 3; a++) {
@@ -329,7 +331,7 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
     }
     char note[192];
     snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query; %s cache",
-             r.heads, Dk, R, keys_q, bf16_cache ? "bf16" : "f32");
+             r.heads, Dk, R, keys_q, mma_cache ? "bf16 or fp8" : "f32");
     enum status st = pl_choose(x, "mla_attention", WEIGHT_BF16, note, err);
     if (st)
         return st;

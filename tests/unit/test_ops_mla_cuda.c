@@ -1,5 +1,6 @@
 /* test_ops_mla_cuda.c — the glm_moe_dsa ops: layernorm, the latent cache, absorb/expand, MLA attention, the DSA selection, on the CUDA backend against the CPU reference (ops_cuda_common.h). */
 #include "ops_cuda_common.h"
+#include "backend/cpu/cpu_mla.h" /* cpu_mla_put_row: the fp8 caches the cases read */
 
 #include "ops_cuda_mla.inc" /* layernorm, mla_*, dsa_select (glm_moe_dsa) */
 

@@ -102,7 +102,7 @@ static const float *cache_row(const void *base, enum kv_dtype t, size_t slot, in
 /* Stores the f32 row v (nq values, then nr rope values) as row `slot` of type t: bf16 rounds to
  * nearest even, fp8 takes a scale amax / 448 per 128 values (1 for an all-zero block) and rounds
  * v / scale to e4m3 (nearest even, saturating), as CUDA's store does. */
-static void cache_put(void *base, enum kv_dtype t, size_t slot, int nq, int nr, const float *v)
+void cpu_mla_put_row(void *base, enum kv_dtype t, size_t slot, int nq, int nr, const float *v)
 {
     const int n = nq + nr;
     if (t == KV_DTYPE_F32) {
@@ -149,9 +149,9 @@ void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const floa
         for (int c = 0; c < R; c++)
             dst[c] = w[c] * (src[c] * inv);
         memcpy(dst + R, src + R, (size_t)kv->rope_dim * sizeof(float));
-        cache_put(kv->latent, kv->dtype, (size_t)slots[t], R, kv->rope_dim, dst);
+        cpu_mla_put_row(kv->latent, kv->dtype, (size_t)slots[t], R, kv->rope_dim, dst);
         if (idx_k && kv->index_k)
-            cache_put(kv->index_k, kv->index_dtype, (size_t)slots[t], kv->index_dim, 0,
+            cpu_mla_put_row(kv->index_k, kv->index_dtype, (size_t)slots[t], kv->index_dim, 0,
                       idx_k + (size_t)t * (size_t)kv->index_dim);
     }
 }

@@ -5,7 +5,7 @@
  * space (dense causal or over a DSA selection), the value expansion, and the
  * indexer's top-k selection. Same contracts as backend.h; host memory.
  *
- * defines: cpu_layernorm(), cpu_mla_store(), cpu_mla_absorb_q(), cpu_mla_attention(),
+ * defines: cpu_layernorm(), cpu_mla_put_row(), cpu_mla_store(), cpu_mla_absorb_q(), cpu_mla_attention(),
  *          cpu_mla_expand_o(), cpu_dsa_select()
  */
 #ifndef MOESERVE_BACKEND_CPU_CPU_MLA_H
@@ -15,6 +15,9 @@
 
 void cpu_layernorm(struct backend *be, const float *x, const float *w, const float *b, int rows, int dim,
                    float eps, float *y);
+/* Row `slot` of a cache array of type t (backend.h's row layouts) <- v[0 .. nq + nr): the one
+ * quantisation of every cache row (mla_store; tests make caches with it). */
+void cpu_mla_put_row(void *base, enum kv_dtype t, size_t slot, int nq, int nr, const float *v);
 void cpu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w, float eps,
                    const float *idx_k, int n_tokens, const int32_t *slots);
 void cpu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *q,

@@ -225,9 +225,9 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
     if (b->n_tokens <= 0)
         return;
     int dk = kv->kv_rank + kv->rope_dim;
-    /* the plan's tensor-core tile over a bf16 cache; the fp32 kernel otherwise */
+    /* the plan's tensor-core tile over a bf16 or fp8 cache; the fp32 kernel otherwise */
     const struct cuda_mla_cfg *mc = &c->mla_mma;
-    bool mma = mc->rows > 0 && kv->dtype == KV_DTYPE_BF16 &&
+    bool mma = mc->rows > 0 && cuda_mla_mma_takes_cache(kv) &&
                cuda_mla_mma_fits(n_heads, dk, kv->kv_rank, mc->rows, mc->keys, mc->stages, c->smem_budget);
     struct cuda_mla_cfg cfg = c->mla_attn;
     if (!mma && !cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))

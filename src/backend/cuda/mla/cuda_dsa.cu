@@ -14,6 +14,7 @@
  *    order-preserving integer image of the scores finds the topk-th largest value; keys
  *    above it and the lowest-positioned keys equal to it are written in ascending
  *    position order (two block-wide prefix sums), which is exactly the CPU's rule.
+ * The keys are f32, bf16 or fp8 rows (cuda_latent.cuh decodes them as the CPU does).
  * Scores live in a scratch of (rows, ctx) floats, ctx = the longest context a block table
  * can hold; the host runs the rows in chunks that keep it bounded.
  *
@@ -56,8 +57,7 @@ __global__ void layernorm_kernel(const float *x, const float *w, const float *b,
 struct score_params {
     const float *q;       /* (T, HI, DI) */
     const float *w;       /* (T, HI) */
-    const void *index_k; /* (slots, DI) of f32, or bf16 when bf16 */
-    int bf16;
+    cache_rows index_k;  /* (slots, DI) */
     const int32_t *pos, *seq, *table;
     int max_blocks, block_size;
     int HI, DI, topk, keys;
@@ -96,24 +96,24 @@ __global__ void dsa_score_kernel(score_params p)
             for (int i = threadIdx.x; i < nk * DI; i += blockDim.x) {
                 int jj = i / DI, d = i % DI, kp = k0 + jj;
                 size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
-                ks[(size_t)jj * (DI + 1) + d] = latent_get(p.index_k, p.bf16, slot * DI + d);
+                ks[(size_t)jj * (DI + 1) + d] = cache_get(p.index_k, slot, d);
             }
             __syncthreads();
         }
         const int jj = threadIdx.x;
         if (jj < nk) {
             const float *k = ks + (size_t)jj * (DI + 1); /* STAGED */
-            size_t kg = 0;                               /* !STAGED: the key's first value */
+            size_t kslot = 0;                            /* !STAGED: the key's slot */
             if (!STAGED) {
                 int kp = k0 + jj;
-                kg = ((size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size)) * DI;
+                kslot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
             }
             float s = 0.0f;
             for (int h = 0; h < HI; h++) {
                 const float *qh = (STAGED ? qs : q) + (size_t)h * DI;
                 float dot = 0.0f;
                 for (int d = 0; d < DI; d++)
-                    dot = fmaf(qh[d], STAGED ? k[d] : latent_get(p.index_k, p.bf16, kg + d), dot);
+                    dot = fmaf(qh[d], STAGED ? k[d] : cache_get(p.index_k, kslot, d), dot);
                 float r = __fmul_rn(dot, p.score_scale);
                 r = r > 0.0f ? r : 0.0f;
                 s = fmaf(STAGED ? ws[h] : __fmul_rn(wt[h], p.head_scale), r, s);
@@ -147,7 +147,7 @@ __global__ void dsa_score_warp_kernel(score_params p)
     for (int j = blockIdx.x * DSA_WARPS + warp; j < n; j += gridDim.x * DSA_WARPS) {
         const size_t slot = (size_t)blocks[j / p.block_size] * p.block_size + (size_t)(j % p.block_size);
         for (int d = lane; d < DI; d += 32)
-            ks[d] = latent_get(p.index_k, p.bf16, slot * DI + d);
+            ks[d] = cache_get(p.index_k, slot, d);
         __syncwarp();
         for (int h = lane; h < HI; h += 32) {
             const float *qh = qs + (size_t)h * (DI + 1);
@@ -315,7 +315,8 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
         return cudaSuccess;
     int keys = cfg->keys;
     size_t smem = cfg->smem_bytes;
-    if (n_rows > 65535 || key_blocks < 1 || !kv->index_k ||
+    if (n_rows > 65535 || key_blocks < 1 || !kv->index_k || kv->index_dtype > KV_DTYPE_FP8 ||
+        (kv->index_dtype == KV_DTYPE_FP8 && !fp8_dims_ok(a->head_dim, 0)) ||
         (cfg->per_warp ? keys != DSA_WARPS || smem != plan_dsa_warp_smem(DSA_WARPS, a->n_heads, a->head_dim)
                        : keys < 32 || keys > 1024 || smem != plan_dsa_index_smem(keys, a->n_heads, a->head_dim,
                                                                                  cfg->stages)))
@@ -323,8 +324,7 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
     score_params p;
     p.q = q_idx;
     p.w = w_idx;
-    p.index_k = kv->index_k;
-    p.bf16 = kv->index_dtype == KV_DTYPE_BF16;
+    p.index_k = cache_rows_make(kv->index_k, kv->index_dtype, a->head_dim, 0);
     p.pos = b->pos;
     p.seq = b->seq;
     p.table = b->block_table;

@@ -23,8 +23,8 @@
  * m[rows], l[rows]; the unstaged variant (a budget too small for any tile) keeps only
  * P, m, l and the step's key slots — plan_mla_attention_smem() is the same formula.
  *
- * The latent rows are f32 or bf16 (cuda_latent.cuh); the tensor-core form over a bf16 cache is
- * cuda_mla_mma.cu. Deliberately not here: an expanded-K/V prefill path.
+ * The latent rows are f32, bf16 or fp8 (cuda_latent.cuh); the tensor-core form over a bf16 or
+ * fp8 cache is cuda_mla_mma.cu. Deliberately not here: an expanded-K/V prefill path.
  */
 #include "backend/cuda/mla/mla.h"
 #include <math.h>
@@ -43,28 +43,33 @@ constexpr int ABSORB_WARPS = 8;  /* its 256 threads: 32 slices of the nope dims 
 constexpr int TOK_TILE = 8;      /* tokens per absorb / expand block */
 constexpr int EXPAND_WARPS = 8;
 constexpr int MERGE_COLS = 128; /* latent columns a merge block */
+constexpr int STORE_THREADS = 256;
 
 struct mla_shape {
     int H, nope, rope, v, R;
 };
 
-__global__ void mla_store_kernel(void *latent, void *index_k, int bf16, int idx_bf16, int R, int rope, int idx_dim,
-                                 const float *ckv, const float *w, float eps, const float *idx_k, const int32_t *slots)
+/* grid (tokens), STORE_THREADS threads; smem v[R + rope]: the normalised row, which the warps
+ * then write in the cache's dtype (cuda_latent.cuh: fp8 scale blocks shared among them). */
+__global__ void __launch_bounds__(STORE_THREADS) mla_store_kernel(cache_rows lat, cache_rows idx, const float *ckv,
+                                                                  const float *w, float eps, const float *idx_k,
+                                                                  const int32_t *slots)
 {
-    const int t = blockIdx.x, row = R + rope;
+    extern __shared__ float v[];
+    const int t = blockIdx.x, R = lat.nq, row = lat.nq + lat.nr, warp = threadIdx.x / 32;
     const float *src = ckv + (size_t)t * row;
-    const size_t dst = (size_t)slots[t] * row;
     double ss = 0;
     for (int c = threadIdx.x; c < R; c += blockDim.x)
         ss += (double)src[c] * (double)src[c];
     float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(block_sum_double(ss) / R), eps)));
     for (int c = threadIdx.x; c < R; c += blockDim.x)
-        latent_put(latent, bf16, dst + c, __fmul_rn(w[c], __fmul_rn(src[c], inv)));
-    for (int c = threadIdx.x; c < rope; c += blockDim.x)
-        latent_put(latent, bf16, dst + R + c, src[R + c]);
+        v[c] = __fmul_rn(w[c], __fmul_rn(src[c], inv));
+    for (int c = threadIdx.x; c < lat.nr; c += blockDim.x)
+        v[R + c] = src[R + c];
+    __syncthreads();
+    cache_put_row(lat, (size_t)slots[t], v, warp, STORE_THREADS / 32);
     if (idx_k)
-        for (int c = threadIdx.x; c < idx_dim; c += blockDim.x)
-            latent_put(index_k, idx_bf16, (size_t)slots[t] * idx_dim + c, idx_k[(size_t)t * idx_dim + c]);
+        cache_put_row(idx, (size_t)slots[t], idx_k + (size_t)t * idx.nq, warp, STORE_THREADS / 32);
 }
 
 /* W[n, k] as weight_dequant_row gives it (NVFP4 with its global scale). */
@@ -234,8 +239,7 @@ __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
 
 struct attn_params {
     const float *q;      /* (T, H, Dk) */
-    const void *latent; /* (slots, Dk) of f32, or bf16 when bf16 */
-    int bf16;
+    cache_rows latent;   /* (slots, Dk) */
     const int32_t *sel;  /* (T, sel_k) or NULL */
     int sel_k;
     const int32_t *pos, *seq, *table;
@@ -310,7 +314,7 @@ __global__ void mla_attn_kernel(attn_params p)
             for (int i = threadIdx.x; i < nk * Dk; i += blockDim.x) {
                 int jj = i / Dk, d = i % Dk, kp = sel ? sel[k0 + jj] : k0 + jj;
                 size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
-                Ks[(size_t)jj * (Dk + 1) + d] = latent_get(p.latent, p.bf16, slot * Dk + d);
+                Ks[(size_t)jj * (Dk + 1) + d] = cache_get(p.latent, slot, d);
             }
         } else {
             for (int jj = threadIdx.x; jj < nk; jj += blockDim.x) {
@@ -330,9 +334,8 @@ __global__ void mla_attn_kernel(attn_params p)
                     for (int d = 0; d < Dk; d++)
                         dot = fmaf(qr[d], kr[d], dot);
                 } else {
-                    const size_t kr = (size_t)slots[jj] * Dk;
                     for (int d = 0; d < Dk; d++)
-                        dot = fmaf(qr[d], latent_get(p.latent, p.bf16, kr + d), dot);
+                        dot = fmaf(qr[d], cache_get(p.latent, (size_t)slots[jj], d), dot);
                 }
                 float sc = __fmul_rn(dot, p.scale);
                 Pw[jj] = sc;
@@ -356,7 +359,7 @@ __global__ void mla_attn_kernel(attn_params p)
                 for (int jj = 0; jj < nk; jj++) {
                     /* values: the c_kv part of the key's row */
                     float v = STAGED ? Ks[(size_t)jj * (Dk + 1) + d]
-                                     : latent_get(p.latent, p.bf16, (size_t)slots[jj] * Dk + d);
+                                     : cache_get(p.latent, (size_t)slots[jj], d);
                     a = fmaf(Pw[jj], v, a);
                 }
                 orow[d] = a;
@@ -484,12 +487,14 @@ extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_la
         return cudaSuccess;
     if (idx_k && !kv->index_k)
         idx_k = nullptr;
-    unsigned threads = kv->kv_rank >= 256 ? 256u : 64u;
-    if (kv->dtype > KV_DTYPE_BF16 || kv->index_dtype > KV_DTYPE_BF16)
+    const size_t smem = (size_t)(kv->kv_rank + kv->rope_dim) * sizeof(float);
+    if (kv->dtype > KV_DTYPE_FP8 || kv->index_dtype > KV_DTYPE_FP8 || smem > 48 * 1024 ||
+        (kv->dtype == KV_DTYPE_FP8 && !fp8_dims_ok(kv->kv_rank, kv->rope_dim)) ||
+        (idx_k && kv->index_dtype == KV_DTYPE_FP8 && !fp8_dims_ok(kv->index_dim, 0)))
         return cudaErrorInvalidValue;
-    mla_store_kernel<<<(unsigned)n_tokens, threads, 0, stream>>>(kv->latent, kv->index_k, kv->dtype == KV_DTYPE_BF16,
-                                                                 kv->index_dtype == KV_DTYPE_BF16, kv->kv_rank, kv->rope_dim, kv->index_dim, ckv, w, eps,
-                                                                 idx_k, slots);
+    const cache_rows lat = cache_rows_make(kv->latent, kv->dtype, kv->kv_rank, kv->rope_dim);
+    const cache_rows idx = cache_rows_make(kv->index_k, kv->index_dtype, kv->index_dim, 0);
+    mla_store_kernel<<<(unsigned)n_tokens, STORE_THREADS, smem, stream>>>(lat, idx, ckv, w, eps, idx_k, slots);
     return CUDA_LAUNCH_RESULT();
 }
 
@@ -582,13 +587,13 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
         return cudaSuccess;
     attn_params p;
     latent_params_fill(p, q_abs, kv, b, n_heads, sel, sel_k, scale, n_splits, o_lat, work);
-    p.latent = kv->latent;
-    p.bf16 = kv->dtype == KV_DTYPE_BF16;
+    p.latent = cache_rows_make(kv->latent, kv->dtype, kv->kv_rank, kv->rope_dim);
     p.rows = cfg->rows;
     p.keys = cfg->keys;
     p.head_blocks = (n_heads + cfg->rows - 1) / cfg->rows;
     if (n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) || (sel && sel_k < 1) ||
-        cfg->rows > n_heads ||
+        cfg->rows > n_heads || kv->dtype > KV_DTYPE_FP8 ||
+        (kv->dtype == KV_DTYPE_FP8 && !fp8_dims_ok(kv->kv_rank, kv->rope_dim)) ||
         cfg->smem_bytes != plan_mla_attention_smem(cfg->rows, cfg->keys, cfg->threads, p.Dk, p.R, cfg->stages))
         return cudaErrorInvalidValue; /* not fitted for these dims */
     int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;

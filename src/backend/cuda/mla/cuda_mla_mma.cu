@@ -1,4 +1,5 @@
-/* cuda_mla_mma.cu — MLA attention in latent space on bf16 tensor cores, over a bf16 latent cache.
+/* cuda_mla_mma.cu — MLA attention in latent space on bf16 tensor cores, over a bf16 or fp8 latent
+ * cache.
  *
  * The same contract as cuda_mla.cu's fp32 kernel (backend_ops.mla_attention): every head of a
  * token attends to the token's keys (its DSA selection, or 0..pos) through the one cached latent
@@ -17,10 +18,20 @@
  * weights are split into bf16 hi + lo (two MMAs each), so the result is fp32-grade (~1e-5 of the
  * fp32 kernel on the same cache) and does not depend on how the keys were split.
  *
- * Shared memory (bf16): Qhi[rows][ld], Qlo[rows][ld], K[stages][keys][ld], ld = Dk rounded up to
- * 16, + 8 (the ldmatrix rows then fall in distinct banks); plan_mla_mma_smem() is the formula.
+ * An fp8 cache (e4m3 codes, an f32 scale per 128 latent values, the rope part in bf16): a key
+ * tile is staged as the codes themselves in bf16 (exact: e4m3 is a subset) beside its scales, and
+ * the scales enter where they factor out of the products: S sums each 128-column block's
+ * product separately and adds it times the key's scale of that block; P V takes P times the
+ * key's scale of the value columns' block. So the values are the CPU's e4m3 * scale exactly and
+ * the result stays fp32-grade. These tiles are loaded through registers (a row is not a whole
+ * number of 16-byte bf16 chunks), not by cp.async.
+ *
+ * Shared memory: Qhi[rows][ld], Qlo[rows][ld], K[stages][keys][ld] in bf16, ld = Dk rounded up to
+ * 16, + 8 (the ldmatrix rows then fall in distinct banks), then the fp8 scales [stages][keys]
+ * [ceil(Dk / 128)] in f32; plan_mla_mma_smem() is the formula.
  */
 #include "backend/cuda/mla/mla.h"
+#include <cuda_fp8.h>
 #include <math.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
@@ -36,9 +47,18 @@ namespace
 constexpr int MAX_VT = 32; /* value n-tiles (8 columns) per warp: R / 2 <= 256 */
 constexpr int Q_BATCH = 16; /* query loads a thread keeps in flight while staging */
 
+/* Two e4m3 codes (low byte first) -> two bf16 values, exactly. */
+__device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t codes)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)codes, __NV_E4M3);
+    const float lo = __half2float(__half(__half_raw{h.x})), hi = __half2float(__half(__half_raw{h.y}));
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) >> 16 << 16);
+}
+
 struct mma_params {
     const float *q;         /* (T, H, Dk) */
-    const uint16_t *latent; /* (slots, Dk) bf16 */
+    const void *latent;     /* (slots) rows of Dk bf16, or fp8 rows of row_bytes (cuda_latent.cuh) */
+    int row_bytes, nb;      /* fp8: bytes a row, scales a row */
     const int32_t *sel;     /* (T, sel_k) or NULL */
     int sel_k;
     const int32_t *pos, *seq, *table;
@@ -54,12 +74,13 @@ struct mma_params {
 /* grid (T * head_blocks, n_splits), (rows / 16) * 2 warps; TN keys per tile. One function past
  * 100 lines: the O accumulators (up to 128 registers a thread) live through every phase of the
  * tile loop (load, S, softmax, P V), which reads best, and compiles best, in one piece. */
-template <int TN>
+template <int TN, bool FP8>
 __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 {
     extern __shared__ __align__(16) uint16_t sm[];
-    const int ld = p.ld, RW = p.rows;
+    const int ld = p.ld, RW = p.rows, nbs = PLAN_MLA_MMA_SCALE_BLOCKS(p.Dk);
     uint16_t *Qh = sm, *Ql = Qh + (size_t)RW * ld, *Kb = Ql + (size_t)RW * ld;
+    float *Scb = (float *)(Kb + (size_t)(p.stages > 1 ? 2 : 1) * TN * ld); /* FP8: the tiles' scales */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r0 = (warp >> 1) * 16, vh = warp & 1;
     const int t = blockIdx.x / p.head_blocks, h0 = (blockIdx.x % p.head_blocks) * RW, split = blockIdx.y;
@@ -104,22 +125,51 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 
     const int32_t *blocks = p.table + (size_t)p.seq[t] * p.max_blocks;
     const int32_t *sel = p.sel ? p.sel + (size_t)t * p.sel_k : nullptr;
+    auto slot_of = [&](int kp) {
+        return (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
+    };
     auto load = [&](int k0, int buf) {
         const int nk = hi - k0 < TN ? hi - k0 : TN;
         uint16_t *dst = Kb + (size_t)buf * TN * ld;
         /* a short tile's missing rows: zeros (weight 0 times whatever the buffer held could be NaN) */
         for (int i = threadIdx.x; i < (TN - nk) * cpr; i += blockDim.x)
             *(uint4 *)(dst + (size_t)(nk + i / cpr) * ld + (i % cpr) * 8) = make_uint4(0, 0, 0, 0);
-        for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
-            int jj = i / cpr, c = i % cpr, kp = sel ? sel[k0 + jj] : k0 + jj;
-            if (kp < 0) { /* -1 padding: masked below, zeros meanwhile */
-                *(uint4 *)(dst + (size_t)jj * ld + c * 8) = make_uint4(0, 0, 0, 0);
-                continue;
+        if constexpr (FP8) {
+            const uint8_t *lat = (const uint8_t *)p.latent;
+            for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
+                const int jj = i / cpr, d0 = (i % cpr) * 8, kp = sel ? sel[k0 + jj] : k0 + jj;
+                uint4 v = make_uint4(0, 0, 0, 0); /* -1 padding: masked below, zeros meanwhile */
+                if (kp >= 0) {
+                    const uint8_t *row = lat + slot_of(kp) * (size_t)p.row_bytes;
+                    if (d0 < p.R) { /* 8 codes -> 8 bf16 values */
+                        const uint32_t w0 = *(const uint32_t *)(row + d0), w1 = *(const uint32_t *)(row + d0 + 4);
+                        v = make_uint4(fp8x2_bf16x2(w0 & 0xffffu), fp8x2_bf16x2(w0 >> 16), fp8x2_bf16x2(w1 & 0xffffu),
+                                       fp8x2_bf16x2(w1 >> 16));
+                    } else { /* 8 rope values, already bf16 */
+                        const uint32_t *r = (const uint32_t *)(row + p.R + 4 * p.nb + 2 * (d0 - p.R));
+                        v = make_uint4(r[0], r[1], r[2], r[3]);
+                    }
+                }
+                *(uint4 *)(dst + (size_t)jj * ld + d0) = v;
             }
-            size_t slot = (size_t)blocks[kp / p.block_size] * p.block_size + (size_t)(kp % p.block_size);
-            cp_async16(dst + (size_t)jj * ld + c * 8, p.latent + slot * Dk + c * 8);
+            /* the scales; 0 for missing and padded keys (their weight 0 must stay 0 in P V) */
+            float *sc = Scb + (size_t)buf * TN * nbs;
+            for (int i = threadIdx.x; i < TN * nbs; i += blockDim.x) {
+                const int jj = i / nbs, b = i % nbs, kp = jj < nk ? (sel ? sel[k0 + jj] : k0 + jj) : -1;
+                sc[i] = kp >= 0 && b < p.nb ? *(const float *)(lat + slot_of(kp) * (size_t)p.row_bytes + p.R + 4 * b)
+                                            : 0.0f;
+            }
+        } else {
+            for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
+                int jj = i / cpr, c = i % cpr, kp = sel ? sel[k0 + jj] : k0 + jj;
+                if (kp < 0) { /* -1 padding: masked below, zeros meanwhile */
+                    *(uint4 *)(dst + (size_t)jj * ld + c * 8) = make_uint4(0, 0, 0, 0);
+                    continue;
+                }
+                cp_async16(dst + (size_t)jj * ld + c * 8, (const uint16_t *)p.latent + slot_of(kp) * Dk + c * 8);
+            }
         }
-        cp_async_commit();
+        cp_async_commit(); /* FP8: an empty group, so the waits below count alike */
     };
 
     float o[MAX_VT][4];
@@ -144,13 +194,15 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         }
         __syncthreads();
         const uint16_t *K = Kb + (size_t)buf * TN * ld;
+        const float *Ksc = Scb + (size_t)buf * TN * nbs; /* FP8 */
 
-        float s[TN / 8][4];
+        float s[TN / 8][4], st[TN / 8][4]; /* st (FP8): one scale block's partial S */
 #pragma unroll
-        for (int n = 0; n < TN / 8; n++)
+        for (int n = 0; n < TN / 8; n++) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll 2 /* the next step's ldmatrix issues under this step's MMAs */
-        for (int kk = 0; kk < ksteps; kk++) {
+            st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
+        }
+        auto qk_step = [&](int kk, float (&acc)[TN / 8][4]) {
             uint32_t ah[4], al[4];
             const size_t qo = (size_t)(r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 + (lane >> 4) * 8;
             mma_ldsm_x4(ah, Qh + qo);
@@ -160,11 +212,36 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                 uint32_t b[4];
                 mma_ldsm_x4(b, K + (size_t)(n2 * 16 + (lane & 7) + (lane >> 4) * 8) * ld + kk * 16 +
                                    ((lane >> 3) & 1) * 8);
-                mma_bf16_16816(s[2 * n2], al, b[0], b[1]);
-                mma_bf16_16816(s[2 * n2], ah, b[0], b[1]);
-                mma_bf16_16816(s[2 * n2 + 1], al, b[2], b[3]);
-                mma_bf16_16816(s[2 * n2 + 1], ah, b[2], b[3]);
+                mma_bf16_16816(acc[2 * n2], al, b[0], b[1]);
+                mma_bf16_16816(acc[2 * n2], ah, b[0], b[1]);
+                mma_bf16_16816(acc[2 * n2 + 1], al, b[2], b[3]);
+                mma_bf16_16816(acc[2 * n2 + 1], ah, b[2], b[3]);
             }
+        };
+        if constexpr (FP8) {
+            /* the latent columns block by block, each block's S times its scale; then the rope */
+            for (int kk = 0; kk < ksteps; kk++) {
+                if (kk * 16 >= p.R) {
+                    qk_step(kk, s);
+                    continue;
+                }
+                qk_step(kk, st);
+                if ((kk + 1) * 16 == p.R || ((kk + 1) * 16) % KV_FP8_BLOCK == 0) {
+                    const int blk = kk * 16 / KV_FP8_BLOCK;
+#pragma unroll
+                    for (int n = 0; n < TN / 8; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int key = n * 8 + 2 * (lane & 3) + (e & 1);
+                            s[n][e] = fmaf(st[n][e], Ksc[key * nbs + blk], s[n][e]);
+                            st[n][e] = 0.0f;
+                        }
+                }
+            }
+        } else {
+#pragma unroll 2 /* the next step's ldmatrix issues under this step's MMAs */
+            for (int kk = 0; kk < ksteps; kk++)
+                qk_step(kk, s);
         }
         /* online softmax over this tile; the 4 lanes of a row reduce by shuffles */
         float mx_a = -INFINITY, mx_b = -INFINITY;
@@ -213,10 +290,23 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 #pragma unroll
         for (int k2 = 0; k2 < TN / 16; k2++) {
             uint32_t ph[4], pl[4];
-            mma_split_bf16x2(s[2 * k2][0], s[2 * k2][1], ph[0], pl[0]);
-            mma_split_bf16x2(s[2 * k2][2], s[2 * k2][3], ph[1], pl[1]);
-            mma_split_bf16x2(s[2 * k2 + 1][0], s[2 * k2 + 1][1], ph[2], pl[2]);
-            mma_split_bf16x2(s[2 * k2 + 1][2], s[2 * k2 + 1][3], ph[3], pl[3]);
+            /* P's fragment, times the keys' scales of value block blk under FP8 (this thread's
+             * keys: ka, ka + 1 in s[2 k2], ka + 8, ka + 9 in s[2 k2 + 1]) */
+            const int ka = k2 * 16 + 2 * (lane & 3);
+            auto p_frag = [&](int blk) {
+                float a0 = 1.0f, a1 = 1.0f, b0 = 1.0f, b1 = 1.0f;
+                if constexpr (FP8) {
+                    a0 = Ksc[ka * nbs + blk], a1 = Ksc[(ka + 1) * nbs + blk];
+                    b0 = Ksc[(ka + 8) * nbs + blk], b1 = Ksc[(ka + 9) * nbs + blk];
+                }
+                mma_split_bf16x2(s[2 * k2][0] * a0, s[2 * k2][1] * a1, ph[0], pl[0]);
+                mma_split_bf16x2(s[2 * k2][2] * a0, s[2 * k2][3] * a1, ph[1], pl[1]);
+                mma_split_bf16x2(s[2 * k2 + 1][0] * b0, s[2 * k2 + 1][1] * b1, ph[2], pl[2]);
+                mma_split_bf16x2(s[2 * k2 + 1][2] * b0, s[2 * k2 + 1][3] * b1, ph[3], pl[3]);
+            };
+            int cur = FP8 ? -1 : 0;
+            if (!FP8)
+                p_frag(0);
             const uint16_t *vrow = K + (size_t)(k2 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + vcol + (lane >> 4) * 8;
 #pragma unroll
             for (int j = 0; j < MAX_VT; j += 2) {
@@ -224,9 +314,13 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                     break;
                 uint32_t b[4];
                 mma_ldsm_x4_trans(b, vrow + j * 8);
+                if (FP8 && (vcol + j * 8) / KV_FP8_BLOCK != cur)
+                    p_frag(cur = (vcol + j * 8) / KV_FP8_BLOCK);
                 mma_bf16_16816(o[j], pl, b[0], b[1]);
                 mma_bf16_16816(o[j], ph, b[0], b[1]);
                 if (j + 1 < vt) {
+                    if (FP8 && (vcol + (j + 1) * 8) / KV_FP8_BLOCK != cur)
+                        p_frag(cur = (vcol + (j + 1) * 8) / KV_FP8_BLOCK);
                     mma_bf16_16816(o[j + 1], pl, b[2], b[3]);
                     mma_bf16_16816(o[j + 1], ph, b[2], b[3]);
                 }
@@ -272,6 +366,11 @@ extern "C" int cuda_mla_mma_fits(int n_heads, int k_dim, int v_dim, int rows, in
            (stages == 1 || stages == 2) && plan_mla_mma_smem(rows, keys, k_dim, stages) + 256 <= budget;
 }
 
+extern "C" int cuda_mla_mma_takes_cache(const struct paged_latent *kv)
+{
+    return kv->dtype == KV_DTYPE_BF16 || (kv->dtype == KV_DTYPE_FP8 && fp8_dims_ok(kv->kv_rank, kv->rope_dim));
+}
+
 extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
                                               const struct attn_batch *b, int n_heads, const int32_t *sel,
                                               int sel_k, float scale, float *o_lat, int rows, int keys, int stages,
@@ -281,17 +380,22 @@ extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *
         return cudaSuccess;
     mma_params p;
     latent_params_fill(p, q_abs, kv, b, n_heads, sel, sel_k, scale, n_splits, o_lat, work);
-    p.latent = (const uint16_t *)kv->latent;
+    p.latent = kv->latent;
+    const bool fp8 = kv->dtype == KV_DTYPE_FP8;
+    p.row_bytes = (int)kv_latent_row_bytes(kv->dtype, kv->kv_rank, kv->rope_dim);
+    p.nb = (kv->kv_rank + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
     p.rows = rows;
     p.stages = stages;
     p.head_blocks = (n_heads + rows - 1) / rows;
     p.ld = plan_mla_mma_ld(p.Dk);
     int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;
-    if (kv->dtype != KV_DTYPE_BF16 || n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) ||
+    if (!cuda_mla_mma_takes_cache(kv) || n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS || (n_splits > 1 && !work) ||
         (sel && sel_k < 1) || blocks > 0x7fffffff || !cuda_mla_mma_fits(n_heads, p.Dk, p.R, rows, keys, stages, ~(size_t)0))
         return cudaErrorInvalidValue;
     size_t smem = plan_mla_mma_smem(rows, keys, p.Dk, stages);
-    void (*kernel)(mma_params) = keys == 16 ? mla_mma_kernel<16> : keys == 32 ? mla_mma_kernel<32> : mla_mma_kernel<64>;
+    void (*kernel)(mma_params) =
+        fp8 ? (keys == 16 ? mla_mma_kernel<16, true> : keys == 32 ? mla_mma_kernel<32, true> : mla_mma_kernel<64, true>)
+            : (keys == 16 ? mla_mma_kernel<16, false> : keys == 32 ? mla_mma_kernel<32, false> : mla_mma_kernel<64, false>);
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;

@@ -54,7 +54,9 @@ cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits,
 /* Whether the kernel takes these dims and tile (rows: heads per block, 16/32/64; keys per tile:
  * 16/32/64; stages 1 or 2) within budget bytes of shared memory. */
 int cuda_mla_mma_fits(int n_heads, int k_dim, int v_dim, int rows, int keys, int stages, size_t budget);
-/* backend_ops.mla_attention with that tile; kv->dtype must be KV_DTYPE_BF16; n_splits > 1:
+/* Whether the kernel reads kv's latent rows: bf16, or fp8 with the aligned dims it needs. */
+int cuda_mla_mma_takes_cache(const struct paged_latent *kv);
+/* backend_ops.mla_attention with that tile (kv as cuda_mla_mma_takes_cache() takes); n_splits > 1:
  * partials in work (cuda_mla_attention_workspace_floats()), then cuda_mla_merge(). */
 cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
                                    const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k,
