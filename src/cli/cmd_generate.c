@@ -192,7 +192,7 @@ int cmd_generate(int argc, char **argv)
                                                            "(e.g. 101376, an sm_120's)"},
         {.name = "allow-long-context", .help = "let the context run past the model's max_position_embeddings"},
         {.name = "kv-cache-dtype", .metavar = "T",
-         .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (cpu backend)"},
+         .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (656 B a GLM-5 token)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
     };
