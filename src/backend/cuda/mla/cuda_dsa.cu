@@ -146,8 +146,16 @@ __global__ void dsa_score_warp_kernel(score_params p)
     float *row = p.scores + (size_t)blockIdx.y * p.ctx;
     for (int j = blockIdx.x * DSA_WARPS + warp; j < n; j += gridDim.x * DSA_WARPS) {
         const size_t slot = (size_t)blocks[j / p.block_size] * p.block_size + (size_t)(j % p.block_size);
-        for (int d = lane; d < DI; d += 32)
-            ks[d] = cache_get(p.index_k, slot, d);
+        if (DI % 4 == 0) { /* 4 values a load (the per-value reads cost fp8 keys 20% at 32768 keys) */
+            for (int d4 = lane; d4 < DI / 4; d4 += 32) {
+                float v[4];
+                cache_get4(p.index_k, slot, d4, v);
+                ks[4 * d4] = v[0], ks[4 * d4 + 1] = v[1], ks[4 * d4 + 2] = v[2], ks[4 * d4 + 3] = v[3];
+            }
+        } else {
+            for (int d = lane; d < DI; d += 32)
+                ks[d] = cache_get(p.index_k, slot, d);
+        }
         __syncwarp();
         for (int h = lane; h < HI; h += 32) {
             const float *qh = qs + (size_t)h * (DI + 1);

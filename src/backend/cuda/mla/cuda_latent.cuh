@@ -86,6 +86,27 @@ __device__ __forceinline__ float cache_get(const cache_rows &r, size_t slot, int
     return __uint_as_float((uint32_t)h << 16);
 }
 
+/* Values 4 i4 .. 4 i4 + 3 of row `slot` as cache_get gives them, in one load (rows without rope
+ * values, nq % 4 == 0: the DSA keys). */
+__device__ __forceinline__ void cache_get4(const cache_rows &r, size_t slot, int i4, float v[4])
+{
+    if (r.dtype == KV_DTYPE_F32) {
+        const float4 f = *(const float4 *)((const float *)r.base + slot * (size_t)r.nq + 4 * (size_t)i4);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else if (r.dtype == KV_DTYPE_BF16) {
+        const uint2 h = *(const uint2 *)((const uint16_t *)r.base + slot * (size_t)r.nq + 4 * (size_t)i4);
+        v[0] = __uint_as_float(h.x << 16), v[1] = __uint_as_float(h.x & 0xffff0000u);
+        v[2] = __uint_as_float(h.y << 16), v[3] = __uint_as_float(h.y & 0xffff0000u);
+    } else {
+        const uint8_t *row = (const uint8_t *)r.base + slot * (size_t)r.row_bytes;
+        const uint32_t c = *(const uint32_t *)(row + 4 * i4);
+        const float sc = *(const float *)(row + r.nq + 4 * (4 * i4 / KV_FP8_BLOCK));
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            v[e] = __fmul_rn(e4m3_decode((c >> (8 * e)) & 0xffu), sc);
+    }
+}
+
 /* Row `slot` <- v[0 .. nq + nr), by warps w0 of nw (each calls it with all 32 lanes; the warps
  * share the values and, in fp8, the scale blocks). fp8: each block's scale is amax / 448 (1 for
  * an all-zero block) and the codes are e4m3(v / scale), as the CPU's cache_put does it. */
