@@ -38,6 +38,9 @@ if [ "${SANITIZE:-0}" = 1 ]; then # the MLA kernels under compute-sanitizer
 fi
 run "goldens" golden.log timeout 120 "$d/tests/test_golden_cuda"
 run "goldens, smem 101376" golden_small.log MOESERVE_SMEM_BUDGET=101376 timeout 120 "$d/tests/test_golden_cuda"
+# every dense MLA pass in the expanded form (the fixtures' prompts are shorter than the plan's crossover)
+run "goldens, mla expanded" golden_expanded.log MOESERVE_CUDA_FORCE=mla_prefill:mla_prefill_expanded \
+    timeout 120 "$d/tests/test_golden_cuda"
 "$d/moeserve" plan --device 0 >"$out/plan.txt" 2>&1
 # one decode step per batch size of PROFILE_BATCHES (default 1,64): the window's last whole step
 for pb in ${PROFILE_BATCHES//,/ }; do
@@ -67,5 +70,5 @@ grep -E "mla_attention|dsa_index" "$out/plan.txt" | cut -c1-100
 for pb in ${PROFILE_BATCHES//,/ }; do echo "-- b$pb"; head -36 "$out/profile_b$pb/profile_step.txt" 2>/dev/null; done
 for f in bench.log bench_small.log; do [ -f "$out/$f" ] && echo "-- $f" && grep -A4 "^GLM-5 slice" "$out/$f"; done
 grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$out"/memcheck_mla.log "$out"/racecheck_mla.log 2>/dev/null
-for f in golden.log golden_small.log; do echo "-- $f"; grep -E "dsa|PASSED|FAILED" "$out/$f" | head -30; done
+for f in golden.log golden_small.log golden_expanded.log; do echo "-- $f"; grep -E "dsa|PASSED|FAILED" "$out/$f" | head -30; done
 printf '%s\n' "${rows[@]}"

@@ -235,6 +235,21 @@ struct backend_ops {
     void (*dsa_select)(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv,
                        const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel);
 
+    /* The expanded form of MLA attention (spec C.3) for rows that attend densely (every causal
+     * key, no DSA selection): keys 0..seq_keys[s] - 1 of each block-table row s are expanded
+     * through kv_b once, K_h = [W_uk_h c_kv | k_r] and V_h = W_uv_h c_kv, and every head attends
+     * over them as ordinary causal attention of head dim nope + rope. q: (n_tokens, n_heads,
+     * nope + rope), roped; out: (n_tokens, n_heads * v), what mla_absorb_q, mla_attention (sel
+     * NULL) and mla_expand_o give together. seq_keys: host memory, (n_seqs), each row's max pos + 1
+     * (0: a row no token uses). NULL on a backend that has only the absorbed form. */
+    void (*mla_attention_expanded)(struct backend *be, const float *q, const struct weight *kv_b,
+                                   const struct mla_dims *m, const struct paged_latent *kv,
+                                   const struct attn_batch *b, int n_seqs, const int32_t *seq_keys, float scale,
+                                   float *out);
+    /* true when this backend's plan runs dense MLA rows in the expanded form for a pass of
+     * n_tokens query rows over n_keys keys in all (the sum of seq_keys); NULL: never. */
+    bool (*mla_prefers_expanded)(struct backend *be, int n_tokens, int64_t n_keys);
+
     /* ---- optional fast paths (NULL: the forward composes the ops above instead) ---- */
     /* ys[j][m, ws[j]->rows] = x ws[j]^T (+ bias) for j < n_w <= 3: weights sharing one input
      * (q/k/v) in one pass where the backend can. */

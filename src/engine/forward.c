@@ -393,6 +393,8 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
     struct backend *be = f->be;
     int n = b->n_tokens;
     bool pending = false;
+    if (f->mla)
+        forward_mla_batch(f, b);
     be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
     for (int l = 0; l < d->n_layers; l++) {
         const struct layer_weights *lw = &f->w->layers[l];

@@ -15,8 +15,10 @@
  * why a shared layer can reuse it (spec C.5): it is kept in f->mla->sel
  * between layers of one forward pass.
  *
- * Not here: the FFN (forward.c), any expanded-K/V prefill path (the backend's
- * mla_attention decides how to compute; the cache format does not change).
+ * Dense passes (every row over all its causal keys) that the backend's plan runs faster
+ * expanded take backend_ops.mla_attention_expanded instead of absorb / attention / expand:
+ * K/V through kv_b from the same cache rows, then ordinary attention (the cache format does
+ * not change). Not here: the FFN (forward.c).
  */
 #include "engine/forward_mla.h"
 
@@ -78,6 +80,9 @@ enum status forward_mla_init(struct forward *f, struct err *err)
         {(void **)&m->sel, T * K * 4},
         {(void **)&m->dsa_work, backend_dsa_workspace_floats(f->max_tokens, (int)K) * 4},
     };
+    m->seq_keys = calloc((size_t)f->max_seqs, sizeof *m->seq_keys);
+    if (!m->seq_keys)
+        return err_set(err, STATUS_NOMEM, "forward: out of host memory");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = be->ops->alloc(be, bufs[i].bytes);
         if (!*bufs[i].p)
@@ -100,6 +105,7 @@ void forward_mla_free(struct forward *f)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             f->be->ops->free(f->be, bufs[i]);
+    free(m->seq_keys);
     free(m);
     f->mla = NULL;
 }
@@ -130,6 +136,23 @@ static void mla_select(struct forward *f, int n, const struct layer_weights *lw,
     struct dsa_args da = {.n_heads = HI, .head_dim = DI, .topk = d->index_topk,
                           .head_scale = 1.0f / sqrtf((float)HI), .score_scale = 1.0f / sqrtf((float)DI)};
     be->ops->dsa_select(be, m->idx_q, m->idx_w, kv, ab, &da, m->dsa_work, m->sel);
+}
+
+void forward_mla_batch(struct forward *f, const struct forward_batch *b)
+{
+    struct forward_mla *m = f->mla;
+    ASSERT(b->n_seqs <= f->max_seqs);
+    m->n_seqs = b->n_seqs;
+    memset(m->seq_keys, 0, (size_t)b->n_seqs * sizeof *m->seq_keys);
+    m->rows_dense = true;
+    for (int i = 0; i < b->n_tokens; i++) {
+        int32_t *k = &m->seq_keys[b->seq[i]];
+        *k = b->pos[i] + 1 > *k ? b->pos[i] + 1 : *k;
+        m->rows_dense &= b->pos[i] < f->d->index_topk;
+    }
+    m->n_keys = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        m->n_keys += m->seq_keys[s];
 }
 
 void forward_mla_attention(struct forward *f, int n, int l)
@@ -170,6 +193,15 @@ void forward_mla_attention(struct forward *f, int n, int l)
     bool dense = d->layers[l].indexer == INDEXER_NONE;
 
     struct mla_dims md = {.n_heads = H, .nope = nope, .rope = rope, .v = d->v_head_dim, .kv_rank = R};
+    /* every row over all its causal keys (no indexer, or no row past index_topk: the selection
+     * is then every key) and a pass long enough: K/V expanded, ordinary attention */
+    if ((dense || m->rows_dense) && be->ops->mla_attention_expanded && be->ops->mla_prefers_expanded &&
+        be->ops->mla_prefers_expanded(be, n, m->n_keys)) {
+        be->ops->mla_attention_expanded(be, m->q, &lw->kv_b, &md, kv, &ab, m->n_seqs, m->seq_keys, d->attn_scale,
+                                        m->attn);
+        be->ops->linear(be, &lw->wo, m->attn, n, f->delta);
+        return;
+    }
     be->ops->mla_absorb_q(be, &lw->kv_b, &md, m->q, n, m->q_abs);
     be->ops->mla_attention(be, m->q_abs, kv, &ab, H, dense ? NULL : m->sel, d->index_topk,
                            d->attn_scale, m->o_lat);

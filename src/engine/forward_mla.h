@@ -25,6 +25,12 @@ struct forward_mla {
     float *idx_w;   /* (T, index_n_heads) weights_proj output */
     int32_t *sel;   /* (T, index_topk) key positions chosen by the last "full" layer */
     float *dsa_work; /* backend_dsa_workspace_floats(T, index_topk) */
+    /* host, per pass (forward_mla_batch): the keys of each block-table row (its rows' max pos
+     * + 1), their sum, and whether every row attends densely under DSA (pos < index_topk) */
+    int32_t *seq_keys; /* (max_seqs) */
+    int n_seqs;
+    int64_t n_keys;
+    bool rows_dense;
 };
 
 /* Takes the MLA/DSA buffers when f's model has MLA layers; leaves f->mla NULL otherwise.
@@ -32,10 +38,13 @@ struct forward_mla {
 enum status forward_mla_init(struct forward *f, struct err *err);
 /* Safe when f->mla is NULL. */
 void forward_mla_free(struct forward *f);
+/* The host-side facts of batch b that the MLA layers' choice of form needs; before the layers. */
+void forward_mla_batch(struct forward *f, const struct forward_batch *b);
 /* Layer l's attention on f->x (normed input) for the n tokens of the uploaded batch
  * (f->d_pos, d_seq, d_slots, d_table); writes f->delta (n, d_model). Stores the layer's
- * latent rows (and indexer keys) in the cache at the batch's slots. Reads no host-side
- * batch data, so it can be captured once and replayed at any positions. */
+ * latent rows (and indexer keys) in the cache at the batch's slots. Dense passes the backend
+ * runs faster expanded (mla_prefers_expanded: long prompts, never a decode step) take the
+ * expanded form; every other op sequence reads no host-side batch data. */
 void forward_mla_attention(struct forward *f, int n, int l);
 
 #endif

@@ -130,6 +130,7 @@ struct op_plan {
     enum weight_format weight_format; /* GEMM ops: the weights' format (WEIGHT_BF16 otherwise) */
     int split_k;                      /* attention_decode: KV chunks for the reference batch; 1 otherwise */
     bool portable_fallback;           /* a tensor-core variant existed but none was eligible */
+    bool forced;                      /* MOESERVE_CUDA_FORCE named this entry's kernel */
     double est_us;                    /* cost-model time for the reference workload, microseconds */
 };
 
@@ -268,6 +269,10 @@ const struct kernel_desc *plan_dispatch_pick(const struct plan *p, enum plan_op 
  * that reads its operands from global memory. */
 size_t plan_mla_attention_smem(int rows, int keys, int threads, int k_dim, int v_dim, int stages);
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
+/* Whether a dense MLA pass of n_tokens query rows over n_keys keys in all runs in the expanded
+ * form (K/V through kv_b, then ordinary attention) rather than the absorbed one: the plan's
+ * "mla_prefill" entry chose it and its cost rule favours it at these sizes. */
+bool plan_mla_prefill_expanded(const struct plan *p, int n_tokens, int64_t n_keys);
 /* dsa_index_score_warp_fp32: a warp per key, `warps` keys in flight a block. */
 size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim);
 /* MLA's absorb and expand (kv_b_proj per head): batched bf16 GEMMs (cuBLAS, activations hi + lo)

@@ -259,6 +259,109 @@ size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
     return 4 * ((size_t)idx_heads * (size_t)idx_dim + (size_t)idx_heads + (size_t)keys * (size_t)(idx_dim + 1));
 }
 
+/* ---- the dense MLA pass: absorbed or expanded ---- */
+
+struct mla_pass_dims {
+    double H, R, rope, nope, v, hd; /* hd: the expanded K/V head dim (cuda_mla_expand.c) */
+};
+
+static struct mla_pass_dims mla_pass_dims_of(const struct plan_shapes *s, const struct mla_ref *r)
+{
+    struct mla_pass_dims m = {.H = r->heads, .R = r->kv_rank, .rope = r->rope, .nope = 192, .v = 256};
+    if (s->mla && s->qk_nope_dim > 0)
+        m.nope = s->qk_nope_dim, m.v = s->v_head_dim;
+    double d = fmax(m.nope + m.rope, m.v);
+    m.hd = d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : ceil(d / 32) * 32;
+    return m;
+}
+
+/* Flops and bytes of one dense MLA pass of T query rows of one prompt over its K >= T keys (a
+ * cached prefix of K - T), each product of hi + lo bf16 operands counted as the kernels run it.
+ * Absorbed: q through W_uk and the output through W_uv per row (kv_b, 2 x hi + lo), every head
+ * on the latent row (S and P V: 2 products each, mla_latent_attn_mma_bf16), every query row
+ * reading its keys' latent rows. Expanded: kv_b per KEY instead of per row, then attention of
+ * head dim hd (S: 3 products, P V: 4, attn_prefill_mma_bf16) over K/V written once in f32. */
+static void mla_pass_work(const struct mla_pass_dims *m, double T, double K, bool expanded, double *flops,
+                          double *bytes)
+{
+    const double pairs = T * (K - T) + T * (T + 1) / 2, kv_b = 2.0 * 2.0 * m->R * m->H * (m->nope + m->v);
+    if (expanded) {
+        *flops = 2.0 * pairs * m->H * m->hd * 7.0 + K * kv_b;
+        *bytes = K * (m->R + m->rope) * 2 + K * m->H * (m->nope + m->v) * 4 * 2 + K * m->H * m->hd * 4 * 2 * 2;
+    } else {
+        *flops = 2.0 * pairs * m->H * (2 * m->R + m->rope) * 2.0 + T * kv_b;
+        *bytes = pairs / fmax(T, 1) * (m->R + m->rope) * 2 * T / 64 + T * m->H * (2 * m->R + m->rope) * 4;
+    }
+}
+
+static double mla_pass_us(const struct device_caps *caps, const struct mla_pass_dims *m, double T, double K,
+                          bool expanded)
+{
+    double flops, bytes;
+    mla_pass_work(m, T, K, expanded, &flops, &bytes);
+    double rate = pl_caps_rate_clk(caps, PLAN_MATH_BF16_MMA) * caps->sm_count * pl_caps_clock_hz(caps);
+    return (flops / rate + bytes / pl_caps_bw(caps)) * 1e6;
+}
+
+bool plan_mla_prefill_expanded(const struct plan *p, int n_tokens, int64_t n_keys)
+{
+    const struct op_plan *o = plan_find(p, "mla_prefill");
+    if (!o || strcmp(o->kernel, "mla_prefill_expanded") != 0)
+        return false;
+    if (o->forced)
+        return true;
+    if (n_tokens < o->tile_m)
+        return false;
+    const struct plan_shapes *s = &p->shapes;
+    struct mla_ref r = {.heads = s->n_heads, .kv_rank = s->kv_lora_rank, .rope = s->qk_rope_dim};
+    struct mla_pass_dims m = mla_pass_dims_of(s, &r);
+    double K = (double)n_keys > n_tokens ? (double)n_keys : n_tokens;
+    return mla_pass_us(&p->caps, &m, n_tokens, K, true) < mla_pass_us(&p->caps, &m, n_tokens, K, false);
+}
+
+/* mla_prefill: the form of dense MLA passes (every row attends to all its causal keys: prompts
+ * up to index_topk tokens under DSA, every pass without it), by mla_pass_work() at the pass's
+ * own sizes (plan_mla_prefill_expanded()); the entry is rated at the reference prefill, and
+ * tile_m is the shortest fresh prompt the expanded form takes. */
+static enum status pl_mla_prefill(struct plan_ctx *x, const struct mla_ref *r, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    struct mla_pass_dims m = mla_pass_dims_of(s, r);
+    double T = s->prefill_tokens > 0 ? s->prefill_tokens : 2048;
+    static const char *const NAMES[2] = {"mla_prefill_absorbed", "mla_prefill_expanded"};
+    for (int e = 0; e < 2; e++) {
+        /* the absorbed form is the mla_attention entry's kernel between two kv_b products: it runs
+         * everywhere, on tensor cores where there are some */
+        enum plan_math math = e || x->caps->bf16_mma ? PLAN_MATH_BF16_MMA : PLAN_MATH_FP32_FMA;
+        struct cand *c = pl_cand_add(x, NAMES[e], math, e ? FEAT_BF16_MMA : 0);
+        c->threads = 128;
+        c->tm = 1, c->tn = 1, c->tk = e ? (int)m.hd : (int)(m.R + m.rope), c->stages = 1;
+        double flops, bytes;
+        mla_pass_work(&m, T, T, e == 1, &flops, &bytes);
+        pl_cand_part(c, flops, bytes, 0, T * m.H);
+    }
+    int from = 0; /* the shortest fresh prompt (powers of two) the expanded form wins */
+    for (int t = 1; t <= 65536 && !from; t *= 2)
+        if (mla_pass_us(x->caps, &m, t, t, true) < mla_pass_us(x->caps, &m, t, t, false))
+            from = t;
+    int with_prefix = 0; /* ... after a cached prefix as long as the prompt */
+    for (int t = 1; t <= 65536 && !with_prefix; t *= 2)
+        if (mla_pass_us(x->caps, &m, t, 2.0 * t, true) < mla_pass_us(x->caps, &m, t, 2.0 * t, false))
+            with_prefix = t;
+    char note[192];
+    snprintf(note, sizeof note,
+             "dense passes: expanded (kv_b per key, attention at head dim %d) from %d fresh tokens, from %d "
+             "after an equal cached prefix; absorbed below",
+             (int)m.hd, from, with_prefix);
+    enum status st = pl_choose(x, "mla_prefill", WEIGHT_BF16, note, err);
+    if (st)
+        return st;
+    /* chosen at the reference prefill; its tile_m: the shortest pass it takes */
+    struct op_plan *o = &x->p->ops[x->p->n_ops - 1];
+    o->tile_m = !strcmp(o->kernel, "mla_prefill_expanded") ? (from > 0 ? from : (int)T) : 0;
+    return STATUS_OK;
+}
+
 /* mla_attention: attention in latent space over the cached [c_kv | k_r] rows (the query
  * absorbed through W_uk, values = the c_kv part of the same rows): one token's tile_m heads
  * per block share every staged key; split-K over the selected keys. dsa_index: the indexer's
@@ -336,8 +439,28 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
     if (st)
         return st;
 
+    st = pl_mla_prefill(x, &r, err);
+    if (st)
+        return st;
+
     static const int KN[] = {512, 256, 128, 64, 32};
     double T = s->prefill_tokens, ctx = s->decode_ctx;
+    if (r.idx_heads <= 32 && r.idx_dim % 16 == 0 && r.idx_dim >= 16 && r.idx_dim <= 128) {
+        /* the query's heads as A (one or two 16-row tiles), 8 keys as B, streamed from global memory
+         * into fragments (cuda_dsa_mma.cu): hi + lo query = 2 MMAs a product (3 on f32 keys) */
+        struct cand *c = pl_cand_add(x, "dsa_index_score_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
+        c->threads = 128;
+        c->regs = 200; /* the query's fragments, hi + lo, stay in registers */
+        const int heads16 = r.idx_heads <= 16 ? 16 : 32;
+        c->tm = heads16, c->tn = 8, c->tk = r.idx_dim, c->stages = 1;
+        c->smem = 0;
+        c->streaming = true; /* each warp's loads overlap the other warps' MMAs */
+        double pairs = T * ctx / 2;
+        /* the keys are f32 unless the cache is fp8 (kv_cache_index_dtype()): rated as f32 */
+        double flops = 2.0 * 3.0 * pairs * heads16 * r.idx_dim;
+        pl_cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4,
+                     T * ceil_div(ctx / 2, 32));
+    }
     {
         /* a warp per key, a lane per head: 32 dot products at once where the key-per-thread kernel
          * runs one per thread after another, and ctx / 8 blocks at decode where that one has

@@ -242,9 +242,26 @@ static enum status apply_force(const struct fill *x, struct err *err)
         int op = 0;
         while (op < PLAN_OP_COUNT && strcmp(OP_NAMES[op], item))
             op++;
+        if (op == PLAN_OP_COUNT && !at) {
+            /* a plan entry's kernel (the form of an op the backend composes, e.g. mla_prefill) */
+            struct op_plan *o = NULL;
+            for (int i = 0; i < x->p->n_ops && !o; i++)
+                if (!strcmp(x->p->ops[i].op, item))
+                    o = &x->p->ops[i];
+            const struct kernel_desc *k = kernel_table_find(x->req->kernels, kernel);
+            if (o && k && !strcmp(k->op, item)) {
+                if (!has_features(&x->p->caps, k->needs))
+                    return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: %s cannot run on %s", kernel,
+                                   x->p->caps.name);
+                snprintf(o->kernel, sizeof o->kernel, "%s", kernel);
+                snprintf(o->reason, sizeof o->reason, "forced (MOESERVE_CUDA_FORCE)");
+                o->forced = true;
+                continue;
+            }
+        }
         if (op == PLAN_OP_COUNT)
-            return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: op \"%s\": expected linear, moe_experts "
-                           "or moe_route", item);
+            return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: op \"%s\": expected linear, moe_experts, "
+                           "moe_route or a plan entry with that kernel (mla_prefill)", item);
         const struct kernel_desc *k = kernel_table_find(x->req->kernels, kernel);
         if (!k || !plan_op_takes((enum plan_op)op, k))
             return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: the %s backend has no kernel \"%s\" for %s",

@@ -193,6 +193,16 @@ static void check_mla_case(struct backend *be, const struct mla_case *c, enum we
     print_message("  mla %-6s h%d nope%d rope%d v%d r%d len%d T%d topk%d: rel err %.2e\n", weight_format_name(fmt),
                   c->H, c->nope, c->rope, c->v, c->R, c->len, T, c->topk, e);
     assert_true(e <= 1e-5);
+    if (!c->topk) {
+        /* dense: backend_ops.mla_attention_expanded, the same sum by the other route */
+        int32_t keys = c->len;
+        float *ex = malloc((size_t)T * c->H * c->v * 4);
+        be->ops->mla_attention_expanded(be, q, &kvb, &md, &kv, &b, 1, &keys, scale, ex);
+        double ee = rel_err(ex, want, (size_t)T * c->H * c->v);
+        print_message("  mla_attention_expanded %-6s: rel err %.2e\n", weight_format_name(fmt), ee);
+        assert_true(ee <= 1e-5);
+        free(ex);
+    }
     free(want), free(row), free(wuk), free(wuv), free(sc), free(q_abs), free(o_lat), free(out);
     free(lat), free(q), free(sel), free(wd), free(ws);
 }
@@ -206,6 +216,7 @@ static void test_mla_absorbed_equals_expanded(void **state)
     uint64_t rng = 91;
     static const struct mla_case cases[] = {
         {4, 16, 8, 16, 32, 24, 24, 0},  /* prefill, dense */
+        {3, 24, 8, 20, 48, 37, 11, 0},  /* chunk after a cached prefix, dense, v != nope */
         {4, 16, 8, 24, 32, 30, 1, 6},   /* decode over a selection */
         {3, 24, 16, 20, 64, 40, 9, 16}, /* chunk, rows both under and over topk */
         {5, 16, 8, 16, 160, 12, 12, 8}, /* kv_b rows crossing FP8's 128-row blocks */

@@ -11,6 +11,7 @@ int main(void)
         cmocka_unit_test(test_mla_store),
         cmocka_unit_test(test_mla_absorb_expand),
         cmocka_unit_test(test_mla_attention),
+        cmocka_unit_test(test_mla_expanded),
         cmocka_unit_test(test_dsa_select),
         cmocka_unit_test(test_mla_unstaged),
     };

@@ -404,6 +404,7 @@ static const struct backend_ops CPU_OPS = {
     .mla_absorb_q = cpu_mla_absorb_q,
     .mla_attention = cpu_mla_attention,
     .mla_expand_o = cpu_mla_expand_o,
+    .mla_attention_expanded = cpu_mla_attention_expanded, /* the reference; the CPU runs the absorbed form */
     .dsa_select = cpu_dsa_select,
 };
 

@@ -69,10 +69,7 @@ void cpu_layernorm(struct backend *be, const float *x, const float *w, const flo
     }
 }
 
-/* Row `slot` of a cache array whose rows are nq values then nr rope values of type t (backend.h's
- * layouts; fp8: nq e4m3, their f32 scales, the rope values in bf16), as f32: the row itself (f32)
- * or its values decoded into buf. */
-static const float *cache_row(const void *base, enum kv_dtype t, size_t slot, int nq, int nr, float *buf)
+const float *cpu_mla_get_row(const void *base, enum kv_dtype t, size_t slot, int nq, int nr, float *buf)
 {
     const int n = nq + nr;
     if (t == KV_DTYPE_F32)
@@ -207,7 +204,7 @@ void cpu_mla_attention(struct backend *be, const float *q_abs, const struct page
                 if (j < 0)
                     break; /* -1 padding ends a selection */
                 float kbuf[CPU_MLA_MAX_DIM];
-                const float *kj = cache_row(kv->latent, kv->dtype, slot_of(b, t, j, kv->block_size), R, kv->rope_dim, kbuf);
+                const float *kj = cpu_mla_get_row(kv->latent, kv->dtype, slot_of(b, t, j, kv->block_size), R, kv->rope_dim, kbuf);
                 float dot = 0.0f;
                 for (int d = 0; d < Dk; d++)
                     dot = fmaf(qh[d], kj[d], dot);
@@ -252,6 +249,71 @@ void cpu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struc
                 out[(size_t)t * (size_t)H * (size_t)V + (size_t)h * (size_t)V + (size_t)j] = s;
             }
         }
+    }
+}
+
+void cpu_mla_attention_expanded(struct backend *be, const float *q, const struct weight *kv_b,
+                                const struct mla_dims *m, const struct paged_latent *kv, const struct attn_batch *b,
+                                int n_seqs, const int32_t *seq_keys, float scale, float *out)
+{
+    const int H = m->n_heads, R = m->kv_rank, nope = m->nope, rope = m->rope, V = m->v;
+    const size_t head_rows = (size_t)nope + (size_t)V, dq = (size_t)nope + (size_t)rope;
+    ASSERT(R + rope <= CPU_MLA_MAX_DIM && kv->kv_rank == R && kv->rope_dim == rope &&
+           kv_b->rows == (int64_t)head_rows * H);
+    for (int s = 0; s < n_seqs; s++) {
+        const int nk = seq_keys[s];
+        if (nk <= 0)
+            continue;
+        /* this row's keys: the latent c_kv through kv_b gives [k_nope_h | v_h] per head */
+        float *lat = malloc((size_t)nk * (size_t)R * sizeof(float));
+        float *kr = malloc((size_t)nk * (size_t)rope * sizeof(float));
+        float *e = malloc((size_t)nk * head_rows * (size_t)H * sizeof(float));
+        ASSERT(lat && kr && e);
+        const int32_t *blocks = b->block_table + (size_t)s * (size_t)b->max_blocks;
+        for (int j = 0; j < nk; j++) {
+            float buf[CPU_MLA_MAX_DIM];
+            size_t slot = (size_t)blocks[j / kv->block_size] * (size_t)kv->block_size + (size_t)(j % kv->block_size);
+            const float *row = cpu_mla_get_row(kv->latent, kv->dtype, slot, R, rope, buf);
+            memcpy(lat + (size_t)j * R, row, (size_t)R * sizeof(float));
+            memcpy(kr + (size_t)j * rope, row + R, (size_t)rope * sizeof(float));
+        }
+        be->ops->linear(be, kv_b, lat, nk, e);
+        double work = (double)b->n_tokens * H * (double)(dq + V) * nk;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (work > CPU_MLA_PAR_MIN)
+        for (int t = 0; t < b->n_tokens; t++) {
+            for (int h = 0; h < H; h++) {
+                if (b->seq[t] != s)
+                    continue;
+                const float *qh = q + ((size_t)t * (size_t)H + (size_t)h) * dq;
+                float acc[CPU_MLA_MAX_DIM];
+                memset(acc, 0, (size_t)V * sizeof(float));
+                float mx = -INFINITY, sum = 0.0f;
+                for (int j = 0; j <= b->pos[t] && j < nk; j++) {
+                    const float *kn = e + ((size_t)j * (size_t)H + (size_t)h) * head_rows, *vj = kn + nope;
+                    float dot = 0.0f;
+                    for (int d = 0; d < nope; d++)
+                        dot = fmaf(qh[d], kn[d], dot);
+                    for (int d = 0; d < rope; d++)
+                        dot = fmaf(qh[nope + d], kr[(size_t)j * rope + d], dot);
+                    float z = dot * scale;
+                    if (z > mx) {
+                        float corr = expf(mx - z);
+                        sum *= corr;
+                        for (int d = 0; d < V; d++)
+                            acc[d] *= corr;
+                        mx = z;
+                    }
+                    float p = expf(z - mx);
+                    sum += p;
+                    for (int d = 0; d < V; d++)
+                        acc[d] = fmaf(p, vj[d], acc[d]);
+                }
+                float *o = out + (size_t)t * (size_t)H * (size_t)V + (size_t)h * (size_t)V;
+                for (int d = 0; d < V; d++)
+                    o[d] = acc[d] / sum;
+            }
+        }
+        free(lat), free(kr), free(e);
     }
 }
 
@@ -339,7 +401,7 @@ void cpu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, 
         int n = 0;
         for (int j = 0; j < n_keys; j++) {
             float kbuf[CPU_MLA_MAX_DIM];
-            const float *k = cache_row(kv->index_k, kv->index_dtype, slot_of(b, t, j, kv->block_size), kv->index_dim, 0, kbuf);
+            const float *k = cpu_mla_get_row(kv->index_k, kv->index_dtype, slot_of(b, t, j, kv->block_size), kv->index_dim, 0, kbuf);
             float s = dsa_score(q, w, k, a);
             if (n < K) {
                 hs[n] = s, hp[n] = j;

@@ -51,6 +51,8 @@ static void cuda_backend_free(struct cuda_backend *c)
     }
     if (c->scratch)
         CHECK(c, cudaFree(c->scratch));
+    if (c->expand_buf)
+        CHECK(c, cudaFree(c->expand_buf));
     if (c->sem)
         CHECK(c, cudaFree(c->sem));
     if (c->blas)
@@ -109,6 +111,8 @@ static const struct backend_ops CUDA_OPS = {
     .mla_absorb_q = cu_mla_absorb_q,
     .mla_attention = cu_mla_attention,
     .mla_expand_o = cu_mla_expand_o,
+    .mla_attention_expanded = cu_mla_attention_expanded,
+    .mla_prefers_expanded = cu_mla_prefers_expanded,
     .dsa_select = cu_dsa_select,
 };
 
@@ -179,7 +183,9 @@ static void configure_from_plan(struct cuda_backend *c)
         LOG_DEBUG("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
     }
     c->dsa = (struct cuda_dsa_cfg){.keys = 128, .stages = 1};
-    if ((op = plan_find(&c->plan, "dsa_index")) && !strcmp(op->kernel, "dsa_index_score_warp_fp32")) {
+    if ((op = plan_find(&c->plan, "dsa_index")) && !strcmp(op->kernel, "dsa_index_score_mma_bf16")) {
+        c->dsa.mma = c->dsa.per_warp = 1; /* the warp kernel for shapes the mma one does not take */
+    } else if (op && !strcmp(op->kernel, "dsa_index_score_warp_fp32")) {
         c->dsa.per_warp = 1;
     } else if (op) {
         if (op->tile_n > 0)

@@ -3,7 +3,8 @@
  * The backend is split by job: backend_cuda.c (the ops table, creation from the plan, teardown,
  * test hooks), cuda_memory.c (device memory, scratch, weight upload, the experts' tables),
  * cuda_graphs.c (decode steps captured and replayed), cuda_dispatch.c (the plan's dispatch
- * table -> the launchers of the linears and the experts), cuda_ops.c (every other op). Nothing
+ * table -> the launchers of the linears and the experts), cuda_mla_expand.c (the expanded MLA
+ * form), cuda_ops.c (every other op). Nothing
  * here is API: backend_cuda.h is.
  *
  * defines: struct cuda_backend, struct cuda_graph, struct moe_table, cuda_ctx(), CHECK(),
@@ -64,6 +65,8 @@ struct cuda_backend {
     struct cuda_dsa_cfg dsa;      /* DSA score tile as planned ("dsa_index"), fitted per call */
     void *scratch;    /* device: bf16 activations, attention partials */
     size_t scratch_bytes;
+    void *expand_buf; /* device: the expanded MLA form's K/V (cuda_mla_expand.c), never captured */
+    size_t expand_bytes;
     int *sem;         /* device: arrival counters of the split decode attention, zero between launches */
     size_t sem_count;
     bool legacy_decode; /* tests: the older split attention + merge kernel pair */
@@ -112,6 +115,8 @@ bool cuda_mla_absorb_gemm(struct cuda_backend *c, const struct weight *kv_b, con
 bool cuda_mla_expand_gemm(struct cuda_backend *c, const struct weight *kv_b, const struct mla_dims *m,
                           const float *o_lat, int n_tokens, float *out);
 void *cuda_scratch_get(struct cuda_backend *c, size_t bytes);
+/* The expand buffer, at least `bytes` (grown outside captures only; NULL on failure). */
+void *cuda_expand_buf_get(struct cuda_backend *c, size_t bytes);
 int *cuda_sem_get(struct cuda_backend *c, size_t n);
 enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out, unsigned flags, struct err *err);
 const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a);
@@ -149,5 +154,9 @@ void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct
 void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *o_lat, int n_tokens, float *out);
 void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged_latent *kv, const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k, float scale, float *o_lat);
 void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a, float *work, int32_t *sel);
+
+/* ---- cuda_mla_expand.c ---- */
+void cu_mla_attention_expanded(struct backend *be, const float *q, const struct weight *kv_b, const struct mla_dims *m, const struct paged_latent *kv, const struct attn_batch *b, int n_seqs, const int32_t *seq_keys, float scale, float *out);
+bool cu_mla_prefers_expanded(struct backend *be, int n_tokens, int64_t n_keys);
 
 #endif

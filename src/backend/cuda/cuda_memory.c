@@ -85,6 +85,27 @@ void *cuda_scratch_get(struct cuda_backend *c, size_t bytes)
     return c->scratch;
 }
 
+void *cuda_expand_buf_get(struct cuda_backend *c, size_t bytes)
+{
+    if (bytes <= c->expand_bytes)
+        return c->expand_buf;
+    if (c->capturing) {
+        c->capture_broken = true;
+        return NULL;
+    }
+    if (c->expand_buf)
+        CHECK(c, cudaFree(c->expand_buf));
+    c->expand_buf = NULL;
+    c->expand_bytes = 0;
+    if (!CHECK(c, cudaMalloc(&c->expand_buf, bytes))) {
+        c->expand_buf = NULL;
+        return NULL;
+    }
+    c->expand_bytes = bytes;
+    LOG_DEBUG("cuda: MLA expand buffer grown to %zu bytes", bytes);
+    return c->expand_buf;
+}
+
 /* n zeroed counters for kernels whose last block finishes the work (each resets its own). */
 int *cuda_sem_get(struct cuda_backend *c, size_t n)
 {

@@ -267,13 +267,17 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
     float *scores = cuda_scratch_get(c, (size_t)chunk * (size_t)ctx_len * sizeof(float));
     if (!scores)
         return;
+    const bool mma = cfg.mma && cuda_dsa_mma_fits(a->n_heads, a->head_dim, kv->index_dtype);
+    const int block_keys = mma ? CUDA_DSA_MMA_KEYS : cfg.keys;
     int key_blocks = ceil_div(2 * (int64_t)c->sm_count, chunk);
-    if (key_blocks > ceil_div(ctx_len, cfg.keys))
-        key_blocks = ceil_div(ctx_len, cfg.keys);
+    if (key_blocks > ceil_div(ctx_len, block_keys))
+        key_blocks = ceil_div(ctx_len, block_keys);
     for (int r0 = 0; r0 < b->n_tokens; r0 += chunk) {
         int nr = b->n_tokens - r0 < chunk ? b->n_tokens - r0 : chunk;
-        if (!CHECK(c, cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
-                                      scores)) ||
+        cudaError_t e = mma ? cuda_dsa_scores_mma(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, key_blocks, scores)
+                            : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
+                                              scores);
+        if (!CHECK(c, e) ||
             !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel)))
             return;
     }

@@ -225,21 +225,45 @@ __global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos
         for (int i = threadIdx.x; i < 256; i += blockDim.x)
             hist[i] = 0;
         __syncthreads();
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            uint32_t k = score_key(row[j]);
-            if ((k & mask) == prefix)
-                atomicAdd(&hist[(k >> shift) & 255u], 1u);
+        for (int j0 = 0; j0 < n; j0 += blockDim.x) {
+            const int j = j0 + (int)threadIdx.x;
+            const uint32_t k = j < n ? score_key(row[j]) : 0u;
+            const bool in = j < n && (k & mask) == prefix;
+            /* one atomic per distinct bin a warp: the scores of a row share a few top bytes, and
+             * same-address shared atomics serialise */
+            const unsigned bin = in ? (k >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, bin);
+            if (in && (threadIdx.x % 32) == (unsigned)(__ffs(peers) - 1))
+                atomicAdd(&hist[bin], (unsigned)__popc(peers));
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int above = 0, bin = 0;
-            for (bin = 255; bin > 0; bin--) {
-                if (above + (int)hist[bin] >= remaining)
-                    break;
-                above += (int)hist[bin];
+        if (threadIdx.x < 32) {
+            /* the bin holding the remaining-th largest: lane l sums bins 8l .. 8l + 7, a suffix
+             * scan over the lanes finds the lane, then that lane walks its 8 bins down */
+            const int lane = (int)threadIdx.x;
+            int mine = 0;
+            for (int i = 0; i < 8; i++)
+                mine += (int)hist[8 * lane + i];
+            int suffix = mine; /* bins 8 lane .. 255 */
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int y = __shfl_down_sync(0xffffffffu, suffix, o);
+                if (lane + o < 32)
+                    suffix += y;
             }
-            s_prefix = prefix | ((uint32_t)bin << shift);
-            s_remaining = remaining - above;
+            const int above_lane = suffix - mine; /* keys in bins past this lane's */
+            const unsigned hit = __ballot_sync(0xffffffffu, suffix >= remaining);
+            const int l = hit ? 31 - __clz(hit) : 0; /* the highest lane whose suffix reaches it */
+            if (lane == l) {
+                int above = above_lane, bin = 8 * lane + 7;
+                for (; bin > 8 * lane; bin--) {
+                    if (above + (int)hist[bin] >= remaining)
+                        break;
+                    above += (int)hist[bin];
+                }
+                s_prefix = prefix | ((uint32_t)bin << shift);
+                s_remaining = remaining - above;
+            }
         }
         __syncthreads();
         prefix = s_prefix;

@@ -63,12 +63,27 @@ cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, cons
                                    float scale, float *o_lat, int rows, int keys, int stages, int n_splits,
                                    float *work);
 
+/* ---- cuda_mla_expand.cu (the expanded form's gather and assembly; cuda_mla_expand.c runs it) ---- */
+/* Compact rows [0, rows) (rows a multiple of the block size): block b of them holds keys
+ * blk_idx[b] * bs .. of block-table row blk_seq[b] (zeros past seq_keys[that row]); the latent
+ * part into lat_out (rows, kv_rank) and the rope key into rope_out (rows, rope), decoded to f32. */
+cudaError_t cuda_mla_expand_gather(cudaStream_t stream, const struct paged_latent *kv, const struct attn_batch *b,
+                                   const int32_t *blk_seq, const int32_t *blk_idx, const int32_t *seq_keys, int rows,
+                                   float *lat_out, float *rope_out);
+/* e: (rows, n_heads, nope + v) = kv_b's output; k, v: (rows, n_heads, hd), hd >= nope + rope, v:
+ * K = [k_nope | rope key | 0], V = [v | 0]. */
+cudaError_t cuda_mla_expand_assemble(cudaStream_t stream, const float *e, const float *rope_in, int rows,
+                                     const struct mla_dims *m, int hd, float *k, float *v);
+/* y (rows, hd_out) = x (rows, hd_in) cut or padded with zeros. */
+cudaError_t cuda_mla_expand_repad(cudaStream_t stream, const float *x, int rows, int hd_in, int hd_out, float *y);
+
 /* ---- cuda_dsa.cu (the DSA indexer; backend_ops.layernorm, dsa_select) ---- */
 cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows, int dim,
                            float eps, float *y);
 /* The score kernel's tile: keys per block (= threads); stages 1: query and keys staged in
  * shared memory, 0: read from global memory. */
 struct cuda_dsa_cfg {
+    int mma;      /* 1: dsa_index_score_mma_bf16 where cuda_dsa_mma_fits() the shapes (else per_warp's) */
     int per_warp; /* 1: a warp per key (dsa_index_score_warp_fp32; keys = its 8 warps), where it fits */
     int keys;
     int stages;
@@ -83,6 +98,13 @@ cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, const float
                             const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
                             int row0, int n_rows, int ctx, const struct cuda_dsa_cfg *cfg, int key_blocks,
                             float *scores);
+/* cuda_dsa_mma.cu: the same scores on bf16 tensor cores (not bit-identical with the CPU's:
+ * ~1e-6 of their size), for H_I <= 32 heads and D_I a multiple of 16 up to 128, any key dtype. */
+int cuda_dsa_mma_fits(int idx_heads, int idx_dim, enum kv_dtype keys);
+#define CUDA_DSA_MMA_KEYS 32 /* keys a block scores a step (4 warps x 8) */
+cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const float *w_idx,
+                                const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
+                                int row0, int n_rows, int ctx, int key_blocks, float *scores);
 /* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). */
 cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
                           int n_rows, int topk, int32_t *sel);
