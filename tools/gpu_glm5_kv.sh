@@ -23,7 +23,7 @@ for c in ${CASES:-bf16:2048 fp8:2048 bf16:32768 fp8:32768 fp8:2048:101376}; do
     fill=
     [ "$ctx" -gt 4096 ] && fill=random
     t0=$SECONDS
-    KV_CACHE_DTYPE=$dt DECODE_CONTEXT=$ctx ${fill:+CONTEXT_FILL=$fill} ${smem:+SMEM_BUDGET=$smem} L1=2 L2=4 \
+    env KV_CACHE_DTYPE=$dt DECODE_CONTEXT=$ctx ${fill:+CONTEXT_FILL=$fill} ${smem:+SMEM_BUDGET=$smem} L1=2 L2=4 \
         BATCHES=${BATCHES:-1,64} DECODE_STEPS=${DECODE_STEPS:-16} TIME_BUDGET=${TIME_BUDGET:-150} \
         OUT="$out/$name" timeout 300 "$src/tools/bench_glm5_slice.sh" "$d" >"$out/$name.log" 2>&1
     rows+=("$(printf '%-32s rc %-3s %4ss' "$name" $? $((SECONDS - t0)))")

@@ -38,7 +38,7 @@ static void model_name_of(const char *dir, char *out, size_t cap)
 
 /* The options of one run, parsed and checked. */
 struct serve_args {
-    const char *model, *served, *api_key, *backend, *host;
+    const char *model, *served, *api_key, *backend, *host, *allowed_origins;
     char name[256]; /* the model directory's name: served's default */
     long port, max_seqs, max_tokens, max_ctx, kv_blocks, block, max_queue, max_body;
     long max_conns, max_per_client, idle_timeout;
@@ -129,6 +129,7 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL);
     a->allow_long_context = cli_flag(opts, n, "allow-long-context");
     a->lenient = cli_flag(opts, n, "lenient");
+    a->allowed_origins = cli_get(opts, n, "allowed-origins", NULL);
     a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
     a->batch_invariant = cli_flag(opts, n, "batch-invariant");
     return -1;
@@ -240,7 +241,7 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .model_name = a->served, .max_body_bytes = (size_t)a->max_body,
                               .max_connections = (int)a->max_conns, .max_per_client = (int)a->max_per_client,
                               .idle_timeout = (int)a->idle_timeout, .lenient = a->lenient,
-                              .request_timeout = a->timeout};
+                              .request_timeout = a->timeout, .allowed_origins = a->allowed_origins};
     serve_sampling_defaults(a->model, &sro);
     struct server_model sm = {
         .sch = &st->sch,
@@ -292,6 +293,8 @@ int cmd_serve(int argc, char **argv)
         {.name = "idle-timeout", .metavar = "S", .help = "seconds a silent connection stays open (default 600)"},
         {.name = "lenient", .help = "ignore the request fields this server does not implement (tools, penalties, "
                                     "...) with a logged warning instead of a 400"},
+        {.name = "allowed-origins", .metavar = "LIST",
+         .help = "browser origins that may read the answers (CORS), comma-separated, or * for any (default: none)"},
         {.name = "request-timeout", .metavar = "S", .help = "seconds a request may take, queue included (default 600; "
                                                            "0 = none)"},
         {.name = "shutdown-grace", .metavar = "S", .help = "seconds running requests may take to finish after "

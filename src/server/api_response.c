@@ -73,18 +73,29 @@ char *api_error_json(const struct api_error *e)
     return finish(root);
 }
 
-char *api_models_json(const char *model, long created, int max_context)
+static struct json *model_object(const char *model, long created, int max_context)
 {
-    struct json *root = json_new_object();
-    json_add(root, "object", json_new_string("list"));
-    struct json *data = json_add(root, "data", json_new_array());
-    struct json *m = json_append(data, json_new_object());
+    struct json *m = json_new_object();
     json_add(m, "id", json_new_string(model));
     json_add(m, "object", json_new_string("model"));
     json_add(m, "created", json_new_number((double)created));
     json_add(m, "owned_by", json_new_string("moeserve"));
     json_add(m, "max_model_len", json_new_number(max_context));
+    return m;
+}
+
+char *api_models_json(const char *model, long created, int max_context)
+{
+    struct json *root = json_new_object();
+    json_add(root, "object", json_new_string("list"));
+    struct json *data = json_add(root, "data", json_new_array());
+    json_append(data, model_object(model, created, max_context));
     return finish(root);
+}
+
+char *api_model_json(const char *model, long created, int max_context)
+{
+    return finish(model_object(model, created, max_context));
 }
 
 /* The text of one token as a client sees it (special tokens included). */

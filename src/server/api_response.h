@@ -9,7 +9,7 @@
  * of {token, logprob, bytes, top_logprobs}). Every function returns a
  * malloc'ed NUL-terminated string, or NULL when out of memory.
  *
- * defines: struct api_logprobs, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(),
+ * defines: struct api_logprobs, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(), api_model_json(),
  *          api_result_json(), api_usage_chunk_json()
  */
 #ifndef MOESERVE_SERVER_API_RESPONSE_H
@@ -53,6 +53,8 @@ struct api_result {
 
 char *api_error_json(const struct api_error *e);
 char *api_models_json(const char *model, long created, int max_context);
+/* GET /v1/models/{id}: the one model object of that list. */
+char *api_model_json(const char *model, long created, int max_context);
 /* chunk: a streaming chunk (delta for chat) instead of the whole response. */
 char *api_result_json(const struct api_result *r, bool chunk);
 /* The last chunk of a stream with include_usage: no choices, only usage. */

@@ -13,8 +13,9 @@ static const double LATENCY_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                         0.5,   0.75,   1.0,   2.5,  5.0,   10.0, 20.0,  40.0, 60.0};
 static const double E2E_BOUNDS[] = {0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0};
 
-static const char *const EP_NAMES[METRICS_EP_COUNT] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-                                                       "/health", "/metrics", "other"};
+static const char *const EP_NAMES[METRICS_EP_COUNT] = {
+    "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/v1/models/{id}",
+    "/tokenize",       "/detokenize",          "/version",   "other"};
 static const char *const FINISH_NAMES[6] = {"running", "stop", "length", "cancelled", "timeout", "error"};
 
 void metrics_init(struct metrics *m)

@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "base/timer.h"
+#include "base/version.h"
 #include "server/api_response.h"
 
 enum { REFUSE_UNREAD_FACTOR = 16 }; /* bodies declared over 16x the limit are not even read */
@@ -36,7 +37,48 @@ static enum metrics_endpoint endpoint_of(const char *url)
         return METRICS_EP_HEALTH;
     if (strcmp(url, "/metrics") == 0)
         return METRICS_EP_METRICS;
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11])
+        return METRICS_EP_MODEL;
+    if (strcmp(url, "/tokenize") == 0)
+        return METRICS_EP_TOKENIZE;
+    if (strcmp(url, "/detokenize") == 0)
+        return METRICS_EP_DETOKENIZE;
+    if (strcmp(url, "/version") == 0)
+        return METRICS_EP_VERSION;
     return METRICS_EP_OTHER;
+}
+
+static bool ep_takes_post(enum metrics_endpoint ep)
+{
+    return ep == METRICS_EP_COMPLETIONS || ep == METRICS_EP_CHAT || ep == METRICS_EP_TOKENIZE ||
+           ep == METRICS_EP_DETOKENIZE;
+}
+
+/* Routes behind the API key: the model's (/v1/...) and the tokenizer's; /health, /metrics and
+ * /version stay open for probes. */
+static bool needs_key(enum metrics_endpoint ep, const char *url)
+{
+    return strncmp(url, "/v1/", 4) == 0 || ep == METRICS_EP_TOKENIZE || ep == METRICS_EP_DETOKENIZE;
+}
+
+/* The request's Origin when --allowed-origins lets it read the answer ("*": any), else NULL. */
+static const char *cors_origin(const struct conn_ctx *cc)
+{
+    const char *list = cc->srv->o.allowed_origins;
+    if (!list || !*list)
+        return NULL;
+    const char *origin = MHD_lookup_connection_value(cc->conn, MHD_HEADER_KIND, "Origin");
+    if (!origin)
+        return NULL;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if ((len == 1 && *p == '*') || (len == n && strncmp(p, origin, n) == 0))
+            return origin;
+        p = e ? e + 1 : p + len;
+    }
+    return NULL;
 }
 
 enum MHD_Result server_reply(struct conn_ctx *cc, int status, const char *content_type, char *body)
@@ -53,10 +95,19 @@ enum MHD_Result server_reply(struct conn_ctx *cc, int status, const char *conten
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    if (status == 405)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, cc->ep == METRICS_EP_COMPLETIONS || cc->ep == METRICS_EP_CHAT
-                                                              ? "POST"
-                                                              : "GET");
+    if (status == 405 || status == 204)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, ep_takes_post(cc->ep) ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    const char *origin = cors_origin(cc);
+    if (origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+        if (status == 204) { /* a preflight */
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", ep_takes_post(cc->ep) ? "POST, OPTIONS"
+                                                                                               : "GET, HEAD, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        }
+    }
     enum MHD_Result ret = MHD_queue_response(cc->conn, (unsigned)status, r);
     MHD_destroy_response(r);
     metrics_count_request(&cc->srv->metrics, cc->ep, status);
@@ -145,13 +196,16 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
 {
     struct server *srv = cc->srv;
     struct api_error e;
-    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    /* HEAD answers as GET does; libmicrohttpd leaves the body out */
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+    if (strcmp(method, "OPTIONS") == 0 && cc->ep != METRICS_EP_OTHER)
+        return server_reply(cc, 204, "text/plain", NULL); /* Allow, and the CORS preflight's answer */
     if (cc->too_big) {
         api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "the request body is larger than the limit of %zu bytes", srv->o.max_body_bytes);
         return server_reply_error(cc, &e);
     }
-    if (strncmp(url, "/v1/", 4) == 0 && !authorized(cc)) {
+    if (needs_key(cc->ep, url) && !authorized(cc)) {
         api_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
                       "missing or wrong API key: send \"Authorization: Bearer KEY\"");
         return server_reply_error(cc, &e);
@@ -178,6 +232,26 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
     case METRICS_EP_METRICS:
         if (get)
             return reply_metrics(cc);
+        break;
+    case METRICS_EP_MODEL:
+        if (get && strcmp(url + 11, srv->o.model_name) == 0)
+            return server_reply(cc, 200, "application/json",
+                                api_model_json(srv->o.model_name, srv->created, srv->m.max_context));
+        if (get) {
+            api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+                          "the model '%.200s' does not exist: this server has '%.200s'", url + 11,
+                          srv->o.model_name);
+            return server_reply_error(cc, &e);
+        }
+        break;
+    case METRICS_EP_TOKENIZE:
+    case METRICS_EP_DETOKENIZE:
+        if (post)
+            return cc->ep == METRICS_EP_TOKENIZE ? server_tokenize(cc) : server_detokenize(cc);
+        break;
+    case METRICS_EP_VERSION:
+        if (get)
+            return server_reply(cc, 200, "application/json", strdup("{\"version\":\"" MOESERVE_VERSION "\"}\n"));
         break;
     default:
         api_error_set(&e, 404, "invalid_request_error", NULL, "not_found", "no route for %.200s %.200s", method, url);
@@ -292,8 +366,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             cc->refused = true;
             return server_reply_error(cc, &e);
         }
-        /* the key is in the headers: an unauthenticated body is never read into memory */
-        if (strncmp(url, "/v1/", 4) == 0 && !authorized(cc)) {
+        /* the key is in the headers: an unauthenticated body is never read into memory (a CORS
+         * preflight carries no key: it is answered without one, and reveals nothing) */
+        if (needs_key(cc->ep, url) && strcmp(method, "OPTIONS") != 0 && !authorized(cc)) {
             cc->refused = true;
             return route(cc, url, method);
         }

@@ -1,10 +1,12 @@
 /* server.h — the OpenAI-compatible HTTP server (libmicrohttpd).
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions (whole JSON or
- * server-sent events ending in "data: [DONE]"), GET /v1/models, GET /health,
- * GET /metrics (Prometheus text). Every error is an OpenAI error body with the
- * matching status. With an API key, /v1/ routes need "Authorization: Bearer
- * KEY"; /health and /metrics stay open for probes.
+ * server-sent events ending in "data: [DONE]"), GET /v1/models and /v1/models/{id},
+ * POST /tokenize and /detokenize, GET /health, /version, /metrics (Prometheus text);
+ * HEAD wherever GET is, OPTIONS everywhere (Allow; CORS preflights for the origins of
+ * allowed_origins, whose answers then carry Access-Control-Allow-Origin). Every error is an
+ * OpenAI error body with the matching status. With an API key, /v1/ routes, /tokenize and
+ * /detokenize need "Authorization: Bearer KEY"; /health, /version and /metrics stay open.
  *
  * Threads: libmicrohttpd runs one thread per connection; a generation's
  * thread parses, tokenizes and submits to the scheduler, then waits on the
@@ -40,6 +42,7 @@ struct server_opts {
     int max_per_client;        /* open connections of one client address; past it 503 (0: max_connections) */
     int idle_timeout;          /* seconds a connection may stay silent before it is closed (default 600) */
     bool lenient;              /* unsupported request fields ignored with a warning, not refused */
+    const char *allowed_origins; /* CORS: "*" or "https://a,https://b" may read answers; NULL/"": none */
     /* the model's sampling defaults (generation_config.json) for requests that leave them out */
     bool has_temperature, has_top_p, has_top_k;
     double temperature, top_p;

@@ -430,6 +430,21 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     return STATUS_OK;
 }
 
+bool server_body_bounded(const struct conn_ctx *cc, struct api_error *e)
+{
+    /* a parse allocates a node (~200 bytes) per JSON value: bound them by what a request to this
+     * model can use before parsing, so a body of ids costs memory in proportion to its use */
+    const size_t max_values = 4 * (size_t)cc->srv->m.max_context + 4096;
+    const size_t n_values = cc->body ? json_count_values(cc->body, cc->len) : 0;
+    if (n_values <= max_values)
+        return true;
+    api_error_set(e, 400, "invalid_request_error", NULL, NULL,
+                  "the body holds about %zu JSON values; a request to this server takes at most %zu "
+                  "(4 per token of its %d-token context)",
+                  n_values, max_values, cc->srv->m.max_context);
+    return false;
+}
+
 enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
 {
     struct api_error e;
@@ -439,15 +454,7 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
     g->srv = cc->srv;
     g->conn = cc->conn;
     atomic_fetch_add(&g->srv->n_live, 1); /* gen_free counts it out: server_drain waits for it */
-    /* a parse allocates a node (~200 bytes) per JSON value: bound them by what a request to this
-     * model can use before parsing, so a body of ids costs memory in proportion to its use */
-    const size_t max_values = 4 * (size_t)g->srv->m.max_context + 4096;
-    const size_t n_values = cc->body ? json_count_values(cc->body, cc->len) : 0;
-    if (n_values > max_values) {
-        api_error_set(&e, 400, "invalid_request_error", NULL, NULL,
-                      "the body holds about %zu JSON values; a request to this server takes at most %zu "
-                      "(4 per token of its %d-token context)",
-                      n_values, max_values, g->srv->m.max_context);
+    if (!server_body_bounded(cc, &e)) {
         gen_free(g);
         return server_reply_error(cc, &e);
     }

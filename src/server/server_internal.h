@@ -1,8 +1,8 @@
-/* server_internal.h — what server.c (routing, replies) and server_generate.c
- * (completions) share. Not an API: only src/server includes it.
+/* server_internal.h — what server.c (routing, replies), server_generate.c (completions) and
+ * server_tokenize.c share. Not an API: only src/server includes it.
  *
  * defines: struct conn_ctx, server_reply(), server_reply_error(), server_client_gone(),
- *          server_generate()
+ *          server_body_bounded(), server_generate(), server_tokenize(), server_detokenize()
  */
 #ifndef MOESERVE_SERVER_SERVER_INTERNAL_H
 #define MOESERVE_SERVER_SERVER_INTERNAL_H
@@ -30,7 +30,12 @@ enum MHD_Result server_reply(struct conn_ctx *cc, int status, const char *conten
 enum MHD_Result server_reply_error(struct conn_ctx *cc, const struct api_error *e);
 /* True when the peer closed or reset the connection. */
 bool server_client_gone(struct MHD_Connection *conn);
+/* False (e: 400) when cc's body holds more JSON values than a request to this model can use. */
+bool server_body_bounded(const struct conn_ctx *cc, struct api_error *e);
 /* POST /v1/completions and /v1/chat/completions with the whole body in cc. */
 enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind);
+/* server_tokenize.c: POST /tokenize and /detokenize with the whole body in cc. */
+enum MHD_Result server_tokenize(struct conn_ctx *cc);
+enum MHD_Result server_detokenize(struct conn_ctx *cc);
 
 #endif

@@ -2,10 +2,11 @@
 // use it (chat streamed and not, completions, model list, log-probabilities, stop) and through raw
 // HTTP for every class of bad request (status + OpenAI error body), the body size limit and the API key.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
-import { MODEL, metrics, postJSON, sleep, startServer } from './helpers.mjs';
+import { BIN, MODEL, MODEL_DIR, metrics, postJSON, sleep, startServer } from './helpers.mjs';
 
 describe('openai client against moeserve serve', () => {
   let srv;
@@ -192,6 +193,53 @@ describe('openai client against moeserve serve', () => {
     assert.equal(finish, 'stop');
   });
 
+  test('/tokenize is the CLI\'s tokenizer (and chat the template\'s ids); /detokenize inverts it', async () => {
+    const text = 'In the beginning God created the heaven and the earth.';
+    const cli = JSON.parse(execFileSync(BIN, ['tokenize', '--model', MODEL_DIR, '--special', '--text', text]).toString());
+    let r = await postJSON(`${srv.url}/tokenize`, { model: MODEL, prompt: text });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual(r.json.tokens, cli);
+    assert.equal(r.json.count, cli.length);
+    assert.equal(r.json.max_model_len, 256);
+    r = await postJSON(`${srv.url}/detokenize`, { model: MODEL, tokens: cli });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.prompt, text);
+    const chat = await postJSON(`${srv.url}/tokenize`, { model: MODEL, messages: [{ role: 'user', content: text }] });
+    assert.equal(chat.status, 200, chat.text);
+    assert.ok(chat.json.count > cli.length, 'the template adds its own tokens');
+    const whole = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: text }], max_tokens: 1, temperature: 0,
+    });
+    assert.equal(whole.usage.prompt_tokens, chat.json.count);
+    for (const [path, body, field] of [
+      ['/tokenize', { model: 'nope', prompt: 'x' }, 'model'],
+      ['/detokenize', { tokens: [1, -3] }, 'tokens'],
+      ['/detokenize', { tokens: [1e9] }, 'tokens'],
+      ['/detokenize', { tokens: 'abc' }, 'tokens'],
+    ]) {
+      r = await postJSON(`${srv.url}${path}`, body);
+      assert.ok(r.status === 400 || r.status === 404, `${path} ${JSON.stringify(body)}: ${r.status}`);
+      assert.equal(r.json.error.param, field);
+    }
+    assert.equal((await fetch(`${srv.url}/tokenize`)).status, 405);
+  });
+
+  test('/version, GET /v1/models/{id}, HEAD, OPTIONS', async () => {
+    let r = await fetch(`${srv.url}/version`);
+    assert.equal(r.status, 200);
+    assert.match((await r.json()).version, /^\d+\.\d+\.\d+$/);
+    const m = await client.models.retrieve(MODEL);
+    assert.equal(m.id, MODEL);
+    await assert.rejects(client.models.retrieve('other'), (e) => e.status === 404);
+    r = await fetch(`${srv.url}/health`, { method: 'HEAD' });
+    assert.equal(r.status, 200);
+    assert.equal(await r.text(), '');
+    r = await fetch(`${srv.url}/v1/chat/completions`, { method: 'OPTIONS' });
+    assert.equal(r.status, 204);
+    assert.match(r.headers.get('allow'), /POST/);
+    assert.equal(r.headers.get('access-control-allow-origin'), null, 'no CORS unless --allowed-origins');
+  });
+
   test('the client raises the server\'s errors', async () => {
     await assert.rejects(
       client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5, n: 2 }),
@@ -329,6 +377,30 @@ describe('--api-key', () => {
       const after = (await metrics(srv.url)).process_resident_memory_bytes;
       assert.ok(after - before < 64 * 2 ** 20, `RSS ${before / 2 ** 20} -> ${after / 2 ** 20} MiB`);
       assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+    } finally {
+      await srv.stop();
+    }
+  });
+});
+
+describe('--allowed-origins (CORS)', () => {
+  test('a listed origin gets the preflight and the answer; another does not; no key needed for a preflight', async () => {
+    const srv = await startServer(['--allowed-origins', 'http://ok.test,http://also.test', '--api-key', 'k', '--max-context', '128']);
+    try {
+      let r = await fetch(`${srv.url}/v1/chat/completions`, {
+        method: 'OPTIONS', headers: { origin: 'http://ok.test', 'access-control-request-method': 'POST' },
+      });
+      assert.equal(r.status, 204);
+      assert.equal(r.headers.get('access-control-allow-origin'), 'http://ok.test');
+      assert.match(r.headers.get('access-control-allow-headers'), /Authorization/);
+      assert.match(r.headers.get('access-control-allow-methods'), /POST/);
+      r = await fetch(`${srv.url}/v1/models`, { headers: { origin: 'http://also.test', authorization: 'Bearer k' } });
+      assert.equal(r.status, 200);
+      assert.equal(r.headers.get('access-control-allow-origin'), 'http://also.test');
+      r = await fetch(`${srv.url}/v1/models`, { headers: { origin: 'http://evil.test', authorization: 'Bearer k' } });
+      assert.equal(r.headers.get('access-control-allow-origin'), null);
+      r = await fetch(`${srv.url}/tokenize`, { method: 'POST', body: '{"prompt":"x"}' });
+      assert.equal(r.status, 401, 'the tokenizer routes are behind the key too');
     } finally {
       await srv.stop();
     }

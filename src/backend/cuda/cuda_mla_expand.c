@@ -39,8 +39,9 @@ bool cu_mla_prefers_expanded(struct backend *be, int n_tokens, int64_t n_keys)
 }
 
 void cu_mla_attention_expanded(struct backend *be, const float *q, const struct weight *kv_b,
-                               const struct mla_dims *m, const struct paged_latent *kv, const struct attn_batch *b,
-                               int n_seqs, const int32_t *seq_keys, float scale, float *out)
+                               const struct mla_dims *m, const struct paged_latent *kv,
+                               const struct attn_batch *b, int n_seqs, const int32_t *seq_keys, float scale,
+                               float *out)
 {
     struct cuda_backend *c = cuda_ctx(be);
     if (b->n_tokens <= 0)
@@ -69,11 +70,11 @@ void cu_mla_attention_expanded(struct backend *be, const float *q, const struct 
     }
     const size_t rows = (size_t)n_blk * (size_t)bs, head_rows = (size_t)m->nope + (size_t)m->v;
     const bool pad_q = hd != dq, pad_o = hd != m->v;
-    size_t floats[] = {rows * (size_t)m->kv_rank,         /* gathered latent */
-                       rows * (size_t)m->rope,            /* rope keys */
-                       rows * (size_t)H * head_rows,      /* kv_b output */
-                       rows * (size_t)H * (size_t)hd,     /* K */
-                       rows * (size_t)H * (size_t)hd,     /* V */
+    size_t floats[] = {rows * (size_t)m->kv_rank,     /* gathered latent */
+                       rows * (size_t)m->rope,        /* rope keys */
+                       rows * (size_t)H * head_rows,  /* kv_b output */
+                       rows * (size_t)H * (size_t)hd, /* K */
+                       rows * (size_t)H * (size_t)hd, /* V */
                        pad_q ? (size_t)b->n_tokens * H * hd : 0,
                        pad_o ? (size_t)b->n_tokens * H * hd : 0};
     size_t total = 0;
@@ -108,8 +109,8 @@ void cu_mla_attention_expanded(struct backend *be, const float *q, const struct 
         qx = part[5];
     }
     struct paged_kv tkv = {.k = part[3], .v = part[4], .block_size = bs, .n_kv_heads = H, .head_dim = hd};
-    struct attn_batch tb = {.n_tokens = b->n_tokens, .pos = b->pos, .seq = b->seq, .block_table = d_table,
-                            .max_blocks = t_max};
+    struct attn_batch tb = {
+        .n_tokens = b->n_tokens, .pos = b->pos, .seq = b->seq, .block_table = d_table, .max_blocks = t_max};
     float *o = pad_o ? part[6] : out;
     cu_attention(be, qx, &tkv, &tb, H, scale, o);
     if (pad_o)

@@ -27,8 +27,8 @@ namespace
 {
 
 constexpr int WARPS = CUDA_DSA_MMA_KEYS / 8; /* warps a block */
-constexpr int KS_MAX = 8; /* k-steps of 16 dims: D_I <= 128 */
-constexpr int MT_MAX = 2; /* 16-head tiles: H_I <= 32 */
+constexpr int KS_MAX = 8;                    /* k-steps of 16 dims: D_I <= 128 */
+constexpr int MT_MAX = 2;                    /* 16-head tiles: H_I <= 32 */
 
 struct mma_params {
     const float *q;      /* (T, HI, DI) */
@@ -51,8 +51,8 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float a, float b)
 
 /* The lane's quarter of key `slot` for k-steps 0 .. ks - 1 as B fragments (hi; lo for f32). */
 template <int KT>
-__device__ __forceinline__ void key_load(const mma_params &p, size_t slot, int q4, int ks, uint32_t bh[KS_MAX][2],
-                                         uint32_t bl[KS_MAX][2], float &scale)
+__device__ __forceinline__ void key_load(const mma_params &p, size_t slot, int q4, int ks,
+                                         uint32_t bh[KS_MAX][2], uint32_t bl[KS_MAX][2], float &scale)
 {
     const int dq = p.DI / 4;
     const uint8_t *row = p.keys + slot * (size_t)p.row_bytes;
@@ -99,8 +99,7 @@ __device__ __forceinline__ void key_load(const mma_params &p, size_t slot, int q
 
 /* grid (key blocks, chunk rows), WARPS warps; a warp scores 8 keys a step, tiles of 8 keys
  * striding over the blocks' warps. MT: 16-head tiles (1 for H_I <= 16). */
-template <int KT, int MT>
-__global__ void __launch_bounds__(WARPS * 32) dsa_score_mma_kernel(mma_params p)
+template <int KT, int MT> __global__ void __launch_bounds__(WARPS * 32) dsa_score_mma_kernel(mma_params p)
 {
     const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
     if (n <= p.topk)
@@ -185,7 +184,8 @@ extern "C" cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_i
 {
     if (n_rows <= 0)
         return cudaSuccess;
-    if (n_rows > 65535 || key_blocks < 1 || !kv->index_k || !cuda_dsa_mma_fits(a->n_heads, a->head_dim, kv->index_dtype))
+    if (n_rows > 65535 || key_blocks < 1 || !kv->index_k ||
+        !cuda_dsa_mma_fits(a->n_heads, a->head_dim, kv->index_dtype))
         return cudaErrorInvalidValue;
     mma_params p;
     p.q = q_idx;

@@ -19,8 +19,8 @@ struct gather_params {
     const int32_t *table; /* the real block table (n_seqs, max_blocks) */
     int max_blocks, bs;
     const int32_t *blk_seq, *blk_idx, *seq_keys; /* device */
-    float *lat_out;                               /* (rows, kv_rank) */
-    float *rope_out;                              /* (rows, rope) */
+    float *lat_out;                              /* (rows, kv_rank) */
+    float *rope_out;                             /* (rows, rope) */
 };
 
 /* grid (compact rows), 128 threads */
@@ -40,9 +40,10 @@ __global__ void mla_expand_gather_kernel(gather_params p)
         (i < R ? lo[i] : ro[i - R]) = cache_get(p.lat, slot, i);
 }
 
-/* grid (rows, heads), threads >= hd: K[r, h] = [e[r, h, :nope] | rope[r] | 0], V[r, h] = [e[r, h, nope:] | 0] */
-__global__ void mla_expand_assemble_kernel(const float *e, const float *rope_in, int H, int nope, int rope, int v,
-                                           int hd, float *k, float *vv)
+/* grid (rows, heads), threads >= hd: K[r, h] = [e[r, h, :nope] | rope[r] | 0], V[r, h] = [e[r, h, nope:] | 0]
+ */
+__global__ void mla_expand_assemble_kernel(const float *e, const float *rope_in, int H, int nope, int rope,
+                                           int v, int hd, float *k, float *vv)
 {
     const int r = blockIdx.x, h = blockIdx.y;
     const float *eh = e + ((size_t)r * H + h) * (size_t)(nope + v);
@@ -53,7 +54,8 @@ __global__ void mla_expand_assemble_kernel(const float *e, const float *rope_in,
     }
 }
 
-/* grid (rows), y[r, :cols_out] = [x[r, :cols_in] | 0] for rows of heads: (rows * H, hd_in) -> (rows * H, hd_out) */
+/* grid (rows), y[r, :cols_out] = [x[r, :cols_in] | 0] for rows of heads: (rows * H, hd_in) -> (rows * H,
+ * hd_out) */
 __global__ void mla_expand_repad_kernel(const float *x, int hd_in, int hd_out, float *y)
 {
     const size_t r = blockIdx.x;
@@ -87,8 +89,9 @@ extern "C" cudaError_t cuda_mla_expand_gather(cudaStream_t stream, const struct 
     return CUDA_LAUNCH_RESULT();
 }
 
-extern "C" cudaError_t cuda_mla_expand_assemble(cudaStream_t stream, const float *e, const float *rope_in, int rows,
-                                                const struct mla_dims *m, int hd, float *k, float *v)
+extern "C" cudaError_t cuda_mla_expand_assemble(cudaStream_t stream, const float *e, const float *rope_in,
+                                                int rows, const struct mla_dims *m, int hd, float *k,
+                                                float *v)
 {
     if (rows <= 0)
         return cudaSuccess;
@@ -96,12 +99,13 @@ extern "C" cudaError_t cuda_mla_expand_assemble(cudaStream_t stream, const float
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)rows, (unsigned)m->n_heads);
     unsigned threads = hd >= 256 ? 256u : hd > 128 ? 256u : 128u;
-    mla_expand_assemble_kernel<<<grid, threads, 0, stream>>>(e, rope_in, m->n_heads, m->nope, m->rope, m->v, hd, k, v);
+    mla_expand_assemble_kernel<<<grid, threads, 0, stream>>>(e, rope_in, m->n_heads, m->nope, m->rope, m->v,
+                                                             hd, k, v);
     return CUDA_LAUNCH_RESULT();
 }
 
-extern "C" cudaError_t cuda_mla_expand_repad(cudaStream_t stream, const float *x, int rows, int hd_in, int hd_out,
-                                             float *y)
+extern "C" cudaError_t cuda_mla_expand_repad(cudaStream_t stream, const float *x, int rows, int hd_in,
+                                             int hd_out, float *y)
 {
     if (rows <= 0)
         return cudaSuccess;
