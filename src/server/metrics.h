@@ -53,9 +53,14 @@ struct metrics {
     uint64_t prompt_tokens, generation_tokens;
     uint64_t finished[6];                /* by enum sched_finish, plus stop strings under STOP */
     struct metrics_hist ttft, itl, e2e;
+    struct metrics_hist decode;           /* first token to the end of generation */
+    struct metrics_hist n_prompt, n_gen;  /* tokens per finished request */
+    char model_name[128];                 /* the model_name label of the vllm: series */
 };
 
 void metrics_init(struct metrics *m);
+/* The served model's name, the model_name label of the series under vLLM's names. */
+void metrics_set_model(struct metrics *m, const char *model_name);
 void metrics_free(struct metrics *m);
 void metrics_count_request(struct metrics *m, enum metrics_endpoint ep, int http_status);
 /* One finished generation: n_out tokens sampled at out_time[i], submitted at t_submit. */

@@ -458,6 +458,7 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
         return err_set(err, STATUS_NOMEM, "server: out of memory");
     pthread_mutex_init(&srv->conn_mu, NULL);
     metrics_init(&srv->metrics);
+    metrics_set_model(&srv->metrics, o->model_name);
     srv->created = (long)time(NULL);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -349,6 +349,7 @@ static void test_metrics_text(void **state)
     (void)state;
     struct metrics m;
     metrics_init(&m);
+    metrics_set_model(&m, "m1");
     metrics_count_request(&m, METRICS_EP_COMPLETIONS, 200);
     metrics_count_request(&m, METRICS_EP_COMPLETIONS, 200);
     metrics_count_request(&m, METRICS_EP_CHAT, 400);
@@ -370,6 +371,15 @@ static void test_metrics_text(void **state)
     assert_non_null(strstr(text, "moeserve_queue_depth 2\n"));
     assert_non_null(strstr(text, "moeserve_kv_blocks_used 4\n"));
     assert_non_null(strstr(text, "# TYPE moeserve_time_to_first_token_seconds histogram\n"));
+    /* vLLM's names and labels */
+    assert_non_null(strstr(text, "vllm:num_requests_waiting{model_name=\"m1\"} 2\n"));
+    assert_non_null(strstr(text, "vllm:kv_cache_usage_perc{model_name=\"m1\"} 0.40000000000000002\n"));
+    assert_non_null(strstr(text, "vllm:generation_tokens_total{model_name=\"m1\"} 3\n"));
+    assert_non_null(strstr(text, "vllm:time_to_first_token_seconds_bucket{model_name=\"m1\",le=\"0.025\"} 1\n"));
+    assert_non_null(strstr(text, "vllm:time_to_first_token_seconds_count{model_name=\"m1\"} 1\n"));
+    assert_non_null(strstr(text, "vllm:request_prompt_tokens_bucket{model_name=\"m1\",le=\"10\"} 1\n"));
+    assert_non_null(strstr(text, "vllm:request_success_total{model_name=\"m1\",finished_reason=\"length\"} 1\n"));
+    assert_null(strstr(text, "moeserve_kv_blocks_total"));
     free(text);
     metrics_free(&m);
 }
