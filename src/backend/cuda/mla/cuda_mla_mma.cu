@@ -46,7 +46,6 @@ namespace
 
 constexpr int MAX_VT = 32; /* value n-tiles (8 columns) per warp: R / 2 <= 256 */
 constexpr int Q_BATCH = 16; /* query loads a thread keeps in flight while staging */
-constexpr int F8_BATCH = 8; /* fp8 key chunks a thread keeps in flight while staging */
 
 /* Two e4m3 codes (low byte first) -> two bf16 values, exactly. */
 __device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t codes)
@@ -136,38 +135,22 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         for (int i = threadIdx.x; i < (TN - nk) * cpr; i += blockDim.x)
             *(uint4 *)(dst + (size_t)(nk + i / cpr) * ld + (i % cpr) * 8) = make_uint4(0, 0, 0, 0);
         if constexpr (FP8) {
-            /* F8_BATCH chunks a thread in flight before their conversions and stores: one at a
-             * time left each load's latency exposed (31 -> 53 us a GLM-5 layer at batch 1) */
             const uint8_t *lat = (const uint8_t *)p.latent;
-            for (int base = threadIdx.x; base < nk * cpr; base += F8_BATCH * blockDim.x) {
-                uint4 raw[F8_BATCH];
-#pragma unroll
-                for (int u = 0; u < F8_BATCH; u++) {
-                    const int i = base + u * blockDim.x, jj = i / cpr, d0 = (i % cpr) * 8;
-                    const int kp = i < nk * cpr ? (sel ? sel[k0 + jj] : k0 + jj) : -1;
-                    raw[u] = make_uint4(0, 0, 0, 0); /* -1 padding: masked below, zeros meanwhile */
-                    if (kp >= 0) {
-                        const uint8_t *row = lat + slot_of(kp) * (size_t)p.row_bytes;
-                        if (d0 < p.R) { /* 8 codes */
-                            raw[u].x = *(const uint32_t *)(row + d0);
-                            raw[u].y = *(const uint32_t *)(row + d0 + 4);
-                        } else { /* 8 rope values, already bf16 */
-                            const uint32_t *r = (const uint32_t *)(row + p.R + 4 * p.nb + 2 * (d0 - p.R));
-                            raw[u] = make_uint4(r[0], r[1], r[2], r[3]);
-                        }
+            for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
+                const int jj = i / cpr, d0 = (i % cpr) * 8, kp = sel ? sel[k0 + jj] : k0 + jj;
+                uint4 v = make_uint4(0, 0, 0, 0); /* -1 padding: masked below, zeros meanwhile */
+                if (kp >= 0) {
+                    const uint8_t *row = lat + slot_of(kp) * (size_t)p.row_bytes;
+                    if (d0 < p.R) { /* 8 codes -> 8 bf16 values */
+                        const uint32_t w0 = *(const uint32_t *)(row + d0), w1 = *(const uint32_t *)(row + d0 + 4);
+                        v = make_uint4(fp8x2_bf16x2(w0 & 0xffffu), fp8x2_bf16x2(w0 >> 16), fp8x2_bf16x2(w1 & 0xffffu),
+                                       fp8x2_bf16x2(w1 >> 16));
+                    } else { /* 8 rope values, already bf16 */
+                        const uint32_t *r = (const uint32_t *)(row + p.R + 4 * p.nb + 2 * (d0 - p.R));
+                        v = make_uint4(r[0], r[1], r[2], r[3]);
                     }
                 }
-#pragma unroll
-                for (int u = 0; u < F8_BATCH; u++) {
-                    const int i = base + u * blockDim.x, jj = i / cpr, d0 = (i % cpr) * 8;
-                    if (i >= nk * cpr)
-                        break;
-                    uint4 v = raw[u];
-                    if (d0 < p.R) /* 8 codes -> 8 bf16 values */
-                        v = make_uint4(fp8x2_bf16x2(raw[u].x & 0xffffu), fp8x2_bf16x2(raw[u].x >> 16),
-                                       fp8x2_bf16x2(raw[u].y & 0xffffu), fp8x2_bf16x2(raw[u].y >> 16));
-                    *(uint4 *)(dst + (size_t)jj * ld + d0) = v;
-                }
+                *(uint4 *)(dst + (size_t)jj * ld + d0) = v;
             }
             /* the scales; 0 for missing and padded keys (their weight 0 must stay 0 in P V) */
             float *sc = Scb + (size_t)buf * TN * nbs;
