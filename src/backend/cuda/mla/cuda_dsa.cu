@@ -13,9 +13,7 @@
  *  - dsa_topk: one block per query row: a 4-pass radix select (8 bits per pass) over an
  *    order-preserving integer image of the scores finds the topk-th largest value; keys
  *    above it and the lowest-positioned keys equal to it are written in ascending
- *    position order (two block-wide prefix sums a tile of keys), which is exactly the CPU's
- *    rule. Each thread keeps TOPK_UNROLL loads in flight (one at a time: 52-58 us for 32768
- *    scores on the H200, one block at 0.05% of DRAM, latency).
+ *    position order (two block-wide prefix sums), which is exactly the CPU's rule.
  * The keys are f32, bf16 or fp8 rows (cuda_latent.cuh decodes them as the CPU does).
  * Scores live in a scratch of (rows, ctx) floats, ctx = the longest context a block table
  * can hold; the host runs the rows in chunks that keep it bounded.
@@ -36,7 +34,6 @@ namespace
 {
 
 constexpr int TOPK_THREADS = 1024;
-constexpr int TOPK_UNROLL = 8; /* dsa_topk_kernel: keys a thread loads at once */
 constexpr int DSA_WARPS = 8; /* dsa_score_warp_kernel: warps (keys in flight) per block */
 
 __global__ void layernorm_kernel(const float *x, const float *w, const float *b, int dim, float eps, float *y)
@@ -228,24 +225,16 @@ __global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos
         for (int i = threadIdx.x; i < 256; i += blockDim.x)
             hist[i] = 0;
         __syncthreads();
-        for (int j0 = 0; j0 < n; j0 += TOPK_UNROLL * (int)blockDim.x) {
-            uint32_t kk[TOPK_UNROLL]; /* loaded first: TOPK_UNROLL loads in flight a thread */
-#pragma unroll
-            for (int u = 0; u < TOPK_UNROLL; u++) {
-                const int j = j0 + u * (int)blockDim.x + (int)threadIdx.x;
-                kk[u] = j < n ? score_key(row[j]) : 0u;
-            }
-#pragma unroll
-            for (int u = 0; u < TOPK_UNROLL; u++) {
-                const int j = j0 + u * (int)blockDim.x + (int)threadIdx.x;
-                const bool in = j < n && (kk[u] & mask) == prefix;
-                /* one atomic per distinct bin a warp: the scores of a row share a few top bytes,
-                 * and same-address shared atomics serialise */
-                const unsigned bin = in ? (kk[u] >> shift) & 255u : 256u;
-                const unsigned peers = __match_any_sync(0xffffffffu, bin);
-                if (in && (threadIdx.x % 32) == (unsigned)(__ffs(peers) - 1))
-                    atomicAdd(&hist[bin], (unsigned)__popc(peers));
-            }
+        for (int j0 = 0; j0 < n; j0 += blockDim.x) {
+            const int j = j0 + (int)threadIdx.x;
+            const uint32_t k = j < n ? score_key(row[j]) : 0u;
+            const bool in = j < n && (k & mask) == prefix;
+            /* one atomic per distinct bin a warp: the scores of a row share a few top bytes, and
+             * same-address shared atomics serialise */
+            const unsigned bin = in ? (k >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, bin);
+            if (in && (threadIdx.x % 32) == (unsigned)(__ffs(peers) - 1))
+                atomicAdd(&hist[bin], (unsigned)__popc(peers));
         }
         __syncthreads();
         if (threadIdx.x < 32) {
@@ -281,44 +270,28 @@ __global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos
         remaining = s_remaining;
         mask |= 255u << shift;
     }
-    /* prefix: the topk-th largest key; take every key above it and the first `remaining` equal,
-     * in position order: tiles of TOPK_UNROLL x blockDim keys, TOPK_UNROLL consecutive ones a
-     * thread, two block scans a tile place them after the tiles before */
-    const int nw = (int)blockDim.x / 32;
-    int eq_seen = 0, out_base = 0; /* equal keys and keys written in the tiles before */
-    for (int t0 = 0; t0 < n; t0 += TOPK_UNROLL * (int)blockDim.x) {
-        const int base = t0 + (int)threadIdx.x * TOPK_UNROLL;
-        uint32_t kk[TOPK_UNROLL];
-        int gt = 0, eq = 0;
-#pragma unroll
-        for (int u = 0; u < TOPK_UNROLL; u++) {
-            kk[u] = base + u < n ? score_key(row[base + u]) : 0u;
-            gt += base + u < n && kk[u] > prefix;
-            eq += base + u < n && kk[u] == prefix;
+    /* prefix: the topk-th largest key; take every key above it and the first `remaining` equal */
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
+    const int j1 = j0 + chunk < n ? j0 + chunk : n;
+    int gt = 0, eq = 0;
+    for (int j = j0; j < j1; j++) {
+        uint32_t k = score_key(row[j]);
+        gt += k > prefix;
+        eq += k == prefix;
+    }
+    const int eq_before = block_exclusive_scan(eq, warp_tot);
+    int take = remaining - eq_before;
+    take = take < 0 ? 0 : take > eq ? eq : take;
+    int o = block_exclusive_scan(gt + take, warp_tot);
+    for (int j = j0; j < j1; j++) {
+        uint32_t k = score_key(row[j]);
+        if (k > prefix) {
+            out[o++] = j;
+        } else if (k == prefix && take > 0) {
+            out[o++] = j;
+            take--;
         }
-        const int eq_before = eq_seen + block_exclusive_scan(eq, warp_tot);
-        int eq_tile = 0;
-        for (int i = 0; i < nw; i++)
-            eq_tile += warp_tot[i];
-        int take = remaining - eq_before;
-        take = take < 0 ? 0 : take > eq ? eq : take;
-        int o = out_base + block_exclusive_scan(gt + take, warp_tot);
-        int out_tile = 0;
-        for (int i = 0; i < nw; i++)
-            out_tile += warp_tot[i];
-#pragma unroll
-        for (int u = 0; u < TOPK_UNROLL; u++) {
-            if (base + u >= n)
-                break;
-            if (kk[u] > prefix) {
-                out[o++] = base + u;
-            } else if (kk[u] == prefix && take > 0) {
-                out[o++] = base + u;
-                take--;
-            }
-        }
-        eq_seen += eq_tile;
-        out_base += out_tile;
     }
 }
 
