@@ -278,8 +278,8 @@ static struct mla_pass_dims mla_pass_dims_of(const struct plan_shapes *s, const 
 /* Flops and bytes of one dense MLA pass of T query rows of one prompt over its K >= T keys (a
  * cached prefix of K - T), each product of hi + lo bf16 operands counted as the kernels run it.
  * Absorbed: q through W_uk and the output through W_uv per row (kv_b, 2 x hi + lo), every head
- * on the latent row (S and P V: 2 products each, mla_latent_attn_mma_bf16), every query row
- * reading its keys' latent rows. Expanded: kv_b per KEY instead of per row, then attention of
+ * on the latent row (S and P V: 2 products each, mla_latent_attn_mma_bf16), the latent rows read
+ * once and each row's q_abs and o_lat written and read back in f32. Expanded: kv_b per KEY instead of per row, then attention of
  * head dim hd (S: 3 products, P V: 4, attn_prefill_mma_bf16) over K/V written once in f32. */
 static void mla_pass_work(const struct mla_pass_dims *m, double T, double K, bool expanded, double *flops,
                           double *bytes)
@@ -290,7 +290,7 @@ static void mla_pass_work(const struct mla_pass_dims *m, double T, double K, boo
         *bytes = K * (m->R + m->rope) * 2 + K * m->H * (m->nope + m->v) * 4 * 2 + K * m->H * m->hd * 4 * 2 * 2;
     } else {
         *flops = 2.0 * pairs * m->H * (2 * m->R + m->rope) * 2.0 + T * kv_b;
-        *bytes = pairs / fmax(T, 1) * (m->R + m->rope) * 2 * T / 64 + T * m->H * (2 * m->R + m->rope) * 4;
+        *bytes = K * (m->R + m->rope) * 2 + T * m->H * (2 * m->R + m->rope) * 4 * 2;
     }
 }
 
