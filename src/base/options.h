@@ -14,7 +14,8 @@
  *                         then reach the prefill attention kernels)
  *   MOESERVE_NO_GRAPHS    "1": every pass runs op by op (measuring what graphs save, debugging)
  *   MOESERVE_CUDA_FORCE   "op[@bucket]:kernel,...": run these kernels instead of the plan's
- *                         choice (measuring); validated against the kernel registry
+ *                         choice (measuring); validated against the kernel registry; a plan
+ *                         entry's form too (mla_prefill:mla_prefill_expanded | _absorbed)
  *   MOESERVE_TRACE_OUT    FILE: the kernels' phase records (a -DMOESERVE_KERNEL_TRACE=ON build)
  *
  * defines: struct options, options_read()
