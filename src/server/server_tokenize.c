@@ -44,19 +44,28 @@ static bool model_ok(struct conn_ctx *cc, const char *model, struct api_error *e
     return false;
 }
 
+/* cc's body as a JSON object (bounded before it is parsed), or NULL with e filled. */
+static struct json *parse_body(const struct conn_ctx *cc, struct api_error *e)
+{
+    struct json *body = NULL;
+    struct err err = {0};
+    if (!server_body_bounded(cc, e))
+        return NULL;
+    if (json_parse(cc->body ? cc->body : "", cc->len, "request body", &body, &err) || !json_is_object(body)) {
+        json_free(body);
+        api_error_set(e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return body;
+}
+
 enum MHD_Result server_tokenize(struct conn_ctx *cc)
 {
     struct server *srv = cc->srv;
     struct api_error e;
-    struct json *body = NULL;
-    struct err err = {0};
-    if (!server_body_bounded(cc, &e))
+    struct json *body = parse_body(cc, &e);
+    if (!body)
         return server_reply_error(cc, &e);
-    if (json_parse(cc->body ? cc->body : "", cc->len, "request body", &body, &err) || !json_is_object(body)) {
-        json_free(body);
-        api_error_set(&e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
-        return server_reply_error(cc, &e);
-    }
     /* a chat body has messages; the parse is generation's own (both need a model) */
     enum api_kind kind = json_get(body, "messages") ? API_CHAT : API_COMPLETIONS;
     json_free(body);
@@ -84,15 +93,9 @@ enum MHD_Result server_detokenize(struct conn_ctx *cc)
 {
     struct server *srv = cc->srv;
     struct api_error e;
-    struct json *body = NULL;
-    struct err err = {0};
-    if (!server_body_bounded(cc, &e))
+    struct json *body = parse_body(cc, &e);
+    if (!body)
         return server_reply_error(cc, &e);
-    if (json_parse(cc->body ? cc->body : "", cc->len, "request body", &body, &err) || !json_is_object(body)) {
-        json_free(body);
-        api_error_set(&e, 400, "invalid_request_error", NULL, NULL, "the body must be a JSON object");
-        return server_reply_error(cc, &e);
-    }
     const char *dup = json_duplicate_key(body);
     const struct json *model = json_get(body, "model"), *toks = json_get(body, "tokens");
     int32_t *ids = NULL;
@@ -126,6 +129,7 @@ enum MHD_Result server_detokenize(struct conn_ctx *cc)
     json_free(body);
     char *text = NULL;
     size_t len = 0;
+    struct err err = {0};
     if (ok && tokenizer_decode(srv->m.pm.tok, ids, n, false, &text, &len, &err)) {
         api_error_set(&e, 400, "invalid_request_error", "tokens", NULL, "%s", err.msg);
         ok = false;

@@ -60,50 +60,39 @@ void cu_synchronize(struct backend *be)
  * rarely (the first calls at a new largest shape); cudaFree waits for the
  * device, so no kernel still reads the old buffer. */
 
-void *cuda_scratch_get(struct cuda_backend *c, size_t bytes)
+/* *buf grown to at least bytes (+ slack), outside captures only; graphs hold the old address. */
+static void *grow(struct cuda_backend *c, void **buf, size_t *have, size_t bytes, size_t slack, const char *what)
 {
-    if (bytes <= c->scratch_bytes)
-        return c->scratch;
+    if (bytes <= *have)
+        return *buf;
     if (c->capturing) {
         /* cannot free or allocate inside a capture: spoil it, the forward runs the ops directly */
         c->capture_broken = true;
         return NULL;
     }
-    /* graphs hold the old buffer's address */
     cuda_graphs_drop(c);
-    size_t want = bytes + bytes / 4;
-    if (c->scratch)
-        CHECK(c, cudaFree(c->scratch));
-    c->scratch = NULL;
-    c->scratch_bytes = 0;
-    if (!CHECK(c, cudaMalloc(&c->scratch, want))) {
-        c->scratch = NULL;
+    size_t want = bytes + slack;
+    if (*buf)
+        CHECK(c, cudaFree(*buf));
+    *buf = NULL;
+    *have = 0;
+    if (!CHECK(c, cudaMalloc(buf, want))) {
+        *buf = NULL;
         return NULL;
     }
-    c->scratch_bytes = want;
-    LOG_DEBUG("cuda: scratch grown to %zu bytes", want);
-    return c->scratch;
+    *have = want;
+    LOG_DEBUG("cuda: %s grown to %zu bytes", what, want);
+    return *buf;
+}
+
+void *cuda_scratch_get(struct cuda_backend *c, size_t bytes)
+{
+    return grow(c, &c->scratch, &c->scratch_bytes, bytes, bytes / 4, "scratch");
 }
 
 void *cuda_expand_buf_get(struct cuda_backend *c, size_t bytes)
 {
-    if (bytes <= c->expand_bytes)
-        return c->expand_buf;
-    if (c->capturing) {
-        c->capture_broken = true;
-        return NULL;
-    }
-    if (c->expand_buf)
-        CHECK(c, cudaFree(c->expand_buf));
-    c->expand_buf = NULL;
-    c->expand_bytes = 0;
-    if (!CHECK(c, cudaMalloc(&c->expand_buf, bytes))) {
-        c->expand_buf = NULL;
-        return NULL;
-    }
-    c->expand_bytes = bytes;
-    LOG_DEBUG("cuda: MLA expand buffer grown to %zu bytes", bytes);
-    return c->expand_buf;
+    return grow(c, &c->expand_buf, &c->expand_bytes, bytes, 0, "MLA expand buffer");
 }
 
 /* n zeroed counters for kernels whose last block finishes the work (each resets its own). */
