@@ -305,6 +305,13 @@ int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx);
  * (~6.1 GB) took 10.7 ms pair by pair for ~4.7 GB of distinct experts. */
 #define PLAN_MOE_PAIR_REREAD_BYTES 1e9
 int plan_moe_pair_max_tokens(int n_experts, int n_used, double expert_bytes);
+/* The rows an expert gets on average from n_tokens tokens under uniform routing (pairs over the
+ * distinct experts they reach). */
+double plan_moe_rows_per_expert(int n_experts, int n_used, int n_tokens);
+/* Past the pair kernels, the sorted experts in row tiles of 8 tokens on the few-token tensor-core
+ * kernel (moe_grouped_mma_bf16) while an expert averages at most this many rows: each tile
+ * re-reads its expert, and beyond a tile's rows a 64-row GEMM tile is no longer mostly padding. */
+#define PLAN_MOE_GROUPED_MAX_ROWS 8.0
 const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
 struct json *plan_to_json(const struct plan *p);

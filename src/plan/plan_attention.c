@@ -188,6 +188,15 @@ int plan_decode_splits(const struct plan *p, int n_seqs, int max_ctx)
  * each expert's rows to a tile and sorts first: at 2 pairs an expert the two cost about the same
  * (H200, Qwen3-30B-A3B NVFP4: batch 32 1225.3 vs 1201.1 tok/s, batch 9 864.7 vs 529.9;
  * docs/lab/journal.md). Rounded down to a bucket's end so that one plan entry holds. */
+double plan_moe_rows_per_expert(int n_experts, int n_used, int n_tokens)
+{
+    if (n_experts <= 0 || n_used <= 0 || n_tokens <= 0)
+        return 0.0;
+    const double pairs = (double)n_tokens * n_used;
+    const double distinct = n_experts * (1.0 - pow(1.0 - (double)n_used / n_experts, n_tokens));
+    return distinct > 0.0 ? pairs / distinct : pairs;
+}
+
 int plan_moe_pair_max_tokens(int n_experts, int n_used, double expert_bytes)
 {
     int t = n_used > 0 ? 2 * n_experts / n_used : 8;

@@ -163,10 +163,17 @@ static void fill_moe(const struct fill *x, enum plan_bucket b, enum weight_forma
 {
     struct plan_dispatch *d = &x->p->dispatch[PLAN_OP_MOE_EXPERTS][b][f];
     const bool pairs = BUCKET_MAX[b] <= pair_max;
+    const double rows = b == PLAN_BUCKET_MORE ? 1e30
+                                              : plan_moe_rows_per_expert(x->p->shapes.n_experts,
+                                                                         x->p->shapes.n_experts_used, BUCKET_MAX[b]);
+    const bool grouped = !pairs && rows <= PLAN_MOE_GROUPED_MAX_ROWS;
     if (pairs) {
         add_named(x, d, "moe_pair_decode_mma_bf16", "moe_experts_decode", f);
         add_named(x, d, "moe_pair_decode", "moe_experts_decode", f);
     }
+    if (grouped)
+        add_named(x, d, "moe_grouped_mma_bf16", "moe_experts_gemm", f);
+    const bool grouped_first = grouped && d->n > 0;
     add_gemms(x, d, "moe_experts_gemm", true, f);
     if (pairs)
         snprintf(d->reason, sizeof d->reason,
@@ -174,6 +181,11 @@ static void fill_moe(const struct fill *x, enum plan_bucket b, enum weight_forma
                  "on bf16 mma (H200: b1 330.7 vs 324.4, b8 695.2 vs 628.4 on CUDA cores), its weights through "
                  "smem by cp.async from 2 tokens (b8 939.3 vs 901.5)",
                  pair_max);
+    else if (grouped_first)
+        snprintf(d->reason, sizeof d->reason,
+                 "> %d tokens, %.1f rows an expert at %d tokens (<= %.0f): sorted by expert in tiles of 8 tokens, "
+                 "each expert's rows streamed once a tile with its tokens sharing every bf16 mma",
+                 pair_max, rows, BUCKET_MAX[b], PLAN_MOE_GROUPED_MAX_ROWS);
     else
         snprintf(d->reason, sizeof d->reason, "> %d tokens: sorted by expert, the grouped GEMM the cost model "
                  "chose (moe_experts_gemm), then the others that fit",

@@ -232,7 +232,10 @@ static void test_dispatch_is_the_plan(void **state)
                         "cublas_dequant_bf16");
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 32, WEIGHT_NVFP4)->kernels[0]->name,
                         "moe_pair_decode_mma_bf16");
+    /* 33-64 tokens: ~4 rows an expert, sorted in tiles of 8 on the few-token kernel */
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 33, WEIGHT_NVFP4)->kernels[0]->name,
+                        "moe_grouped_mma_bf16");
+    assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 65, WEIGHT_NVFP4)->kernels[0]->name,
                         "moe_gemm_nvfp4_wo_wgmma");
     /* routing: the norm, router and routing in one cluster kernel at 2-32 tokens, apart at one */
     const struct kernel_shape rs = {.format = WEIGHT_BF16, .tokens = 8, .n_weights = 1, .n = 128, .k = 2048,
@@ -242,12 +245,15 @@ static void test_dispatch_is_the_plan(void **state)
     r1.tokens = 1;
     assert_string_equal(plan_dispatch_pick(p, PLAN_OP_MOE_ROUTE, &r1)->name, "moe_route_softmax_topk");
     /* GLM-5's 256 experts top-8 of 21.2 MB: pair by pair up to 8 tokens (the re-read bound), sorted
-     * above (64 tokens pair by pair: 10.7 ms a layer on the H200) */
+     * above (64 tokens pair by pair: 10.7 ms a layer on the H200), in tiles of 8 tokens while an
+     * expert averages <= 8 rows */
     plan_for(p, "h200", &ms[N_DIRS + 1], 0, NULL, STATUS_OK);
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 8, WEIGHT_NVFP4)->kernels[0]->name,
                         "moe_pair_decode_mma_bf16");
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 64, WEIGHT_NVFP4)->kernels[0]->name,
-                        "moe_gemm_nvfp4_wo_wgmma");
+                        "moe_grouped_mma_bf16");
+    assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 9, WEIGHT_NVFP4)->kernels[0]->name,
+                        "moe_grouped_mma_bf16");
     /* no wgmma on the RTX PRO 6000: mma.sync for the sorted experts */
     plan_for(p, "rtx-pro-6000", &ms[N_DIRS], 0, NULL, STATUS_OK);
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 2048, WEIGHT_NVFP4)->kernels[0]->name,

@@ -314,6 +314,16 @@ static void test_moe_experts(void **state)
         run_moe(p, WEIGHT_NVFP4, 12, 32, 8, 512, 256, false, &rng);
         run_moe(p, WEIGHT_NVFP4, 32, 16, 4, 1024, 384, true, &rng);
         run_moe(p, WEIGHT_NVFP4, 20, 64, 8, 2048, 768, false, &rng);
+        /* the sorted few-token kernel (cuda_moe_grouped_mma.cu) at every bucket: tiles of 1-8
+         * tokens, experts of several tiles (skewed: 16+ rows an expert), a last x segment of
+         * fewer groups (K 640, 1152), GLM-5's ratio of widths */
+        force(p, "moe_experts:moe_grouped_mma_bf16");
+        run_moe(p, WEIGHT_NVFP4, 1, 32, 8, 512, 256, false, &rng);
+        run_moe(p, WEIGHT_NVFP4, 2, 32, 8, 512, 256, false, &rng);
+        run_moe(p, WEIGHT_NVFP4, 12, 32, 8, 640, 1152, false, &rng);
+        run_moe(p, WEIGHT_NVFP4, 64, 8, 2, 1024, 384, true, &rng);
+        run_moe(p, WEIGHT_NVFP4, 64, 64, 8, 1536, 512, false, &rng);
+        run_moe(p, WEIGHT_NVFP4, 150, 16, 4, 512, 256, true, &rng);
         force(p, NULL);
         if (getenv("MOESERVE_OPS_NO_CUBLAS"))
             force_own_gemms(p);

@@ -271,7 +271,19 @@ struct moe_call {
     float *work, *out;
 };
 
-enum sorted_gemm { SORTED_WGMMA, SORTED_MMA, SORTED_FP32 };
+/* The grouped tensor-core kernel loads each expert's rows as 16-byte chunks and 2-byte scale
+ * pairs and x as 8-byte pairs (c->tmp: the table just built). */
+static bool moe_grouped_aligned(const struct cuda_backend *c, const struct moe_args *a, const float *x)
+{
+    if ((uintptr_t)x % 8)
+        return false;
+    for (int e = 0; e < 3 * a->n_experts; e++)
+        if ((uintptr_t)c->tmp[e].data % 16 || (uintptr_t)c->tmp[e].scale % 2)
+            return false;
+    return true;
+}
+
+enum sorted_gemm { SORTED_WGMMA, SORTED_MMA, SORTED_FP32, SORTED_GROUPED_MMA };
 
 static bool moe_sorted(struct cuda_backend *c, enum sorted_gemm kind, const struct moe_call *m)
 {
@@ -306,6 +318,10 @@ static bool moe_sorted(struct cuda_backend *c, enum sorted_gemm kind, const stru
     } else if (kind == SORTED_MMA &&
                (!cuda_gemm_mma_supported(fmt, (int64_t)D, x) || !cuda_gemm_mma_supported(fmt, (int64_t)I, gate))) {
         return false;
+    } else if (kind == SORTED_GROUPED_MMA) {
+        if (!moe_grouped_aligned(c, a, x))
+            return false;
+        bm = GG_TILE_ROWS;
     }
     const int max_tiles = cuda_moe_max_tiles(pairs, a->n_experts, bm);
     size_t used = (size_t)pairs * (2 * I + D) + 2 * (size_t)pairs + 1 + 3 * (size_t)max_tiles;
@@ -335,6 +351,15 @@ static bool moe_sorted(struct cuda_backend *c, enum sorted_gemm kind, const stru
              CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) &&
              CHECK(c, cuda_gemm_mma_grouped(c->stream, fmt, table + 2 * n, (int64_t)D, (int64_t)I, gate, NULL, 1,
                                             tiles, n_tiles, max_tiles, yg, bm));
+    } else if (kind == SORTED_GROUPED_MMA) {
+        /* gate and up in one launch (they share x's staging), down over the compact activations */
+        const struct cuda_wdev *gu_tab[2] = {table, table + n}, *dn_tab = table + 2 * n;
+        float *gu_y[2] = {gate, up};
+        ok = CHECK(c, cuda_moe_grouped_mma(c->stream, 2, gu_tab, (int64_t)I, (int64_t)D, x, sorted_pair, a->n_used,
+                                           tiles, n_tiles, max_tiles, gu_y, c->pdl)) &&
+             CHECK(c, cuda_silu_mul(c->stream, gate, up, (size_t)pairs * I, gate)) &&
+             CHECK(c, cuda_moe_grouped_mma(c->stream, 1, &dn_tab, (int64_t)D, (int64_t)I, gate, NULL, 1, tiles,
+                                           n_tiles, max_tiles, &yg, c->pdl));
     } else {
         ok = CHECK(c, cuda_gemm_grouped(c->stream, a->gate[0].format, table, (int64_t)I, (int64_t)D, x, sorted_pair,
                                         a->n_used, tiles, n_tiles, max_tiles, gate, tile)) &&
@@ -378,6 +403,11 @@ bool cuda_launch_moe_wgmma(void *backend, const void *call)
 bool cuda_launch_moe_mma(void *backend, const void *call)
 {
     return moe_sorted(backend, SORTED_MMA, call);
+}
+
+bool cuda_launch_moe_grouped_mma(void *backend, const void *call)
+{
+    return moe_sorted(backend, SORTED_GROUPED_MMA, call);
 }
 
 bool cuda_launch_moe_fp32(void *backend, const void *call)

@@ -28,6 +28,7 @@ bool cuda_launch_moe_pair_mma(void *backend, const void *call);
 bool cuda_launch_moe_pair(void *backend, const void *call);
 bool cuda_launch_moe_wgmma(void *backend, const void *call);
 bool cuda_launch_moe_mma(void *backend, const void *call);
+bool cuda_launch_moe_grouped_mma(void *backend, const void *call);
 bool cuda_launch_moe_fp32(void *backend, const void *call);
 bool cuda_launch_norm_router_route(void *backend, const void *call);
 bool cuda_launch_router_route_cluster(void *backend, const void *call);

@@ -25,6 +25,7 @@
 #define LAUNCH_CK_MOE_WGMMA cuda_launch_moe_wgmma
 #define LAUNCH_CK_MOE_MMA cuda_launch_moe_mma
 #define LAUNCH_CK_MOE_FP32 cuda_launch_moe_fp32
+#define LAUNCH_CK_MOE_GROUPED_MMA cuda_launch_moe_grouped_mma
 #define LAUNCH_CK_NORM_ROUTER_ROUTE cuda_launch_norm_router_route
 #define LAUNCH_CK_ROUTER_ROUTE_CLUSTER cuda_launch_router_route_cluster
 #define LAUNCH_CK_ROUTER_ROUTE_COUNT cuda_launch_router_route_count
@@ -42,6 +43,7 @@
 #define LAUNCH_CK_MOE_WGMMA NULL
 #define LAUNCH_CK_MOE_MMA NULL
 #define LAUNCH_CK_MOE_FP32 NULL
+#define LAUNCH_CK_MOE_GROUPED_MMA NULL
 #define LAUNCH_CK_NORM_ROUTER_ROUTE NULL
 #define LAUNCH_CK_ROUTER_ROUTE_CLUSTER NULL
 #define LAUNCH_CK_ROUTER_ROUTE_COUNT NULL
@@ -103,6 +105,11 @@ static bool fits_moe_mma(const struct kernel_shape *s, size_t budget)
 {
     (void)budget;
     return cuda_gemm_mma_fits(s->format, s->d_model) && cuda_gemm_mma_fits(s->format, s->d_expert);
+}
+
+static bool fits_moe_grouped_mma(const struct kernel_shape *s, size_t budget)
+{
+    return cuda_moe_grouped_mma_fits(s->format, s->d_model, s->d_expert, budget);
 }
 
 /* The pair kernels' shared-memory form (from 2 tokens, where it fits): its larger kernel's bytes,
@@ -204,6 +211,7 @@ static const struct kernel_desc KERNELS[] = {
     KT("moe_gemm_bf16_wgmma", MOE, WGMMA, WG, F(WEIGHT_BF16), "gemm/cuda_gemm_wgmma.cu", CK_MOE_WGMMA, fits_moe_wgmma, WG_TILES, "gemm_wgmma_kernel"),
     K("moe_gemm_nvfp4_wo_mma", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "gemm/cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma, "gemm_mma_kernel"),
     K("moe_gemm_bf16_mma", MOE, MMA, BMMA, F(WEIGHT_BF16), "gemm/cuda_gemm_mma.cu", CK_MOE_MMA, fits_moe_mma, "gemm_mma_kernel"),
+    K("moe_grouped_mma_bf16", MOE, MMA, BMMA, F(WEIGHT_NVFP4), "decode/cuda_moe_grouped_mma.cu", CK_MOE_GROUPED_MMA, fits_moe_grouped_mma, "moe_grouped_mma_kernel"),
     K("moe_gemm_nvfp4_wo_fp32", MOE, FP32, 0, F(WEIGHT_NVFP4), "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),
     K("moe_gemm_fp8_wo_fp32", MOE, FP32, 0, F(WEIGHT_FP8_BLOCK), "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),
     K("moe_gemm_bf16_fp32", MOE, FP32, 0, F(WEIGHT_BF16) | F(WEIGHT_F16) | F(WEIGHT_F32), "gemm/cuda_gemm.cu", CK_MOE_FP32, NULL, "gemm_tiled_kernel"),

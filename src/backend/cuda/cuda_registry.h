@@ -34,6 +34,7 @@ enum cuda_kernel_id {
     CK_MOE_WGMMA,    /* sorted by expert, cuda_gemm_wgmma_grouped */
     CK_MOE_MMA,      /* sorted, cuda_gemm_mma_grouped */
     CK_MOE_FP32,     /* sorted, cuda_gemm_grouped */
+    CK_MOE_GROUPED_MMA, /* sorted in tiles of 8 tokens, cuda_moe_grouped_mma */
     /* routing (the routing kernel alone after the router linear is the op's own: CK_FIXED) */
     CK_NORM_ROUTER_ROUTE,    /* cuda_norm_router_route: add + RMSNorm + router + routing, a cluster a token */
     CK_ROUTER_ROUTE_CLUSTER, /* cuda_router_route, its cluster form */

@@ -9,7 +9,7 @@
  * defines: the DEC_* and MD_* block constants, cuda_dec_k_ok(), cuda_gemv1_fits(),
  *          cuda_moe_decode_fits(), cuda_gemv_mma_fits(), cuda_moe_decode_mma_fits(),
  *          cuda_moe_decode_mma_smem_bytes(), cuda_moe_decode_mma_smem_fits(),
- *          cuda_moe_decode_mma_smem_tpw()
+ *          cuda_moe_decode_mma_smem_tpw(), cuda_moe_grouped_mma_fits()
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_DECODE_LIMITS_H
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_LIMITS_H
@@ -106,6 +106,20 @@ static inline int cuda_moe_decode_mma_smem_tpw(int64_t d_model, int64_t d_expert
         if (cuda_moe_decode_mma_smem_fits(d_model, d_expert, n_used, tpw, smem_budget))
             return tpw;
     return 0;
+}
+
+/* cuda_moe_grouped_mma.cu: cuda_moe_sort's row tiles of up to GG_TILE_ROWS tokens of one expert;
+ * x staged GG_SEG_GROUPS 128-k groups at a time, two buffers of the tile's tokens, in static
+ * shared memory (GG_STATIC_SMEM with its partials and the zero fragments). */
+enum { GG_TILE_ROWS = GM_MAX_TOKENS, GG_SEG_GROUPS = 4 };
+enum { GG_STATIC_SMEM = 2 * GG_TILE_ROWS * GG_SEG_GROUPS * 512 + 32 * 16 + GG_TILE_ROWS * 4 };
+
+/* NVFP4, both widths in 128-k groups. */
+static inline bool cuda_moe_grouped_mma_fits(enum weight_format fmt, int64_t d_model, int64_t d_expert,
+                                             size_t smem_budget)
+{
+    return fmt == WEIGHT_NVFP4 && d_model > 0 && d_expert > 0 && d_model % 128 == 0 && d_expert % 128 == 0 &&
+           (size_t)GG_STATIC_SMEM + 1024 <= smem_budget;
 }
 
 #endif

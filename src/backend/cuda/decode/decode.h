@@ -58,6 +58,17 @@ int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int n
 cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
                           int64_t K, const float *x, int n_tokens, float *const *y, int sm_count, int pdl);
 
+/* ---- cuda_moe_grouped_mma.cu (sorted experts, a few tokens an expert, bf16 tensor cores) ---- */
+/* y[j][r, :N] = x_r W_{e,j}^T (+ bias) for each row tile (e, first row, rows <= GG_TILE_ROWS) of
+ * cuda_moe_sort (tiles, *n_tiles of at most max_tiles), j < n_w <= 2 NVFP4 weight tables sharing
+ * x (tables[j][e]: expert e's weight j): x_r = x[sorted_pair[r] / n_used] (sorted_pair NULL: x[r]).
+ * Each expert's weights stream once a tile, its tokens share every mma. K % 128 == 0; every
+ * weight's data 16-byte and scales 2-byte aligned (the caller checks). */
+cudaError_t cuda_moe_grouped_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *const *tables, int64_t N,
+                                 int64_t K, const float *x, const int32_t *sorted_pair, int n_used,
+                                 const int32_t *tiles, const int32_t *n_tiles, int max_tiles, float *const *y,
+                                 int pdl);
+
 #ifdef __cplusplus
 }
 #endif
