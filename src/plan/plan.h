@@ -308,10 +308,14 @@ int plan_moe_pair_max_tokens(int n_experts, int n_used, double expert_bytes);
 /* The rows an expert gets on average from n_tokens tokens under uniform routing (pairs over the
  * distinct experts they reach). */
 double plan_moe_rows_per_expert(int n_experts, int n_used, int n_tokens);
-/* Past the pair kernels, the sorted experts in row tiles of 8 tokens on the few-token tensor-core
- * kernel (moe_grouped_mma_bf16) while an expert averages at most this many rows: each tile
- * re-reads its expert, and beyond a tile's rows a 64-row GEMM tile is no longer mostly padding. */
+/* From 9 tokens the sorted experts in row tiles of 8 tokens on the few-token tensor-core kernel
+ * (moe_grouped_mma_bf16), before the pair kernels, while an expert averages at most this many
+ * rows: each tile re-reads its expert, and beyond a tile's rows a 64-row GEMM tile is no longer
+ * mostly padding. Up to 8 tokens the pairs win (H200, Qwen3-30B: b4 791.3 vs 675.8, b8 940.6 vs
+ * 926.5 tok/s; GLM-5 slice b1 0.367 vs 0.403 ms a layer): the sort and the combine cost more
+ * than the rows they share. */
 #define PLAN_MOE_GROUPED_MAX_ROWS 8.0
+#define PLAN_MOE_GROUPED_MIN_TOKENS 9
 const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
 struct json *plan_to_json(const struct plan *p);

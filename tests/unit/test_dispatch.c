@@ -230,9 +230,13 @@ static void test_dispatch_is_the_plan(void **state)
                         "gemv_decode_mma_bf16");
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_LINEAR, 64, WEIGHT_NVFP4)->kernels[0]->name,
                         "cublas_dequant_bf16");
-    assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 32, WEIGHT_NVFP4)->kernels[0]->name,
+    assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 8, WEIGHT_NVFP4)->kernels[0]->name,
                         "moe_pair_decode_mma_bf16");
-    /* 33-64 tokens: ~4 rows an expert, sorted in tiles of 8 on the few-token kernel */
+    /* 9-64 tokens: 2-4 rows an expert, sorted in tiles of 8 on the few-token kernel, the pairs after it */
+    const struct plan_dispatch *d32 = plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 32, WEIGHT_NVFP4);
+    assert_true(d32->n >= 2);
+    assert_string_equal(d32->kernels[0]->name, "moe_grouped_mma_bf16");
+    assert_string_equal(d32->kernels[1]->name, "moe_pair_decode_mma_bf16");
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 33, WEIGHT_NVFP4)->kernels[0]->name,
                         "moe_grouped_mma_bf16");
     assert_string_equal(plan_dispatch_for(p, PLAN_OP_MOE_EXPERTS, 65, WEIGHT_NVFP4)->kernels[0]->name,
