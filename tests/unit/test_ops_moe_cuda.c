@@ -297,6 +297,11 @@ static void test_moe_experts(void **state)
     run_moe(p, WEIGHT_NVFP4, 3, 32, 8, 512, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
     run_moe(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 768, false, &rng);
+    /* widths of more 8-row tiles than one resident wave of blocks: several tiles a down block
+     * (on 132 SMs: 784 tiles, 3 a block, the last block partly past D; 400 tiles, 2 a block; 400 x 2 tokens) */
+    run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 6272, 256, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 3200, 128, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 2, 16, 4, 3200, 128, true, &rng);
     /* the same kernels with their weights through shared memory (the default from 2 tokens), and
      * more slots than the down kernel has warps (a warp stages a second and a third expert) */
     backend_cuda_set_moe_smem(&p->gpu, 1);

@@ -117,19 +117,23 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
 }
 
 /* out[t, d] = sum over the token's slots in ascending expert id of w * (act_pair D_e[d]); grid
- * (D / 8, tokens); warp j takes slots j, j + 8, ... for the block's 8 rows. */
+ * (D / (8 TPW), tokens); warp j takes slots j, j + 8, ... for the block's TPW 8-row tiles, its
+ * slot's activations staged once for all of them. More tiles a block where one tile a block would
+ * be several short waves (GLM-5's D 6144: 768 blocks at 2 an SM): each block's staging of 8 slots'
+ * activations (as many bytes as the weights a tile reads) and its start are paid once a TPW. */
+template <int TPW>
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
                         const int32_t *ids, const float *weights, int n_used, float *out)
 {
     extern __shared__ uint2 xf[];
     __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
-    __shared__ float part[MD_MAX_USED][8], s_w[MD_MAX_USED];
+    __shared__ float part[TPW][MD_MAX_USED][8], s_w[MD_MAX_USED];
     KT_BEGIN();
     xfrag_zeros_init();
     const int t = blockIdx.y;
-    const int64_t n0 = (int64_t)blockIdx.x * 8;
-    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const int64_t n0 = (int64_t)blockIdx.x * 8 * TPW;
+    const int wib = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, GI = (int)(I / 128);
     /* at most 6 groups in flight (a 768-wide row: all of it): with act's 6 entries a lane held
      * across the weight loads, 8 spill */
     constexpr int UD = 6;
@@ -142,31 +146,37 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;
     for (int j = wib; j < n_used; j += MD_WARPS) {
         const int e = s_ids[j];
-        float2 r = make_float2(0.f, 0.f);
-        float s = 0.0f;
-        const float *bias = nullptr;
-        if (e >= 0 && e < n_experts) {
-            const cuda_wdev w = table[2 * n_experts + e];
-            __syncwarp();
-            xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
-                                  [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, (int)(I / 128), pre); });
-            __syncwarp();
-            if (j == 0)
-                KT_MARK(2);
-            r = rows8_dot_range<UD>(w, n0 + g, n0 + g < D, I, mine, 0, (int)(I / 128), pre);
-            if (j == 0)
-                KT_MARK(3);
-            s = 0x1p62f * w.scale2, bias = w.bias;
+        const bool valid = e >= 0 && e < n_experts;
+        if (!valid) {
+            for (int tt = 0; tt < TPW; tt++)
+                slot_part_put(part[tt], j, make_float2(0.f, 0.f), false, 0.0f, nullptr, n0 + 8 * tt, D, lane);
+            continue;
         }
-        slot_part_put(part, j, r, e >= 0 && e < n_experts, s, bias, n0, D, lane);
+        const cuda_wdev w = table[2 * n_experts + e];
+        __syncwarp();
+        xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
+                              [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, GI, pre); });
+        __syncwarp();
+        if (j == 0)
+            KT_MARK(2);
+#pragma unroll
+        for (int tt = 0; tt < TPW; tt++) {
+            const int64_t row = n0 + 8 * tt + g;
+            if (tt > 0)
+                rows8_prefetch<UD>(w, row, row < D, I, 0, GI, pre);
+            const float2 r = rows8_dot_range<UD>(w, row, row < D, I, mine, 0, GI, pre);
+            slot_part_put(part[tt], j, r, true, 0x1p62f * w.scale2, w.bias, n0 + 8 * tt, D, lane);
+        }
+        if (j == 0)
+            KT_MARK(3);
     }
     pdl_trigger(); /* late: see pdl_trigger() */
     __syncthreads();
     KT_MARK(4);
-    if (threadIdx.x < 8 && n0 + threadIdx.x < D) {
-        const int r = threadIdx.x;
-        const float o = slots_combine<8>(s_ids, s_w, order, part, n_used, n_experts, r);
-        out[(size_t)t * (size_t)D + n0 + r] = o;
+    if (threadIdx.x < 8 * TPW && n0 + threadIdx.x < D) {
+        const int tt = threadIdx.x / 8, r = threadIdx.x % 8;
+        const float o = slots_combine<8>(s_ids, s_w, order, part[tt], n_used, n_experts, r);
+        out[(size_t)t * (size_t)D + n0 + threadIdx.x] = o;
     }
     KT_END(decode_mma, 1);
 }
@@ -403,6 +413,42 @@ cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, 
                       d_expert, act, ids, weights, n_used, out, tpw);
 }
 
+/* The register-form down kernel's 8-row tiles a block: the fewest of 1, 2, 3 whose grid is one
+ * resident wave (the occupancy of its shared memory and registers on this device), else the
+ * most that fit (4 spill at 128 registers). Sets each form's dynamic shared memory attribute. */
+int down_tiles_per_block(int64_t D, int n_tokens, size_t smem, cudaError_t *err)
+{
+    int dev = 0, sms = 0;
+    *err = cudaGetDevice(&dev);
+    if (*err == cudaSuccess)
+        *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int forms[3] = {1, 2, 3};
+    int best = 1;
+    for (int f = 0; f < 3 && *err == cudaSuccess; f++) {
+        const int tpw = forms[f];
+        void (*k)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int,
+                  float *) = tpw == 3 ? moe_down_mma_kernel<3> : tpw == 2 ? moe_down_mma_kernel<2> : moe_down_mma_kernel<1>;
+        if (smem > 48 * 1024 &&
+            (*err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess) {
+            if (tpw == 1)
+                return 1;
+            (void)cudaGetLastError(); /* its larger static partials do not fit beside the activations */
+            *err = cudaSuccess;
+            return best;
+        }
+        int per_sm = 0;
+        if ((*err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MD_THREADS, smem)) != cudaSuccess)
+            return 1;
+        if (per_sm == 0)
+            return best;
+        best = tpw;
+        const int64_t blocks = (D + 8 * tpw - 1) / (8 * tpw) * (int64_t)n_tokens;
+        if (blocks <= (int64_t)per_sm * sms)
+            return tpw;
+    }
+    return best;
+}
+
 /* The register form (moe_gate_up_mma_kernel<false>, moe_down_mma_kernel). */
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
@@ -414,19 +460,23 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     if (smem1 > 48 * 1024)
         e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem1);
-    if (e == cudaSuccess && smem2 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2);
     if (e != cudaSuccess)
         return e;
+    void (*down)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int,
+                 float *) = nullptr;
+    const int tpw = down_tiles_per_block(d_model, n_tokens, smem2, &e);
+    if (e != cudaSuccess)
+        return e;
+    down = tpw == 3 ? moe_down_mma_kernel<3> : tpw == 2 ? moe_down_mma_kernel<2> : moe_down_mma_kernel<1>;
     const int rows_per_block = 4 * MG_WARPS;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
     e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<false>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
                    d_expert, d_model, x, ids, n_used, act);
     if (e != cudaSuccess)
         return e;
-    dim3 g2((unsigned)((d_model + 7) / 8), (unsigned)n_tokens);
-    return launch_pdl(pdl != 0, moe_down_mma_kernel, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model,
-                      d_expert, act, ids, weights, n_used, out);
+    dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);
+    return launch_pdl(pdl != 0, down, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model, d_expert, act,
+                      ids, weights, n_used, out);
 }
 
 } // namespace

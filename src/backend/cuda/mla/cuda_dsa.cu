@@ -204,8 +204,14 @@ __device__ int block_exclusive_scan(int v, int *warp_tot)
     return before + x - v;
 }
 
-/* grid (chunk rows); blockDim.x == TOPK_THREADS. */
-__global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, int32_t *sel)
+/* grid (chunk rows); blockDim.x == TOPK_THREADS. Each thread owns a contiguous chunk of the row
+ * (so that the selection comes out in ascending position order); KPT > 0: the chunk's keys read
+ * once into registers (rows of up to TOPK_THREADS x KPT keys), every radix pass then works there
+ * instead of re-reading the row through L2 with one dependent load an element; KPT 0: any length,
+ * the row re-read each pass. */
+template <int KPT>
+__global__ void __launch_bounds__(TOPK_THREADS)
+    dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, int32_t *sel)
 {
     __shared__ unsigned hist[256];
     __shared__ uint32_t s_prefix;
@@ -219,16 +225,29 @@ __global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos
         return;
     }
     const float *row = scores + (size_t)blockIdx.x * ctx;
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
+    const int j1 = j0 + chunk < n ? j0 + chunk : n;
+    constexpr int NR = KPT > 0 ? KPT : 1;
+    uint32_t kr[NR];
+    if (KPT > 0) {
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            kr[i] = j0 + i < j1 ? score_key(row[j0 + i]) : 0u;
+    }
+    /* the loops below run KPT times (unrolled, so kr stays in registers) or chunk times */
+    const int iters = KPT > 0 ? KPT : chunk;
     uint32_t prefix = 0, mask = 0;
     int remaining = topk; /* rank of the wanted value among those matching prefix */
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x)
             hist[i] = 0;
         __syncthreads();
-        for (int j0 = 0; j0 < n; j0 += blockDim.x) {
-            const int j = j0 + (int)threadIdx.x;
-            const uint32_t k = j < n ? score_key(row[j]) : 0u;
-            const bool in = j < n && (k & mask) == prefix;
+#pragma unroll
+        for (int i = 0; i < iters; i++) {
+            const int j = j0 + i;
+            const uint32_t k = j < j1 ? (KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j])) : 0u;
+            const bool in = j < j1 && (k & mask) == prefix;
             /* one atomic per distinct bin a warp: the scores of a row share a few top bytes, and
              * same-address shared atomics serialise */
             const unsigned bin = in ? (k >> shift) & 255u : 256u;
@@ -271,26 +290,29 @@ __global__ void dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos
         mask |= 255u << shift;
     }
     /* prefix: the topk-th largest key; take every key above it and the first `remaining` equal */
-    const int chunk = (n + blockDim.x - 1) / blockDim.x;
-    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
-    const int j1 = j0 + chunk < n ? j0 + chunk : n;
     int gt = 0, eq = 0;
-    for (int j = j0; j < j1; j++) {
-        uint32_t k = score_key(row[j]);
-        gt += k > prefix;
-        eq += k == prefix;
+#pragma unroll
+    for (int i = 0; i < iters; i++) {
+        if (j0 + i < j1) {
+            const uint32_t k = KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j0 + i]);
+            gt += k > prefix;
+            eq += k == prefix;
+        }
     }
     const int eq_before = block_exclusive_scan(eq, warp_tot);
     int take = remaining - eq_before;
     take = take < 0 ? 0 : take > eq ? eq : take;
     int o = block_exclusive_scan(gt + take, warp_tot);
-    for (int j = j0; j < j1; j++) {
-        uint32_t k = score_key(row[j]);
-        if (k > prefix) {
-            out[o++] = j;
-        } else if (k == prefix && take > 0) {
-            out[o++] = j;
-            take--;
+#pragma unroll
+    for (int i = 0; i < iters; i++) {
+        if (j0 + i < j1) {
+            const uint32_t k = KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j0 + i]);
+            if (k > prefix) {
+                out[o++] = j0 + i;
+            } else if (k == prefix && take > 0) {
+                out[o++] = j0 + i;
+                take--;
+            }
         }
     }
 }
@@ -391,6 +413,9 @@ extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, i
         return cudaSuccess;
     if (topk < 1)
         return cudaErrorInvalidValue;
-    dsa_topk_kernel<<<(unsigned)n_rows, TOPK_THREADS, 0, stream>>>(scores, ctx, pos, row0, topk, sel);
+    /* the row's keys in registers where they fit (ctx bounds every row's length) */
+    void (*k)(const float *, int, const int32_t *, int, int, int32_t *) =
+        ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : ctx <= TOPK_THREADS * 16 ? dsa_topk_kernel<16> : dsa_topk_kernel<0>;
+    k<<<(unsigned)n_rows, TOPK_THREADS, 0, stream>>>(scores, ctx, pos, row0, topk, sel);
     return CUDA_LAUNCH_RESULT();
 }
