@@ -10,7 +10,7 @@ BUILD_ASAN  ?= build-asan
 BUILD_FUZZ  ?= build-fuzz
 FUZZ_SECONDS ?= 30
 DEB_PKGS    := cmake pkg-config gcc clang libomp-dev libcjson-dev libcmocka-dev libpcre2-dev \
-               libutf8proc-dev libmicrohttpd-dev python3
+               libutf8proc-dev libmicrohttpd-dev python3 libopenmpi-dev openmpi-bin
 # What runs only with tests/npm/node_modules (the others skip their part without it).
 NPM_TESTS   := e2e_server, the real-tokenizer goldens of test_tokenizer and test_chat_template, \
                the golden checks of cli_text_cli

@@ -198,10 +198,14 @@ struct backend_ops {
     bool (*norm_router_route)(struct backend *be, float *h, const float *delta, const float *norm_w, float eps,
                               const struct weight *router, int n_tokens, const struct route_args *args, float *x,
                               float *logits, int32_t *ids, float *weights);
-    /* out[t, :] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t, :]) (overwrites out).
+    /* out[t, :] = sum_j weights[t, j] * expert_{ids[t, j]}(x[t, :]) (overwrites out); slots whose id
+     * is outside [0, n_experts) add nothing.
      * work: backend_moe_workspace_floats() floats. */
     void (*moe_experts)(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
                         const float *weights, const struct moe_args *args, float *work, float *out);
+    /* ids[i] = -1 where ids[i] is outside [lo, hi): the routed slots of other ranks' experts under
+     * expert parallelism, which moe_experts then skips (optional: NULL, no expert parallelism) */
+    void (*moe_mask_ids)(struct backend *be, int32_t *ids, size_t n, int lo, int hi);
     /* y[i] += x[i] */
     void (*add)(struct backend *be, float *y, const float *x, size_t n);
 

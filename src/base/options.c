@@ -36,5 +36,6 @@ enum status options_read(struct options *o, struct err *err)
     o->cuda_force = s ? s : "";
     s = env("MOESERVE_TRACE_OUT");
     o->trace_out = s ? s : "";
+    o->mpi_launched = env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK");
     return STATUS_OK;
 }

@@ -17,6 +17,7 @@
  *                         choice (measuring); validated against the kernel registry; a plan
  *                         entry's form too (mla_prefill:mla_prefill_expanded | _absorbed)
  *   MOESERVE_TRACE_OUT    FILE: the kernels' phase records (a -DMOESERVE_KERNEL_TRACE=ON build)
+ *   OMPI_COMM_WORLD_SIZE, PMIX_RANK  set by mpirun: this process is one of its ranks
  *
  * defines: struct options, options_read()
  */
@@ -36,6 +37,7 @@ struct options {
     bool no_graphs;
     const char *cuda_force; /* "" when unset */
     const char *trace_out;  /* "" when unset */
+    bool mpi_launched;      /* started by mpirun (Open MPI / PMIx environment) */
 };
 
 /* Fills o from the environment; STATUS_INVALID names the variable with a bad value. */

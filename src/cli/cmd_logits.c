@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "cli/cli_args.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
 
@@ -25,6 +26,7 @@ int cmd_logits(int argc, char **argv)
          .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (656 B a GLM-5 token)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
+        CLI_RANK_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -55,9 +57,17 @@ int cmd_logits(int argc, char **argv)
     float *logits = NULL;
     int32_t *pos = NULL, *seq = NULL, *rows = NULL;
     FILE *fp = NULL;
-    if (model_session_open(&s, model, &so, &err)) {
+    struct cli_ranks ranks;
+    if (cli_ranks_open(&ranks, opts, n, argc, argv, &so, &err)) {
+        LOG_ERROR("logits: %s", err.msg);
+        free(ids);
+        return 2;
+    }
+    if (comm_agree(&ranks.comm, model_session_open(&s, model, &so, &err), &err)) {
         LOG_ERROR("%s", err.msg);
         free(ids);
+        model_session_close(&s);
+        cli_ranks_close(&ranks);
         return 1;
     }
     size_t V = (size_t)s.desc.vocab_size;
@@ -87,6 +97,10 @@ int cmd_logits(int argc, char **argv)
         goto done;
     }
     const char *out = cli_get(opts, n, "out", NULL);
+    if (ranks.comm.rank != 0) { /* every rank holds the same logits; rank 0 writes them */
+        rc = 0;
+        goto done;
+    }
     fp = fopen(out, "wb");
     if (!fp || fwrite(logits, sizeof(float), (size_t)n_ids * V, fp) != (size_t)n_ids * V) {
         LOG_ERROR("logits: cannot write %s", out);
@@ -109,5 +123,6 @@ done:
     free(rows);
     free(ids);
     model_session_close(&s);
+    cli_ranks_close(&ranks);
     return rc;
 }

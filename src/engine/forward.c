@@ -274,6 +274,8 @@ static void forward_ffn(struct forward *f, int l, int n, bool routed)
         be->ops->linear(be, &lw->router, f->x, n, f->router);
         be->ops->moe_route(be, f->router, n, &ra, f->route_ids, f->route_w);
     }
+    if (f->expert_hi) /* other ranks' experts add nothing here; the all-reduce adds them */
+        be->ops->moe_mask_ids(be, f->route_ids, (size_t)n * (size_t)d->n_experts_used, f->expert_lo, f->expert_hi);
     be->ops->moe_experts(be, f->x, n, f->route_ids, f->route_w, &ma, f->moe_work, f->delta);
     if (lw->has_ffn) {
         forward_mlp(f, lw, n, f->tmp);
@@ -385,6 +387,14 @@ static void forward_norm(struct forward *f, const float *w, int n, bool *pending
     *pending = false;
 }
 
+/* Under tensor parallelism a half-layer's output in f->delta is this rank's partial sum: the
+ * all-reduce makes it the whole output, the same on every rank, before the residual takes it. */
+static void forward_reduce(struct forward *f, int n)
+{
+    if (f->comm)
+        comm_all_reduce_sum(f->comm, f->delta, (size_t)n * (size_t)f->d->d_model);
+}
+
 /* Every op of the pass up to the residual stream's last add (no host work, no copies). Each half
  * of a layer leaves its output in f->delta, pending until the next norm adds it. */
 static void forward_layers(struct forward *f, const struct forward_batch *b)
@@ -403,11 +413,13 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
             forward_mla_attention(f, n, l);
         else
             forward_attention_gqa(f, l, n);
+        forward_reduce(f, n);
         pending = true;
         if (!forward_ffn_norm_routed(f, l, n, &pending)) {
             forward_norm(f, lw->ffn_norm, n, &pending);
             forward_ffn(f, l, n, false);
         }
+        forward_reduce(f, n);
         pending = true;
     }
     /* final residual add; the final norm is applied per selected row in forward_logits_chunk */

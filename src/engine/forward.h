@@ -17,6 +17,7 @@
 #define MOESERVE_ENGINE_FORWARD_H
 
 #include "backend/backend.h"
+#include "backend/comm/comm.h"
 #include "engine/kv_cache.h"
 #include "model/model_desc.h"
 #include "model/model_weights.h"
@@ -83,6 +84,11 @@ struct forward {
     bool use_graphs;    /* backend graphs for decode-shaped passes (MOESERVE_NO_GRAPHS=1: off) */
 
     struct forward_mla *mla; /* MLA/DSA buffers (engine/forward_mla.h), owned; NULL without MLA layers */
+
+    /* Tensor / expert parallelism (model/model_shard.h): the weights, d and kv are this rank's
+     * share; each half-layer's output is a partial sum that comm completes. */
+    struct comm *comm;       /* borrowed; NULL: one rank */
+    int expert_lo, expert_hi; /* this rank's routed experts under expert parallelism; hi 0: all */
 };
 
 enum status forward_init(struct forward *f, const struct model_desc *d, const struct model_weights *w,

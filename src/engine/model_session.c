@@ -9,6 +9,31 @@
 #include "backend/cuda/backend_cuda.h"
 #endif
 
+/* The rank's share of the model (the whole model without ranks) and its local description. */
+static enum status session_shard(struct model_session *s, const struct session_opts *o, struct err *err)
+{
+    s->shard = (struct model_shard){.rank = 0, .size = 1};
+    if (o && o->comm && o->comm->size > 1) {
+        s->shard = (struct model_shard){.rank = o->comm->rank, .size = o->comm->size,
+                                        .expert_parallel = o->expert_parallel};
+        if (strcmp(s->be.ops->name, "cpu") != 0)
+            return err_set(err, STATUS_UNSUPPORTED, "%d ranks on the %s backend: not built yet (CPU ranks under "
+                           "mpirun only)", o->comm->size, s->be.ops->name);
+        bool moe = false;
+        for (int l = 0; l < s->desc.n_layers; l++)
+            moe |= s->desc.layers[l].ffn == FFN_MOE;
+        if (o->expert_parallel && !moe)
+            return err_set(err, STATUS_INVALID, "--expert-parallel: %s has no routed experts",
+                           model_family_name(s->desc.family));
+        if (o->expert_parallel && !s->be.ops->moe_mask_ids)
+            return err_set(err, STATUS_UNSUPPORTED, "--expert-parallel: backend %s cannot mask routed slots",
+                           s->be.ops->name);
+    } else if (o && o->expert_parallel) {
+        return err_set(err, STATUS_INVALID, "--expert-parallel needs more than one rank (--tensor-parallel N)");
+    }
+    return model_shard_desc(&s->desc, &s->shard, &s->local, err);
+}
+
 enum status model_session_open(struct model_session *s, const char *dir, const struct session_opts *o,
                                struct err *err)
 {
@@ -92,19 +117,29 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     }
     if (st)
         goto fail;
+    st = session_shard(s, o, err);
+    if (st)
+        goto fail;
     st = checkpoint_open(&s->ck, dir, err);
     if (st)
         goto fail;
-    st = model_weights_load(&s->w, &s->desc, &s->ck, &s->qc, &s->be, err);
+    st = model_weights_load_shard(&s->w, &s->desc, &s->ck, &s->qc, &s->be, &s->shard, err);
     if (st)
         goto fail;
     int blocks_per_seq = (def.max_context + def.block_size - 1) / def.block_size;
-    st = kv_cache_init(&s->kv, &s->be, &s->desc, latent, blocks_per_seq * def.max_seqs, def.block_size, err);
+    st = kv_cache_init(&s->kv, &s->be, &s->local, latent, blocks_per_seq * def.max_seqs, def.block_size, err);
     if (st)
         goto fail;
-    st = forward_init(&s->fwd, &s->desc, &s->w, &s->be, &s->kv, def.max_tokens, def.max_seqs, err);
+    st = forward_init(&s->fwd, &s->local, &s->w, &s->be, &s->kv, def.max_tokens, def.max_seqs, err);
     if (st)
         goto fail;
+    if (s->shard.size > 1) {
+        s->fwd.comm = o->comm;
+        if (s->shard.expert_parallel) {
+            const struct shard_range ex = model_shard_experts(&s->desc, &s->shard);
+            s->fwd.expert_lo = (int)ex.off, s->fwd.expert_hi = (int)(ex.off + ex.n);
+        }
+    }
     s->max_context = def.max_context;
     return STATUS_OK;
 fail:
@@ -119,6 +154,7 @@ void model_session_close(struct model_session *s)
     model_weights_free(&s->w);
     checkpoint_close(&s->ck);
     backend_destroy(&s->be);
+    model_desc_free(&s->local);
     model_desc_free(&s->desc);
     quant_config_free(&s->qc);
     memset(s, 0, sizeof *s);

@@ -15,6 +15,7 @@
 #include "engine/kv_cache.h"
 #include "format/checkpoint.h"
 #include "model/model_desc.h"
+#include "model/model_shard.h"
 #include "model/model_weights.h"
 
 struct session_opts {
@@ -34,11 +35,16 @@ struct session_opts {
     bool allow_long_context; /* ... unless asked to (--allow-long-context) */
     int attention_precision; /* cuda: prefill tensor-core attention operands: 0 bf16 hi + lo (fp32-grade), 1 P and
                                 V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision) */
+    struct comm *comm;       /* borrowed: the ranks this session is one of (tensor parallelism over comm->size
+                                ranks: --tensor-parallel); NULL or one rank: the whole model */
+    bool expert_parallel;    /* with comm: routed experts partitioned by expert (--expert-parallel) */
 };
 
 struct model_session {
     struct checkpoint ck;
-    struct model_desc desc;
+    struct model_desc desc;  /* the whole model's description */
+    struct model_desc local; /* this rank's share (model_shard_desc): what the forward and the KV cache run */
+    struct model_shard shard;
     struct quant_config qc;
     struct backend be;
     struct model_weights w;

@@ -1,6 +1,7 @@
 /* weight.c — see weight.h. */
 #include "format/weight.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/dtype.h"
@@ -94,4 +95,81 @@ void weight_dequant_row(const struct weight *w, int64_t row, float *out)
     case WEIGHT_FORMAT_COUNT:
         break;
     }
+}
+
+/* bytes of one row of data (every format stores whole rows) */
+static size_t row_bytes(const struct weight *w)
+{
+    struct weight one = *w;
+    one.rows = 1;
+    return weight_data_bytes(&one);
+}
+
+const char *weight_slice_rows(const struct weight *w, int64_t off, int64_t n, struct weight *out)
+{
+    if (off < 0 || n <= 0 || off + n > w->rows)
+        return "rows outside the weight";
+    *out = *w;
+    out->rows = n;
+    out->data = (const uint8_t *)w->data + (size_t)off * row_bytes(w);
+    switch (w->format) {
+    case WEIGHT_NVFP4: out->scale = (const uint8_t *)w->scale + (size_t)off * (size_t)(w->cols / 16); break;
+    case WEIGHT_FP8_BLOCK:
+        if (off % 128 || (n % 128 && off + n != w->rows))
+            return "the split is not on the 128-row scale blocks of fp8-block128";
+        out->scale = (const float *)w->scale + (size_t)(off / 128) * (size_t)((w->cols + 127) / 128);
+        break;
+    default: break;
+    }
+    return NULL;
+}
+
+const char *weight_slice_cols(const struct weight *w, int64_t off, int64_t n, struct weight *out, void **buf)
+{
+    *buf = NULL;
+    if (off < 0 || n <= 0 || off + n > w->cols)
+        return "in-features outside the weight";
+    size_t esz_num = 0, esz_den = 1; /* data bytes per in-feature */
+    switch (w->format) {
+    case WEIGHT_F32: esz_num = 4; break;
+    case WEIGHT_BF16:
+    case WEIGHT_F16: esz_num = 2; break;
+    case WEIGHT_FP8_BLOCK:
+        if (off % 128 || (n % 128 && off + n != w->cols))
+            return "the split is not on the 128 in-feature scale blocks of fp8-block128";
+        esz_num = 1;
+        break;
+    case WEIGHT_NVFP4:
+        if (off % 16 || n % 16)
+            return "the split is not on the 16 in-feature scale blocks of nvfp4";
+        esz_num = 1, esz_den = 2;
+        break;
+    case WEIGHT_FORMAT_COUNT: return "unknown format";
+    }
+    *out = *w;
+    out->cols = n;
+    const size_t rows = (size_t)w->rows, src_row = (size_t)w->cols * esz_num / esz_den,
+                 dst_row = (size_t)n * esz_num / esz_den, skip = (size_t)off * esz_num / esz_den;
+    const size_t data = rows * dst_row, scales = weight_scale_bytes(out);
+    uint8_t *p = malloc(data + scales + 16);
+    if (!p)
+        return "out of memory for the shard";
+    for (size_t r = 0; r < rows; r++)
+        memcpy(p + r * dst_row, (const uint8_t *)w->data + r * src_row + skip, dst_row);
+    /* scales after the data, 16-byte aligned for the loads that read them whole */
+    uint8_t *sc = p + ((data + 15) / 16) * 16;
+    if (w->format == WEIGHT_NVFP4) {
+        for (size_t r = 0; r < rows; r++)
+            memcpy(sc + r * (size_t)(n / 16), (const uint8_t *)w->scale + r * (size_t)(w->cols / 16) + off / 16,
+                   (size_t)(n / 16));
+        out->scale = sc;
+    } else if (w->format == WEIGHT_FP8_BLOCK) {
+        const size_t rb = (rows + 127) / 128, src_cb = (size_t)(w->cols + 127) / 128, dst_cb = (size_t)(n + 127) / 128;
+        for (size_t r = 0; r < rb; r++)
+            memcpy(sc + r * dst_cb * 4, (const float *)w->scale + r * src_cb + off / 128, dst_cb * 4);
+        out->scale = sc;
+    }
+    out->data = p;
+    *buf = p;
+    return NULL;
 }

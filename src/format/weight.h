@@ -7,7 +7,7 @@
  *
  * defines: enum weight_format, struct weight, weight_format_name(), weight_data_bytes(),
  *          weight_scale_bytes(), weight_bytes(),
- *          weight_dequant_row()
+ *          weight_dequant_row(), weight_slice_rows(), weight_slice_cols()
  */
 #ifndef MOESERVE_FORMAT_WEIGHT_H
 #define MOESERVE_FORMAT_WEIGHT_H
@@ -44,5 +44,13 @@ size_t weight_bytes(const struct weight *w);
  * e4m3*scale are representable products). Host memory only; the portable
  * reference that kernels and round-trip tests compare against. */
 void weight_dequant_row(const struct weight *w, int64_t row, float *out);
+/* Rows [off, off + n) of w as a view into the same memory (a rank's share of a column-parallel
+ * layer); the bias is not touched. NULL, or the reason the split does not fall on w's scale
+ * blocks (FP8: 128 rows; NVFP4 and plain formats: any row). */
+const char *weight_slice_rows(const struct weight *w, int64_t off, int64_t n, struct weight *out);
+/* In-features [off, off + n) of w copied into *buf (malloc'd, the caller's: the share of a
+ * row-parallel layer); the bias is not touched. NULL, or the reason: a split off w's scale
+ * blocks (NVFP4: 16 in-features, FP8: 128), or no memory. */
+const char *weight_slice_cols(const struct weight *w, int64_t off, int64_t n, struct weight *out, void **buf);
 
 #endif

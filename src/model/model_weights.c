@@ -27,6 +27,11 @@
 
 #define MISSING_LIST_MAX 12
 
+/* How the next weight bound is split over the ranks (struct model_shard): its rows (a
+ * column-parallel layer: the rank's output features) or its in-features (row-parallel: the
+ * rank's share of a sum that the all-reduce completes; the bias then on rank 0 only). */
+enum bind_split { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS };
+
 struct binder {
     const struct checkpoint *ck;
     const struct quant_config *qc; /* may be NULL */
@@ -40,7 +45,18 @@ struct binder {
     char missing[MISSING_LIST_MAX][160];
     struct progress prog;
     uint64_t bytes_done;
+    const struct model_shard *shard; /* this rank's share; size 1: the whole model */
+    enum bind_split split;           /* for the next weight bound only */
+    struct shard_range range;
 };
+
+/* The next bind_matrix / bind_finish keeps only the rank's share `r` of the weight's rows or
+ * in-features (nothing with one rank). */
+static void bind_split(struct binder *b, enum bind_split split, struct shard_range r)
+{
+    b->split = b->shard->size > 1 ? split : SPLIT_NONE;
+    b->range = r;
+}
 
 static void bind_missing(struct binder *b, const char *name)
 {
@@ -107,8 +123,9 @@ static enum status bind_shape_error(struct binder *b, const struct st_tensor *t,
     return b->st;
 }
 
-/* Converts a 1-D tensor to fp32 into backend memory. */
-static float *bind_vector(struct binder *b, const char *name, int64_t len, bool required)
+/* Converts entries [off, off + n) of a 1-D tensor of `len` to fp32 into backend memory. */
+static float *bind_vector_range(struct binder *b, const char *name, int64_t len, int64_t off, int64_t n,
+                                bool required)
 {
     if (b->st)
         return NULL;
@@ -123,7 +140,7 @@ static float *bind_vector(struct binder *b, const char *name, int64_t len, bool 
         return NULL;
     }
     float *host = malloc((size_t)len * sizeof(float));
-    float *dev = b->be->ops->alloc(b->be, (size_t)len * sizeof(float));
+    float *dev = b->be->ops->alloc(b->be, (size_t)n * sizeof(float));
     if (!host || !dev) {
         free(host);
         if (dev)
@@ -147,9 +164,15 @@ static float *bind_vector(struct binder *b, const char *name, int64_t len, bool 
             return NULL;
         }
     }
-    b->be->ops->upload(b->be, dev, host, (size_t)len * sizeof(float));
+    b->be->ops->upload(b->be, dev, host + off, (size_t)n * sizeof(float));
     free(host);
     return dev;
+}
+
+/* Converts a 1-D tensor to fp32 into backend memory. */
+static float *bind_vector(struct binder *b, const char *name, int64_t len, bool required)
+{
+    return bind_vector_range(b, name, len, 0, len, required);
 }
 
 static bool dtype_plain(enum dtype t, enum weight_format *f)
@@ -162,15 +185,63 @@ static bool dtype_plain(enum dtype t, enum weight_format *f)
     }
 }
 
-/* Finishes a host weight: optional bias, accounting, hand-off to the backend. */
+/* Keeps a shard's memory until model_weights_free (the CPU computes from it in place). */
+static bool bind_keep(struct binder *b, void *buf)
+{
+    struct model_weights *w = b->w;
+    if (w->n_owned == w->cap_owned) {
+        int cap = w->cap_owned ? 2 * w->cap_owned : 64;
+        void **p = realloc(w->owned, (size_t)cap * sizeof *p);
+        if (!p)
+            return false;
+        w->owned = p, w->cap_owned = cap;
+    }
+    w->owned[w->n_owned++] = buf;
+    return true;
+}
+
+/* The rank's share of a host weight (bind_split); the bias is the caller's. */
+static void bind_shard(struct binder *b, const char *prefix, enum bind_split split, struct shard_range r,
+                       struct weight *host)
+{
+    struct weight part;
+    void *buf = NULL;
+    const char *why = split == SPLIT_ROWS ? weight_slice_rows(host, r.off, r.n, &part)
+                                          : weight_slice_cols(host, r.off, r.n, &part, &buf);
+    if (why) {
+        bind_fail(b, STATUS_UNSUPPORTED, "%s: %s [%lld, %lld) of %lld for rank %d of %d: %s", prefix,
+                  split == SPLIT_ROWS ? "rows" : "in-features", (long long)r.off, (long long)(r.off + r.n),
+                  (long long)r.of, b->shard->rank, b->shard->size, why);
+        return;
+    }
+    if (buf && !bind_keep(b, buf)) {
+        free(buf);
+        bind_fail(b, STATUS_NOMEM, "%s: out of memory for the shard table", prefix);
+        return;
+    }
+    part.bias = host->bias;
+    *host = part;
+}
+
+/* Finishes a host weight: optional bias, the rank's share, accounting, hand-off to the backend. */
 static void bind_finish(struct binder *b, const char *prefix, struct weight *host, bool bias,
                         struct weight *out)
 {
     char name[512];
+    const enum bind_split split = b->split;
+    const struct shard_range r = b->range;
+    b->split = SPLIT_NONE;
     if (bias) {
         snprintf(name, sizeof name, "%s.bias", prefix);
-        host->bias = bind_vector(b, name, host->rows, true);
+        if (split == SPLIT_ROWS)
+            host->bias = bind_vector_range(b, name, host->rows, r.off, r.n, true);
+        else if (split == SPLIT_COLS && b->shard->rank != 0)
+            host->bias = NULL; /* added once, by rank 0, to the sum */
+        else
+            host->bias = bind_vector(b, name, host->rows, true);
     }
+    if (!b->st && split != SPLIT_NONE)
+        bind_shard(b, prefix, split, r, host);
     if (b->st)
         return;
     b->w->bytes_by_format[host->format] += weight_bytes(host);
@@ -378,15 +449,20 @@ static bool bind_fused_experts(struct binder *b, const char *lp, const struct mo
         return true;
     }
     size_t es = dtype_size(gu->dtype);
-    for (int64_t e = 0; e < E && !b->st; e++) {
+    const struct shard_range ex = model_shard_experts(d, b->shard);
+    const bool tp = !b->shard->expert_parallel;
+    for (int64_t e = ex.off; e < ex.off + ex.n && !b->st; e++) {
         const char *g0 = (const char *)gu->data + (size_t)(e * 2 * I * D) * es;
         struct weight g = {.format = f, .rows = I, .cols = D, .data = g0, .scale2 = 1.0f};
         struct weight u = {.format = f, .rows = I, .cols = D, .data = g0 + (size_t)(I * D) * es, .scale2 = 1.0f};
         struct weight dw = {.format = f, .rows = D, .cols = I,
                             .data = (const char *)dn->data + (size_t)(e * D * I) * es, .scale2 = 1.0f};
+        bind_split(b, tp ? SPLIT_ROWS : SPLIT_NONE, model_shard_width(I, b->shard));
         bind_finish(b, gu->name, &g, false, &lw->exp_gate[e]);
+        bind_split(b, tp ? SPLIT_ROWS : SPLIT_NONE, model_shard_width(I, b->shard));
         bind_finish(b, gu->name, &u, false, &lw->exp_up[e]);
         b->expert_down = true;
+        bind_split(b, tp ? SPLIT_COLS : SPLIT_NONE, model_shard_width(I, b->shard));
         bind_finish(b, dn->name, &dw, false, &lw->exp_down[e]);
         b->expert_down = false;
     }
@@ -414,13 +490,21 @@ static void bind_moe(struct binder *b, const char *lp, const struct model_desc *
         return;
     }
     if (!bind_fused_experts(b, lp, d, lw)) {
-        for (int e = 0; e < d->n_experts && !b->st; e++) {
-            snprintf(p, sizeof p, "%s.mlp.experts.%d.gate_proj", lp, e);
+        /* EP: only the rank's experts (the others stay empty: the routing masks them out);
+         * TP-MoE: every expert's share of its width */
+        const struct shard_range ex = model_shard_experts(d, b->shard), iw = model_shard_width(d->d_expert, b->shard);
+        const enum bind_split rows = b->shard->expert_parallel ? SPLIT_NONE : SPLIT_ROWS;
+        const enum bind_split cols = b->shard->expert_parallel ? SPLIT_NONE : SPLIT_COLS;
+        for (int64_t e = ex.off; e < ex.off + ex.n && !b->st; e++) {
+            snprintf(p, sizeof p, "%s.mlp.experts.%lld.gate_proj", lp, (long long)e);
+            bind_split(b, rows, iw);
             bind_matrix(b, p, d->d_expert, d->d_model, false, &lw->exp_gate[e]);
-            snprintf(p, sizeof p, "%s.mlp.experts.%d.up_proj", lp, e);
+            snprintf(p, sizeof p, "%s.mlp.experts.%lld.up_proj", lp, (long long)e);
+            bind_split(b, rows, iw);
             bind_matrix(b, p, d->d_expert, d->d_model, false, &lw->exp_up[e]);
-            snprintf(p, sizeof p, "%s.mlp.experts.%d.down_proj", lp, e);
+            snprintf(p, sizeof p, "%s.mlp.experts.%lld.down_proj", lp, (long long)e);
             b->expert_down = true;
+            bind_split(b, cols, iw);
             bind_matrix(b, p, d->d_model, d->d_expert, false, &lw->exp_down[e]);
             b->expert_down = false;
         }
@@ -428,11 +512,15 @@ static void bind_moe(struct binder *b, const char *lp, const struct model_desc *
     if (d->n_shared_experts > 0) {
         b->kind = WK_SHARED_EXPERT;
         int64_t width = (int64_t)d->d_expert * d->n_shared_experts;
+        const struct shard_range sw = model_shard_width(width, b->shard);
         snprintf(p, sizeof p, "%s.mlp.shared_experts.gate_proj", lp);
+        bind_split(b, SPLIT_ROWS, sw);
         bind_matrix(b, p, width, d->d_model, false, &lw->ffn_gate);
         snprintf(p, sizeof p, "%s.mlp.shared_experts.up_proj", lp);
+        bind_split(b, SPLIT_ROWS, sw);
         bind_matrix(b, p, width, d->d_model, false, &lw->ffn_up);
         snprintf(p, sizeof p, "%s.mlp.shared_experts.down_proj", lp);
+        bind_split(b, SPLIT_COLS, sw);
         bind_matrix(b, p, d->d_model, width, false, &lw->ffn_down);
         lw->has_ffn = true;
     }
@@ -443,13 +531,20 @@ static void bind_attention_gqa(struct binder *b, const struct model_desc *d, con
 {
     char p[512];
     int64_t qd = (int64_t)d->n_heads * d->head_dim, kvd = (int64_t)d->n_kv_heads * d->head_dim;
+    const struct shard_range h = model_shard_heads(d, b->shard), kh = model_shard_kv_heads(d, b->shard);
+    const struct shard_range qr = {h.off * d->head_dim, h.n * d->head_dim, qd};
+    const struct shard_range kr = {kh.off * d->head_dim, kh.n * d->head_dim, kvd};
     snprintf(p, sizeof p, "%s.self_attn.q_proj", lp);
+    bind_split(b, SPLIT_ROWS, qr);
     bind_matrix(b, p, qd, d->d_model, d->qkv_bias, &lw->wq);
     snprintf(p, sizeof p, "%s.self_attn.k_proj", lp);
+    bind_split(b, SPLIT_ROWS, kr);
     bind_matrix(b, p, kvd, d->d_model, d->qkv_bias, &lw->wk);
     snprintf(p, sizeof p, "%s.self_attn.v_proj", lp);
+    bind_split(b, SPLIT_ROWS, kr);
     bind_matrix(b, p, kvd, d->d_model, d->qkv_bias, &lw->wv);
     snprintf(p, sizeof p, "%s.self_attn.o_proj", lp);
+    bind_split(b, SPLIT_COLS, qr);
     bind_matrix(b, p, d->d_model, qd, d->o_bias, &lw->wo);
     if (d->qk_norm) {
         snprintf(p, sizeof p, "%s.self_attn.q_norm.weight", lp);
@@ -470,15 +565,20 @@ static void bind_attention_mla(struct binder *b, const struct model_desc *d, int
     bind_matrix(b, p, d->q_lora_rank, d->d_model, d->mla_bias, &lw->q_a);
     snprintf(p, sizeof p, "%s.self_attn.q_a_layernorm.weight", lp);
     lw->q_a_norm = bind_vector(b, p, d->q_lora_rank, true);
+    const struct shard_range h = model_shard_heads(d, b->shard);
+    const int64_t kvh = (int64_t)d->qk_nope_head_dim + d->v_head_dim;
     snprintf(p, sizeof p, "%s.self_attn.q_b_proj", lp);
+    bind_split(b, SPLIT_ROWS, (struct shard_range){h.off * qk, h.n * qk, H * qk});
     bind_matrix(b, p, H * qk, d->q_lora_rank, false, &lw->q_b);
     snprintf(p, sizeof p, "%s.self_attn.kv_a_proj_with_mqa", lp);
     bind_matrix(b, p, (int64_t)d->kv_lora_rank + d->qk_rope_head_dim, d->d_model, d->mla_bias, &lw->kv_a);
     snprintf(p, sizeof p, "%s.self_attn.kv_a_layernorm.weight", lp);
     lw->kv_a_norm = bind_vector(b, p, d->kv_lora_rank, true);
     snprintf(p, sizeof p, "%s.self_attn.kv_b_proj", lp);
-    bind_matrix(b, p, H * ((int64_t)d->qk_nope_head_dim + d->v_head_dim), d->kv_lora_rank, false, &lw->kv_b);
+    bind_split(b, SPLIT_ROWS, (struct shard_range){h.off * kvh, h.n * kvh, H * kvh});
+    bind_matrix(b, p, H * kvh, d->kv_lora_rank, false, &lw->kv_b);
     snprintf(p, sizeof p, "%s.self_attn.o_proj", lp);
+    bind_split(b, SPLIT_COLS, (struct shard_range){h.off * d->v_head_dim, h.n * d->v_head_dim, H * d->v_head_dim});
     bind_matrix(b, p, d->d_model, H * d->v_head_dim, d->mla_bias, &lw->wo);
     if (d->layers[l].indexer != INDEXER_FULL)
         return;
@@ -514,11 +614,15 @@ static void bind_layer(struct binder *b, const struct model_desc *d, int l)
         bind_moe(b, lp, d, lw);
     } else {
         b->kind = WK_DENSE_MLP;
+        const struct shard_range fw = model_shard_width(d->d_ff, b->shard);
         snprintf(p, sizeof p, "%s.mlp.gate_proj", lp);
+        bind_split(b, SPLIT_ROWS, fw);
         bind_matrix(b, p, d->d_ff, d->d_model, false, &lw->ffn_gate);
         snprintf(p, sizeof p, "%s.mlp.up_proj", lp);
+        bind_split(b, SPLIT_ROWS, fw);
         bind_matrix(b, p, d->d_ff, d->d_model, false, &lw->ffn_up);
         snprintf(p, sizeof p, "%s.mlp.down_proj", lp);
+        bind_split(b, SPLIT_COLS, fw);
         bind_matrix(b, p, d->d_model, d->d_ff, false, &lw->ffn_down);
         lw->has_ffn = true;
     }
@@ -557,9 +661,22 @@ enum status model_weights_load(struct model_weights *w, const struct model_desc 
                                const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
                                struct err *err)
 {
+    return model_weights_load_shard(w, d, ck, qc, be, NULL, err);
+}
+
+enum status model_weights_load_shard(struct model_weights *w, const struct model_desc *d,
+                                     const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
+                                     const struct model_shard *shard, struct err *err)
+{
     memset(w, 0, sizeof *w);
     w->be = be;
-    struct binder b = {.ck = ck, .qc = qc, .be = be, .w = w, .err = err};
+    static const struct model_shard whole = {.rank = 0, .size = 1};
+    struct binder b = {.ck = ck, .qc = qc, .be = be, .w = w, .err = err, .shard = shard ? shard : &whole};
+    if (shard) {
+        enum status st = model_shard_check(d, shard, err);
+        if (st)
+            return st;
+    }
     w->layers = calloc((size_t)d->n_layers, sizeof *w->layers);
     if (!w->layers)
         return err_set(err, STATUS_NOMEM, "out of memory for %d layers", d->n_layers);
@@ -641,5 +758,8 @@ void model_weights_free(struct model_weights *w)
         }
         free(w->layers);
     }
+    for (int i = 0; i < w->n_owned; i++)
+        free(w->owned[i]);
+    free(w->owned);
     memset(w, 0, sizeof *w);
 }

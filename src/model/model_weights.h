@@ -10,7 +10,8 @@
  * tensors (MTP layers at index >= num_hidden_layers) are ignored.
  *
  * defines: struct layer_weights, struct model_weights, enum weight_kind,
- *          struct weight_kind_stats, model_weights_load(), model_weights_free(),
+ *          struct weight_kind_stats, model_weights_load(), model_weights_load_shard(),
+ *          model_weights_free(),
  *          weight_kind_name()
  */
 #ifndef MOESERVE_MODEL_MODEL_WEIGHTS_H
@@ -20,6 +21,7 @@
 #include "format/checkpoint.h"
 #include "format/quant_config.h"
 #include "model/model_desc.h"
+#include "model/model_shard.h"
 
 struct layer_weights {
     float *attn_norm; /* (d_model) f32, backend memory, owned */
@@ -90,6 +92,8 @@ struct model_weights {
     uint64_t bytes_by_format[WEIGHT_FORMAT_COUNT]; /* matrix bytes per format */
     uint64_t n_params;     /* logical parameters bound */
     struct weight_kind_stats kinds[WK_COUNT];
+    void **owned;          /* (n_owned) host copies of the rank's in-feature shares (model_shard), owned */
+    int n_owned, cap_owned;
 };
 
 const char *weight_kind_name(enum weight_kind k);
@@ -99,6 +103,11 @@ const char *weight_kind_name(enum weight_kind k);
 enum status model_weights_load(struct model_weights *w, const struct model_desc *d,
                                const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
                                struct err *err);
+/* Only rank shard->rank's share of every weight (model_shard.h; NULL: the whole model); d is the
+ * whole model's description (the checkpoint's shapes). */
+enum status model_weights_load_shard(struct model_weights *w, const struct model_desc *d,
+                                     const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
+                                     const struct model_shard *shard, struct err *err);
 /* Safe on a zeroed struct. */
 void model_weights_free(struct model_weights *w);
 

@@ -332,18 +332,18 @@ static void cpu_moe_experts(struct backend *be, const float *x, int n_tokens, co
     int32_t *count = order + pairs;               /* reused as a cursor per expert */
     (void)count;
     memset(out, 0, (size_t)n_tokens * D * sizeof(float));
-    /* counting sort of pairs by expert id */
+    /* counting sort of pairs by expert id; ids outside [0, n_experts) are skipped (another rank's
+     * experts under expert parallelism: moe_mask_ids) */
     size_t n_sorted = 0;
     for (int e = 0; e < a->n_experts; e++)
         for (size_t p = 0; p < pairs; p++)
             if (ids[p] == e)
                 order[n_sorted++] = (int32_t)p;
-    ASSERT(n_sorted == pairs);
     size_t start = 0;
-    while (start < pairs) {
+    while (start < n_sorted) {
         int e = ids[order[start]];
         size_t end = start;
-        while (end < pairs && ids[order[end]] == e)
+        while (end < n_sorted && ids[order[end]] == e)
             end++;
         int cnt = (int)(end - start);
         for (int i = 0; i < cnt; i++) {
@@ -364,6 +364,14 @@ static void cpu_moe_experts(struct backend *be, const float *x, int n_tokens, co
         }
         start = end;
     }
+}
+
+static void cpu_moe_mask_ids(struct backend *be, int32_t *ids, size_t n, int lo, int hi)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < lo || ids[i] >= hi)
+            ids[i] = -1;
 }
 
 static void cpu_add(struct backend *be, float *y, const float *x, size_t n)
@@ -398,6 +406,7 @@ static const struct backend_ops CPU_OPS = {
     .silu_mul = cpu_silu_mul,
     .moe_route = cpu_moe_route,
     .moe_experts = cpu_moe_experts,
+    .moe_mask_ids = cpu_moe_mask_ids,
     .add = cpu_add,
     .layernorm = cpu_layernorm,
     .mla_store = cpu_mla_store,

@@ -1,0 +1,59 @@
+/* model_shard.h — one rank's share of a model under tensor and expert parallelism.
+ *
+ * The layout (DESIGN.md decision 6): attention by heads (GQA: q heads split, kv heads split or,
+ * with fewer kv heads than ranks, each rank keeping the one its q heads use; MLA: heads split,
+ * the latent and the DSA indexer replicated), dense MLPs and shared experts column-parallel on
+ * gate/up and row-parallel on down, routed experts either split by their intermediate width
+ * (TP-MoE) or partitioned by expert (EP: rank r owns experts [r E / N, (r + 1) E / N)); the
+ * router, norms, embedding and lm_head replicated. Every rank's attention and FFN outputs are
+ * partial sums that one all-reduce a half-layer completes; a row-parallel bias is added on rank 0
+ * only. Splits respect the weight formats' scale blocks (NVFP4: 16 in-features; FP8: 128 x 128);
+ * a model whose widths do not divide is refused with the width that does not.
+ *
+ * This header holds the arithmetic only: which rows or columns of a tensor a rank keeps, and the
+ * rank-local description (heads and widths divided) that the forward, the KV cache and the
+ * buffers are sized from. model_weights binds with it.
+ *
+ * defines: struct model_shard, struct shard_range, model_shard_check(), model_shard_desc(),
+ *          model_shard_heads(), model_shard_kv_heads(), model_shard_width(), model_shard_experts()
+ */
+#ifndef MOESERVE_MODEL_MODEL_SHARD_H
+#define MOESERVE_MODEL_MODEL_SHARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "model/model_desc.h"
+
+struct model_shard {
+    int rank;             /* 0 .. size - 1 */
+    int size;             /* ranks; 1: the whole model */
+    bool expert_parallel; /* routed experts partitioned by expert instead of split by width */
+};
+
+/* A contiguous share [off, off + n) of a dimension of length `of`. */
+struct shard_range {
+    int64_t off, n, of;
+};
+
+/* Whether d's heads, widths and experts divide over s's ranks: an error naming the first that
+ * does not. (Whether a split falls on a weight's scale blocks is checked as each tensor is bound,
+ * naming the tensor.) */
+enum status model_shard_check(const struct model_desc *d, const struct model_shard *s, struct err *err);
+/* The rank-local description: heads and split widths divided (local takes its own copy of the
+ * layers; model_desc_free frees it). */
+enum status model_shard_desc(const struct model_desc *d, const struct model_shard *s, struct model_desc *local,
+                             struct err *err);
+/* The rank's q heads (GQA and MLA). */
+struct shard_range model_shard_heads(const struct model_desc *d, const struct model_shard *s);
+/* The rank's kv heads (GQA): a share when there are at least as many kv heads as ranks, else the
+ * one kv head its q heads read. */
+struct shard_range model_shard_kv_heads(const struct model_desc *d, const struct model_shard *s);
+/* The rank's share of a width split by tensor parallelism (d_ff, a shared expert's width, a routed
+ * expert's width under TP-MoE). */
+struct shard_range model_shard_width(int64_t width, const struct model_shard *s);
+/* The rank's routed experts: all of them under TP-MoE, its partition under EP. */
+struct shard_range model_shard_experts(const struct model_desc *d, const struct model_shard *s);
+
+#endif

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# CPU ranks under mpirun (issue 26): `logits` with 2 and 4 ranks, the TP layout and the EP layout,
+# equals the one-rank logits (<= 1e-5 relative) for qwen3_moe, glm4_moe and glm_moe_dsa fixtures
+# (BF16 and NVFP4); a model that does not divide, a rank count that is not --tensor-parallel's and
+# --tensor-parallel without mpirun are refused with messages that say so.
+# Usage: ranks.sh MOESERVE SRC_DIR WORK_DIR
+set -u
+bin=$1 src=$2 work=$3
+mkdir -p "$work"
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "FAIL mpirun not found (make deps installs openmpi-bin)"
+    exit 1
+fi
+# the CI and the dev machine run as root; Open MPI refuses that unless told
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+tokens=1,5,9,33,2,7,100,3,11,12,13,14,15,16,17,18,19,20,21
+rel() { # max |a - b| / max |a| of two float32 files, or "size" when they differ in length
+    python3 - "$1" "$2" <<'PY'
+import struct, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+if len(a) != len(b) or not a:
+    print("size"); sys.exit()
+x = struct.unpack("<%df" % (len(a) // 4), a); y = struct.unpack("<%df" % (len(b) // 4), b)
+m = max(abs(v) for v in x)
+print("%.3e" % (max(abs(p - q) for p, q in zip(x, y)) / m))
+PY
+}
+for case in models/qwen3_basic:2,4 models/glm4_basic:2,4 dsa/dsa_basic:2,4 dsa/dsa_bias_mtp_long:2 \
+    quant/qwen3_basic_nvfp4:2 quant/dsa_basic_nvfp4:2 models/qwen3_gqa6_bias_sharded:2; do
+    m=$src/tests/golden/${case%%:*} name=$(basename "${case%%:*}")
+    one=$work/$name.1.bin
+    if ! "$bin" logits --model "$m" --tokens $tokens --out "$one" --kv-cache-dtype f32 >"$work/$name.1.log" 2>&1; then
+        bad "$name: one rank failed: $(tail -1 "$work/$name.1.log")"
+        continue
+    fi
+    for np in ${case##*:}; do
+        np=${np//,/ }
+        for n in $np; do
+            for layout in tp ep; do
+                flag=
+                [ $layout = ep ] && flag=--expert-parallel
+                out=$work/$name.$n.$layout.bin
+                rm -f "$out"
+                if ! timeout 120 mpirun -np "$n" "$bin" logits --model "$m" --tokens $tokens --out "$out" \
+                    --kv-cache-dtype f32 --tensor-parallel "$n" $flag >"$work/$name.$n.$layout.log" 2>&1; then
+                    bad "$name: $n ranks ($layout) failed: $(grep -m1 -i error "$work/$name.$n.$layout.log")"
+                    continue
+                fi
+                r=$(rel "$one" "$out")
+                if [ "$r" != size ] && python3 -c "import sys; sys.exit(0 if float('$r') <= 1e-5 else 1)"; then
+                    ok "$name: $n ranks ($layout) = one rank (rel $r)"
+                else
+                    bad "$name: $n ranks ($layout) differ from one rank (rel $r)"
+                fi
+            done
+        done
+    done
+done
+# refusals, each with its reason
+expect() { # name, pattern, command...
+    local name=$1 pat=$2
+    shift 2
+    if timeout 60 "$@" >"$work/refuse.log" 2>&1; then
+        bad "$name: accepted"
+    elif grep -q "$pat" "$work/refuse.log"; then
+        ok "$name: refused ($(grep -m1 "$pat" "$work/refuse.log" | sed 's/^error: //'))"
+    else
+        bad "$name: refused without saying \"$pat\": $(tail -2 "$work/refuse.log")"
+    fi
+}
+m=$src/tests/golden/models
+expect "6 heads over 4 ranks" "6 attention heads do not divide over 4 ranks" \
+    mpirun -np 4 "$bin" logits --model "$m/qwen3_gqa6_bias_sharded" --tokens 1,2 --out "$work/x.bin" --tensor-parallel 4
+expect "2 ranks, --tensor-parallel 4" "mpirun started 2 ranks but --tensor-parallel is 4" \
+    mpirun -np 2 "$bin" logits --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" --tensor-parallel 4
+expect "--tensor-parallel 2 without mpirun" "start the ranks with mpirun -np 2" \
+    "$bin" logits --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" --tensor-parallel 2
+expect "--expert-parallel on one rank" "needs more than one rank" \
+    "$bin" logits --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" --expert-parallel
+expect "nvfp4 split off its scale blocks" "not on the 16 in-feature scale blocks of nvfp4" \
+    mpirun -np 4 "$bin" logits --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tokens 1,2 --out "$work/x.bin" \
+    --tensor-parallel 4
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
