@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "engine/ranks.h"
 
 /* What must be the same on every rank: the build and the whole command line. */
 static enum status ranks_agree(struct comm *c, int argc, char **argv, struct err *err)
@@ -66,6 +67,26 @@ enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int 
     so->comm = &r->comm;
     so->expert_parallel = r->expert_parallel;
     return STATUS_OK;
+}
+
+enum status cli_ranks_loaded(struct cli_ranks *r, enum status st, struct err *err)
+{
+    return comm_agree(&r->comm, st, err);
+}
+
+bool cli_ranks_follow(struct cli_ranks *r, struct model_session *s, int *rc)
+{
+    if (r->comm.size <= 1 || r->comm.rank == 0)
+        return false;
+    struct err err = {0};
+    *rc = ranks_follow(&s->fwd, &err) ? 1 : 0;
+    return true;
+}
+
+void cli_ranks_stop(struct cli_ranks *r, struct model_session *s)
+{
+    if (r->comm.size > 1 && r->comm.rank == 0 && s->fwd.comm)
+        ranks_send_stop(&s->fwd);
 }
 
 void cli_ranks_close(struct cli_ranks *r)

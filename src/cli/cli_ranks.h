@@ -1,12 +1,14 @@
 /* cli_ranks.h — the ranks of a command run with --tensor-parallel N (DESIGN.md decision 6).
  *
  * CPU ranks are processes started by mpirun (`mpirun -np N moeserve logits --tensor-parallel N
- * ...`): each runs the same command over its shard and the collectives join them. The ranks agree
- * on the binary and the command line before any weight is read (a mismatch is refused, naming the
- * rank); rank 0 alone writes outputs and logs at the chosen level, the others only warnings and
- * errors. Without --tensor-parallel a command runs as one rank (under a one-process mpirun too).
+ * ...`): rank 0 runs the command; the others load their shards and then run every forward pass
+ * rank 0 sends them (engine/ranks.h) until it stops them. The ranks agree on the binary and the
+ * command line before any weight is read (a mismatch is refused, naming the rank), and on whether
+ * every one loaded its shard; rank 0 alone writes outputs and logs at the chosen level, the
+ * others only warnings and errors. Without --tensor-parallel a command runs as one rank (under a one-process mpirun too).
  *
- * defines: struct cli_ranks, CLI_RANK_OPTS, cli_ranks_open(), cli_ranks_close()
+ * defines: struct cli_ranks, CLI_RANK_OPTS, cli_ranks_open(), cli_ranks_loaded(), cli_ranks_follow(),
+ *          cli_ranks_stop(), cli_ranks_close()
  */
 #ifndef MOESERVE_CLI_CLI_RANKS_H
 #define MOESERVE_CLI_CLI_RANKS_H
@@ -35,6 +37,14 @@ struct cli_ranks {
  * so->comm and so->expert_parallel. */
 enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int n_opts, int argc, char **argv,
                            struct session_opts *so, struct err *err);
+/* After model_session_open on every rank: with its outcome st, whether all ranks loaded their
+ * shards (an error naming the first that did not). */
+enum status cli_ranks_loaded(struct cli_ranks *r, enum status st, struct err *err);
+/* Ranks > 0: runs rank 0's passes until it stops them, then true (the command is done, its exit
+ * code in *rc); rank 0 and a single rank: false at once. */
+bool cli_ranks_follow(struct cli_ranks *r, struct model_session *s, int *rc);
+/* Rank 0, on every way out after the session opened: ends the followers. */
+void cli_ranks_stop(struct cli_ranks *r, struct model_session *s);
 /* Safe on a zeroed struct. */
 void cli_ranks_close(struct cli_ranks *r);
 

@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "cli/cli_args.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "engine/generate.h"
 #include "template/chat_template.h"
@@ -195,6 +196,7 @@ int cmd_generate(int argc, char **argv)
          .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (656 B a GLM-5 token)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
+        CLI_RANK_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct generate_args a;
@@ -216,11 +218,24 @@ int cmd_generate(int argc, char **argv)
                               .allow_long_context = cli_flag(opts, n, "allow-long-context")};
     struct err err = {0};
     struct model_session s;
-    if (model_session_open(&s, a.model, &so, &err)) {
-        LOG_ERROR("%s", err.msg);
+    struct cli_ranks ranks;
+    if (cli_ranks_open(&ranks, opts, n, argc, argv, &so, &err)) {
+        LOG_ERROR("generate: %s", err.msg);
         free(ids);
         tokenizer_free(tok);
-        return 1;
+        return 2;
+    }
+    if (cli_ranks_loaded(&ranks, model_session_open(&s, a.model, &so, &err), &err) ||
+        cli_ranks_follow(&ranks, &s, &rc)) {
+        if (err.code)
+            LOG_ERROR("%s", err.msg);
+        rc = err.code ? 1 : rc;
+        model_session_close(&s);
+        cli_ranks_close(&ranks);
+        free(ids);
+        tokenizer_free(tok);
+        detok_stream_free(&pr.ds);
+        return rc;
     }
     struct generate_params gp = {
         .max_new = (int)a.n_new,
@@ -242,7 +257,9 @@ int cmd_generate(int argc, char **argv)
     } else {
         generate_log_stats(&gs);
     }
+    cli_ranks_stop(&ranks, &s);
     model_session_close(&s);
+    cli_ranks_close(&ranks);
     detok_stream_free(&pr.ds);
     tokenizer_free(tok);
     free(ids);

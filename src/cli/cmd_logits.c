@@ -63,12 +63,18 @@ int cmd_logits(int argc, char **argv)
         free(ids);
         return 2;
     }
-    if (comm_agree(&ranks.comm, model_session_open(&s, model, &so, &err), &err)) {
+    if (cli_ranks_loaded(&ranks, model_session_open(&s, model, &so, &err), &err)) {
         LOG_ERROR("%s", err.msg);
         free(ids);
         model_session_close(&s);
         cli_ranks_close(&ranks);
         return 1;
+    }
+    if (cli_ranks_follow(&ranks, &s, &rc)) { /* ranks > 0: rank 0's passes, then done */
+        free(ids);
+        model_session_close(&s);
+        cli_ranks_close(&ranks);
+        return rc;
     }
     size_t V = (size_t)s.desc.vocab_size;
     logits = malloc((size_t)n_ids * V * sizeof(float));
@@ -97,10 +103,6 @@ int cmd_logits(int argc, char **argv)
         goto done;
     }
     const char *out = cli_get(opts, n, "out", NULL);
-    if (ranks.comm.rank != 0) { /* every rank holds the same logits; rank 0 writes them */
-        rc = 0;
-        goto done;
-    }
     fp = fopen(out, "wb");
     if (!fp || fwrite(logits, sizeof(float), (size_t)n_ids * V, fp) != (size_t)n_ids * V) {
         LOG_ERROR("logits: cannot write %s", out);
@@ -122,6 +124,7 @@ done:
     free(seq);
     free(rows);
     free(ids);
+    cli_ranks_stop(&ranks, &s);
     model_session_close(&s);
     cli_ranks_close(&ranks);
     return rc;

@@ -12,12 +12,14 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli_args.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "engine/scheduler.h"
 #include "template/chat_template.h"
@@ -59,13 +61,18 @@ struct serve_state {
     struct model_session s;
     struct scheduler sch;
     struct server srv;
+    struct cli_ranks ranks; /* --tensor-parallel: rank 0 serves, the others follow its passes */
+    bool follower;          /* this rank followed rank 0 (no HTTP, no scheduler) */
 };
 
 static void serve_state_free(struct serve_state *st)
 {
     server_stop(&st->srv);
-    scheduler_free(&st->sch);
+    scheduler_free(&st->sch); /* its thread has run its last pass */
+    if (!st->follower)
+        cli_ranks_stop(&st->ranks, &st->s);
     model_session_close(&st->s);
+    cli_ranks_close(&st->ranks);
     json_free(st->vars);
     chat_template_free(st->tmpl);
     tokenizer_free(st->tok);
@@ -229,10 +236,16 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .max_context = (int)(per_seq_blocks * a->block), .block_size = (int)a->block,
                               .smem_budget = smem_budget, .attention_precision = a->attention_precision,
                               .kv_cache_dtype = a->kv_cache_dtype,
-                              .batch_invariant = a->batch_invariant};
-    enum status s = model_session_open(&st->s, a->model, &so, err);
+                              .batch_invariant = a->batch_invariant, .comm = st->ranks.comm.ops ? &st->ranks.comm : NULL,
+                              .expert_parallel = st->ranks.expert_parallel};
+    enum status s = cli_ranks_loaded(&st->ranks, model_session_open(&st->s, a->model, &so, err), err);
     if (s)
         return s;
+    int rc = 0;
+    if (cli_ranks_follow(&st->ranks, &st->s, &rc)) {
+        st->follower = true;
+        return rc ? err_set(err, STATUS_INVALID, "rank %d stopped following rank 0", st->ranks.comm.rank) : STATUS_OK;
+    }
     struct scheduler_opts sco = {.max_queue = (int)a->max_queue, .max_seqs = (int)a->max_seqs,
                                  .max_context = (int)a->max_ctx, .no_prefix_cache = a->no_prefix_cache};
     if ((s = scheduler_init(&st->sch, &st->s, &sco, err)) || (s = scheduler_start(&st->sch, err)))
@@ -257,9 +270,12 @@ static void serve_run_until_signal(struct serve_state *st, const struct serve_ar
     const struct model_session *s = &st->s;
     LOG_INFO("serve: %s on %s: %d KV blocks of %d tokens (%.1f MiB), %ld sequences, %ld tokens per pass, context %ld%s%s",
              a->served, s->be.ops->name, s->kv.n_blocks, s->kv.block_size,
-             (double)kv_cache_bytes(&s->desc, s->kv.latent_dtype, s->kv.n_blocks, s->kv.block_size) / 1048576.0, a->max_seqs,
+             (double)kv_cache_bytes(&s->local, s->kv.latent_dtype, s->kv.n_blocks, s->kv.block_size) / 1048576.0, a->max_seqs,
              a->max_tokens, a->max_ctx, a->no_prefix_cache ? ", no prefix cache" : "",
              a->api_key ? ", API key required" : "");
+    if (st->ranks.comm.size > 1) /* under mpirun a SIGTERM to mpirun kills every rank: stop this process */
+        LOG_INFO("serve: rank 0 of %d, pid %ld: SIGTERM here drains and stops every rank", st->ranks.comm.size,
+                 (long)getpid());
     printf("listening on http://%s:%d\n", a->host, server_port(&st->srv));
     fflush(stdout);
     int sig = 0;
@@ -309,6 +325,7 @@ int cmd_serve(int argc, char **argv)
          .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (656 B a GLM-5 token)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
+        CLI_RANK_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct serve_args a;
@@ -325,9 +342,13 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     serve_load_template(&st, a.model);
-    if (serve_size_cache(&a, &err) || serve_start(&st, &a, cli_smem_budget(opts, n), &err)) {
+    struct session_opts rso = {0};
+    if (serve_size_cache(&a, &err) || cli_ranks_open(&st.ranks, opts, n, argc, argv, &rso, &err) ||
+        serve_start(&st, &a, cli_smem_budget(opts, n), &err)) {
         LOG_ERROR("serve: %s", err.msg);
         rc = 1;
+    } else if (st.follower) {
+        rc = 0;
     } else {
         serve_run_until_signal(&st, &a, &sigs);
         rc = 0;

@@ -11,6 +11,7 @@
 
 #include "base/options.h"
 #include "engine/forward_mla.h"
+#include "engine/ranks.h"
 #include "model/rope.h"
 
 static size_t ffn_width(const struct model_desc *d)
@@ -130,6 +131,7 @@ void forward_free(struct forward *f)
     }
     free(f->h_meta);
     free(f->h_logits);
+    free(f->rank_buf);
     free(f->graph_seen);
     memset(f, 0, sizeof *f);
 }
@@ -473,6 +475,7 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
     enum status st = forward_check_batch(f, b, err);
     if (st)
         return st;
+    ranks_send_pass(f, b); /* the other ranks run it too (nothing with one rank) */
     forward_upload_batch(f, b);
     if (b->sample)
         f->be->ops->upload(f->be, f->d_sample, b->sample, (size_t)b->n_logits * sizeof(struct sample_row));

@@ -88,6 +88,7 @@ struct forward {
     /* Tensor / expert parallelism (model/model_shard.h): the weights, d and kv are this rank's
      * share; each half-layer's output is a partial sum that comm completes. */
     struct comm *comm;       /* borrowed; NULL: one rank */
+    int32_t *rank_buf;       /* rank 0's message of a pass to the others (engine/ranks.c), owned */
     int expert_lo, expert_hi; /* this rank's routed experts under expert parallelism; hi 0: all */
 };
 

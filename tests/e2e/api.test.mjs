@@ -461,7 +461,7 @@ describe('SIGTERM', () => {
     assert.equal(res.status, 200);
     const reader = res.body.getReader();
     let text = new TextDecoder().decode((await reader.read()).value);
-    srv.proc.kill('SIGTERM');
+    srv.term();
     await sleep(200);
     const late = await postJSON(`${srv.url}/v1/completions`, { model: MODEL, prompt: 'And', max_tokens: 4 });
     assert.equal(late.status, 503);

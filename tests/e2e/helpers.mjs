@@ -17,10 +17,19 @@ export const MODEL = 'moeserve-tiny';
 const require = createRequire(path.join(SRC, 'tests/npm/package.json'));
 export const OpenAI = require('openai');
 
+// MOESERVE_E2E_RANKS=N: the server as N CPU ranks under mpirun (--tensor-parallel N); mpirun
+// forwards SIGTERM to the ranks, so stop() works the same.
+const RANKS = Number(process.env.MOESERVE_E2E_RANKS ?? 1);
+
 export async function startServer(extraArgs = []) {
-  const proc = spawn(BIN, ['serve', '--model', MODEL_DIR, '--port', '0', ...extraArgs], {
+  const args = ['serve', '--model', MODEL_DIR, '--port', '0', ...extraArgs];
+  const [cmd, argv] = RANKS > 1
+    ? ['mpirun', ['--oversubscribe', '-np', String(RANKS), BIN, ...args, '--tensor-parallel', String(RANKS)]]
+    : [BIN, args];
+  const proc = spawn(cmd, argv, {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, MOESERVE_LOG: process.env.MOESERVE_LOG ?? 'info' },
+    env: { ...process.env, MOESERVE_LOG: process.env.MOESERVE_LOG ?? 'info',
+           OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' },
   });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
@@ -35,14 +44,21 @@ export async function startServer(extraArgs = []) {
     proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited with ${code}:\n${stderr}`)); });
   });
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  // under mpirun a SIGTERM to mpirun kills every rank; the server's own shutdown starts at rank 0
+  const term = () => {
+    const m = stderr.match(/rank 0 of \d+, pid (\d+)/);
+    if (RANKS > 1 && m) process.kill(Number(m[1]), 'SIGTERM');
+    else proc.kill('SIGTERM');
+  };
   return {
     url,
     proc,
+    term,
     stderr: () => stderr,
     client: (opts = {}) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0, ...opts }),
     async stop() {
       if (proc.exitCode !== null) return proc.exitCode;
-      proc.kill('SIGTERM');
+      term();
       const { code } = await exited;
       return code;
     },

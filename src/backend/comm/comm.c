@@ -84,6 +84,12 @@ void comm_barrier(struct comm *c)
         c->ops->barrier(c);
 }
 
+void comm_abort(struct comm *c, int code)
+{
+    if (c->size > 1 && c->ops->abort)
+        c->ops->abort(c, code);
+}
+
 /* FNV-1a, 64-bit: enough to tell configurations apart, not a defence against a forger */
 static uint64_t hash_bytes(const void *p, size_t n)
 {

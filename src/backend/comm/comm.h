@@ -10,7 +10,7 @@
  *
  * defines: struct comm, struct comm_ops, comm_init_single(), comm_init_mpi(), comm_mpi_launched(),
  *          comm_free(), comm_all_reduce_sum(), comm_broadcast(), comm_all_gather(), comm_barrier(),
- *          comm_check_same(), comm_agree()
+ *          comm_abort(), comm_check_same(), comm_agree()
  */
 #ifndef MOESERVE_BACKEND_COMM_COMM_H
 #define MOESERVE_BACKEND_COMM_COMM_H
@@ -32,6 +32,8 @@ struct comm_ops {
     /* out (size x bytes) = every rank's in, in rank order */
     void (*all_gather)(struct comm *c, const void *in, void *out, size_t bytes);
     void (*barrier)(struct comm *c);
+    /* ends every rank of the job at once with exit code `code` (after a rank's unrecoverable error) */
+    void (*abort)(struct comm *c, int code);
     void (*destroy)(struct comm *c);
 };
 
@@ -56,6 +58,8 @@ void comm_all_reduce_sum(struct comm *c, float *buf, size_t n);
 void comm_broadcast(struct comm *c, void *buf, size_t bytes, int root);
 void comm_all_gather(struct comm *c, const void *in, void *out, size_t bytes);
 void comm_barrier(struct comm *c);
+/* Ends the whole job (every rank) with `code`; returns only with one rank. */
+void comm_abort(struct comm *c, int code);
 /* Whether every rank passed the same bytes (a hash of them is compared): what a rank must agree
  * on before it runs its shard (binary, model, options); an error names the first rank that
  * differs and `what`. */

@@ -44,6 +44,12 @@ static void mpi_barrier(struct comm *c)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static void mpi_abort(struct comm *c, int code)
+{
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 static void mpi_destroy(struct comm *c)
 {
     (void)c;
@@ -59,6 +65,7 @@ static const struct comm_ops MPI_OPS = {
     .broadcast = mpi_broadcast,
     .all_gather = mpi_all_gather,
     .barrier = mpi_barrier,
+    .abort = mpi_abort,
     .destroy = mpi_destroy,
 };
 
