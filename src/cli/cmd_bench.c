@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "cli/bench_runs.h"
 #include "cli/cli_args.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
 #include "plan/power_sampler.h"
@@ -403,6 +404,7 @@ int cmd_bench(int argc, char **argv)
         {.name = "copy-mib", .metavar = "N", .help = "buffer of the copy-bandwidth measurement, far above the "
                                                      "last-level cache (default 1024)"},
         {.name = "json", .help = "print JSON instead of a table"},
+        CLI_RANK_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -443,9 +445,19 @@ int cmd_bench(int argc, char **argv)
         max_batch = r.batches[i] > max_batch ? r.batches[i] : max_batch;
     struct session_opts so = bench_session_opts(&r, max_batch, opts, n);
     struct model_session s;
-    if (model_session_open(&s, r.model, &so, &err)) {
-        LOG_ERROR("%s", err.msg);
-        return 1;
+    struct cli_ranks ranks;
+    if (cli_ranks_open(&ranks, opts, n, argc, argv, &so, &err)) {
+        LOG_ERROR("bench: %s", err.msg);
+        return 2;
+    }
+    int frc = 0;
+    if (cli_ranks_loaded(&ranks, model_session_open(&s, r.model, &so, &err), &err) ||
+        cli_ranks_follow(&ranks, &s, &frc)) {
+        if (err.code)
+            LOG_ERROR("%s", err.msg);
+        model_session_close(&s);
+        cli_ranks_close(&ranks);
+        return err.code ? 1 : frc;
     }
     r.backend = s.be.ops->name;
     for (int f = 0; f < WEIGHT_FORMAT_COUNT; f++)
@@ -471,6 +483,8 @@ int cmd_bench(int argc, char **argv)
         rc = all_ok ? 0 : 1;
     }
     power_sampler_free(&ps_store);
+    cli_ranks_stop(&ranks, &s);
     model_session_close(&s);
+    cli_ranks_close(&ranks);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include "base/mapped_file.h"
 #include "base/timer.h"
 #include "cli/cli_args.h"
+#include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
 #include "format/tokenizer.h"
@@ -114,6 +115,7 @@ int cmd_perplexity(int argc, char **argv)
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
         {.name = "json", .help = "print JSON"},
+        CLI_RANK_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -147,11 +149,23 @@ int cmd_perplexity(int argc, char **argv)
                               .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL), .check_positions = true,
                               .allow_long_context = cli_flag(opts, n, "allow-long-context")};
     struct model_session s;
-    if (model_session_open(&s, model, &so, &err)) {
-        LOG_ERROR("%s", err.msg);
+    struct cli_ranks ranks;
+    if (cli_ranks_open(&ranks, opts, n, argc, argv, &so, &err)) {
+        LOG_ERROR("perplexity: %s", err.msg);
         tokenizer_free(tok);
         tok_ids_free(&ids);
-        return 1;
+        return 2;
+    }
+    int frc = 0;
+    if (cli_ranks_loaded(&ranks, model_session_open(&s, model, &so, &err), &err) ||
+        cli_ranks_follow(&ranks, &s, &frc)) {
+        if (err.code)
+            LOG_ERROR("%s", err.msg);
+        model_session_close(&s);
+        cli_ranks_close(&ranks);
+        tokenizer_free(tok);
+        tok_ids_free(&ids);
+        return err.code ? 1 : frc;
     }
     double nll = 0, dt = 0;
     long predicted = 0;
@@ -164,6 +178,8 @@ int cmd_perplexity(int argc, char **argv)
         perplexity_print_report(model, file, ids.n, window, nll, predicted, dt, cli_flag(opts, n, "json"));
     tok_ids_free(&ids);
     tokenizer_free(tok);
+    cli_ranks_stop(&ranks, &s);
     model_session_close(&s);
+    cli_ranks_close(&ranks);
     return rc;
 }
