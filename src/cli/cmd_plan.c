@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_registry.h"
 #include "base/json.h"
+#include "model/model_shard.h"
 #include "base/log.h"
 #include "base/options.h"
 #include "cli/cli_args.h"
@@ -60,13 +61,21 @@ static int print_json(struct json *j)
 /* The model's shapes and, unless --weights said, its checkpoint's weight formats; 1 on an error
  * (logged). */
 static int load_model(const char *dir, bool weights_given, struct model_desc *d, struct plan_shapes *shapes,
-                      struct plan_weights *w)
+                      struct plan_weights *w, const struct model_shard *shard)
 {
     struct err err = {0};
-    if (model_desc_load(d, dir, &err) || model_plan_shapes(d, dir, shapes, &err)) {
+    if (model_desc_load(d, dir, &err)) {
         LOG_ERROR("plan: %s", err.msg);
         return 1;
     }
+    /* with ranks: one rank's shapes (heads and widths divided) are what its kernels run */
+    struct model_desc local = {0};
+    if (model_shard_desc(d, shard, &local, &err) || model_plan_shapes(&local, dir, shapes, &err)) {
+        LOG_ERROR("plan: %s", err.msg);
+        model_desc_free(&local);
+        return 1;
+    }
+    model_desc_free(&local);
     if (!weights_given) {
         struct quant_config qc;
         if (quant_config_load(&qc, dir, &err)) {
@@ -100,10 +109,38 @@ static int plan_load_caps(const char *profile, int device, struct device_caps *c
     return 0;
 }
 
+/* The layout over the ranks: a table after the plan, or the JSON's "layout". */
+static struct json *layout_json(const struct shard_part *parts, int n, const struct model_shard *sh)
+{
+    struct json *o = json_new_object();
+    json_add(o, "ranks", json_new_number(sh->size));
+    json_add(o, "expert_parallel", json_new_bool(sh->expert_parallel));
+    struct json *a = json_new_array();
+    for (int i = 0; i < n; i++) {
+        struct json *e = json_new_object();
+        json_add(e, "part", json_new_string(parts[i].part));
+        json_add(e, "split", json_new_string(parts[i].split));
+        json_add(e, "rank0", json_new_string(parts[i].per_rank));
+        json_add(e, "why", json_new_string(parts[i].why));
+        json_append(a, e);
+    }
+    json_add(o, "parts", a);
+    return o;
+}
+
+static void layout_print(const struct shard_part *parts, int n, const struct model_shard *sh)
+{
+    printf("\nlayout over %d ranks (rank 0 shown; every rank runs the plan above on its share):\n", sh->size);
+    for (int i = 0; i < n; i++)
+        printf("  %-26s %-18s %s\n  %-26s %-18s   why: %s\n", parts[i].part, parts[i].split, parts[i].per_rank, "",
+               "", parts[i].why);
+}
+
 /* Plans for caps (sized by model dir `dir` when given) and prints the plan, a table or JSON;
  * the command's exit code (errors logged). */
 static int plan_build_print(const struct device_caps *caps, const char *dir, bool weights_given,
-                            struct plan_weights *w, size_t budget, bool json)
+                            struct plan_weights *w, size_t budget, bool json, struct model_shard *shard,
+                            bool ep_given)
 {
     struct err err = {0};
     struct options env;
@@ -114,10 +151,17 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
     struct model_desc d;
     struct plan_shapes shapes;
     memset(&d, 0, sizeof d);
-    if (dir && load_model(dir, weights_given, &d, &shapes, w)) {
+    if (dir && load_model(dir, weights_given, &d, &shapes, w, shard)) {
         model_desc_free(&d);
         return 1;
     }
+    const char *ep_why = "--expert-parallel";
+    if (dir && shard->size > 1 && !ep_given) { /* the session's own choice (model_session.c) */
+        const int blk = w->experts == WEIGHT_NVFP4 ? 16 : w->experts == WEIGHT_FP8_BLOCK ? 128 : 1;
+        shard->expert_parallel = model_shard_choose_experts(&d, shard->size, blk, &ep_why);
+    }
+    struct shard_part parts[12];
+    const int n_parts = dir && shard->size > 1 ? model_shard_layout(&d, shard, parts, 12) : 0;
     struct plan_request req = {.shapes = dir ? &shapes : NULL,
                                .weights = w,
                                .model_name = dir,
@@ -134,10 +178,21 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
         LOG_ERROR("%s", err.msg);
         goto done;
     }
-    if (json)
-        rc = print_json(plan_to_json(p));
-    else
+    if (json) {
+        struct json *j = plan_to_json(p);
+        if (n_parts) {
+            struct json *l = layout_json(parts, n_parts, shard);
+            json_add(l, "experts_why", json_new_string(ep_why));
+            json_add(j, "layout", l);
+        }
+        rc = print_json(j);
+    } else {
         plan_print(p), rc = 0;
+        if (n_parts) {
+            layout_print(parts, n_parts, shard);
+            printf("  routed experts: %s\n", ep_why);
+        }
+    }
 done:
     free(p);
     model_desc_free(&d);
@@ -158,6 +213,8 @@ int cmd_plan(int argc, char **argv)
          .help = "weight format of experts and linears: bf16, fp8, nvfp4 (W4A4), nvfp4-w4a16"},
         {.name = "kernels", .help = "list the CUDA backend's kernels (the planner's choices) instead of a plan"},
         {.name = "json", .help = "print JSON instead of a table"},
+        {.name = "tensor-parallel", .metavar = "N", .help = "with --model: plan one of N ranks and print the layout"},
+        {.name = "expert-parallel", .help = "with --tensor-parallel: routed experts by expert"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -169,7 +226,7 @@ int cmd_plan(int argc, char **argv)
                  "expected bound and why.\nProfiles: %s.",
                  plan_profile_names());
         cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
-                       "[--weights FORMAT] [--kernels] [--json]",
+                       "[--weights FORMAT] [--tensor-parallel N [--expert-parallel]] [--kernels] [--json]",
                        about, opts, n);
         return 0;
     }
@@ -188,12 +245,20 @@ int cmd_plan(int argc, char **argv)
         LOG_ERROR("plan: --device and --profile exclude each other");
         return 2;
     }
-    long device = 0, budget = 0;
+    long device = 0, budget = 0, tp = 1;
     if (cli_int(opts, n, "device", 0, 1023, &device, &err) ||
-        cli_int(opts, n, "smem-budget", 1, 1L << 30, &budget, &err)) {
+        cli_int(opts, n, "smem-budget", 1, 1L << 30, &budget, &err) ||
+        cli_int(opts, n, "tensor-parallel", 1, 4096, &tp, &err)) {
         LOG_ERROR("plan: %s", err.msg);
         return 2;
     }
+    if (!cli_get(opts, n, "tensor-parallel", NULL))
+        tp = 1;
+    if (tp > 1 && !cli_get(opts, n, "model", NULL)) {
+        LOG_ERROR("plan: --tensor-parallel needs --model (the layout is the model's)");
+        return 2;
+    }
+    struct model_shard shard = {.rank = 0, .size = (int)tp, .expert_parallel = cli_flag(opts, n, "expert-parallel")};
     struct plan_weights w;
     plan_weights_default(&w, WEIGHT_BF16, false);
     const char *wopt = cli_get(opts, n, "weights", NULL);
@@ -207,5 +272,5 @@ int cmd_plan(int argc, char **argv)
     if (rc)
         return rc;
     return plan_build_print(&caps, cli_get(opts, n, "model", NULL), wopt != NULL, &w, (size_t)budget,
-                            cli_flag(opts, n, "json"));
+                            cli_flag(opts, n, "json"), &shard, shard.expert_parallel);
 }

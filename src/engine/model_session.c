@@ -22,12 +22,22 @@ static enum status session_shard(struct model_session *s, const struct session_o
         bool moe = false;
         for (int l = 0; l < s->desc.n_layers; l++)
             moe |= s->desc.layers[l].ffn == FFN_MOE;
+        if (!o->expert_parallel && moe) {
+            /* the planner's choice where the user made none */
+            struct plan_weights pw;
+            model_plan_weights(&s->desc, &s->qc, &pw);
+            const int blk = pw.experts == WEIGHT_NVFP4 ? 16 : pw.experts == WEIGHT_FP8_BLOCK ? 128 : 1;
+            const char *why = "";
+            s->shard.expert_parallel = model_shard_choose_experts(&s->desc, o->comm->size, blk, &why);
+            if (s->shard.expert_parallel)
+                LOG_INFO("routed experts by expert over %d ranks: %s", o->comm->size, why);
+        }
+        if (s->shard.expert_parallel && !s->be.ops->moe_mask_ids)
+            return err_set(err, STATUS_UNSUPPORTED, "expert parallelism: backend %s cannot mask routed slots",
+                           s->be.ops->name);
         if (o->expert_parallel && !moe)
             return err_set(err, STATUS_INVALID, "--expert-parallel: %s has no routed experts",
                            model_family_name(s->desc.family));
-        if (o->expert_parallel && !s->be.ops->moe_mask_ids)
-            return err_set(err, STATUS_UNSUPPORTED, "--expert-parallel: backend %s cannot mask routed slots",
-                           s->be.ops->name);
     } else if (o && o->expert_parallel) {
         return err_set(err, STATUS_INVALID, "--expert-parallel needs more than one rank (--tensor-parallel N)");
     }

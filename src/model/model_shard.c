@@ -1,6 +1,8 @@
 /* model_shard.c — see model_shard.h. */
 #include "model/model_shard.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,4 +107,101 @@ enum status model_shard_desc(const struct model_desc *d, const struct model_shar
     if (!s->expert_parallel)
         local->d_expert = d->d_expert / s->size;
     return STATUS_OK;
+}
+
+bool model_shard_choose_experts(const struct model_desc *d, int size, int expert_block, const char **why)
+{
+    if (size <= 1 || !desc_has(d, FFN_MOE)) {
+        *why = "one rank (or no routed experts): nothing to split";
+        return false;
+    }
+    const int blk = expert_block > 1 ? expert_block : 1;
+    if (d->d_expert % size == 0 && (d->d_expert / size) % blk == 0) {
+        *why = "each expert's width splits into whole scale blocks: every rank reads its share of every touched "
+               "expert (no load imbalance, no dispatch), one all-reduce a layer";
+        return false;
+    }
+    if (d->n_experts % size == 0) {
+        *why = "an expert's width would split off its format's scale blocks: experts partitioned instead, "
+               "other ranks' slots masked, one all-reduce a layer";
+        return true;
+    }
+    *why = "neither the experts' width nor their number divides over the ranks";
+    return false;
+}
+
+static int add_part(struct shard_part *parts, int n, int max, const char *part, const char *split, const char *why,
+                    const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+static int add_part(struct shard_part *parts, int n, int max, const char *part, const char *split, const char *why,
+                    const char *fmt, ...)
+{
+    if (n >= max)
+        return n;
+    struct shard_part *p = &parts[n];
+    snprintf(p->part, sizeof p->part, "%s", part);
+    snprintf(p->split, sizeof p->split, "%s", split);
+    snprintf(p->why, sizeof p->why, "%s", why);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->per_rank, sizeof p->per_rank, fmt, ap);
+    va_end(ap);
+    return n + 1;
+}
+
+int model_shard_layout(const struct model_desc *d, const struct model_shard *s, struct shard_part *parts, int max)
+{
+    int n = 0;
+    const struct shard_range h = model_shard_heads(d, s);
+    if (desc_has_mla(d)) {
+        n = add_part(parts, n, max, "attention (MLA)", "by heads",
+                     "q_b / kv_b rows and o_proj in-features by head; the latent is per token, not per head, so "
+                     "each rank keeps q_a, kv_a and its latent cache whole; all-reduce after o_proj",
+                     "%lld of %d heads; latent %d + rope %d replicated", (long long)h.n, d->n_heads, d->kv_lora_rank,
+                     d->qk_rope_head_dim);
+        if (d->index_n_heads > 0)
+            n = add_part(parts, n, max, "DSA indexer", "replicated",
+                         "the top-k selection is one per token for all heads: computed whole on every rank",
+                         "%d heads x %d, top %d", d->index_n_heads, d->index_head_dim, d->index_topk);
+    } else {
+        const struct shard_range kh = model_shard_kv_heads(d, s);
+        n = add_part(parts, n, max, "attention (GQA)", "by heads",
+                     d->n_kv_heads < s->size
+                         ? "q heads split; fewer kv heads than ranks: each rank keeps the one its q heads read; "
+                           "all-reduce after o_proj"
+                         : "q and kv heads split alike (each rank's q heads read its kv heads); all-reduce after o_proj",
+                     "%lld of %d q heads, %lld of %d kv heads (KV cache per rank: its kv heads)", (long long)h.n,
+                     d->n_heads, (long long)kh.n, d->n_kv_heads);
+    }
+    if (desc_has(d, FFN_DENSE))
+        n = add_part(parts, n, max, "dense MLP", "columns / rows",
+                     "gate and up by output rows, down by in-features: one all-reduce after down",
+                     "width %lld of %d", (long long)model_shard_width(d->d_ff, s).n, d->d_ff);
+    if (desc_has(d, FFN_MOE)) {
+        const struct shard_range ex = model_shard_experts(d, s);
+        if (s->expert_parallel)
+            n = add_part(parts, n, max, "routed experts", "by expert",
+                         "each expert on one rank: other ranks' slots masked after the (replicated) routing, the "
+                         "ranks' sums added by the layer's all-reduce",
+                         "experts %lld..%lld of %d (rank %d), width %d", (long long)ex.off,
+                         (long long)(ex.off + ex.n - 1), d->n_experts, s->rank, d->d_expert);
+        else
+            n = add_part(parts, n, max, "routed experts", "by width (TP-MoE)",
+                         "every expert's gate/up rows and down in-features split: each rank reads 1/N of each "
+                         "touched expert",
+                         "%d experts, width %lld of %d", d->n_experts, (long long)model_shard_width(d->d_expert, s).n,
+                         d->d_expert);
+        if (d->n_shared_experts > 0) {
+            const int64_t w = (int64_t)d->d_expert * d->n_shared_experts;
+            n = add_part(parts, n, max, "shared experts", "columns / rows", "as a dense MLP, in the same all-reduce",
+                         "width %lld of %lld", (long long)model_shard_width(w, s).n, (long long)w);
+        }
+        n = add_part(parts, n, max, "router", "replicated",
+                     "every rank routes every token (the same bits: its input is the all-reduced stream)",
+                     "%d experts x %d", d->n_experts, d->d_model);
+    }
+    n = add_part(parts, n, max, "embedding, norms, lm_head", "replicated",
+                 "rank 0 samples from its own logits; a vocabulary-parallel lm_head is not built yet",
+                 "vocab %d x %d", d->vocab_size, d->d_model);
+    return n;
 }

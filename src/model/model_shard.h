@@ -14,8 +14,9 @@
  * rank-local description (heads and widths divided) that the forward, the KV cache and the
  * buffers are sized from. model_weights binds with it.
  *
- * defines: struct model_shard, struct shard_range, model_shard_check(), model_shard_desc(),
- *          model_shard_heads(), model_shard_kv_heads(), model_shard_width(), model_shard_experts()
+ * defines: struct model_shard, struct shard_range, struct shard_part, model_shard_check(),
+ *          model_shard_desc(), model_shard_heads(), model_shard_kv_heads(), model_shard_width(),
+ *          model_shard_experts(), model_shard_choose_experts(), model_shard_layout()
  */
 #ifndef MOESERVE_MODEL_MODEL_SHARD_H
 #define MOESERVE_MODEL_MODEL_SHARD_H
@@ -55,5 +56,22 @@ struct shard_range model_shard_kv_heads(const struct model_desc *d, const struct
 struct shard_range model_shard_width(int64_t width, const struct model_shard *s);
 /* The rank's routed experts: all of them under TP-MoE, its partition under EP. */
 struct shard_range model_shard_experts(const struct model_desc *d, const struct model_shard *s);
+
+/* The routed experts' layout over `size` ranks when the user did not ask for one: split by width
+ * (TP-MoE: every rank reads 1/size of each touched expert, no imbalance) while each rank's width
+ * is whole scale blocks of the experts' format (expert_block in-features: 16 NVFP4, 128 FP8, 1
+ * plain), else by expert where the experts divide. True for EP; *why says which and why. */
+bool model_shard_choose_experts(const struct model_desc *d, int size, int expert_block, const char **why);
+
+/* One row of the layout `moeserve plan --tensor-parallel N` prints. */
+struct shard_part {
+    char part[40];      /* "attention (GQA)", "routed experts", ... */
+    char split[40];     /* "by heads", "columns / rows", "by expert", "replicated" */
+    char per_rank[128]; /* what one rank holds */
+    char why[200];
+};
+
+/* The layout of d over s, part by part (at most max rows): the number of rows. */
+int model_shard_layout(const struct model_desc *d, const struct model_shard *s, struct shard_part *parts, int max);
 
 #endif

@@ -83,5 +83,27 @@ expect "--expert-parallel on one rank" "needs more than one rank" \
 expect "nvfp4 split off its scale blocks" "not on the 16 in-feature scale blocks of nvfp4" \
     mpirun -np 4 "$bin" logits --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tokens 1,2 --out "$work/x.bin" \
     --tensor-parallel 4
+# the layout the planner prints: the MLA model by heads with the latent replicated; NVFP4 experts too
+# narrow for their scale blocks over 4 ranks go by expert, saying why
+j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 2 --json 2>/dev/null)
+if echo "$j" | python3 -c "
+import json, sys
+l = json.load(sys.stdin)['layout']; p = {x['part']: x for x in l['parts']}
+assert l['ranks'] == 2 and not l['expert_parallel'], l
+assert p['attention (MLA)']['split'] == 'by heads' and 'replicated' in p['attention (MLA)']['rank0'], p
+assert p['routed experts']['split'].startswith('by width'), p"; then
+    ok "plan --tensor-parallel 2: the MLA layout (heads split, latent replicated, experts by width)"
+else
+    bad "plan --tensor-parallel 2: layout of dsa_basic: $(echo "$j" | head -c 300)"
+fi
+j=$("$bin" plan --profile h200 --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tensor-parallel 4 --json 2>/dev/null)
+if echo "$j" | python3 -c "
+import json, sys
+l = json.load(sys.stdin)['layout']
+assert l['expert_parallel'] and 'scale blocks' in l['experts_why'], l"; then
+    ok "plan --tensor-parallel 4: NVFP4 experts of width 32 go by expert (8 in-features a rank: off the 16-blocks)"
+else
+    bad "plan --tensor-parallel 4: qwen3_basic_nvfp4 experts layout: $(echo "$j" | head -c 300)"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
