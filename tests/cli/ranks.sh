@@ -83,6 +83,34 @@ expect "--expert-parallel on one rank" "needs more than one rank" \
 expect "nvfp4 split off its scale blocks" "not on the 16 in-feature scale blocks of nvfp4" \
     mpirun -np 4 "$bin" logits --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tokens 1,2 --out "$work/x.bin" \
     --tensor-parallel 4
+# a rank killed mid-decode: the job ends within 30 s with a message naming it, no rank left waiting
+t0=$(date +%s)
+mpirun -np 2 "$bin" generate --prompt "In the beginning" -n 20000 --max-context 20010 --allow-long-context \
+    --tensor-parallel 2 >"$work/killed.out" 2>"$work/killed.log" &
+job=$!
+victim=
+for _ in $(seq 50); do
+    victim=$(pgrep -P "$job" -f "moeserve generate" | sort -n | tail -1)
+    [ -n "$victim" ] && [ -s "$work/killed.out" ] && break
+    sleep 0.2
+done
+if [ -n "$victim" ]; then
+    kill -9 "$victim"
+    ( sleep 30; kill -9 "$job" 2>/dev/null ) &
+    guard=$!
+    wait "$job"
+    rc=$?
+    kill "$guard" 2>/dev/null
+    dt=$(($(date +%s) - t0))
+    if [ "$rc" -ne 0 ] && [ "$dt" -lt 30 ] && grep -q "rank 1" "$work/killed.log"; then
+        ok "a follower killed mid-decode: the job stopped in ${dt} s, rc $rc, naming rank 1"
+    else
+        bad "a follower killed mid-decode: rc $rc after ${dt} s: $(grep -v '^-*$' "$work/killed.log" | tail -3)"
+    fi
+else
+    kill -9 "$job" 2>/dev/null
+    bad "a follower killed mid-decode: no rank process to kill"
+fi
 # the layout the planner prints: the MLA model by heads with the latent replicated; NVFP4 experts too
 # narrow for their scale blocks over 4 ranks go by expert, saying why
 j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 2 --json 2>/dev/null)
