@@ -71,6 +71,7 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->moe_work,
          backend_moe_workspace_floats(max_tokens, (int)K, d->d_model, d->d_expert ? d->d_expert : 1) * 4},
         {(void **)&f->logits, (size_t)f->logit_chunk * (size_t)d->vocab_size * 4},
+        {(void **)&f->logits_part, w->lm_head.rows < d->vocab_size ? (size_t)f->logit_chunk * (size_t)w->lm_head.rows * 4 : 0},
         {(void **)&f->x_sel, (size_t)f->logit_chunk * D * 4},
         {(void **)&f->inv_freq, (size_t)(d->rope.dim / 2 + 1) * 4},
         {(void **)&f->d_meta, forward_meta_ints(f) * 4},
@@ -78,6 +79,8 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->d_sample, (size_t)f->logit_chunk * sizeof(struct sample_row)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!bufs[i].bytes) /* a buffer this model does not need */
+            continue;
         *bufs[i].p = be->ops->alloc(be, bufs[i].bytes);
         if (!*bufs[i].p) {
             forward_free(f);
@@ -124,7 +127,7 @@ void forward_free(struct forward *f)
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
                         f->v,        f->attn,     f->gate,      f->up,       f->router,   f->route_w,
                         f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_meta,
-                        f->d_argmax, f->d_sample};
+                        f->d_argmax, f->d_sample, f->logits_part};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 f->be->ops->free(f->be, bufs[i]);
@@ -325,7 +328,12 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
             be->ops->rmsnorm(be, f->h + (size_t)b->logit_rows[c0 + i] * D, f->w->final_norm, 1, (int)D,
                              f->d->norm_eps, f->x_sel + (size_t)i * D);
     }
-    be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
+    if (f->logits_part) { /* vocabulary-parallel: this rank's rows, then every rank's side by side */
+        be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits_part);
+        comm_all_gather_cols(f->comm, f->logits_part, f->logits, (size_t)cn, (size_t)f->w->lm_head.rows);
+    } else {
+        be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
+    }
     if (b->tokens_out && b->sample)
         be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample, f->d_argmax);
     else if (b->tokens_out && be->ops->argmax)

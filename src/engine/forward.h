@@ -68,6 +68,7 @@ struct forward {
     int32_t *route_ids; /* (T, n_used) */
     float *moe_work;    /* backend_moe_workspace_floats(T, ...) */
     float *logits;  /* (logit_chunk, vocab) */
+    float *logits_part; /* (logit_chunk, lm_head.rows) this rank's share of a vocabulary-parallel lm_head, or NULL */
     float *x_sel;   /* (logit_chunk, d_model) */
     float *inv_freq;    /* (rope.dim / 2) */
     int32_t *d_meta;    /* batch metadata, one buffer: the five arrays below point into it */

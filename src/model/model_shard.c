@@ -80,6 +80,13 @@ struct shard_range model_shard_width(int64_t width, const struct model_shard *s)
     return range_share(width, s->rank, s->size);
 }
 
+struct shard_range model_shard_vocab(const struct model_desc *d, const struct model_shard *s)
+{
+    if (d->vocab_size % s->size)
+        return (struct shard_range){.off = 0, .n = d->vocab_size, .of = d->vocab_size};
+    return range_share(d->vocab_size, s->rank, s->size);
+}
+
 struct shard_range model_shard_experts(const struct model_desc *d, const struct model_shard *s)
 {
     if (!s->expert_parallel)
@@ -200,8 +207,17 @@ int model_shard_layout(const struct model_desc *d, const struct model_shard *s, 
                      "every rank routes every token (the same bits: its input is the all-reduced stream)",
                      "%d experts x %d", d->n_experts, d->d_model);
     }
-    n = add_part(parts, n, max, "embedding, norms, lm_head", "replicated",
-                 "rank 0 samples from its own logits; a vocabulary-parallel lm_head is not built yet",
-                 "vocab %d x %d", d->vocab_size, d->d_model);
+    const struct shard_range v = model_shard_vocab(d, s);
+    if (v.n < v.of)
+        n = add_part(parts, n, max, "lm_head", "by vocabulary",
+                     "each rank's logits for its share of the vocabulary, all-gathered; rank 0 samples once",
+                     "%lld of %d rows (tokens %lld..%lld)", (long long)v.n, d->vocab_size, (long long)v.off,
+                     (long long)(v.off + v.n - 1));
+    else
+        n = add_part(parts, n, max, "lm_head", "replicated", "the vocabulary does not divide over the ranks",
+                     "%d rows", d->vocab_size);
+    n = add_part(parts, n, max, "embedding, norms", "replicated",
+                 "a token's embedding row and the norms are needed whole on every rank", "vocab %d x %d",
+                 d->vocab_size, d->d_model);
     return n;
 }

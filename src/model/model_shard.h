@@ -5,7 +5,8 @@
  * the latent and the DSA indexer replicated), dense MLPs and shared experts column-parallel on
  * gate/up and row-parallel on down, routed experts either split by their intermediate width
  * (TP-MoE) or partitioned by expert (EP: rank r owns experts [r E / N, (r + 1) E / N)); the
- * router, norms, embedding and lm_head replicated. Every rank's attention and FFN outputs are
+ * router, norms and embedding replicated, the lm_head by vocabulary where it divides (the
+ * logits all-gathered, rank 0 samples). Every rank's attention and FFN outputs are
  * partial sums that one all-reduce a half-layer completes; a row-parallel bias is added on rank 0
  * only. Splits respect the weight formats' scale blocks (NVFP4: 16 in-features; FP8: 128 x 128);
  * a model whose widths do not divide is refused with the width that does not.
@@ -16,7 +17,7 @@
  *
  * defines: struct model_shard, struct shard_range, struct shard_part, model_shard_check(),
  *          model_shard_desc(), model_shard_heads(), model_shard_kv_heads(), model_shard_width(),
- *          model_shard_experts(), model_shard_choose_experts(), model_shard_layout()
+ *          model_shard_vocab(), model_shard_experts(), model_shard_choose_experts(), model_shard_layout()
  */
 #ifndef MOESERVE_MODEL_MODEL_SHARD_H
 #define MOESERVE_MODEL_MODEL_SHARD_H
@@ -54,6 +55,9 @@ struct shard_range model_shard_kv_heads(const struct model_desc *d, const struct
 /* The rank's share of a width split by tensor parallelism (d_ff, a shared expert's width, a routed
  * expert's width under TP-MoE). */
 struct shard_range model_shard_width(int64_t width, const struct model_shard *s);
+/* The rank's rows of the lm_head: its share of the vocabulary where it divides over the ranks
+ * (the logits are then gathered), else all of it (replicated). */
+struct shard_range model_shard_vocab(const struct model_desc *d, const struct model_shard *s);
 /* The rank's routed experts: all of them under TP-MoE, its partition under EP. */
 struct shard_range model_shard_experts(const struct model_desc *d, const struct model_shard *s);
 

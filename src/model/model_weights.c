@@ -54,7 +54,7 @@ struct binder {
  * in-features (nothing with one rank). */
 static void bind_split(struct binder *b, enum bind_split split, struct shard_range r)
 {
-    b->split = b->shard->size > 1 ? split : SPLIT_NONE;
+    b->split = b->shard->size > 1 && r.n < r.of ? split : SPLIT_NONE;
     b->range = r;
 }
 
@@ -688,10 +688,18 @@ enum status model_weights_load_shard(struct model_weights *w, const struct model
     snprintf(name, sizeof name, "model.norm.weight");
     w->final_norm = bind_vector(&b, name, d->d_model, true);
     b.kind = WK_LM_HEAD;
-    if (d->tie_word_embeddings)
+    const struct shard_range vr = model_shard_vocab(d, b.shard);
+    if (d->tie_word_embeddings) {
         w->lm_head = w->embed;
-    else
+        const char *why = !b.st && vr.n < vr.of ? weight_slice_rows(&w->embed, vr.off, vr.n, &w->lm_head) : NULL;
+        if (why)
+            bind_fail(&b, STATUS_UNSUPPORTED, "model.embed_tokens.weight as the tied lm_head: rows [%lld, %lld) "
+                      "for rank %d of %d: %s", (long long)vr.off, (long long)(vr.off + vr.n), b.shard->rank,
+                      b.shard->size, why);
+    } else {
+        bind_split(&b, SPLIT_ROWS, vr);
         bind_matrix(&b, "lm_head", d->vocab_size, d->d_model, false, &w->lm_head);
+    }
     for (int l = 0; l < d->n_layers && !b.st; l++)
         bind_layer(&b, d, l);
     if (!b.st && b.n_missing) {

@@ -23,6 +23,13 @@ static void single_all_gather(struct comm *c, const void *in, void *out, size_t 
         memmove(out, in, bytes);
 }
 
+static void single_all_gather_cols(struct comm *c, const float *in, float *out, size_t rows, size_t k)
+{
+    (void)c;
+    if (out != in)
+        memmove(out, in, rows * k * sizeof(float));
+}
+
 static void single_barrier(struct comm *c)
 {
     (void)c;
@@ -38,6 +45,7 @@ static const struct comm_ops SINGLE_OPS = {
     .all_reduce_sum = single_all_reduce_sum,
     .broadcast = single_broadcast,
     .all_gather = single_all_gather,
+    .all_gather_cols = single_all_gather_cols,
     .barrier = single_barrier,
     .destroy = single_destroy,
 };
@@ -76,6 +84,11 @@ void comm_broadcast(struct comm *c, void *buf, size_t bytes, int root)
 void comm_all_gather(struct comm *c, const void *in, void *out, size_t bytes)
 {
     c->ops->all_gather(c, in, out, bytes);
+}
+
+void comm_all_gather_cols(struct comm *c, const float *in, float *out, size_t rows, size_t k)
+{
+    c->ops->all_gather_cols(c, in, out, rows, k);
 }
 
 void comm_barrier(struct comm *c)

@@ -9,7 +9,8 @@
  * waits forever for a dead peer.
  *
  * defines: struct comm, struct comm_ops, comm_init_single(), comm_init_mpi(), comm_mpi_launched(),
- *          comm_free(), comm_all_reduce_sum(), comm_broadcast(), comm_all_gather(), comm_barrier(),
+ *          comm_free(), comm_all_reduce_sum(), comm_broadcast(), comm_all_gather(),
+ *          comm_all_gather_cols(), comm_barrier(),
  *          comm_abort(), comm_check_same(), comm_agree()
  */
 #ifndef MOESERVE_BACKEND_COMM_COMM_H
@@ -29,8 +30,11 @@ struct comm_ops {
     void (*all_reduce_sum)(struct comm *c, float *buf, size_t n);
     /* root's bytes to every rank */
     void (*broadcast)(struct comm *c, void *buf, size_t bytes, int root);
-    /* out (size x bytes) = every rank's in, in rank order */
+    /* out (size x bytes) = every rank's in, in rank order (host memory) */
     void (*all_gather)(struct comm *c, const void *in, void *out, size_t bytes);
+    /* out [rows][size * k] = the ranks' in [rows][k] side by side, rank r's at columns r k ..
+     * (backend memory: a vocabulary-parallel lm_head's logits) */
+    void (*all_gather_cols)(struct comm *c, const float *in, float *out, size_t rows, size_t k);
     void (*barrier)(struct comm *c);
     /* ends every rank of the job at once with exit code `code` (after a rank's unrecoverable error) */
     void (*abort)(struct comm *c, int code);
@@ -57,6 +61,7 @@ void comm_free(struct comm *c);
 void comm_all_reduce_sum(struct comm *c, float *buf, size_t n);
 void comm_broadcast(struct comm *c, void *buf, size_t bytes, int root);
 void comm_all_gather(struct comm *c, const void *in, void *out, size_t bytes);
+void comm_all_gather_cols(struct comm *c, const float *in, float *out, size_t rows, size_t k);
 void comm_barrier(struct comm *c);
 /* Ends the whole job (every rank) with `code`; returns only with one rank. */
 void comm_abort(struct comm *c, int code);

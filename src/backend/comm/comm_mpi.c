@@ -38,6 +38,19 @@ static void mpi_all_gather(struct comm *c, const void *in, void *out, size_t byt
     MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
 }
 
+/* MPI lays each rank's block out itself: a receive type of `rows` runs of k floats, strided by a
+ * whole output row and resized so that rank r's block starts k floats after rank r - 1's */
+static void mpi_all_gather_cols(struct comm *c, const float *in, float *out, size_t rows, size_t k)
+{
+    MPI_Datatype block, placed;
+    MPI_Type_vector((int)rows, (int)k, (int)k * c->size, MPI_FLOAT, &block);
+    MPI_Type_create_resized(block, 0, (MPI_Aint)(k * sizeof(float)), &placed);
+    MPI_Type_commit(&placed);
+    MPI_Allgather(in, (int)(rows * k), MPI_FLOAT, out, 1, placed, MPI_COMM_WORLD);
+    MPI_Type_free(&placed);
+    MPI_Type_free(&block);
+}
+
 static void mpi_barrier(struct comm *c)
 {
     (void)c;
@@ -64,6 +77,7 @@ static const struct comm_ops MPI_OPS = {
     .all_reduce_sum = mpi_all_reduce_sum,
     .broadcast = mpi_broadcast,
     .all_gather = mpi_all_gather,
+    .all_gather_cols = mpi_all_gather_cols,
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
