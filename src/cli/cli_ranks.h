@@ -1,7 +1,9 @@
 /* cli_ranks.h — the ranks of a command run with --tensor-parallel N (DESIGN.md decision 6).
  *
  * CPU ranks are processes started by mpirun (`mpirun -np N moeserve logits --tensor-parallel N
- * ...`): rank 0 runs the command; the others load their shards and then run every forward pass
+ * ...`); GPU ranks (--backend cuda) are started by the command itself, one process a GPU (rank r on
+ * GPU r), joined over NCCL, and a rank that dies stops the others within a second with a message
+ * naming it (a watchdog in rank 0; the others die with rank 0). Rank 0 runs the command; the others load their shards and then run every forward pass
  * rank 0 sends them (engine/ranks.h) until it stops them. The ranks agree on the binary and the
  * command line before any weight is read (a mismatch is refused, naming the rank), and on whether
  * every one loaded its shard; rank 0 alone writes outputs and logs at the chosen level, the
@@ -20,8 +22,15 @@
 #include "engine/model_session.h"
 
 struct cli_ranks {
-    struct comm comm;
+    struct comm comm;     /* CPU ranks: MPI_COMM_WORLD; else the single communicator */
     bool expert_parallel;
+    /* GPU ranks this process started (the cuda backend, --tensor-parallel N without mpirun): rank 0
+     * forks ranks 1 .. N-1, each on its own GPU, joined over NCCL by the session */
+    uint8_t nccl_id[128];
+    int rank, size;
+    int children[256];    /* rank 0: the pids of ranks 1 .. */
+    int n_children;
+    void *watchdog;       /* rank 0: the thread that stops every rank when one dies, owned */
 };
 
 /* The two options every command with ranks declares in its table. */

@@ -238,6 +238,10 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .kv_cache_dtype = a->kv_cache_dtype,
                               .batch_invariant = a->batch_invariant, .comm = st->ranks.comm.ops ? &st->ranks.comm : NULL,
                               .expert_parallel = st->ranks.expert_parallel};
+    if (st->ranks.size > 1) { /* GPU ranks this command started (cli_ranks.h) */
+        so.nccl_id = st->ranks.nccl_id;
+        so.nccl_rank = st->ranks.rank, so.nccl_size = st->ranks.size, so.device = st->ranks.rank;
+    }
     enum status s = cli_ranks_loaded(&st->ranks, model_session_open(&st->s, a->model, &so, err), err);
     if (s)
         return s;
@@ -273,8 +277,8 @@ static void serve_run_until_signal(struct serve_state *st, const struct serve_ar
              (double)kv_cache_bytes(&s->local, s->kv.latent_dtype, s->kv.n_blocks, s->kv.block_size) / 1048576.0, a->max_seqs,
              a->max_tokens, a->max_ctx, a->no_prefix_cache ? ", no prefix cache" : "",
              a->api_key ? ", API key required" : "");
-    if (st->ranks.comm.size > 1) /* under mpirun a SIGTERM to mpirun kills every rank: stop this process */
-        LOG_INFO("serve: rank 0 of %d, pid %ld: SIGTERM here drains and stops every rank", st->ranks.comm.size,
+    if (st->s.shard.size > 1) /* under mpirun a SIGTERM to mpirun kills every rank: stop this process */
+        LOG_INFO("serve: rank 0 of %d, pid %ld: SIGTERM here drains and stops every rank", st->s.shard.size,
                  (long)getpid());
     printf("listening on http://%s:%d\n", a->host, server_port(&st->srv));
     fflush(stdout);
@@ -342,7 +346,7 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     serve_load_template(&st, a.model);
-    struct session_opts rso = {0};
+    struct session_opts rso = {.backend = a.backend};
     if (serve_size_cache(&a, &err) || cli_ranks_open(&st.ranks, opts, n, argc, argv, &rso, &err) ||
         serve_start(&st, &a, cli_smem_budget(opts, n), &err)) {
         LOG_ERROR("serve: %s", err.msg);

@@ -7,37 +7,47 @@
 #include "model/model_plan.h"
 #ifdef MOESERVE_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_comm_nccl.h"
 #endif
 
-/* The rank's share of the model (the whole model without ranks) and its local description. */
-static enum status session_shard(struct model_session *s, const struct session_opts *o, struct err *err)
+/* This session's ranks: NCCL ranks made here (o->nccl_id), a communicator given (o->comm), or one. */
+static void session_ranks(const struct session_opts *o, int *rank, int *size)
 {
-    s->shard = (struct model_shard){.rank = 0, .size = 1};
-    if (o && o->comm && o->comm->size > 1) {
-        s->shard = (struct model_shard){.rank = o->comm->rank, .size = o->comm->size,
-                                        .expert_parallel = o->expert_parallel};
-        if (strcmp(s->be.ops->name, "cpu") != 0)
-            return err_set(err, STATUS_UNSUPPORTED, "%d ranks on the %s backend: not built yet (CPU ranks under "
-                           "mpirun only)", o->comm->size, s->be.ops->name);
+    *rank = 0, *size = 1;
+    if (o && o->nccl_id)
+        *rank = o->nccl_rank, *size = o->nccl_size;
+    else if (o && o->comm)
+        *rank = o->comm->rank, *size = o->comm->size;
+}
+
+/* The rank's share of the model (the whole model without ranks) and its local description, before
+ * the backend: a GPU plans for its rank's shapes. The experts' layout where the user chose none:
+ * by width while it falls on the format's scale blocks, else by expert where the backend can. */
+static enum status session_shard(struct model_session *s, const struct session_opts *o, bool can_mask,
+                                 struct err *err)
+{
+    int rank, size;
+    session_ranks(o, &rank, &size);
+    s->shard = (struct model_shard){.rank = rank, .size = size, .expert_parallel = size > 1 && o->expert_parallel};
+    if (size > 1) {
         bool moe = false;
         for (int l = 0; l < s->desc.n_layers; l++)
             moe |= s->desc.layers[l].ffn == FFN_MOE;
-        if (!o->expert_parallel && moe) {
-            /* the planner's choice where the user made none */
+        if (o->expert_parallel && !moe)
+            return err_set(err, STATUS_INVALID, "--expert-parallel: %s has no routed experts",
+                           model_family_name(s->desc.family));
+        if (!o->expert_parallel && moe && can_mask) {
             struct plan_weights pw;
             model_plan_weights(&s->desc, &s->qc, &pw);
             const int blk = pw.experts == WEIGHT_NVFP4 ? 16 : pw.experts == WEIGHT_FP8_BLOCK ? 128 : 1;
             const char *why = "";
-            s->shard.expert_parallel = model_shard_choose_experts(&s->desc, o->comm->size, blk, &why);
+            s->shard.expert_parallel = model_shard_choose_experts(&s->desc, size, blk, &why);
             if (s->shard.expert_parallel)
-                LOG_INFO("routed experts by expert over %d ranks: %s", o->comm->size, why);
+                LOG_INFO("routed experts by expert over %d ranks: %s", size, why);
         }
-        if (s->shard.expert_parallel && !s->be.ops->moe_mask_ids)
-            return err_set(err, STATUS_UNSUPPORTED, "expert parallelism: backend %s cannot mask routed slots",
-                           s->be.ops->name);
-        if (o->expert_parallel && !moe)
-            return err_set(err, STATUS_INVALID, "--expert-parallel: %s has no routed experts",
-                           model_family_name(s->desc.family));
+        if (s->shard.expert_parallel && !can_mask)
+            return err_set(err, STATUS_UNSUPPORTED, "expert parallelism on the %s backend: not built yet (its "
+                           "routed slots cannot be masked); use the width split", o->backend);
     } else if (o && o->expert_parallel) {
         return err_set(err, STATUS_INVALID, "--expert-parallel needs more than one rank (--tensor-parallel N)");
     }
@@ -88,6 +98,10 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     enum kv_dtype latent = kv_cache_latent_dtype(kv_req);
+    /* the masking of other ranks' experts (moe_mask_ids) exists on the CPU backend only */
+    st = session_shard(s, o, strcmp(def.backend, "cpu") == 0, err);
+    if (st)
+        goto fail;
     if (latent == KV_DTYPE_FP8 && strcmp(def.backend, "cpu") != 0 &&
         (s->desc.kv_lora_rank % 4 || s->desc.qk_rope_head_dim % 2 || s->desc.index_head_dim % 4)) {
         /* the CUDA kernels read the rows' f32 scales and bf16 rope values in place (cuda_latent.cuh) */
@@ -110,10 +124,12 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
         struct plan_weights pw;
         struct plan_shapes ps;
         model_plan_weights(&s->desc, &s->qc, &pw);
-        st = model_plan_shapes(&s->desc, dir, &ps, err);
+        st = model_plan_shapes(&s->local, dir, &ps, err); /* this rank's shapes */
         ps.latent_mma = ps.mla && (latent == KV_DTYPE_BF16 || latent == KV_DTYPE_FP8);
         if (!st)
-            st = backend_cuda_create_for(&s->be, 0, o ? o->smem_budget : 0, &ps, &pw, err);
+            st = backend_cuda_create_for(&s->be, o ? o->device : 0, o ? o->smem_budget : 0, &ps, &pw, err);
+        if (!st && o && o->nccl_id)
+            st = cuda_comm_nccl_init(&s->nccl, &s->be, o->nccl_rank, o->nccl_size, o->nccl_id, err);
         if (!st && o)
             backend_cuda_set_attention_precision(&s->be, o->attention_precision);
     } else {
@@ -127,9 +143,11 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     }
     if (st)
         goto fail;
-    st = session_shard(s, o, err);
-    if (st)
+    if (s->shard.size > 1 && !(o->nccl_id || strcmp(s->be.ops->name, "cpu") == 0)) {
+        st = err_set(err, STATUS_UNSUPPORTED, "%d ranks on the %s backend: its ranks are NCCL's, which the "
+                     "command starts itself (--tensor-parallel N without mpirun)", s->shard.size, s->be.ops->name);
         goto fail;
+    }
     st = checkpoint_open(&s->ck, dir, err);
     if (st)
         goto fail;
@@ -144,7 +162,7 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     if (s->shard.size > 1) {
-        s->fwd.comm = o->comm;
+        s->fwd.comm = o->nccl_id ? &s->nccl : o->comm;
         if (s->shard.expert_parallel) {
             const struct shard_range ex = model_shard_experts(&s->desc, &s->shard);
             s->fwd.expert_lo = (int)ex.off, s->fwd.expert_hi = (int)(ex.off + ex.n);
@@ -160,6 +178,7 @@ fail:
 void model_session_close(struct model_session *s)
 {
     forward_free(&s->fwd);
+    comm_free(&s->nccl); /* before the backend whose stream it uses */
     kv_cache_free(&s->kv);
     model_weights_free(&s->w);
     checkpoint_close(&s->ck);

@@ -37,7 +37,11 @@ struct session_opts {
                                 V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision) */
     struct comm *comm;       /* borrowed: the ranks this session is one of (tensor parallelism over comm->size
                                 ranks: --tensor-parallel); NULL or one rank: the whole model */
-    bool expert_parallel;    /* with comm: routed experts partitioned by expert (--expert-parallel) */
+    bool expert_parallel;    /* with ranks: routed experts partitioned by expert (--expert-parallel) */
+    int device;              /* cuda: the GPU (a GPU rank's own) */
+    const uint8_t *nccl_id;  /* cuda: GPU ranks: the session joins rank nccl_rank of nccl_size over NCCL
+                                (cuda_comm_nccl.h) with this id (CUDA_NCCL_ID_BYTES); NULL: comm above */
+    int nccl_rank, nccl_size;
 };
 
 struct model_session {
@@ -45,6 +49,7 @@ struct model_session {
     struct model_desc desc;  /* the whole model's description */
     struct model_desc local; /* this rank's share (model_shard_desc): what the forward and the KV cache run */
     struct model_shard shard;
+    struct comm nccl;        /* the GPU ranks' communicator when session_opts.nccl_id made one */
     struct quant_config qc;
     struct backend be;
     struct model_weights w;
