@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# gpu_ranks.sh — on a GPU machine: GPU ranks (--backend cuda --tensor-parallel N, one process a GPU,
+# NCCL), in one call. With one GPU (the lent H200): the one-rank NCCL tests (test_comm_cuda) and the
+# refusal of more ranks than GPUs; with N >= 2 GPUs (issue 29's nvidia-h200-x2 / -x8): every golden
+# fixture's logits with N ranks against one GPU, and synthetic Qwen3-30B-A3B NVFP4 decode and
+# prefill at --tensor-parallel N against one GPU. A table last; logs in $OUT (one archive).
+#
+#   carry [".carry/ab", ".carry/lib"]    NEW=new [RANKS=N] tools/gpu_ranks.sh
+# NCCL: libnccl.so.2 from the machine (the system's, or PyTorch's wheel) is put on LD_LIBRARY_PATH.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/gpu_ranks}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$src/.carry/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+nccl=$(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2 /usr/local/cuda*/lib*/libnccl.so.2 2>/dev/null | head -1)
+[ -n "$nccl" ] || nccl=$(find / -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -1)
+[ -n "$nccl" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
+export NCCL_NVLS_ENABLE=0 # KINDS.md: NVLink multicast stays off
+d=/tmp/abx-${NEW:-new}
+rm -rf "$d" && mkdir -p "$d" && tar -xJf "$src/.carry/ab/${NEW:-new}.tar.xz" -C "$d" || exit 2
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+n=${RANKS:-$gpus}
+rows=("GPUs $gpus, ranks $n, NCCL ${nccl:-not found}")
+MOESERVE_SRC="$src" TMPDIR="$d" timeout 200 "$d/tests/test_comm_cuda" >"$out/test_comm_cuda.log" 2>&1
+rows+=("test_comm_cuda rc $? ($(grep -c '^\[       OK' "$out/test_comm_cuda.log") ok)")
+if [ "$n" -lt 2 ]; then
+    "$d/moeserve" logits --backend cuda --tensor-parallel 2 --tokens 1,2 --out "$out/x.bin" >"$out/refuse.log" 2>&1
+    rows+=("2 ranks on $gpus GPU: rc $? $(grep -m1 -o 'needs 2 GPUs.*' "$out/refuse.log")")
+else
+    for m in "$src"/tests/golden/models/* "$src"/tests/golden/quant/* "$src"/tests/golden/dsa/*; do
+        name=$(basename "$m")
+        "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 --out "$out/$name.1.bin" \
+            >"$out/$name.1.log" 2>&1 || { rows+=("$name: one GPU failed"); continue; }
+        timeout 120 "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 \
+            --tensor-parallel "$n" --out "$out/$name.n.bin" >"$out/$name.n.log" 2>&1
+        rc=$?
+        r=$(python3 - "$out/$name.1.bin" "$out/$name.n.bin" <<'PY'
+import struct, sys
+try:
+    a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+    x = struct.unpack("<%df" % (len(a) // 4), a); y = struct.unpack("<%df" % (len(b) // 4), b)
+    print("rel %.2e" % (max(abs(p - q) for p, q in zip(x, y)) / max(abs(v) for v in x)) if len(a) == len(b) else "size")
+except Exception as e:
+    print("none (%s)" % e)
+PY
+)
+        rows+=("$name: $n ranks rc $rc, $r $(grep -m1 -o 'error:.*' "$out/$name.n.log" | cut -c1-100)")
+    done
+    q=/tmp/qwen3-30b-nvfp4
+    [ -f "$q/config.json" ] || "$d/make_synth_checkpoint" --out "$q" --preset qwen3-30b-a3b --format nvfp4 >/dev/null 2>&1
+    for tp in 1 "$n"; do
+        "$d/moeserve" bench --backend cuda --model "$q" --batch 1,8,64 --prompt-len 2048 --decode-context 128 \
+            --decode 64 --tensor-parallel "$tp" --json >"$out/bench_tp$tp.json" 2>"$out/bench_tp$tp.err"
+        rows+=("qwen3 tp $tp: $(python3 -c "
+import json
+d = json.load(open('$out/bench_tp$tp.json'))
+print(' '.join('b%s %.1f' % (x['batch'], x['tok_s']) for x in d['decode']), 'prefill %.0f' % d['prefill']['tok_s'])" 2>&1 | tail -1)")
+    done
+fi
+printf '%s\n' "${rows[@]}"
+(cd "$out" && tar -czf /tmp/gpu_ranks.tgz --exclude='*.bin' . && find . -mindepth 1 -delete && mv /tmp/gpu_ranks.tgz .)
