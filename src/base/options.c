@@ -37,5 +37,7 @@ enum status options_read(struct options *o, struct err *err)
     s = env("MOESERVE_TRACE_OUT");
     o->trace_out = s ? s : "";
     o->mpi_launched = env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK");
+    s = env("OMPI_COMM_WORLD_LOCAL_RANK");
+    o->mpi_local_rank = s ? atoi(s) : -1;
     return STATUS_OK;
 }

@@ -17,6 +17,7 @@
 #endif
 
 #include "base/log.h"
+#include "base/options.h"
 #include "engine/ranks.h"
 
 /* What must be the same on every rank: the build and the whole command line. */
@@ -191,6 +192,30 @@ enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int 
         }
         if (r->comm.rank != 0 && log_get_level() > LOG_LEVEL_WARN)
             log_set_level(LOG_LEVEL_WARN);
+        if (so->backend && strcmp(so->backend, "cuda") == 0 && r->comm.size > 1) {
+            /* GPU ranks across nodes: NCCL, bootstrapped over MPI (rank 0's id to all); a rank's GPU is its
+             * index on its node */
+#ifdef MOESERVE_HAVE_CUDA
+            enum status ist = r->comm.rank == 0 ? cuda_comm_nccl_unique_id(r->nccl_id, err) : STATUS_OK;
+            if ((st = comm_agree(&r->comm, ist, err))) {
+                cli_ranks_close(r);
+                return st;
+            }
+            comm_broadcast(&r->comm, r->nccl_id, sizeof r->nccl_id, 0);
+            struct options env;
+            if ((st = options_read(&env, err))) {
+                cli_ranks_close(r);
+                return st;
+            }
+            r->rank = r->comm.rank, r->size = r->comm.size;
+            so->nccl_id = r->nccl_id;
+            so->nccl_rank = r->comm.rank, so->nccl_size = r->comm.size;
+            so->device = env.mpi_local_rank >= 0 ? env.mpi_local_rank : 0;
+#else
+            cli_ranks_close(r);
+            return err_set(err, STATUS_UNSUPPORTED, "--backend cuda: not in this build");
+#endif
+        }
     }
     so->comm = &r->comm;
     so->expert_parallel = r->expert_parallel;

@@ -83,6 +83,19 @@ expect "--expert-parallel on one rank" "needs more than one rank" \
 expect "nvfp4 split off its scale blocks" "not on the 16 in-feature scale blocks of nvfp4" \
     mpirun -np 4 "$bin" logits --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tokens 1,2 --out "$work/x.bin" \
     --tensor-parallel 4
+# GPU ranks on a machine without the GPUs: refused at once, no rank left behind (a CUDA build counts
+# the GPUs; under mpirun each rank's backend fails and the ranks agree on it)
+expect "--backend cuda --tensor-parallel 2, no GPUs" "needs 2 GPUs\|not in this build\|CUDA devices usable" \
+    "$bin" logits --backend cuda --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" --tensor-parallel 2
+expect "mpirun -np 2 --backend cuda, no GPUs" "CUDA devices usable\|not in this build\|not available" \
+    mpirun -np 2 "$bin" logits --backend cuda --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" \
+    --tensor-parallel 2
+sleep 0.5
+if pgrep -f "moeserve logits --backend cuda" >/dev/null; then
+    bad "GPU ranks left running after the refusals"
+else
+    ok "no GPU rank left running after the refusals"
+fi
 # a rank killed mid-decode: the job ends within 30 s with a message naming it, no rank left waiting
 t0=$(date +%s)
 mpirun -np 2 "$bin" generate --prompt "In the beginning" -n 20000 --max-context 20010 --allow-long-context \

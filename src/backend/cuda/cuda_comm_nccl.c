@@ -35,7 +35,9 @@ struct nccl_comm {
 static enum status nccl_load(struct nccl_lib *nl, struct err *err)
 {
     memset(nl, 0, sizeof *nl);
-    nl->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    /* NODELETE: ncclGetUniqueId leaves its bootstrap thread running in the library, which a dlclose
+     * would unmap under it */
+    nl->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!nl->lib)
         return err_set(err, STATUS_UNSUPPORTED, "GPU ranks need NCCL: cannot load libnccl.so.2 (%s); put its "
                        "folder on LD_LIBRARY_PATH", dlerror());
