@@ -98,8 +98,8 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     if (st)
         goto fail;
     enum kv_dtype latent = kv_cache_latent_dtype(kv_req);
-    /* the masking of other ranks' experts (moe_mask_ids) exists on the CPU backend only */
-    st = session_shard(s, o, strcmp(def.backend, "cpu") == 0, err);
+    /* both backends mask other ranks' routed slots (moe_mask_ids) */
+    st = session_shard(s, o, strcmp(def.backend, "cpu") == 0 || strcmp(def.backend, "cuda") == 0, err);
     if (st)
         goto fail;
     if (latent == KV_DTYPE_FP8 && strcmp(def.backend, "cpu") != 0 &&

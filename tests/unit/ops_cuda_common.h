@@ -44,6 +44,8 @@ struct pair {
     struct backend cpu;
     struct backend gpu;
     size_t budget;
+    int mask_lo, mask_hi; /* run_moe: the slots outside experts [lo, hi) masked (moe_mask_ids) on both
+                             backends first, as an expert-parallel rank does; hi 0: none */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -271,18 +273,25 @@ static inline void run_moe_tol(struct pair *p, enum weight_format fmt, int T, in
     float *work = malloc(wf * 4), *want = malloc((size_t)T * D * 4);
     struct moe_args ha = {
         .n_experts = E, .n_used = k, .d_model = D, .d_expert = I, .gate = hg, .up = hu, .down = hd};
+    int32_t *dids = dev_copy(&p->gpu, ids, (size_t)T * k * 4);
+    if (p->mask_hi) {
+        p->cpu.ops->moe_mask_ids(&p->cpu, ids, (size_t)T * k, p->mask_lo, p->mask_hi);
+        p->gpu.ops->moe_mask_ids(&p->gpu, dids, (size_t)T * k, p->mask_lo, p->mask_hi);
+        int32_t *back = (int32_t *)fetch(&p->gpu, dids, (size_t)T * k);
+        assert_memory_equal(back, ids, (size_t)T * k * 4);
+        free(back);
+    }
     p->cpu.ops->moe_experts(&p->cpu, x, T, ids, w, &ha, work, want);
     struct moe_args da = ha;
     da.gate = dg, da.up = du, da.down = dd;
     float *dx = dev_copy(&p->gpu, x, (size_t)T * D * 4), *dw = dev_copy(&p->gpu, w, (size_t)T * k * 4);
-    int32_t *dids = dev_copy(&p->gpu, ids, (size_t)T * k * 4);
     float *dwork = dev_nan(&p->gpu, wf), *dout = dev_nan(&p->gpu, (size_t)T * D);
     p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
     gpu_ok(&p->gpu);
     float *got = fetch(&p->gpu, dout, (size_t)T * D);
     char what[128];
-    snprintf(what, sizeof what, "moe_experts %s T=%d E=%d k=%d D=%d I=%d%s", weight_format_name(fmt), T, E, k,
-             D, I, skewed ? " skewed" : "");
+    snprintf(what, sizeof what, "moe_experts %s T=%d E=%d k=%d D=%d I=%d%s%s", weight_format_name(fmt), T, E, k,
+             D, I, skewed ? " skewed" : "", p->mask_hi ? " masked" : "");
     double e = check_close(what, got, want, (size_t)T * D, tol);
     print_message("    %-56s rel err %.2e\n", what, e);
     /* a second call through the cached expert table must give the same numbers bit for bit */

@@ -333,6 +333,15 @@ static void test_moe_experts(void **state)
         if (getenv("MOESERVE_OPS_NO_CUBLAS"))
             force_own_gemms(p);
     }
+    /* expert parallelism: the slots of another rank's experts masked first (moe_mask_ids on both
+     * backends), through the pairs, the grouped tiles and the sorted GEMMs */
+    p->mask_lo = 4, p->mask_hi = 12;
+    run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 1024, 384, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 8, 16, 4, 1024, 384, true, &rng);
+    run_moe(p, WEIGHT_NVFP4, 24, 64, 8, 1024, 384, false, &rng);
+    run_moe(p, WEIGHT_NVFP4, 150, 16, 4, 512, 256, true, &rng);
+    run_moe(p, WEIGHT_BF16, 70, 16, 4, 64, 48, false, &rng);
+    p->mask_lo = p->mask_hi = 0;
 }
 
 int main(void)

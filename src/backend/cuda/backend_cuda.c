@@ -98,6 +98,7 @@ static const struct backend_ops CUDA_OPS = {
     .router_route = cu_router_route,
     .norm_router_route = cu_norm_router_route,
     .moe_experts = cu_moe_experts,
+    .moe_mask_ids = cu_moe_mask_ids,
     .add = cu_add,
     .linear_multi = cu_linear_multi,
     .attn_prep = cu_attn_prep,

@@ -148,6 +148,7 @@ bool cu_router_route(struct backend *be, const struct weight *router, const floa
 bool cu_norm_router_route(struct backend *be, float *h, const float *delta, const float *norm_w, float eps, const struct weight *router, int n_tokens, const struct route_args *args, float *x, float *logits, int32_t *ids, float *weights);
 void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const struct route_args *args, int32_t *ids, float *weights);
 void cu_add(struct backend *be, float *y, const float *x, size_t n);
+void cu_moe_mask_ids(struct backend *be, int32_t *ids, size_t n, int lo, int hi);
 void cu_layernorm(struct backend *be, const float *x, const float *w, const float *b, int rows, int dim, float eps, float *y);
 void cu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w, float eps, const float *idx_k, int n_tokens, const int32_t *slots);
 void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *q, int n_tokens, float *q_abs);

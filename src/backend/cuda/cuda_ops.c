@@ -157,6 +157,12 @@ void cu_moe_route(struct backend *be, const float *logits, int n_tokens, const s
 }
 
 
+void cu_moe_mask_ids(struct backend *be, int32_t *ids, size_t n, int lo, int hi)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    CHECK(c, cuda_moe_mask_ids(c->stream, ids, n, lo, hi));
+}
+
 void cu_add(struct backend *be, float *y, const float *x, size_t n)
 {
     struct cuda_backend *c = cuda_ctx(be);

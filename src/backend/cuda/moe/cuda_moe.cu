@@ -83,11 +83,26 @@ __global__ void moe_combine_kernel(const int32_t *ids, const float *weights, int
     }
 }
 
+__global__ void moe_mask_ids_kernel(int32_t *ids, size_t n, int lo, int hi)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && (ids[i] < lo || ids[i] >= hi))
+        ids[i] = -1;
+}
+
 } // namespace
 
 extern "C" int cuda_moe_max_tiles(int pairs, int n_experts, int tile_rows)
 {
     return (pairs + tile_rows - 1) / tile_rows + (n_experts < pairs ? n_experts : pairs);
+}
+
+extern "C" cudaError_t cuda_moe_mask_ids(cudaStream_t stream, int32_t *ids, size_t n, int lo, int hi)
+{
+    if (!n)
+        return cudaSuccess;
+    moe_mask_ids_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(ids, n, lo, hi);
+    return CUDA_LAUNCH_RESULT();
 }
 
 extern "C" cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, int n_experts,

@@ -63,6 +63,9 @@ cudaError_t cuda_moe_sort(cudaStream_t stream, const int32_t *ids, int pairs, in
  * weights[t, j] * y[row_of_pair[t * n_used + j], :] */
 cudaError_t cuda_moe_combine(cudaStream_t stream, const int32_t *ids, const float *weights, int n_tokens,
                              int n_used, int dim, const int32_t *row_of_pair, const float *y, float *out);
+/* ids[i] = -1 outside [lo, hi): another rank's experts under expert parallelism (the sort, the
+ * pair kernels and the combine skip such slots) */
+cudaError_t cuda_moe_mask_ids(cudaStream_t stream, int32_t *ids, size_t n, int lo, int hi);
 
 #ifdef __cplusplus
 }
