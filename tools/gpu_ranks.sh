@@ -23,9 +23,48 @@ n=${RANKS:-$gpus}
 rows=("GPUs $gpus, ranks $n, NCCL ${nccl:-not found}")
 MOESERVE_SRC="$src" TMPDIR="$d" timeout 200 "$d/tests/test_comm_cuda" >"$out/test_comm_cuda.log" 2>&1
 rows+=("test_comm_cuda rc $? ($(grep -c '^\[       OK' "$out/test_comm_cuda.log") ok)")
+compare() { # two float32 files: max |a - b| / max |a|, "identical", or why not
+    python3 - "$1" "$2" <<'PY'
+import struct, sys
+try:
+    a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+    if a == b:
+        print("identical"); sys.exit()
+    x = struct.unpack("<%df" % (len(a) // 4), a); y = struct.unpack("<%df" % (len(b) // 4), b)
+    print("rel %.2e" % (max(abs(p - q) for p, q in zip(x, y)) / max(abs(v) for v in x)) if len(a) == len(b) else "size")
+except Exception as e:
+    print("none (%s)" % e)
+PY
+}
 if [ "$n" -lt 2 ]; then
     "$d/moeserve" logits --backend cuda --tensor-parallel 2 --tokens 1,2 --out "$out/x.bin" >"$out/refuse.log" 2>&1
     rows+=("2 ranks on $gpus GPU: rc $? $(grep -m1 -o 'needs 2 GPUs.*' "$out/refuse.log")")
+    # --tensor-parallel 1: one NCCL rank, every collective of the multi-GPU path, against the plain run
+    for m in "$src"/tests/golden/models/qwen3_basic "$src"/tests/golden/models/glm4_basic "$src"/tests/golden/dsa/dsa_basic \
+        "$src"/tests/golden/quant/qwen3_basic_nvfp4 "$src"/models/moeserve-tiny; do
+        name=$(basename "$m")
+        "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 --out "$out/$name.0.bin" \
+            >"$out/$name.0.log" 2>&1
+        "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 --tensor-parallel 1 \
+            --out "$out/$name.1.bin" >"$out/$name.1.log" 2>&1
+        rows+=("$name: --tensor-parallel 1 (NCCL) rc $? vs plain: $(compare "$out/$name.0.bin" "$out/$name.1.bin")")
+    done
+    "$d/moeserve" generate --backend cuda -n 48 --prompt "In the beginning" >"$out/gen0.txt" 2>/dev/null
+    "$d/moeserve" generate --backend cuda -n 48 --prompt "In the beginning" --tensor-parallel 1 >"$out/gen1.txt" 2>"$out/gen1.log"
+    cmp -s "$out/gen0.txt" "$out/gen1.txt" && rows+=("generate 48 tokens (decode graphs with NCCL): same text") ||
+        rows+=("generate 48 tokens: text differs or failed: $(tail -1 "$out/gen1.log")")
+    q=/tmp/qwen3-30b-nvfp4
+    [ -f "$q/config.json" ] || "$d/make_synth_checkpoint" --out "$q" --preset qwen3-30b-a3b --format nvfp4 >/dev/null 2>&1
+    for tp in none 1; do
+        flag=
+        [ $tp = 1 ] && flag="--tensor-parallel 1"
+        "$d/moeserve" bench --backend cuda --model "$q" --batch 1,8,64 --prompt-len 512 --decode-context 128 \
+            --decode 64 $flag --json >"$out/bench_$tp.json" 2>"$out/bench_$tp.err"
+        rows+=("qwen3 tp $tp: $(python3 -c "
+import json
+d = json.load(open('$out/bench_$tp.json'))
+print(' '.join('b%s %.1f' % (x['batch'], x['tok_s']) for x in d['decode']), 'prefill %.0f' % d['prefill']['tok_s'])" 2>&1 | tail -1)")
+    done
 else
     for m in "$src"/tests/golden/models/* "$src"/tests/golden/quant/* "$src"/tests/golden/dsa/*; do
         name=$(basename "$m")
@@ -34,16 +73,7 @@ else
         timeout 120 "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 \
             --tensor-parallel "$n" --out "$out/$name.n.bin" >"$out/$name.n.log" 2>&1
         rc=$?
-        r=$(python3 - "$out/$name.1.bin" "$out/$name.n.bin" <<'PY'
-import struct, sys
-try:
-    a, b = (open(p, "rb").read() for p in sys.argv[1:3])
-    x = struct.unpack("<%df" % (len(a) // 4), a); y = struct.unpack("<%df" % (len(b) // 4), b)
-    print("rel %.2e" % (max(abs(p - q) for p, q in zip(x, y)) / max(abs(v) for v in x)) if len(a) == len(b) else "size")
-except Exception as e:
-    print("none (%s)" % e)
-PY
-)
+        r=$(compare "$out/$name.1.bin" "$out/$name.n.bin")
         rows+=("$name: $n ranks rc $rc, $r $(grep -m1 -o 'error:.*' "$out/$name.n.log" | cut -c1-100)")
     done
     q=/tmp/qwen3-30b-nvfp4

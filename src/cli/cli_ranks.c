@@ -156,9 +156,13 @@ enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int 
     r->expert_parallel = cli_flag(opts, n_opts, "expert-parallel");
     if (!cli_get(opts, n_opts, "tensor-parallel", NULL))
         tp = 1;
-    if (tp == 1 && !comm_mpi_launched()) {
+    const bool cuda = so->backend && strcmp(so->backend, "cuda") == 0;
+    const bool given = cli_get(opts, n_opts, "tensor-parallel", NULL) != NULL;
+    if (tp == 1 && !comm_mpi_launched() && !(cuda && given)) {
         comm_init_single(&r->comm);
-    } else if (!comm_mpi_launched() && so->backend && strcmp(so->backend, "cuda") == 0) {
+    } else if (!comm_mpi_launched() && cuda) {
+        /* GPU ranks; an explicit --tensor-parallel 1 is one NCCL rank (every collective of the
+         * multi-GPU path runs, on one GPU) */
         comm_init_single(&r->comm);
 #ifdef MOESERVE_HAVE_CUDA
         st = ranks_spawn(r, (int)tp, so, err);

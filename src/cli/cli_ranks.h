@@ -3,7 +3,8 @@
  * CPU ranks are processes started by mpirun (`mpirun -np N moeserve logits --tensor-parallel N
  * ...`); GPU ranks (--backend cuda) are started by the command itself, one process a GPU (rank r on
  * GPU r), joined over NCCL, and a rank that dies stops the others within a second with a message
- * naming it (a watchdog in rank 0; the others die with rank 0). Rank 0 runs the command; the others load their shards and then run every forward pass
+ * naming it (a watchdog in rank 0; the others die with rank 0); `--backend cuda --tensor-parallel 1`
+ * is one NCCL rank. Rank 0 runs the command; the others load their shards and then run every forward pass
  * rank 0 sends them (engine/ranks.h) until it stops them. The ranks agree on the binary and the
  * command line before any weight is read (a mismatch is refused, naming the rank), and on whether
  * every one loaded its shard; rank 0 alone writes outputs and logs at the chosen level, the

@@ -161,6 +161,8 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
     st = forward_init(&s->fwd, &s->local, &s->w, &s->be, &s->kv, def.max_tokens, def.max_seqs, err);
     if (st)
         goto fail;
+    if (o && o->nccl_id) /* GPU ranks, one rank too (--tensor-parallel 1: the NCCL path on one GPU) */
+        s->fwd.comm = &s->nccl;
     if (s->shard.size > 1) {
         s->fwd.comm = o->nccl_id ? &s->nccl : o->comm;
         if (s->shard.expert_parallel) {
