@@ -76,6 +76,12 @@ else
         r=$(compare "$out/$name.1.bin" "$out/$name.n.bin")
         rows+=("$name: $n ranks rc $rc, $r $(grep -m1 -o 'error:.*' "$out/$name.n.log" | cut -c1-100)")
     done
+    # NCCL's all-reduce over the N GPUs, 256 B .. 16 MiB (issue 29's table; NCCL_P2P_DISABLE=1: the host path)
+    for p2p in 0 1; do
+        NCCL_P2P_DISABLE=$p2p "$d/moeserve" bench --backend cuda --allreduce --tensor-parallel "$n" \
+            >"$out/allreduce_p2p_off$p2p.txt" 2>"$out/allreduce_p2p_off$p2p.err"
+        rows+=("allreduce NCCL_P2P_DISABLE=$p2p rc $?: $(awk 'NR > 2 && ($1 == 256 || $1 == 1048576 || $1 == 16777216) {printf "%s B %s us %s GB/s; ", $1, $3, $5}' "$out/allreduce_p2p_off$p2p.txt")")
+    done
     q=/tmp/qwen3-30b-nvfp4
     [ -f "$q/config.json" ] || "$d/make_synth_checkpoint" --out "$q" --preset qwen3-30b-a3b --format nvfp4 >/dev/null 2>&1
     for tp in 1 "$n"; do

@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "cli/bench_runs.h"
 #include "cli/cli_args.h"
+#include "cli/bench_allreduce.h"
 #include "cli/cli_ranks.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
@@ -404,6 +405,8 @@ int cmd_bench(int argc, char **argv)
         {.name = "copy-mib", .metavar = "N", .help = "buffer of the copy-bandwidth measurement, far above the "
                                                      "last-level cache (default 1024)"},
         {.name = "json", .help = "print JSON instead of a table"},
+        {.name = "allreduce", .help = "time the ranks' all-reduce at 256 B .. 16 MiB instead of the model (with "
+                                      "--tensor-parallel N: the communicator a pass uses)"},
         CLI_RANK_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
@@ -451,8 +454,15 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     int frc = 0;
-    if (cli_ranks_loaded(&ranks, model_session_open(&s, r.model, &so, &err), &err) ||
-        cli_ranks_follow(&ranks, &s, &frc)) {
+    if (!cli_ranks_loaded(&ranks, model_session_open(&s, r.model, &so, &err), &err) &&
+        cli_flag(opts, n, "allreduce")) { /* every rank times the collective; none follows */
+        struct comm *c = s.fwd.comm ? s.fwd.comm : &ranks.comm;
+        frc = bench_allreduce_run(&s, c, cli_flag(opts, n, "json"));
+        model_session_close(&s);
+        cli_ranks_close(&ranks);
+        return frc;
+    }
+    if (err.code || cli_ranks_follow(&ranks, &s, &frc)) {
         if (err.code)
             LOG_ERROR("%s", err.msg);
         model_session_close(&s);

@@ -129,6 +129,17 @@ else
     kill -9 "$job" 2>/dev/null
     bad "a follower killed mid-decode: no rank process to kill"
 fi
+# the all-reduce table every rank times (bench --allreduce): 256 B .. 16 MiB over MPI
+j=$("${MPIRUN[@]}" -np 2 "$bin" bench --allreduce --tensor-parallel 2 --json 2>"$work/allreduce.log")
+if echo "$j" | python3 -c "
+import json, sys
+d = json.load(sys.stdin); a = d['allreduce']
+assert d['ranks'] == 2 and d['comm'] == 'mpi' and len(a) == 17, d
+assert a[0]['bytes'] == 256 and a[-1]['bytes'] == 16 << 20 and all(x['us'] > 0 for x in a), a"; then
+    ok "bench --allreduce over 2 ranks: 17 sizes, 256 B .. 16 MiB"
+else
+    bad "bench --allreduce over 2 ranks: $(echo "$j" | head -c 200) $(tail -2 "$work/allreduce.log")"
+fi
 # the layout the planner prints: the MLA model by heads with the latent replicated; NVFP4 experts too
 # narrow for their scale blocks over 4 ranks go by expert, saying why
 j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 2 --json 2>/dev/null)
