@@ -16,6 +16,9 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 # the CI and the dev machine run as root; Open MPI refuses that unless told
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# containers often forbid the cross-process memory attach (CMA) Open MPI's shared-memory transport
+# tries first; copy through the shared segment instead
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # The ASan build (make test-asan): Open MPI keeps memory in the components it unloads at
 # MPI_Finalize, whose frames LeakSanitizer can no longer name (so no suppression matches them):
 # leak checks off under mpirun only; ASan's other checks stay on, and the one-rank runs here, the

@@ -29,7 +29,8 @@ export async function startServer(extraArgs = []) {
   const proc = spawn(cmd, argv, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, MOESERVE_LOG: process.env.MOESERVE_LOG ?? 'info',
-           OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' },
+           OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1',
+           OMPI_MCA_btl_vader_single_copy_mechanism: 'none' },
   });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
