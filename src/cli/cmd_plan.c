@@ -157,8 +157,7 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
     }
     const char *ep_why = "--expert-parallel";
     if (dir && shard->size > 1 && !ep_given) { /* the session's own choice (model_session.c) */
-        const int blk = w->experts == WEIGHT_NVFP4 ? 16 : w->experts == WEIGHT_FP8_BLOCK ? 128 : 1;
-        shard->expert_parallel = model_shard_choose_experts(&d, shard->size, blk, &ep_why);
+        shard->expert_parallel = model_shard_choose_experts(&d, shard->size, w->experts, &ep_why);
     }
     struct shard_part parts[12];
     const int n_parts = dir && shard->size > 1 ? model_shard_layout(&d, shard, parts, 12) : 0;

@@ -39,9 +39,8 @@ static enum status session_shard(struct model_session *s, const struct session_o
         if (!o->expert_parallel && moe && can_mask) {
             struct plan_weights pw;
             model_plan_weights(&s->desc, &s->qc, &pw);
-            const int blk = pw.experts == WEIGHT_NVFP4 ? 16 : pw.experts == WEIGHT_FP8_BLOCK ? 128 : 1;
             const char *why = "";
-            s->shard.expert_parallel = model_shard_choose_experts(&s->desc, size, blk, &why);
+            s->shard.expert_parallel = model_shard_choose_experts(&s->desc, size, pw.experts, &why);
             if (s->shard.expert_parallel)
                 LOG_INFO("routed experts by expert over %d ranks: %s", size, why);
         }

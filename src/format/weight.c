@@ -97,6 +97,11 @@ void weight_dequant_row(const struct weight *w, int64_t row, float *out)
     }
 }
 
+int weight_format_in_block(enum weight_format f)
+{
+    return f == WEIGHT_NVFP4 ? 16 : f == WEIGHT_FP8_BLOCK ? 128 : 1;
+}
+
 /* bytes of one row of data (every format stores whole rows) */
 static size_t row_bytes(const struct weight *w)
 {
@@ -135,12 +140,12 @@ const char *weight_slice_cols(const struct weight *w, int64_t off, int64_t n, st
     case WEIGHT_BF16:
     case WEIGHT_F16: esz_num = 2; break;
     case WEIGHT_FP8_BLOCK:
-        if (off % 128 || (n % 128 && off + n != w->cols))
+        if (off % weight_format_in_block(w->format) || (n % weight_format_in_block(w->format) && off + n != w->cols))
             return "the split is not on the 128 in-feature scale blocks of fp8-block128";
         esz_num = 1;
         break;
     case WEIGHT_NVFP4:
-        if (off % 16 || n % 16)
+        if (off % weight_format_in_block(w->format) || n % weight_format_in_block(w->format))
             return "the split is not on the 16 in-feature scale blocks of nvfp4";
         esz_num = 1, esz_den = 2;
         break;

@@ -7,7 +7,7 @@
  *
  * defines: enum weight_format, struct weight, weight_format_name(), weight_data_bytes(),
  *          weight_scale_bytes(), weight_bytes(),
- *          weight_dequant_row(), weight_slice_rows(), weight_slice_cols()
+ *          weight_dequant_row(), weight_slice_rows(), weight_slice_cols(), weight_format_in_block()
  */
 #ifndef MOESERVE_FORMAT_WEIGHT_H
 #define MOESERVE_FORMAT_WEIGHT_H
@@ -44,6 +44,9 @@ size_t weight_bytes(const struct weight *w);
  * e4m3*scale are representable products). Host memory only; the portable
  * reference that kernels and round-trip tests compare against. */
 void weight_dequant_row(const struct weight *w, int64_t row, float *out);
+/* In-features one scale block covers: 16 NVFP4, 128 FP8 block, 1 for the plain formats (a split of
+ * the in-features must fall on these). */
+int weight_format_in_block(enum weight_format f);
 /* Rows [off, off + n) of w as a view into the same memory (a rank's share of a column-parallel
  * layer); the bias is not touched. NULL, or the reason the split does not fall on w's scale
  * blocks (FP8: 128 rows; NVFP4 and plain formats: any row). */

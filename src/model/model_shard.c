@@ -116,13 +116,13 @@ enum status model_shard_desc(const struct model_desc *d, const struct model_shar
     return STATUS_OK;
 }
 
-bool model_shard_choose_experts(const struct model_desc *d, int size, int expert_block, const char **why)
+bool model_shard_choose_experts(const struct model_desc *d, int size, enum weight_format experts, const char **why)
 {
     if (size <= 1 || !desc_has(d, FFN_MOE)) {
         *why = "one rank (or no routed experts): nothing to split";
         return false;
     }
-    const int blk = expert_block > 1 ? expert_block : 1;
+    const int blk = weight_format_in_block(experts);
     if (d->d_expert % size == 0 && (d->d_expert / size) % blk == 0) {
         *why = "each expert's width splits into whole scale blocks: every rank reads its share of every touched "
                "expert (no load imbalance, no dispatch), one all-reduce a layer";

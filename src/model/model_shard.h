@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "format/weight.h"
 #include "model/model_desc.h"
 
 struct model_shard {
@@ -63,9 +64,9 @@ struct shard_range model_shard_experts(const struct model_desc *d, const struct 
 
 /* The routed experts' layout over `size` ranks when the user did not ask for one: split by width
  * (TP-MoE: every rank reads 1/size of each touched expert, no imbalance) while each rank's width
- * is whole scale blocks of the experts' format (expert_block in-features: 16 NVFP4, 128 FP8, 1
- * plain), else by expert where the experts divide. True for EP; *why says which and why. */
-bool model_shard_choose_experts(const struct model_desc *d, int size, int expert_block, const char **why);
+ * is whole scale blocks of the experts' format (weight_format_in_block), else by expert where the
+ * experts divide. True for EP; *why says which and why. */
+bool model_shard_choose_experts(const struct model_desc *d, int size, enum weight_format experts, const char **why);
 
 /* One row of the layout `moeserve plan --tensor-parallel N` prints. */
 struct shard_part {

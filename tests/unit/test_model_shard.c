@@ -134,8 +134,8 @@ static void test_ranges_and_local_desc(void **state)
     assert_int_equal(ex.n, 2);
     /* the experts' layout the planner picks: by width while a rank's width is whole NVFP4 blocks */
     const char *why = NULL;
-    assert_false(model_shard_choose_experts(&d, 2, 16, &why));
-    assert_true(model_shard_choose_experts(&d, 4, 16, &why)); /* 8 in-features a rank: by expert */
+    assert_false(model_shard_choose_experts(&d, 2, WEIGHT_NVFP4, &why));
+    assert_true(model_shard_choose_experts(&d, 4, WEIGHT_NVFP4, &why)); /* 8 in-features a rank: by expert */
     assert_non_null(strstr(why, "scale blocks"));
     /* widths that do not divide are refused, naming them */
     d = toy(6, 2, 96, 32, 8, 320, l);

@@ -24,6 +24,15 @@ __device__ __forceinline__ uint32_t flag_load(const uint32_t *p)
     return v;
 }
 
+/* element i summed over the ranks' buffers in rank order (the same bits on every rank) */
+__device__ __forceinline__ float sum_over_ranks(const cuda_ar_peers &p, size_t i)
+{
+    float s = __ldcv(p.data[0] + i);
+    for (int r = 1; r < p.size; r++)
+        s = __fadd_rn(s, __ldcv(p.data[r] + i));
+    return s;
+}
+
 /* one block, a thread a peer: announce, then wait for every peer's announcement */
 __global__ void ar_barrier_kernel(cuda_ar_peers p, uint32_t epoch)
 {
@@ -45,23 +54,15 @@ __global__ void ar_barrier_kernel(cuda_ar_peers p, uint32_t epoch)
 
 __global__ void ar_one_shot_kernel(cuda_ar_peers p, size_t n, float *out)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float s = __ldcv(p.data[0] + i);
-        for (int r = 1; r < p.size; r++)
-            s = __fadd_rn(s, __ldcv(p.data[r] + i));
-        out[i] = s;
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = sum_over_ranks(p, i);
 }
 
 __global__ void ar_reduce_slice_kernel(cuda_ar_peers p, size_t off, size_t len)
 {
     float *mine = p.data[p.rank] + off;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
-        float s = __ldcv(p.data[0] + off + i);
-        for (int r = 1; r < p.size; r++)
-            s = __fadd_rn(s, __ldcv(p.data[r] + off + i));
-        mine[i] = s;
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x)
+        mine[i] = sum_over_ranks(p, off + i);
 }
 
 __global__ void ar_gather_slices_kernel(cuda_ar_peers p, size_t n, float *out)
@@ -81,10 +82,7 @@ __global__ void ar_add_rmsnorm_kernel(cuda_ar_peers p, int dim, float *h, const 
     float *hr = h + r * (size_t)dim;
     float ss = 0.0f;
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
-        float s = __ldcv(p.data[0] + r * (size_t)dim + d);
-        for (int q = 1; q < p.size; q++)
-            s = __fadd_rn(s, __ldcv(p.data[q] + r * (size_t)dim + d));
-        const float v = __fadd_rn(hr[d], s);
+        const float v = __fadd_rn(hr[d], sum_over_ranks(p, r * (size_t)dim + d));
         hr[d] = v;
         ss = fmaf(v, v, ss);
     }
