@@ -55,7 +55,7 @@
  * Nothing here is committed: benchmarks make the checkpoint on the machine
  * that runs them.
  *
- * usage: make_synth_checkpoint --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice]
+ * usage: make_synth_checkpoint --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice|glm5]
  *                              [--format bf16|nvfp4] [--layers N] [--seed S] [--embed-scale X]
  *                              [--tokenizer DIR] [--config-only]
  * --tokenizer DIR copies DIR's tokenizer.json (and tokenizer_config.json) beside the weights, so
@@ -76,38 +76,8 @@
 #include "base/json.h"
 #include "base/timer.h"
 #include "format/tokenizer.h"
-
-enum synth_family { FAMILY_QWEN3_MOE, FAMILY_GLM_MOE_DSA };
-
-struct shape_preset {
-    const char *name;
-    enum synth_family family;
-    int vocab, d_model, n_layers, n_heads, n_kv, head_dim, n_experts, k, d_expert;
-    /* glm_moe_dsa only (spec C.1): leading dense layers and their width, shared experts,
-     * MLA ranks and head dims, the DSA indexer */
-    int n_dense, d_ff, n_shared, q_lora, kv_lora, nope, rope, v_dim, index_heads, index_dim, index_topk;
-};
-
-/* one preset per few lines reads better than one field per line */
-/* clang-format off */
-static const struct shape_preset PRESETS[] = {
-    /* seconds to write and to run on a CPU: the command-line tests */
-    {.name = "tiny", .family = FAMILY_QWEN3_MOE, .vocab = 1024, .d_model = 256, .n_layers = 2, .n_heads = 4,
-     .n_kv = 2, .head_dim = 64, .n_experts = 8, .k = 2, .d_expert = 128},
-    /* hidden 2048, 8 layers, 64 experts top-8: the CPU decode benchmark of issue 2 */
-    {.name = "cpu-bench", .family = FAMILY_QWEN3_MOE, .vocab = 151936, .d_model = 2048, .n_layers = 8,
-     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 64, .k = 8, .d_expert = 768},
-    /* Qwen3-30B-A3B (spec/models.md A.1) */
-    {.name = "qwen3-30b-a3b", .family = FAMILY_QWEN3_MOE, .vocab = 151936, .d_model = 2048, .n_layers = 48,
-     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 128, .k = 8, .d_expert = 768},
-    /* GLM-5 (spec C.1) over 4 layers by default, 1 dense + MoE: the slice benchmark of issue 7.
-     * head_dim = qk_rope_head_dim, as the config class sets it; n_kv = n_heads (no GQA). */
-    {.name = "glm5-slice", .family = FAMILY_GLM_MOE_DSA, .vocab = 154880, .d_model = 6144, .n_layers = 4,
-     .n_heads = 64, .n_kv = 64, .head_dim = 64, .n_experts = 256, .k = 8, .d_expert = 2048, .n_dense = 1,
-     .d_ff = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512, .nope = 192, .rope = 64, .v_dim = 256,
-     .index_heads = 32, .index_dim = 128, .index_topk = 2048},
-};
-/* clang-format on */
+#include "format/weight_synth.h"
+#include "model/synth_preset.h"
 
 enum synth_format { SYNTH_BF16, SYNTH_NVFP4 };
 
@@ -115,12 +85,10 @@ enum fill {
     FILL_MATRIX, /* BF16 uniform in [-value, value) */
     FILL_NORM,   /* BF16 1 + uniform in [-0.2, 0.2) */
     FILL_CODES,  /* random bytes: two E2M1 codes each */
-    FILL_SCALES, /* random E4M3 bytes in [SCALE_LO, SCALE_HI] */
+    FILL_SCALES, /* random E4M3 bytes in [WS_SCALE_LO, WS_SCALE_HI] */
     FILL_SCALAR, /* one F32 = value */
 };
 
-/* E4M3 block scales 0x68 = 64.0 .. 0x7e = 448.0 (the largest finite E4M3). */
-enum { SCALE_LO = 0x68, SCALE_HI = 0x7e };
 /* amax of a block's input activations assumed by input_scale (RMSNorm'ed inputs are O(1)) */
 #define INPUT_AMAX 8.0f
 
@@ -136,12 +104,11 @@ struct tensor_spec {
 };
 
 struct synth {
-    struct shape_preset s;
+    struct synth_preset s;
     enum synth_format format;
     struct tensor_spec *ts; /* (n) owned */
     size_t n, cap;
     uint64_t data_bytes;
-    float nvfp4_scale2_unit; /* weight_scale_2 * sqrt(fan_in): see synth_nvfp4_unit() */
     float embed_scale;       /* --embed-scale: see "Routing" above */
 };
 
@@ -162,18 +129,6 @@ static uint64_t rng_seed(uint64_t seed, uint64_t tensor, uint64_t pos)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     return z ? z : 1;
-}
-
-/* std(e2m1 * e4m3) over uniform codes and scales = rms(codes) * rms(scales), both centred
- * (codes are symmetric); weight_scale_2 = (1/sqrt(fan_in)) / that. */
-static float synth_nvfp4_unit(void)
-{
-    double c2 = 0, s2 = 0;
-    for (int c = 0; c < 16; c++)
-        c2 += (double)e2m1_to_f32((uint8_t)c) * e2m1_to_f32((uint8_t)c);
-    for (int b = SCALE_LO; b <= SCALE_HI; b++)
-        s2 += (double)e4m3_to_f32((uint8_t)b) * e4m3_to_f32((uint8_t)b);
-    return (float)(1.0 / (sqrt(c2 / 16) * sqrt(s2 / (SCALE_HI - SCALE_LO + 1))));
 }
 
 static int synth_add(struct synth *sy, enum fill fill, enum dtype dt, int n_dims, int64_t rows, int64_t cols,
@@ -215,20 +170,6 @@ static int synth_add(struct synth *sy, enum fill fill, enum dtype dt, int n_dims
     return 0;
 }
 
-/* The module patterns `moeserve quantize` leaves unquantized by default: keep this list equal to
- * DEFAULT_EXCLUDES in src/engine/quantize.c, so a synthetic NVFP4 file is what quantizing a real
- * BF16 checkpoint would give, and the loader's check against quantization_config agrees. */
-static const char *const EXCLUDES[] = {"lm_head", "*embed_tokens*", "*.mlp.gate", "*.mlp.shared_expert_gate",
-                                       "*.indexer.weights_proj"};
-
-static bool synth_excluded(const char *module)
-{
-    for (size_t i = 0; i < sizeof EXCLUDES / sizeof EXCLUDES[0]; i++)
-        if (fnmatch(EXCLUDES[i], module, 0) == 0)
-            return true;
-    return false;
-}
-
 /* One linear layer `prefix` with W [rows out, cols in]: the four NVFP4 tensors with --format
  * nvfp4 unless an exclude names the module, else BF16. */
 static int synth_add_linear(struct synth *sy, int64_t rows, int64_t cols, const char *fmt, ...)
@@ -241,7 +182,7 @@ static int synth_add_linear(struct synth *sy, int64_t rows, int64_t cols, const 
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    if (sy->format != SYNTH_NVFP4 || synth_excluded(prefix))
+    if (sy->format != SYNTH_NVFP4 || synth_preset_excluded(prefix))
         return synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, rows, cols, sqrtf(3.0f / (float)cols), "%s.weight",
                          prefix);
     if (cols % 16 != 0) { /* a preset bug: NVFP4 blocks are 16 inputs */
@@ -249,7 +190,7 @@ static int synth_add_linear(struct synth *sy, int64_t rows, int64_t cols, const 
                 (long long)cols);
         return -1;
     }
-    float scale2 = sy->nvfp4_scale2_unit / sqrtf((float)cols);
+    float scale2 = weight_synth_nvfp4_scale2(cols);
     return synth_add(sy, FILL_CODES, DTYPE_U8, 2, rows, cols / 2, 0, "%s.weight", prefix) ||
            synth_add(sy, FILL_SCALES, DTYPE_F8_E4M3, 2, rows, cols / 16, 0, "%s.weight_scale", prefix) ||
            synth_add(sy, FILL_SCALAR, DTYPE_F32, 0, 0, 0, scale2, "%s.weight_scale_2", prefix) ||
@@ -265,7 +206,7 @@ static int synth_add_norm(struct synth *sy, int64_t len, const char *name)
 /* Routed experts (per-expert names, spec 0.7), the BF16 router: one MoE block without its shared expert. */
 static int synth_add_experts(struct synth *sy, int l)
 {
-    const struct shape_preset *s = &sy->s;
+    const struct synth_preset *s = &sy->s;
     int64_t D = s->d_model, I = s->d_expert;
     int rc = synth_add_linear(sy, s->n_experts, D, "model.layers.%d.mlp.gate", l);
     for (int e = 0; e < s->n_experts && !rc; e++)
@@ -278,7 +219,7 @@ static int synth_add_experts(struct synth *sy, int l)
 /* The tensor list of a qwen3_moe model, in file order. */
 static int synth_plan_qwen3_moe(struct synth *sy)
 {
-    const struct shape_preset *s = &sy->s;
+    const struct synth_preset *s = &sy->s;
     int64_t D = s->d_model, qd = (int64_t)s->n_heads * s->head_dim, kvd = (int64_t)s->n_kv * s->head_dim;
     char p[160];
     int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sy->embed_scale * sqrtf(3.0f / (float)D),
@@ -307,7 +248,7 @@ static int synth_plan_qwen3_moe(struct synth *sy)
  * then a dense MLP (l < n_dense) or the MoE block with its shared expert. */
 static int synth_plan_glm_layer(struct synth *sy, int l)
 {
-    const struct shape_preset *s = &sy->s;
+    const struct synth_preset *s = &sy->s;
     int64_t D = s->d_model, H = s->n_heads, qk = (int64_t)s->nope + s->rope;
     int64_t HI = s->index_heads, DI = s->index_dim, shared = (int64_t)s->d_expert * s->n_shared;
     char p[160];
@@ -352,7 +293,7 @@ static int synth_plan_glm_layer(struct synth *sy, int l)
 
 static int synth_plan_glm_moe_dsa(struct synth *sy)
 {
-    const struct shape_preset *s = &sy->s;
+    const struct synth_preset *s = &sy->s;
     int64_t D = s->d_model;
     int rc = synth_add(sy, FILL_MATRIX, DTYPE_BF16, 2, s->vocab, D, sy->embed_scale * sqrtf(3.0f / (float)D),
                        "model.embed_tokens.weight");
@@ -365,7 +306,7 @@ static int synth_plan_glm_moe_dsa(struct synth *sy)
 
 static int synth_plan(struct synth *sy)
 {
-    return sy->s.family == FAMILY_GLM_MOE_DSA ? synth_plan_glm_moe_dsa(sy) : synth_plan_qwen3_moe(sy);
+    return sy->s.family == SYNTH_GLM_MOE_DSA ? synth_plan_glm_moe_dsa(sy) : synth_plan_qwen3_moe(sy);
 }
 
 /* Bytes [pos, pos + n) of tensor t (index ti); pos and n are multiples of the element size. */
@@ -394,7 +335,7 @@ static void synth_fill(const struct tensor_spec *t, size_t ti, uint64_t seed, ui
         break;
     case FILL_SCALES:
         for (size_t i = 0; i < n; i++)
-            dst[i] = (uint8_t)(SCALE_LO + (rng_next(&rng) >> 33) % (SCALE_HI - SCALE_LO + 1));
+            dst[i] = (uint8_t)(WS_SCALE_LO + (rng_next(&rng) >> 33) % (WS_SCALE_HI - WS_SCALE_LO + 1));
         break;
     case FILL_SCALAR: memcpy(dst, &t->value, 4); break;
     }
@@ -479,169 +420,6 @@ static int synth_write_data(const struct synth *sy, FILE *fp, uint64_t seed, con
     return rc;
 }
 
-static int write_json_file(const char *path, const struct json *j)
-{
-    char *s = json_print(j, true);
-    FILE *fp = fopen(path, "w");
-    bool ok = s && fp && fputs(s, fp) >= 0 && fputc('\n', fp) != EOF;
-    if (fp && fclose(fp) != 0)
-        ok = false;
-    free(s);
-    if (!ok)
-        fprintf(stderr, "make_synth_checkpoint: cannot write %s\n", path);
-    return ok ? 0 : -1;
-}
-
-/* The excludes the weights were made with (EXCLUDES), as `moeserve quantize` writes them. */
-static struct json *synth_excludes(void)
-{
-    struct json *a = json_new_array();
-    for (size_t i = 0; i < sizeof EXCLUDES / sizeof EXCLUDES[0]; i++)
-        json_append(a, json_new_string(EXCLUDES[i]));
-    return a;
-}
-
-static struct json *synth_quant_config(void)
-{
-    struct json *qc = json_new_object();
-    struct json *groups = json_add(qc, "config_groups", json_new_object());
-    struct json *g0 = json_add(groups, "group_0", json_new_object());
-    json_append(json_add(g0, "targets", json_new_array()), json_new_string("Linear"));
-    const char *side[2] = {"weights", "input_activations"};
-    for (int i = 0; i < 2; i++) {
-        struct json *w = json_add(g0, side[i], json_new_object());
-        json_add(w, "num_bits", json_new_number(4));
-        json_add(w, "type", json_new_string("float"));
-        json_add(w, "group_size", json_new_number(16));
-        json_add(w, "dynamic", json_new_bool(false));
-        json_add(w, "symmetric", json_new_bool(true));
-    }
-    json_add(qc, "quant_algo", json_new_string("NVFP4"));
-    json_add(qc, "group_size", json_new_number(16));
-    json_add(qc, "quant_method", json_new_string("modelopt"));
-    json_add(qc, "ignore", synth_excludes());
-    struct json *prod = json_add(qc, "producer", json_new_object());
-    json_add(prod, "name", json_new_string("moeserve make_synth_checkpoint"));
-    json_add(prod, "version", json_new_string("0.1"));
-    return qc;
-}
-
-static struct json *synth_config_qwen3_moe(const struct shape_preset *s)
-{
-    struct json *c = json_new_object();
-    json_append(json_add(c, "architectures", json_new_array()), json_new_string("Qwen3MoeForCausalLM"));
-    json_add(c, "model_type", json_new_string("qwen3_moe"));
-    json_add(c, "vocab_size", json_new_number(s->vocab));
-    json_add(c, "hidden_size", json_new_number(s->d_model));
-    json_add(c, "num_hidden_layers", json_new_number(s->n_layers));
-    json_add(c, "num_attention_heads", json_new_number(s->n_heads));
-    json_add(c, "num_key_value_heads", json_new_number(s->n_kv));
-    json_add(c, "head_dim", json_new_number(s->head_dim));
-    /* dense FFN width: no layer has one */
-    json_add(c, "intermediate_size", json_new_number(s->d_expert * 8));
-    json_add(c, "moe_intermediate_size", json_new_number(s->d_expert));
-    json_add(c, "num_experts", json_new_number(s->n_experts));
-    json_add(c, "num_experts_per_tok", json_new_number(s->k));
-    json_add(c, "norm_topk_prob", json_new_bool(true));
-    json_add(c, "decoder_sparse_step", json_new_number(1));
-    json_add(c, "mlp_only_layers", json_new_array());
-    json_add(c, "rms_norm_eps", json_new_number(1e-6));
-    json_add(c, "rope_theta", json_new_number(1000000.0));
-    json_add(c, "attention_bias", json_new_bool(false));
-    json_add(c, "tie_word_embeddings", json_new_bool(false));
-    json_add(c, "max_position_embeddings", json_new_number(40960));
-    json_add(c, "hidden_act", json_new_string("silu"));
-    json_add(c, "torch_dtype", json_new_string("bfloat16"));
-    return c;
-}
-
-/* The keys transformers 5.17 writes for glm_moe_dsa (tests/golden/dsa/ fixtures): head_dim =
- * qk_rope_head_dim, explicit per-layer mlp_layer_types and indexer_types. GLM-5 values (spec C.1)
- * except the dense layer count (see the top of the file). */
-static struct json *synth_config_glm_moe_dsa(const struct shape_preset *s)
-{
-    struct json *c = json_new_object();
-    json_append(json_add(c, "architectures", json_new_array()), json_new_string("GlmMoeDsaForCausalLM"));
-    json_add(c, "model_type", json_new_string("glm_moe_dsa"));
-    json_add(c, "vocab_size", json_new_number(s->vocab));
-    json_add(c, "hidden_size", json_new_number(s->d_model));
-    json_add(c, "num_hidden_layers", json_new_number(s->n_layers));
-    json_add(c, "num_attention_heads", json_new_number(s->n_heads));
-    json_add(c, "num_key_value_heads", json_new_number(s->n_kv));
-    json_add(c, "head_dim", json_new_number(s->rope));
-    json_add(c, "q_lora_rank", json_new_number(s->q_lora));
-    json_add(c, "kv_lora_rank", json_new_number(s->kv_lora));
-    json_add(c, "qk_nope_head_dim", json_new_number(s->nope));
-    json_add(c, "qk_rope_head_dim", json_new_number(s->rope));
-    json_add(c, "qk_head_dim", json_new_number(s->nope + s->rope));
-    json_add(c, "v_head_dim", json_new_number(s->v_dim));
-    json_add(c, "index_n_heads", json_new_number(s->index_heads));
-    json_add(c, "index_head_dim", json_new_number(s->index_dim));
-    json_add(c, "index_topk", json_new_number(s->index_topk));
-    struct json *it = json_add(c, "indexer_types", json_new_array());
-    struct json *lt = json_add(c, "layer_types", json_new_array());
-    struct json *mt = json_add(c, "mlp_layer_types", json_new_array());
-    for (int l = 0; l < s->n_layers; l++) {
-        json_append(it, json_new_string("full"));
-        json_append(lt, json_new_string("deepseek_sparse_attention"));
-        json_append(mt, json_new_string(l < s->n_dense ? "dense" : "sparse"));
-    }
-    json_add(c, "first_k_dense_replace", json_new_number(s->n_dense));
-    json_add(c, "intermediate_size", json_new_number(s->d_ff));
-    json_add(c, "moe_intermediate_size", json_new_number(s->d_expert));
-    json_add(c, "n_routed_experts", json_new_number(s->n_experts));
-    json_add(c, "n_shared_experts", json_new_number(s->n_shared));
-    json_add(c, "num_experts_per_tok", json_new_number(s->k));
-    json_add(c, "n_group", json_new_number(1));
-    json_add(c, "topk_group", json_new_number(1));
-    json_add(c, "norm_topk_prob", json_new_bool(true));
-    json_add(c, "routed_scaling_factor", json_new_number(2.5));
-    json_add(c, "rms_norm_eps", json_new_number(1e-5));
-    struct json *rp = json_add(c, "rope_parameters", json_new_object());
-    json_add(rp, "rope_theta", json_new_number(1000000.0));
-    json_add(rp, "rope_type", json_new_string("default"));
-    json_add(c, "attention_bias", json_new_bool(false));
-    json_add(c, "attention_dropout", json_new_number(0));
-    json_add(c, "mlp_bias", json_new_bool(false));
-    json_add(c, "tie_word_embeddings", json_new_bool(false));
-    /* not in spec C.1 (GLM-5's 200K context); only has to exceed any bench context */
-    json_add(c, "max_position_embeddings", json_new_number(202752));
-    json_add(c, "hidden_act", json_new_string("silu"));
-    json_add(c, "dtype", json_new_string("bfloat16"));
-    json_add(c, "use_cache", json_new_bool(true));
-    return c;
-}
-
-static int synth_write_configs(const struct synth *sy, const char *out)
-{
-    const struct shape_preset *s = &sy->s;
-    char path[4096];
-    struct json *c =
-        s->family == FAMILY_GLM_MOE_DSA ? synth_config_glm_moe_dsa(s) : synth_config_qwen3_moe(s);
-    if (sy->format == SYNTH_NVFP4)
-        json_add(c, "quantization_config", synth_quant_config());
-    snprintf(path, sizeof path, "%s/config.json", out);
-    int rc = write_json_file(path, c);
-    json_free(c);
-    snprintf(path, sizeof path, "%s/hf_quant_config.json", out);
-    if (rc || sy->format != SYNTH_NVFP4) {
-        remove(path); /* a bf16 checkpoint written over an nvfp4 one must not keep its quant config */
-        return rc;
-    }
-    struct json *h = json_new_object();
-    struct json *prod = json_add(h, "producer", json_new_object());
-    json_add(prod, "name", json_new_string("moeserve make_synth_checkpoint"));
-    json_add(prod, "version", json_new_string("0.1"));
-    struct json *qs = json_add(h, "quantization", json_new_object());
-    json_add(qs, "quant_algo", json_new_string("NVFP4"));
-    json_add(qs, "kv_cache_quant_algo", json_new_null());
-    json_add(qs, "group_size", json_new_number(16));
-    json_add(qs, "exclude_modules", synth_excludes());
-    rc = write_json_file(path, h);
-    json_free(h);
-    return rc;
-}
-
 /* dir/name (a regular file) -> out/name, byte for byte; 0, or 1 with a message. */
 static int copy_file(const char *dir, const char *name, const char *out)
 {
@@ -686,10 +464,19 @@ static int synth_copy_tokenizer(const char *dir, const char *out, int vocab)
     return stat(path, &sb) == 0 ? copy_file(dir, "tokenizer_config.json", out) : 0;
 }
 
+static int synth_write_configs(const struct synth *sy, const char *out)
+{
+    struct err err = {0};
+    if (synth_preset_write(&sy->s, sy->format == SYNTH_NVFP4, out, &err) == STATUS_OK)
+        return 0;
+    fprintf(stderr, "make_synth_checkpoint: %s\n", err.msg);
+    return 1;
+}
+
 static int usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice] [--format bf16|nvfp4] "
+            "usage: %s --out DIR [--preset tiny|cpu-bench|qwen3-30b-a3b|glm5-slice|glm5] [--format bf16|nvfp4] "
             "[--layers N] [--seed S] [--embed-scale X] [--tokenizer DIR] [--config-only]\n",
             argv0);
     return 2;
@@ -729,13 +516,9 @@ int main(int argc, char **argv)
             return usage(argv[0]);
     }
     struct synth sy = {0};
-    const struct shape_preset *p = NULL;
-    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
-        if (!strcmp(PRESETS[i].name, preset))
-            p = &PRESETS[i];
+    const struct synth_preset *p = synth_preset_find(preset);
     if (!out || !p) {
-        fprintf(stderr, "make_synth_checkpoint: need --out DIR and a known --preset (tiny, cpu-bench, "
-                        "qwen3-30b-a3b, glm5-slice)\n");
+        fprintf(stderr, "make_synth_checkpoint: need --out DIR and a known --preset (%s)\n", synth_preset_names());
         return usage(argv[0]);
     }
     if (!strcmp(format, "nvfp4"))
@@ -748,7 +531,6 @@ int main(int argc, char **argv)
     sy.embed_scale = (float)embed_scale;
     if (layers > 0)
         sy.s.n_layers = layers;
-    sy.nvfp4_scale2_unit = synth_nvfp4_unit();
     if (mkdir(out, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "make_synth_checkpoint: cannot create %s: %s\n", out, strerror(errno));
         return 1;

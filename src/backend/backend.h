@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "format/weight.h"
+#include "format/weight_synth.h"
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -160,6 +161,12 @@ struct backend_ops {
     /* Makes a checkpoint weight usable by this backend (CPU: borrow as is). flags: WEIGHT_LOAD_*. */
     enum status (*weight_load)(struct backend *be, const struct weight *host, struct weight *out,
                                unsigned flags, struct err *err);
+    /* Optional: a weight of shape's format and shape (its data and scale unused) in memory this
+     * backend owns, holding share s of a synthetic weight (format/weight_synth.h: the values
+     * weight_synth_fill makes); the bias is shape's. NULL: the binder fills host memory and calls
+     * weight_load. */
+    enum status (*weight_make)(struct backend *be, const struct weight *shape, const struct weight_synth *s,
+                               struct weight *out, unsigned flags, struct err *err);
 
     /* ops */
     /* out[i, :] = table[tokens[i], :] */

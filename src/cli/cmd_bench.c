@@ -30,6 +30,7 @@
 #include "cli/cli_args.h"
 #include "cli/bench_allreduce.h"
 #include "cli/cli_ranks.h"
+#include "cli/cli_synth.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
 #include "plan/power_sampler.h"
@@ -408,13 +409,14 @@ int cmd_bench(int argc, char **argv)
         {.name = "allreduce", .help = "time the ranks' all-reduce at 256 B .. 16 MiB instead of the model (with "
                                       "--tensor-parallel N: the communicator a pass uses)"},
         CLI_RANK_OPTS,
+        CLI_SYNTH_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
     enum cli_result cr = cli_parse(argc, argv, opts, n, &err);
     if (cr == CLI_HELP) {
         cli_print_help("moeserve bench [--model DIR] [--backend cpu|cuda] [--prompt-len N] [--batch 1,8,64] "
-                       "[--decode N] [--decode-context N] [--context-fill prefill|random] [--json]",
+                       "[--decode N] [--decode-context N] [--context-fill prefill|random] [--synthetic PRESET] [--json]",
                        "Times prefill and decode at each batch size; reports tok/s, weight GB/s against the "
                        "measured copy bandwidth, NVML power and memory.",
                        opts, n);
@@ -447,6 +449,17 @@ int cmd_bench(int argc, char **argv)
     for (int i = 0; i < r.n_batches; i++)
         max_batch = r.batches[i] > max_batch ? r.batches[i] : max_batch;
     struct session_opts so = bench_session_opts(&r, max_batch, opts, n);
+    const char *synth = NULL;
+    char label[96];
+    if (cli_synth_apply(opts, n, &so, &synth, &err)) {
+        LOG_ERROR("bench: %s", err.msg);
+        return 2;
+    }
+    if (synth) {
+        snprintf(label, sizeof label, "synthetic %s (%s, weights made on the device)", synth,
+                 so.synthetic_bf16 ? "bf16" : "nvfp4");
+        r.model = label;
+    }
     struct model_session s;
     struct cli_ranks ranks;
     if (cli_ranks_open(&ranks, opts, n, argc, argv, &so, &err)) {

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "cli/cli_args.h"
 #include "cli/cli_ranks.h"
+#include "cli/cli_synth.h"
 #include "cli/commands.h"
 #include "engine/model_session.h"
 
@@ -27,6 +28,7 @@ int cmd_logits(int argc, char **argv)
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
         CLI_RANK_OPTS,
+        CLI_SYNTH_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -52,6 +54,12 @@ int cmd_logits(int argc, char **argv)
                               .attention_precision = cli_attention_precision(opts, n),
                               .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL), .check_positions = true,
                               .allow_long_context = cli_flag(opts, n, "allow-long-context")};
+    const char *synth = NULL;
+    if (cli_synth_apply(opts, n, &so, &synth, &err)) {
+        LOG_ERROR("logits: %s", err.msg);
+        free(ids);
+        return 2;
+    }
     struct model_session s;
     int rc = 1;
     float *logits = NULL;

@@ -1,10 +1,14 @@
 /* model_session.c — see model_session.h. */
 #include "engine/model_session.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "model/model_plan.h"
+#include "model/synth_preset.h"
 #ifdef MOESERVE_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_comm_nccl.h"
@@ -53,8 +57,61 @@ static enum status session_shard(struct model_session *s, const struct session_o
     return model_shard_desc(&s->desc, &s->shard, &s->local, err);
 }
 
+/* The seed of every synthetic model: a preset is one model, the same on every run and rank. */
+enum { SESSION_SYNTH_SEED = 1 };
+
+/* A temporary directory holding the preset's config files (the loader reads config.json from a
+ * directory, as for a checkpoint), in dir[64]. */
+static enum status session_synth_dir(const struct session_opts *o, char *dir, struct err *err)
+{
+    const struct synth_preset *p = synth_preset_find(o->synthetic);
+    if (!p)
+        return err_set(err, STATUS_INVALID, "--synthetic %s: no such preset (have: %s)", o->synthetic,
+                       synth_preset_names());
+    struct synth_preset ps = *p;
+    if (o->synthetic_layers > 0)
+        ps.n_layers = o->synthetic_layers;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, 64, "%s/moeserve-synth-XXXXXX", tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        dir[0] = 0;
+        return err_set(err, STATUS_IO, "--synthetic: cannot make a temporary directory for the config");
+    }
+    return synth_preset_write(&ps, !o->synthetic_bf16, dir, err);
+}
+
+static void session_synth_dir_remove(const char *dir)
+{
+    char path[128];
+    const char *files[2] = {"config.json", "hf_quant_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        (void)remove(path);
+    }
+    (void)rmdir(dir);
+}
+
+static enum status session_open(struct model_session *s, const char *dir, const struct session_opts *o,
+                                struct err *err);
+
 enum status model_session_open(struct model_session *s, const char *dir, const struct session_opts *o,
                                struct err *err)
+{
+    if (!o || !o->synthetic)
+        return session_open(s, dir, o, err);
+    char tmp[64] = "";
+    enum status st = session_synth_dir(o, tmp, err);
+    if (!st)
+        st = session_open(s, tmp, o, err);
+    else
+        memset(s, 0, sizeof *s);
+    if (tmp[0])
+        session_synth_dir_remove(tmp);
+    return st;
+}
+
+static enum status session_open(struct model_session *s, const char *dir, const struct session_opts *o,
+                                struct err *err)
 {
     memset(s, 0, sizeof *s);
     struct session_opts def = {.backend = "cpu", .max_tokens = 512, .max_seqs = 1, .max_context = 4096,
@@ -147,10 +204,15 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
                      "command starts itself (--tensor-parallel N without mpirun)", s->shard.size, s->be.ops->name);
         goto fail;
     }
-    st = checkpoint_open(&s->ck, dir, err);
-    if (st)
-        goto fail;
-    st = model_weights_load_shard(&s->w, &s->desc, &s->ck, &s->qc, &s->be, &s->shard, err);
+    if (o && o->synthetic) {
+        LOG_INFO("synthetic %s (%d layers, %s): weights made on the %s backend", o->synthetic, s->desc.n_layers,
+                 o->synthetic_bf16 ? "BF16" : "NVFP4", s->be.ops->name);
+        st = model_weights_make_shard(&s->w, &s->desc, &s->qc, &s->be, &s->shard, SESSION_SYNTH_SEED, err);
+    } else {
+        st = checkpoint_open(&s->ck, dir, err);
+        if (!st)
+            st = model_weights_load_shard(&s->w, &s->desc, &s->ck, &s->qc, &s->be, &s->shard, err);
+    }
     if (st)
         goto fail;
     int blocks_per_seq = (def.max_context + def.block_size - 1) / def.block_size;

@@ -42,6 +42,11 @@ struct session_opts {
     const uint8_t *nccl_id;  /* cuda: GPU ranks: the session joins rank nccl_rank of nccl_size over NCCL
                                 (cuda_comm_nccl.h) with this id (CUDA_NCCL_ID_BYTES); NULL: comm above */
     int nccl_rank, nccl_size;
+    const char *synthetic;  /* a preset's name (model/synth_preset.h): no checkpoint, `dir` unused; the preset's
+                               config in a temporary directory while the session opens, every weight made
+                               on the backend (model_weights_make_shard): bench --synthetic */
+    bool synthetic_bf16;    /* the preset's weights all BF16 (default: NVFP4 as `moeserve quantize` writes) */
+    int synthetic_layers;   /* > 0: that many of the preset's layers */
 };
 
 struct model_session {

@@ -24,6 +24,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 #include "base/progress.h"
+#include "format/weight_synth.h"
 
 #define MISSING_LIST_MAX 12
 
@@ -48,6 +49,8 @@ struct binder {
     const struct model_shard *shard; /* this rank's share; size 1: the whole model */
     enum bind_split split;           /* for the next weight bound only */
     struct shard_range range;
+    bool synth;                      /* no checkpoint: every weight made (format/weight_synth.h) */
+    uint64_t synth_seed;
 };
 
 /* The next bind_matrix / bind_finish keeps only the rank's share `r` of the weight's rows or
@@ -123,12 +126,34 @@ static enum status bind_shape_error(struct binder *b, const struct st_tensor *t,
     return b->st;
 }
 
+/* Entries [off, off + n) of the synthetic vector `name` (a bias where the name says so, else a
+ * norm's weight) in backend memory. */
+static float *bind_vector_synth(struct binder *b, const char *name, int64_t off, int64_t n)
+{
+    size_t len = strlen(name);
+    bool bias = len > 5 && strcmp(name + len - 5, ".bias") == 0;
+    bias |= strstr(name, "correction_bias") != NULL;
+    float *host = malloc((size_t)n * sizeof(float));
+    float *dev = host ? b->be->ops->alloc(b->be, (size_t)n * sizeof(float)) : NULL;
+    if (!dev) {
+        free(host);
+        b->st = err_set(b->err, STATUS_NOMEM, "%s: out of memory", name);
+        return NULL;
+    }
+    weight_synth_vector(weight_synth_seed(b->synth_seed, name), bias ? WS_VEC_BIAS : WS_VEC_NORM, off, n, host);
+    b->be->ops->upload(b->be, dev, host, (size_t)n * sizeof(float));
+    free(host);
+    return dev;
+}
+
 /* Converts entries [off, off + n) of a 1-D tensor of `len` to fp32 into backend memory. */
 static float *bind_vector_range(struct binder *b, const char *name, int64_t len, int64_t off, int64_t n,
                                 bool required)
 {
     if (b->st)
         return NULL;
+    if (b->synth)
+        return bind_vector_synth(b, name, off, n);
     const struct st_tensor *t = checkpoint_find(b->ck, name);
     if (!t) {
         if (required)
@@ -200,14 +225,30 @@ static bool bind_keep(struct binder *b, void *buf)
     return true;
 }
 
+/* A synthetic weight's share: the shape only (its values are made from their place in the whole,
+ * weight_synth.h), on the scale blocks as a real one's must be. */
+static const char *weight_synth_slice(const struct weight *w, bool rows, int64_t off, int64_t n, struct weight *out)
+{
+    const int64_t blk = rows ? (w->format == WEIGHT_FP8_BLOCK ? 128 : 1) : weight_format_in_block(w->format);
+    if (off < 0 || n <= 0 || off % blk || (n % blk && off + n != (rows ? w->rows : w->cols)))
+        return "the split does not fall on the format's scale blocks";
+    *out = *w;
+    if (rows)
+        out->rows = n;
+    else
+        out->cols = n;
+    return NULL;
+}
+
 /* The rank's share of a host weight (bind_split); the bias is the caller's. */
 static void bind_shard(struct binder *b, const char *prefix, enum bind_split split, struct shard_range r,
                        struct weight *host)
 {
     struct weight part;
     void *buf = NULL;
-    const char *why = split == SPLIT_ROWS ? weight_slice_rows(host, r.off, r.n, &part)
-                                          : weight_slice_cols(host, r.off, r.n, &part, &buf);
+    const char *why = b->synth                ? weight_synth_slice(host, split == SPLIT_ROWS, r.off, r.n, &part)
+                      : split == SPLIT_ROWS ? weight_slice_rows(host, r.off, r.n, &part)
+                                            : weight_slice_cols(host, r.off, r.n, &part, &buf);
     if (why) {
         bind_fail(b, STATUS_UNSUPPORTED, "%s: %s [%lld, %lld) of %lld for rank %d of %d: %s", prefix,
                   split == SPLIT_ROWS ? "rows" : "in-features", (long long)r.off, (long long)(r.off + r.n),
@@ -221,6 +262,37 @@ static void bind_shard(struct binder *b, const char *prefix, enum bind_split spl
     }
     part.bias = host->bias;
     *host = part;
+}
+
+/* A synthetic weight's share made by the backend, or in host memory that the binder keeps and the
+ * backend then loads (a backend without weight_make: the CPU computes from it in place). */
+static enum status bind_make(struct binder *b, const char *prefix, const struct weight *host, enum bind_split split,
+                             struct shard_range r, int64_t full_cols, unsigned flags, struct weight *out)
+{
+    const int64_t row_off = split == SPLIT_ROWS ? r.off : 0, col_off = split == SPLIT_COLS ? r.off : 0;
+    const struct weight_synth ws = weight_synth_share(weight_synth_seed(b->synth_seed, prefix), row_off, col_off,
+                                                      full_cols);
+    if (b->be->ops->weight_make)
+        return b->be->ops->weight_make(b->be, host, &ws, out, flags, b->err);
+    struct weight w = *host;
+    size_t db = weight_data_bytes(&w), sb = weight_scale_bytes(&w);
+    void *data = malloc(db ? db : 1), *scale = NULL;
+    bool ok = data && bind_keep(b, data);
+    if (!ok)
+        free(data);
+    if (ok && sb) {
+        scale = malloc(sb);
+        ok = scale && bind_keep(b, scale);
+        if (!ok)
+            free(scale);
+    }
+    if (!ok)
+        return err_set(b->err, STATUS_NOMEM, "%s: out of memory for a synthetic weight of %zu bytes", prefix, db + sb);
+    const char *why = weight_synth_fill(&ws, &w, data, scale);
+    if (why)
+        return err_set(b->err, STATUS_UNSUPPORTED, "%s: %s (%s)", prefix, why, weight_format_name(w.format));
+    w.data = data, w.scale = scale;
+    return b->be->ops->weight_load(b->be, &w, out, flags, b->err);
 }
 
 /* Finishes a host weight: optional bias, the rank's share, accounting, hand-off to the backend. */
@@ -240,6 +312,7 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
         else
             host->bias = bind_vector(b, name, host->rows, true);
     }
+    const int64_t full_cols = host->cols;
     if (!b->st && split != SPLIT_NONE)
         bind_shard(b, prefix, split, r, host);
     if (b->st)
@@ -255,7 +328,8 @@ static void bind_finish(struct binder *b, const char *prefix, struct weight *hos
         b->kind == WK_ATTENTION || b->kind == WK_DENSE_MLP || b->kind == WK_SHARED_EXPERT ? WEIGHT_LOAD_DENSE
         : b->kind == WK_ROUTED_EXPERTS ? WEIGHT_LOAD_EXPERT | (b->expert_down ? WEIGHT_LOAD_EXPERT_DOWN : 0u)
                                        : 0u;
-    enum status st = b->be->ops->weight_load(b->be, host, out, flags, b->err);
+    enum status st = b->synth ? bind_make(b, prefix, host, split, r, full_cols, flags, out)
+                              : b->be->ops->weight_load(b->be, host, out, flags, b->err);
     if (st) {
         b->st = st;
         return;
@@ -362,6 +436,14 @@ static void bind_matrix(struct binder *b, const char *prefix, int64_t rows, int6
 {
     if (b->st)
         return;
+    if (b->synth) {
+        /* the format the config promises the module (BF16 where it promises none) */
+        enum weight_format f = b->qc ? quant_config_expect(b->qc, prefix) : WEIGHT_BF16;
+        struct weight host = {.format = f, .rows = rows, .cols = cols,
+                              .scale2 = f == WEIGHT_NVFP4 ? weight_synth_nvfp4_scale2(cols) : 1.0f};
+        bind_finish(b, prefix, &host, bias, out);
+        return;
+    }
     const struct st_tensor *t = bind_find(b, "%s.weight", prefix);
     bool packed = false;
     if (!t && (t = bind_find(b, "%s.weight_packed", prefix)))
@@ -413,6 +495,8 @@ static bool bind_fused_experts(struct binder *b, const char *lp, const struct mo
                                struct layer_weights *lw)
 {
     char name[512];
+    if (b->synth)
+        return false; /* synthetic experts have per-expert names */
     snprintf(name, sizeof name, "%s.mlp.experts.gate_up_proj", lp);
     const struct st_tensor *gu = checkpoint_find(b->ck, name);
     if (!gu) {
@@ -631,6 +715,11 @@ static void bind_layer(struct binder *b, const struct model_desc *d, int l)
 static void bind_embedding(struct binder *b, const char *name, const struct model_desc *d,
                            struct weight *out)
 {
+    if (b->synth) {
+        struct weight host = {.format = WEIGHT_BF16, .rows = d->vocab_size, .cols = d->d_model, .scale2 = 1.0f};
+        bind_finish(b, name, &host, false, out);
+        return;
+    }
     const struct st_tensor *t = checkpoint_find(b->ck, name);
     if (!t) {
         bind_missing(b, name);
@@ -664,14 +753,16 @@ enum status model_weights_load(struct model_weights *w, const struct model_desc 
     return model_weights_load_shard(w, d, ck, qc, be, NULL, err);
 }
 
-enum status model_weights_load_shard(struct model_weights *w, const struct model_desc *d,
-                                     const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
-                                     const struct model_shard *shard, struct err *err)
+/* Binds from ck, or makes every weight from seed (synth, ck NULL). */
+static enum status weights_bind(struct model_weights *w, const struct model_desc *d, const struct checkpoint *ck,
+                                const struct quant_config *qc, struct backend *be, const struct model_shard *shard,
+                                bool synth, uint64_t seed, struct err *err)
 {
     memset(w, 0, sizeof *w);
     w->be = be;
     static const struct model_shard whole = {.rank = 0, .size = 1};
-    struct binder b = {.ck = ck, .qc = qc, .be = be, .w = w, .err = err, .shard = shard ? shard : &whole};
+    struct binder b = {.ck = ck, .qc = qc, .be = be, .w = w, .err = err, .shard = shard ? shard : &whole,
+                       .synth = synth, .synth_seed = seed};
     if (shard) {
         enum status st = model_shard_check(d, shard, err);
         if (st)
@@ -681,7 +772,7 @@ enum status model_weights_load_shard(struct model_weights *w, const struct model
     if (!w->layers)
         return err_set(err, STATUS_NOMEM, "out of memory for %d layers", d->n_layers);
     w->n_layers = d->n_layers;
-    progress_init(&b.prog, "binding weights", ck->total_bytes);
+    progress_init(&b.prog, synth ? "making synthetic weights" : "binding weights", synth ? 0 : ck->total_bytes);
     b.kind = WK_EMBEDDING;
     bind_embedding(&b, "model.embed_tokens.weight", d, &w->embed);
     char name[64];
@@ -707,7 +798,7 @@ enum status model_weights_load_shard(struct model_weights *w, const struct model
         size_t o = 0;
         for (int i = 0; i < b.n_missing && i < MISSING_LIST_MAX; i++)
             o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", b.missing[i]);
-        b.st = err_set(err, STATUS_NOT_FOUND, "%s: %d tensor%s missing for %s: %s%s", ck->dir, b.n_missing,
+        b.st = err_set(err, STATUS_NOT_FOUND, "%s: %d tensor%s missing for %s: %s%s", ck ? ck->dir : "?", b.n_missing,
                        b.n_missing == 1 ? "" : "s", model_family_name(d->family), list,
                        b.n_missing > MISSING_LIST_MAX ? ", ..." : "");
     }
@@ -719,6 +810,20 @@ enum status model_weights_load_shard(struct model_weights *w, const struct model
     progress_update(&b.prog, b.bytes_done);
     progress_finish(&b.prog);
     return STATUS_OK;
+}
+
+enum status model_weights_load_shard(struct model_weights *w, const struct model_desc *d,
+                                     const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
+                                     const struct model_shard *shard, struct err *err)
+{
+    return weights_bind(w, d, ck, qc, be, shard, false, 0, err);
+}
+
+enum status model_weights_make_shard(struct model_weights *w, const struct model_desc *d,
+                                     const struct quant_config *qc, struct backend *be,
+                                     const struct model_shard *shard, uint64_t seed, struct err *err)
+{
+    return weights_bind(w, d, NULL, qc, be, shard, true, seed, err);
 }
 
 static void free_vec(struct backend *be, float *p)

@@ -11,6 +11,7 @@
  *
  * defines: struct layer_weights, struct model_weights, enum weight_kind,
  *          struct weight_kind_stats, model_weights_load(), model_weights_load_shard(),
+ *          model_weights_make_shard(),
  *          model_weights_free(),
  *          weight_kind_name()
  */
@@ -108,6 +109,13 @@ enum status model_weights_load(struct model_weights *w, const struct model_desc 
 enum status model_weights_load_shard(struct model_weights *w, const struct model_desc *d,
                                      const struct checkpoint *ck, const struct quant_config *qc, struct backend *be,
                                      const struct model_shard *shard, struct err *err);
+/* No checkpoint: every weight of rank shard->rank's share made from seed (format/weight_synth.h) in
+ * the format qc promises its module (BF16 where it promises none), by the backend where it can
+ * (backend_ops.weight_make), else in host memory kept here; the values are the one-rank model's,
+ * sliced. */
+enum status model_weights_make_shard(struct model_weights *w, const struct model_desc *d,
+                                     const struct quant_config *qc, struct backend *be,
+                                     const struct model_shard *shard, uint64_t seed, struct err *err);
 /* Safe on a zeroed struct. */
 void model_weights_free(struct model_weights *w);
 

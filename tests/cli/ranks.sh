@@ -2,7 +2,8 @@
 # CPU ranks under mpirun (issue 26): `logits` with 2 and 4 ranks, the TP layout and the EP layout,
 # equals the one-rank logits (<= 1e-5 relative) for qwen3_moe, glm4_moe and glm_moe_dsa fixtures
 # (BF16 and NVFP4); a model that does not divide, a rank count that is not --tensor-parallel's and
-# --tensor-parallel without mpirun are refused with messages that say so.
+# --tensor-parallel without mpirun are refused with messages that say so; `--synthetic tiny` (weights
+# made by each rank) on 2 ranks equals one rank.
 # Usage: ranks.sh MOESERVE SRC_DIR WORK_DIR
 set -u
 bin=$1 src=$2 work=$3
@@ -67,6 +68,32 @@ for case in models/qwen3_basic:2,4 models/glm4_basic:2,4 dsa/dsa_basic:2,4 dsa/d
         done
     done
 done
+# synthetic weights (bench --synthetic): each rank makes its share from the element's place in the whole
+# tensor, so 2 ranks of `--synthetic tiny` are the one-rank model, TP and EP, NVFP4 and BF16
+for fmt in nvfp4 bf16; do
+    one=$work/synth.$fmt.1.bin
+    if ! "$bin" logits --synthetic tiny --synthetic-format $fmt --tokens $tokens --out "$one" >"$work/synth.$fmt.1.log" 2>&1; then
+        bad "synthetic tiny $fmt: one rank failed: $(tail -1 "$work/synth.$fmt.1.log")"
+        continue
+    fi
+    for layout in tp ep; do
+        flag=
+        [ $layout = ep ] && flag=--expert-parallel
+        out=$work/synth.$fmt.2.$layout.bin
+        rm -f "$out"
+        if ! timeout 120 "${MPIRUN[@]}" -np 2 "$bin" logits --synthetic tiny --synthetic-format $fmt --tokens $tokens \
+            --out "$out" --tensor-parallel 2 $flag >"$work/synth.$fmt.2.$layout.log" 2>&1; then
+            bad "synthetic tiny $fmt: 2 ranks ($layout) failed: $(grep -m1 -i error "$work/synth.$fmt.2.$layout.log")"
+            continue
+        fi
+        r=$(rel "$one" "$out")
+        if [ "$r" != size ] && python3 -c "import sys; sys.exit(0 if float('$r') <= 1e-5 else 1)"; then
+            ok "synthetic tiny $fmt: 2 ranks ($layout) = one rank (rel $r)"
+        else
+            bad "synthetic tiny $fmt: 2 ranks ($layout) differ from one rank (rel $r)"
+        fi
+    done
+done
 # refusals, each with its reason
 expect() { # name, pattern, command...
     local name=$1 pat=$2
@@ -91,6 +118,14 @@ expect "--expert-parallel on one rank" "needs more than one rank" \
 expect "nvfp4 split off its scale blocks" "not on the 16 in-feature scale blocks of nvfp4" \
     "${MPIRUN[@]}" -np 4 "$bin" logits --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tokens 1,2 --out "$work/x.bin" \
     --tensor-parallel 4
+expect "--synthetic with --model" "give one of them" \
+    "$bin" logits --synthetic tiny --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin"
+expect "--synthetic of no preset" "no such preset (have: tiny" \
+    "$bin" bench --synthetic nosuch
+expect "--synthetic-format fp4" "expected nvfp4 or bf16" \
+    "$bin" bench --synthetic tiny --synthetic-format fp4
+expect "--synthetic-layers without --synthetic" "need --synthetic PRESET" \
+    "$bin" bench --synthetic-layers 2
 # GPU ranks on a machine without the GPUs: refused at once, no rank left behind (a CUDA build counts
 # the GPUs; under mpirun each rank's backend fails and the ranks agree on it)
 expect "--backend cuda --tensor-parallel 2, no GPUs" "needs 2 GPUs\|not in this build\|CUDA devices usable" \

@@ -86,6 +86,7 @@ static const struct backend_ops CUDA_OPS = {
     .download = cu_download,
     .synchronize = cu_synchronize,
     .weight_load = cu_weight_load,
+    .weight_make = cu_weight_make,
     .embed = cu_embed,
     .linear = cu_linear,
     .rmsnorm = cu_rmsnorm,

@@ -119,6 +119,8 @@ void *cuda_scratch_get(struct cuda_backend *c, size_t bytes);
 void *cuda_expand_buf_get(struct cuda_backend *c, size_t bytes);
 int *cuda_sem_get(struct cuda_backend *c, size_t n);
 enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out, unsigned flags, struct err *err);
+enum status cu_weight_make(struct backend *be, const struct weight *shape, const struct weight_synth *s,
+                           struct weight *out, unsigned flags, struct err *err);
 const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a);
 
 /* ---- cuda_graphs.c ---- */

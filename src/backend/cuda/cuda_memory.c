@@ -1,5 +1,5 @@
 /* cuda_memory.c — the CUDA backend's memory: the alloc/free/copy ops on its one stream, grow-only
- * scratch and counters, weights copied once into allocations it owns, the experts' device tables
+ * scratch and counters, weights copied once (or made there: cu_weight_make) into allocations it owns, the experts' device tables
  * (see cuda_backend_internal.h). */
 #include "backend/cuda/cuda_backend_internal.h"
 
@@ -133,9 +133,8 @@ static bool own(struct cuda_backend *c, void *p)
     return true;
 }
 
-/* Copies bytes of host memory into a new device allocation this backend owns. */
-static enum status upload_owned(struct cuda_backend *c, const void *src, size_t bytes, const void **out,
-                                struct err *err)
+/* A new device allocation of bytes this backend owns (not cleared). */
+static enum status alloc_owned(struct cuda_backend *c, size_t bytes, void **out, struct err *err)
 {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
@@ -148,6 +147,18 @@ static enum status upload_owned(struct cuda_backend *c, const void *src, size_t 
         CHECK(c, cudaFree(p));
         return err_set(err, STATUS_NOMEM, "cuda: out of host memory");
     }
+    *out = p;
+    return STATUS_OK;
+}
+
+/* Copies bytes of host memory into a new device allocation this backend owns. */
+static enum status upload_owned(struct cuda_backend *c, const void *src, size_t bytes, const void **out,
+                                struct err *err)
+{
+    void *p = NULL;
+    enum status st = alloc_owned(c, bytes, &p, err);
+    if (st)
+        return st;
     /* On the backend's stream (a plain cudaMemcpy from pageable memory may return before its DMA
      * lands, and the legacy stream does not order against a non-blocking one), then wait, so the
      * caller may unmap src. */
@@ -186,6 +197,30 @@ enum status cu_weight_load(struct backend *be, const struct weight *host, struct
     if (!st && scale)
         st = upload_owned(c, host->scale, scale, &out->scale, err);
     return st;
+}
+
+enum status cu_weight_make(struct backend *be, const struct weight *shape, const struct weight_synth *s,
+                           struct weight *out, unsigned flags, struct err *err)
+{
+    (void)flags;
+    struct cuda_backend *c = cuda_ctx(be);
+    if (shape->format != WEIGHT_BF16 && shape->format != WEIGHT_F32 && shape->format != WEIGHT_NVFP4)
+        return err_set(err, STATUS_UNSUPPORTED, "cuda: synthetic weights exist in BF16, F32 and NVFP4, not %s",
+                       weight_format_name(shape->format));
+    *out = *shape;
+    void *data = NULL, *scale = NULL;
+    size_t sb = weight_scale_bytes(shape);
+    enum status st = alloc_owned(c, weight_data_bytes(shape), &data, err);
+    if (!st && sb)
+        st = alloc_owned(c, sb, &scale, err);
+    if (st)
+        return st;
+    if (!CHECK(c, cuda_weight_synth(c->stream, shape->format, s, shape->rows, shape->cols, data, scale)) ||
+        !CHECK(c, cudaStreamSynchronize(c->stream)))
+        return cuda_sink_status(&c->sink, err);
+    out->data = data;
+    out->scale = scale;
+    return STATUS_OK;
 }
 
 static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct weight *w0)

@@ -1,6 +1,6 @@
 /* common.h — the shared device-side type (struct cuda_wdev) and the
  * launchers of the small ops: embedding, elementwise, norms, RoPE, attn_prep, argmax, sampling,
- * the kernel trace, the build's architecture list.
+ * the kernel trace, the build's architecture list, synthetic weights.
  *
  * Plain C: every launcher enqueues on `stream`, checks its arguments only as far as a launch
  * needs and returns the launch's cudaError_t (callers check it with CUDA_CHECK); pointers are
@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
+#include "format/weight_synth.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,6 +87,12 @@ cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int 
 /* backend_ops.sample; params (rows) device memory. */
 cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
                         const struct sample_row *params, int32_t *ids);
+
+/* ---- cuda_weight_synth.cu ---- */
+/* The share s of a synthetic weight (format/weight_synth.h) into data (and scale for NVFP4), rows x
+ * cols of format fmt (BF16, F32, NVFP4): the bytes weight_synth_fill makes on the host. */
+cudaError_t cuda_weight_synth(cudaStream_t stream, enum weight_format fmt, const struct weight_synth *s,
+                              int64_t rows, int64_t cols, void *data, void *scale);
 
 /* ---- cuda_build_info.cu ---- */
 /* "moeserve-cuda-archs: 800,900,1000,1200": the families compiled into this binary. */
