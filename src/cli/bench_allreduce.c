@@ -7,6 +7,9 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/timer.h"
+#ifdef MOESERVE_HAVE_CUDA
+#include "backend/cuda/cuda_comm_nccl.h"
+#endif
 
 enum { AR_MIN_BYTES = 256, AR_MAX_BYTES = 16 << 20, AR_WARMUP = 3 };
 
@@ -54,12 +57,21 @@ int bench_allreduce_run(struct model_session *s, struct comm *c, bool json)
         json_append(rows, r);
     }
     be->ops->free(be, buf);
+    char choice[4096] = "";
+#ifdef MOESERVE_HAVE_CUDA
+    cuda_comm_nccl_describe(c, choice, sizeof choice); /* the GPU ranks' form per size (cuda_comm_p2p.h) */
+#else
+    snprintf(choice, sizeof choice, "all-reduce: %s", c->ops->name);
+#endif
+    if (c->rank == 0 && !json)
+        printf("%s\n", choice);
     if (c->rank == 0 && json) {
         struct json *o = json_new_object();
         json_add(o, "ranks", json_new_number(c->size));
         json_add(o, "comm", json_new_string(c->ops->name));
         json_add(o, "backend", json_new_string(be->ops->name));
         json_add(o, "allreduce", rows);
+        json_add(o, "choice", json_new_string(choice));
         char *text = json_print(o, true);
         if (text)
             printf("%s\n", text);

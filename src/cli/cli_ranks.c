@@ -63,13 +63,20 @@ static void *watchdog_run(void *arg)
                 continue;
             if (atomic_load(&w->stopping))
                 break;
-            LOG_ERROR("rank %d (pid %d) %s %d before rank 0 stopped it: stopping every rank", i + 1, r->children[i],
-                      WIFSIGNALED(status) ? "was killed by signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            char msg[200];
+            snprintf(msg, sizeof msg, "rank %d (pid %d) %s %d before rank 0 stopped it", i + 1, r->children[i],
+                     WIFSIGNALED(status) ? "was killed by signal" : "exited with",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            LOG_ERROR("%s: stopping every rank", msg);
             r->children[i] = 0;
             for (int j = 0; j < r->n_children; j++)
                 if (r->children[j] > 0)
                     kill(r->children[j], SIGKILL);
-            _exit(1);
+            void (*lost)(void *, const char *) = __atomic_load_n(&r->on_lost, __ATOMIC_ACQUIRE);
+            if (!lost)
+                _exit(1);
+            lost(r->lost_ctx, msg);
+            return NULL;
         }
         usleep(100 * 1000);
     }
@@ -144,6 +151,12 @@ static enum status ranks_spawn(struct cli_ranks *r, int tp, struct session_opts 
 }
 #endif
 
+void cli_ranks_on_lost(struct cli_ranks *r, void (*fn)(void *ctx, const char *msg), void *ctx)
+{
+    r->lost_ctx = ctx;
+    __atomic_store_n(&r->on_lost, fn, __ATOMIC_RELEASE); /* the watchdog thread may be running */
+}
+
 enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int n_opts, int argc, char **argv,
                            struct session_opts *so, struct err *err)
 {
@@ -154,6 +167,10 @@ enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int 
     if (st)
         return st;
     r->expert_parallel = cli_flag(opts, n_opts, "expert-parallel");
+    const char *coll = cli_get(opts, n_opts, "collectives", "auto");
+    if (strcmp(coll, "auto") != 0 && strcmp(coll, "nccl") != 0)
+        return err_set(err, STATUS_INVALID, "--collectives: expected auto or nccl, got \"%s\"", coll);
+    so->collectives_nccl = strcmp(coll, "nccl") == 0;
     if (!cli_get(opts, n_opts, "tensor-parallel", NULL))
         tp = 1;
     const bool cuda = so->backend && strcmp(so->backend, "cuda") == 0;

@@ -32,19 +32,27 @@ struct cli_ranks {
     int children[256];    /* rank 0: the pids of ranks 1 .. */
     int n_children;
     void *watchdog;       /* rank 0: the thread that stops every rank when one dies, owned */
+    void (*on_lost)(void *ctx, const char *msg); /* cli_ranks_on_lost(), or NULL */
+    void *lost_ctx;
 };
 
-/* The two options every command with ranks declares in its table. */
+/* The options every command with ranks declares in its table. */
 #define CLI_RANK_OPTS                                                                                            \
     {.name = "tensor-parallel", .metavar = "N",                                                                \
      .help = "split the model over N ranks (CPU: start them with mpirun -np N)"},                               \
+    {.name = "expert-parallel", .help = "with --tensor-parallel: routed experts partitioned by expert "           \
+                                        "instead of split by width"},                                          \
     {                                                                                                           \
-        .name = "expert-parallel", .help = "with --tensor-parallel: routed experts partitioned by expert "        \
-                                           "instead of split by width"                                          \
+        .name = "collectives", .metavar = "HOW", .help = "GPU ranks' all-reduce: auto (default: NCCL or the "     \
+                                                         "P2P kernels per size, measured at start-up) or nccl"  \
     }
 
-/* Reads --tensor-parallel / --expert-parallel, joins the ranks and checks they agree; sets
- * so->comm and so->expert_parallel. */
+/* GPU ranks' rank 0: when a rank dies, the watchdog stops the others and calls fn (on its own
+ * thread) with a message naming the rank, instead of ending this process at once; fn must end
+ * the process soon (serve answers 503 first). Without a handler the process exits with status 1. */
+void cli_ranks_on_lost(struct cli_ranks *r, void (*fn)(void *ctx, const char *msg), void *ctx);
+/* Reads --tensor-parallel / --expert-parallel / --collectives, joins the ranks and checks they
+ * agree; sets so->comm, so->expert_parallel and so->collectives_nccl. */
 enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int n_opts, int argc, char **argv,
                            struct session_opts *so, struct err *err);
 /* After model_session_open on every rank: with its outcome st, whether all ranks loaded their

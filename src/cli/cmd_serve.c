@@ -18,12 +18,15 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "base/timer.h"
 #include "cli/cli_args.h"
 #include "cli/cli_ranks.h"
+#include "cli/cli_synth.h"
 #include "cli/commands.h"
 #include "engine/scheduler.h"
 #include "template/chat_template.h"
 #include "format/tokenizer.h"
+#include "model/synth_preset.h"
 #include "server/server.h"
 
 /* The last path component of dir, without trailing slashes. */
@@ -51,6 +54,8 @@ struct serve_args {
     bool allow_long_context;
     bool lenient;
     bool no_prefix_cache, batch_invariant;
+    struct session_opts synth; /* --synthetic: its fields only */
+    char synth_dir[64];        /* --synthetic: the preset's config and --tokenizer's files (a->model) */
 };
 
 /* What a run holds; zeroed, every member may be released by serve_state_free. */
@@ -139,6 +144,28 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->allowed_origins = cli_get(opts, n, "allowed-origins", NULL);
     a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
     a->batch_invariant = cli_flag(opts, n, "batch-invariant");
+    const char *synth = NULL, *tok_dir = cli_get(opts, n, "tokenizer", NULL);
+    if (cli_synth_apply(opts, n, &a->synth, &synth, &err)) {
+        LOG_ERROR("serve: %s", err.msg);
+        return 2;
+    }
+    if (synth && !tok_dir) {
+        LOG_ERROR("serve: --synthetic %s has no tokenizer: give one with --tokenizer DIR (a directory with "
+                  "tokenizer.json)", synth);
+        return 2;
+    }
+    if (tok_dir && !synth) {
+        LOG_ERROR("serve: --tokenizer is for --synthetic models (a checkpoint serves with its own tokenizer)");
+        return 2;
+    }
+    if (synth) { /* every file the command reads from a model directory, without weights */
+        if (synth_preset_dir(synth, !a->synth.synthetic_bf16, a->synth.synthetic_layers, tok_dir, a->synth_dir, &err)) {
+            LOG_ERROR("serve: %s", err.msg);
+            return 1;
+        }
+        a->model = a->synth_dir;
+        snprintf(a->name, sizeof a->name, "%s", synth);
+    }
     return -1;
 }
 
@@ -150,6 +177,7 @@ static void serve_block_signals(sigset_t *sigs)
     sigemptyset(sigs);
     sigaddset(sigs, SIGINT);
     sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGUSR1); /* serve_rank_lost: a GPU rank died */
     pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not death */
 }
@@ -199,13 +227,20 @@ static void serve_sampling_defaults(const char *dir, struct server_opts *o)
 }
 
 /* Fills in the defaults of --max-context (the model's context, at most 32768)
- * and --kv-blocks (see the top of this file), which need the model's config. */
-static enum status serve_size_cache(struct serve_args *a, struct err *err)
+ * and --kv-blocks (see the top of this file), which need the model's config; refuses a tokenizer
+ * with more ids than the model has embeddings. */
+static enum status serve_size_cache(struct serve_args *a, const struct tokenizer *tok, struct err *err)
 {
     struct model_desc desc;
     enum status st = model_desc_load(&desc, a->model, err);
     if (st)
         return st;
+    if (tokenizer_vocab_size(tok) > desc.vocab_size) { /* its ids would index past the embeddings */
+        st = err_set(err, STATUS_INVALID, "the tokenizer has %d ids, the model's vocabulary %d: they do not belong "
+                     "together", tokenizer_vocab_size(tok), desc.vocab_size);
+        model_desc_free(&desc);
+        return st;
+    }
     if (!a->max_ctx)
         a->max_ctx = desc.max_position_embeddings > 0 && desc.max_position_embeddings < 32768
                          ? desc.max_position_embeddings
@@ -237,7 +272,8 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .smem_budget = smem_budget, .attention_precision = a->attention_precision,
                               .kv_cache_dtype = a->kv_cache_dtype,
                               .batch_invariant = a->batch_invariant, .comm = st->ranks.comm.ops ? &st->ranks.comm : NULL,
-                              .expert_parallel = st->ranks.expert_parallel};
+                              .expert_parallel = st->ranks.expert_parallel, .synthetic = a->synth.synthetic,
+                              .synthetic_bf16 = a->synth.synthetic_bf16, .synthetic_layers = a->synth.synthetic_layers};
     if (st->ranks.size > 1) { /* GPU ranks this command started (cli_ranks.h) */
         so.nccl_id = st->ranks.nccl_id;
         so.nccl_rank = st->ranks.rank, so.nccl_size = st->ranks.size, so.device = st->ranks.rank;
@@ -267,8 +303,20 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
     return server_start(&st->srv, &sro, &sm, err);
 }
 
+/* The ranks' watchdog (its thread): a rank died, the others are stopped, the scheduler may wait
+ * in a collective for good. Every request gets a 503 naming the rank; the main thread ends the
+ * process. */
+static void serve_rank_lost(void *ctx, const char *msg)
+{
+    struct serve_state *st = ctx;
+    char m[256];
+    snprintf(m, sizeof m, "the model stopped: %s; the server is exiting", msg);
+    server_fail(&st->srv, m);
+    kill(getpid(), SIGUSR1);
+}
+
 /* Reports the running server (the port line is what tests read) and waits for
- * SIGINT or SIGTERM. */
+ * SIGINT or SIGTERM (or SIGUSR1: serve_rank_lost). */
 static void serve_run_until_signal(struct serve_state *st, const struct serve_args *a, const sigset_t *sigs)
 {
     const struct model_session *s = &st->s;
@@ -282,8 +330,19 @@ static void serve_run_until_signal(struct serve_state *st, const struct serve_ar
                  (long)getpid());
     printf("listening on http://%s:%d\n", a->host, server_port(&st->srv));
     fflush(stdout);
+    cli_ranks_on_lost(&st->ranks, serve_rank_lost, st);
     int sig = 0;
     sigwait(sigs, &sig);
+    if (sig == SIGUSR1) {
+        /* the 503s and the streams' error events go out; no cleanup: it would wait on the dead rank */
+        LOG_ERROR("serve: %s", st->srv.fail_msg);
+        for (double t0 = timer_now(); atomic_load(&st->srv.n_live) > 0 && timer_now() - t0 < 2.0;)
+            usleep(20 * 1000);
+        fflush(stdout);
+        fflush(stderr);
+        synth_preset_dir_remove(a->synth_dir);
+        _exit(1);
+    }
     LOG_INFO("serve: %s, shutting down: no new requests; the %d in flight get up to %g s",
              sig == SIGINT ? "SIGINT" : "SIGTERM", atomic_load(&st->srv.n_live), a->shutdown_grace);
     server_drain(&st->srv, a->shutdown_grace);
@@ -329,7 +388,10 @@ int cmd_serve(int argc, char **argv)
          .help = "MLA latent cache rows: bf16 (default), f32 (reference runs) or fp8 (656 B a GLM-5 token)"},
         {.name = "attention-precision", .metavar = "P", .help = "cuda: prefill attention operands: hi_lo (default, "
                                                                   "fp32-grade), pv_bf16 or bf16 (faster, bf16-grade)"},
+        {.name = "tokenizer", .metavar = "DIR", .help = "with --synthetic: tokenizer.json, tokenizer_config.json (the "
+                                                       "chat template) and generation_config.json from DIR"},
         CLI_RANK_OPTS,
+        CLI_SYNTH_OPTS,
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct serve_args a;
@@ -343,11 +405,12 @@ int cmd_serve(int argc, char **argv)
     struct err err = {0};
     if (cli_load_tokenizer(a.model, &st.tok, &err)) {
         LOG_ERROR("serve: %s", err.msg);
+        synth_preset_dir_remove(a.synth_dir);
         return 1;
     }
     serve_load_template(&st, a.model);
     struct session_opts rso = {.backend = a.backend};
-    if (serve_size_cache(&a, &err) || cli_ranks_open(&st.ranks, opts, n, argc, argv, &rso, &err) ||
+    if (serve_size_cache(&a, st.tok, &err) || cli_ranks_open(&st.ranks, opts, n, argc, argv, &rso, &err) ||
         serve_start(&st, &a, cli_smem_budget(opts, n), &err)) {
         LOG_ERROR("serve: %s", err.msg);
         rc = 1;
@@ -358,5 +421,6 @@ int cmd_serve(int argc, char **argv)
         rc = 0;
     }
     serve_state_free(&st);
+    synth_preset_dir_remove(a.synth_dir);
     return rc;
 }

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "model/model_plan.h"
@@ -60,37 +59,6 @@ static enum status session_shard(struct model_session *s, const struct session_o
 /* The seed of every synthetic model: a preset is one model, the same on every run and rank. */
 enum { SESSION_SYNTH_SEED = 1 };
 
-/* A temporary directory holding the preset's config files (the loader reads config.json from a
- * directory, as for a checkpoint), in dir[64]. */
-static enum status session_synth_dir(const struct session_opts *o, char *dir, struct err *err)
-{
-    const struct synth_preset *p = synth_preset_find(o->synthetic);
-    if (!p)
-        return err_set(err, STATUS_INVALID, "--synthetic %s: no such preset (have: %s)", o->synthetic,
-                       synth_preset_names());
-    struct synth_preset ps = *p;
-    if (o->synthetic_layers > 0)
-        ps.n_layers = o->synthetic_layers;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, 64, "%s/moeserve-synth-XXXXXX", tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        dir[0] = 0;
-        return err_set(err, STATUS_IO, "--synthetic: cannot make a temporary directory for the config");
-    }
-    return synth_preset_write(&ps, !o->synthetic_bf16, dir, err);
-}
-
-static void session_synth_dir_remove(const char *dir)
-{
-    char path[128];
-    const char *files[2] = {"config.json", "hf_quant_config.json"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        (void)remove(path);
-    }
-    (void)rmdir(dir);
-}
-
 static enum status session_open(struct model_session *s, const char *dir, const struct session_opts *o,
                                 struct err *err);
 
@@ -99,14 +67,14 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
 {
     if (!o || !o->synthetic)
         return session_open(s, dir, o, err);
+    /* the loader reads config.json from a directory, as for a checkpoint */
     char tmp[64] = "";
-    enum status st = session_synth_dir(o, tmp, err);
+    enum status st = synth_preset_dir(o->synthetic, !o->synthetic_bf16, o->synthetic_layers, NULL, tmp, err);
     if (!st)
         st = session_open(s, tmp, o, err);
     else
         memset(s, 0, sizeof *s);
-    if (tmp[0])
-        session_synth_dir_remove(tmp);
+    synth_preset_dir_remove(tmp);
     return st;
 }
 
@@ -185,7 +153,8 @@ static enum status session_open(struct model_session *s, const char *dir, const 
         if (!st)
             st = backend_cuda_create_for(&s->be, o ? o->device : 0, o ? o->smem_budget : 0, &ps, &pw, err);
         if (!st && o && o->nccl_id)
-            st = cuda_comm_nccl_init(&s->nccl, &s->be, o->nccl_rank, o->nccl_size, o->nccl_id, err);
+            st = cuda_comm_nccl_init(&s->nccl, &s->be, o->nccl_rank, o->nccl_size, o->nccl_id, !o->collectives_nccl,
+                                     err);
         if (!st && o)
             backend_cuda_set_attention_precision(&s->be, o->attention_precision);
     } else {

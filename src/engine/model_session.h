@@ -42,6 +42,8 @@ struct session_opts {
     const uint8_t *nccl_id;  /* cuda: GPU ranks: the session joins rank nccl_rank of nccl_size over NCCL
                                 (cuda_comm_nccl.h) with this id (CUDA_NCCL_ID_BYTES); NULL: comm above */
     int nccl_rank, nccl_size;
+    bool collectives_nccl;   /* GPU ranks: NCCL's all-reduce at every size (--collectives nccl); else the P2P
+                                kernels where the start-up measurement chose them (cuda_comm_p2p.h) */
     const char *synthetic;  /* a preset's name (model/synth_preset.h): no checkpoint, `dir` unused; the preset's
                                config in a temporary directory while the session opens, every weight made
                                on the backend (model_weights_make_shard): bench --synthetic */

@@ -1,10 +1,13 @@
 /* synth_preset.c — see synth_preset.h. */
 #include "model/synth_preset.h"
 
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/json.h"
 
@@ -222,4 +225,67 @@ const struct synth_preset *synth_preset_find(const char *name)
 const char *synth_preset_names(void)
 {
     return "tiny, cpu-bench, qwen3-30b-a3b, glm5-slice, glm5";
+}
+
+/* The files a checkpoint directory carries beside its weights that a preset's directory may borrow. */
+static const char *const DIR_FILES[] = {"config.json", "hf_quant_config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "generation_config.json"};
+
+/* dir/name -> out/name byte for byte; absent (not a regular file): nothing, STATUS_OK. */
+static enum status copy_if_present(const char *dir, const char *name, const char *out, struct err *err)
+{
+    char src[4096], dst[160];
+    snprintf(src, sizeof src, "%s/%s", dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", out, name);
+    struct stat sb;
+    if (stat(src, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return STATUS_OK;
+    FILE *in = fopen(src, "rb"), *o = in ? fopen(dst, "wb") : NULL;
+    bool ok = in && o;
+    char buf[1 << 16];
+    for (size_t n; ok && (n = fread(buf, 1, sizeof buf, in)) > 0;)
+        ok = fwrite(buf, 1, n, o) == n;
+    ok = ok && !ferror(in);
+    if (in)
+        fclose(in);
+    if (o && fclose(o) != 0)
+        ok = false;
+    return ok ? STATUS_OK : err_set(err, STATUS_IO, "cannot copy %s to %s: %s", src, dst, strerror(errno));
+}
+
+enum status synth_preset_dir(const char *name, bool nvfp4, int layers, const char *tokenizer_dir, char dir[64],
+                             struct err *err)
+{
+    dir[0] = 0;
+    const struct synth_preset *p = synth_preset_find(name);
+    if (!p)
+        return err_set(err, STATUS_INVALID, "--synthetic %s: no such preset (have: %s)", name ? name : "(none)",
+                       synth_preset_names());
+    struct synth_preset ps = *p;
+    if (layers > 0)
+        ps.n_layers = layers;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, 64, "%s/moeserve-synth-XXXXXX", tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        dir[0] = 0;
+        return err_set(err, STATUS_IO, "--synthetic: cannot make a temporary directory: %s", strerror(errno));
+    }
+    enum status st = synth_preset_write(&ps, nvfp4, dir, err);
+    for (size_t i = 2; !st && tokenizer_dir && i < sizeof DIR_FILES / sizeof DIR_FILES[0]; i++)
+        st = copy_if_present(tokenizer_dir, DIR_FILES[i], dir, err);
+    if (st)
+        synth_preset_dir_remove(dir), dir[0] = 0;
+    return st;
+}
+
+void synth_preset_dir_remove(const char *dir)
+{
+    if (!dir || !dir[0])
+        return;
+    char path[160];
+    for (size_t i = 0; i < sizeof DIR_FILES / sizeof DIR_FILES[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, DIR_FILES[i]);
+        (void)remove(path);
+    }
+    (void)rmdir(dir);
 }

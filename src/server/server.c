@@ -213,6 +213,10 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
     switch (cc->ep) {
     case METRICS_EP_COMPLETIONS:
     case METRICS_EP_CHAT:
+        if (post && atomic_load(&srv->failed)) {
+            api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", srv->fail_msg);
+            return server_reply_error(cc, &e);
+        }
         if (post && atomic_load(&srv->draining)) {
             api_error_set(&e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
             return server_reply_error(cc, &e);
@@ -226,6 +230,10 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
                                 api_models_json(srv->o.model_name, srv->created, srv->m.max_context));
         break;
     case METRICS_EP_HEALTH:
+        if (get && atomic_load(&srv->failed)) {
+            api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", srv->fail_msg);
+            return server_reply_error(cc, &e);
+        }
         if (get)
             return server_reply(cc, 200, "application/json", strdup("{\"status\":\"ok\"}\n"));
         break;
@@ -519,6 +527,15 @@ void server_drain(struct server *srv, double grace)
     scheduler_stop(srv->m.sch); /* what is left ends as cancelled: its threads write the ends */
     for (double t1 = timer_now(); atomic_load(&srv->n_live) > 0 && timer_now() - t1 < 2.0;)
         usleep(10 * 1000);
+}
+
+void server_fail(struct server *srv, const char *msg)
+{
+    if (!srv->daemon || atomic_load(&srv->failed))
+        return;
+    snprintf(srv->fail_msg, sizeof srv->fail_msg, "%s", msg);
+    atomic_store(&srv->draining, true);
+    atomic_store(&srv->failed, true);
 }
 
 void server_stop(struct server *srv)

@@ -72,6 +72,8 @@ struct server {
     struct MHD_Daemon *daemon;
     atomic_bool draining;      /* server_drain(): new generations get 503, running ones go on */
     atomic_bool stopping;
+    atomic_bool failed;        /* server_fail(): the model cannot run any more (a rank died) */
+    char fail_msg[256];        /* why; written once before failed is set */
     atomic_int n_live;         /* generations whose connection is still being answered */
     pthread_mutex_t conn_mu;   /* guards n_open and clients */
     int n_open;                /* connections open now */
@@ -90,6 +92,11 @@ int server_port(const struct server *srv);
  * a "shutting_down" error event and [DONE] (non-streamed: a 503 body), and the answers are
  * given up to 2 s to go out. Call before server_stop(). */
 void server_drain(struct server *srv, double grace);
+/* The model cannot run any more (one of its ranks died: the scheduler may be stuck in a
+ * collective for good): from now on every generation, new or running, ends with a 503
+ * "rank_failed" error naming msg (streams: an error event and [DONE]) and /health answers 503.
+ * The caller then exits; nothing here waits for the scheduler. */
+void server_fail(struct server *srv, const char *msg);
 /* Ends open connections (streams end with an error), joins every thread.
  * Safe on a zeroed struct. */
 void server_stop(struct server *srv);

@@ -122,7 +122,7 @@ static bool gen_wait(struct gen *g, int seen)
         pthread_mutex_unlock(&r->mu);
         if (progress)
             return true;
-        if (atomic_load(&g->srv->stopping) || server_client_gone(g->conn))
+        if (atomic_load(&g->srv->stopping) || atomic_load(&g->srv->failed) || server_client_gone(g->conn))
             return false;
     }
 }
@@ -268,7 +268,13 @@ static bool stream_produce(struct gen *g)
         return stream_tokens(g, n);
     if (finished || g->stop_string)
         return stream_end(g);
-    return gen_wait(g, g->consumed);
+    if (!gen_wait(g, g->consumed) && atomic_load(&g->srv->failed)) {
+        struct api_error e;
+        api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", g->srv->fail_msg);
+        g->done = true;
+        return out_event(g, api_error_json(&e)) && out_put(g, "data: [DONE]\n\n", 14, "", 0);
+    }
+    return !atomic_load(&g->srv->stopping) && !server_client_gone(g->conn);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -326,6 +332,8 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
         if (finished || g->stop_string)
             break;
         if (!gen_wait(g, g->consumed)) {
+            if (atomic_load(&g->srv->failed))
+                goto failed;
             gen_free(g);
             return MHD_NO;
         }
@@ -358,6 +366,10 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
 fail:;
     struct api_error e;
     api_error_set(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    gen_free(g);
+    return server_reply_error(cc, &e);
+failed:
+    api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", cc->srv->fail_msg);
     gen_free(g);
     return server_reply_error(cc, &e);
 }
@@ -471,8 +483,12 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
     text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
     /* the first token (or an early end) decides the status line */
     if (!gen_wait(g, 0)) {
+        bool failed = atomic_load(&g->srv->failed);
         gen_free(g);
-        return MHD_NO;
+        if (!failed)
+            return MHD_NO;
+        api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", cc->srv->fail_msg);
+        return server_reply_error(cc, &e);
     }
     pthread_mutex_lock(&g->req->mu);
     int n = g->req->n_out;

@@ -2,7 +2,8 @@
  * between two processes sharing GPU 0 through CUDA IPC, the data movement of the multi-GPU form
  * on the one lent GPU: one-shot and two-shot sums equal the CPU's, bit for bit (rank order), at
  * sizes from one float to 16 MiB; the fused all-reduce + residual add + RMSNorm equals its CPU
- * reference; no barrier times out. The processes are forked before any CUDA call (a child cannot
+ * reference; a captured graph replayed three times meets anew each time (device-side epochs); no
+ * barrier times out. The processes are forked before any CUDA call (a child cannot
  * use a context its parent made) and trade their IPC handles over pipes. Two contexts on one GPU
  * are time-sliced, so the times printed are not speed figures. Skips without a GPU.
  */
@@ -53,7 +54,7 @@ static int run_rank(int rank, int wfd, int rfd)
     CK(cudaSetDevice(0));
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
-    const size_t data_bytes = (size_t)MAX_FLOATS * 4, bytes = data_bytes + 256;
+    const size_t data_bytes = (size_t)MAX_FLOATS * 4, bytes = data_bytes + CUDA_AR_FLAG_BYTES;
     uint8_t *base = NULL, *peer = NULL;
     CK(cudaMalloc((void **)&base, bytes));
     CK(cudaMemset(base, 0, bytes));
@@ -67,7 +68,6 @@ static int run_rank(int rank, int wfd, int rfd)
     struct cuda_ar_peers p = {.rank = rank, .size = size};
     p.data[rank] = (float *)base, p.data[1 - rank] = (float *)peer;
     p.flags[rank] = (uint32_t *)(base + data_bytes), p.flags[1 - rank] = (uint32_t *)(peer + data_bytes);
-    uint32_t epoch = 1;
     float *h_in = malloc(data_bytes), *h_out = malloc(data_bytes), *d_out = NULL;
     CK(cudaMalloc((void **)&d_out, data_bytes));
     int bad = 0;
@@ -82,15 +82,15 @@ static int run_rank(int rank, int wfd, int rfd)
             CK(cudaEventCreate(&t1));
             CK(cudaMemcpyAsync(p.data[rank], h_in, n * 4, cudaMemcpyHostToDevice, s));
             CK(cudaEventRecord(t0, s));
-            CK(cuda_ar_barrier(s, p, epoch++));
+            CK(cuda_ar_barrier(s, p));
             if (form == 0) {
                 CK(cuda_ar_one_shot(s, p, n, d_out));
             } else {
                 CK(cuda_ar_reduce_slice(s, p, n));
-                CK(cuda_ar_barrier(s, p, epoch++));
+                CK(cuda_ar_barrier(s, p));
                 CK(cuda_ar_gather_slices(s, p, n, d_out));
             }
-            CK(cuda_ar_barrier(s, p, epoch++)); /* no rank rewrites its buffer while another reads it */
+            CK(cuda_ar_barrier(s, p)); /* no rank rewrites its buffer while another reads it */
             CK(cudaEventRecord(t1, s));
             CK(cudaMemcpyAsync(h_out, d_out, n * 4, cudaMemcpyDeviceToHost, s));
             CK(cudaStreamSynchronize(s));
@@ -108,6 +108,36 @@ static int run_rank(int rank, int wfd, int rfd)
             cudaEventDestroy(t0), cudaEventDestroy(t1);
         }
     }
+    /* captured once, replayed: the barriers count their epochs on the device, so every replay
+     * meets anew (an epoch baked into the graph would let the second replay run through) */
+    {
+        const size_t n = 4099;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        CK(cuda_ar_barrier(s, p));
+        CK(cuda_ar_one_shot(s, p, n, d_out));
+        CK(cuda_ar_barrier(s, p));
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        for (int rep = 1; rep <= 3; rep++) {
+            for (size_t i = 0; i < n; i++)
+                h_in[i] = input(rank, i) * (float)rep;
+            CK(cudaMemcpyAsync(p.data[rank], h_in, n * 4, cudaMemcpyHostToDevice, s));
+            CK(cudaGraphLaunch(ge, s));
+            CK(cudaMemcpyAsync(h_out, d_out, n * 4, cudaMemcpyDeviceToHost, s));
+            CK(cudaStreamSynchronize(s));
+            size_t wrong = 0;
+            for (size_t i = 0; i < n; i++) {
+                const float want = input(0, i) * (float)rep + input(1, i) * (float)rep;
+                wrong += memcmp(&want, &h_out[i], 4) != 0;
+            }
+            if (rank == 0)
+                printf("    graph replay %d, one-shot %zu floats: %s\n", rep, n, wrong ? "WRONG" : "= the CPU's sum");
+            bad += wrong != 0;
+        }
+        cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+    }
     /* fused: h += the sum of the ranks' deltas; x = rmsnorm(h) * w */
     static float h0[ROWS * DIM], w[DIM], x[ROWS * DIM], hh[ROWS * DIM];
     for (int i = 0; i < ROWS * DIM; i++)
@@ -123,9 +153,9 @@ static int run_rank(int rank, int wfd, int rfd)
     CK(cudaMemcpy(dh, h0, sizeof h0, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dw, w, sizeof w, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.data[rank], h_in, sizeof h0, cudaMemcpyHostToDevice));
-    CK(cuda_ar_barrier(s, p, epoch++));
+    CK(cuda_ar_barrier(s, p));
     CK(cuda_ar_add_rmsnorm(s, p, ROWS, DIM, dh, dw, 1e-6f, dx));
-    CK(cuda_ar_barrier(s, p, epoch++));
+    CK(cuda_ar_barrier(s, p));
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(x, dx, sizeof x, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hh, dh, sizeof hh, cudaMemcpyDeviceToHost));

@@ -25,7 +25,7 @@ static enum status comm_one(struct comm *c, struct backend *be, struct err *err)
 {
     uint8_t id[CUDA_NCCL_ID_BYTES];
     enum status st = cuda_comm_nccl_unique_id(id, err);
-    return st ? st : cuda_comm_nccl_init(c, be, 0, 1, id, err);
+    return st ? st : cuda_comm_nccl_init(c, be, 0, 1, id, true, err);
 }
 
 static void test_collectives(void **state)

@@ -311,6 +311,11 @@ enum status backend_cuda_status(const struct backend *be, struct err *err)
     return cuda_sink_status(&((const struct cuda_backend *)be->impl)->sink, err);
 }
 
+void *backend_cuda_stream(struct backend *be)
+{
+    return cuda_ctx(be)->stream;
+}
+
 const struct plan *backend_cuda_plan(const struct backend *be)
 {
     return &((const struct cuda_backend *)be->impl)->plan;

@@ -9,7 +9,7 @@
  * Errors: ops return nothing, so the first failing CUDA/cuBLAS call is
  * recorded (with file:line) and logged; backend_cuda_status() returns it.
  *
- * defines: backend_cuda_create(), backend_cuda_create_for(), backend_cuda_device_count(),
+ * defines: backend_cuda_create(), backend_cuda_create_for(), backend_cuda_device_count(), backend_cuda_stream(),
  *          backend_cuda_status(), backend_cuda_plan(), backend_cuda_set_*() (test hooks)
  */
 #ifndef MOESERVE_BACKEND_CUDA_BACKEND_CUDA_H
@@ -41,6 +41,9 @@ enum status backend_cuda_status(const struct backend *be, struct err *err);
 
 /* The plan the backend's kernels follow (borrowed, lives as long as be). */
 const struct plan *backend_cuda_plan(const struct backend *be);
+/* The backend's one stream (a cudaStream_t), where every op and collective runs: for tests that
+ * capture its work into a graph of their own. */
+void *backend_cuda_stream(struct backend *be);
 
 /* The prefill tensor-core attention's operands: 0 bf16 hi + lo (fp32-grade, the default), 1 P and
  * V single bf16, 2 all single bf16 (faster, bf16-grade; --attention-precision). */

@@ -2,6 +2,10 @@
 #include "backend/cuda/cuda_comm_nccl.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +13,7 @@
 #include <nccl.h>
 
 #include "backend/cuda/cuda_backend_internal.h"
+#include "backend/cuda/cuda_comm_p2p.h"
 #include "base/log.h"
 
 /* The NCCL entry points moeserve uses, from libnccl.so.2. */
@@ -22,6 +27,7 @@ struct nccl_lib {
     ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
     const char *(*error_string)(ncclResult_t);
+    ncclResult_t (*get_async_error)(ncclComm_t, ncclResult_t *);
 };
 
 struct nccl_comm {
@@ -30,7 +36,33 @@ struct nccl_comm {
     struct cuda_backend *be; /* its stream and its error sink */
     void *stage;             /* device: host collectives' and the gather's staging */
     size_t stage_bytes;
+    struct cuda_p2p p2p;     /* the peer-to-peer all-reduce, where the start-up measurement chose it */
+    int rank;
+    pthread_t checker;       /* polls NCCL's asynchronous errors (ranks > 1) */
+    bool checking;
+    atomic_bool stop;
 };
+
+/* A peer that died or a network that failed shows as an asynchronous error of the communicator,
+ * not as a failed call: the collectives in flight would wait forever. Polled every 100 ms; on an
+ * error this rank aborts NCCL and exits naming itself and the error, which the launcher's
+ * watchdog (or mpirun) turns into the end of every rank. */
+static void *nccl_check_run(void *arg)
+{
+    struct nccl_comm *x = arg;
+    while (!atomic_load(&x->stop)) {
+        ncclResult_t async = ncclSuccess;
+        if (x->nl.get_async_error(x->comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+            LOG_ERROR("rank %d: NCCL reports an asynchronous error (%s): a peer died or its link failed; "
+                      "stopping this rank", x->rank, x->nl.error_string(async));
+            x->nl.comm_abort(x->comm);
+            _exit(1);
+        }
+        usleep(100 * 1000);
+    }
+    return NULL;
+}
 
 static enum status nccl_load(struct nccl_lib *nl, struct err *err)
 {
@@ -57,6 +89,7 @@ static enum status nccl_load(struct nccl_lib *nl, struct err *err)
     NCCL_SYM(broadcast, "ncclBroadcast");
     NCCL_SYM(all_gather, "ncclAllGather");
     NCCL_SYM(error_string, "ncclGetErrorString");
+    NCCL_SYM(get_async_error, "ncclCommGetAsyncError");
 #undef NCCL_SYM
     return STATUS_OK;
 }
@@ -87,10 +120,18 @@ static bool stage_grow(struct nccl_comm *n, size_t bytes)
     return true;
 }
 
-static void nccl_all_reduce_sum(struct comm *c, float *buf, size_t n)
+/* NCCL's own all-reduce (the P2P table's measurement calls it too) */
+static void nccl_sum(struct comm *c, float *buf, size_t n)
 {
     struct nccl_comm *x = c->impl;
     NCCL_CHECK(x, x->nl.all_reduce(buf, buf, n, ncclFloat32, ncclSum, x->comm, x->be->stream));
+}
+
+static void nccl_all_reduce_sum(struct comm *c, float *buf, size_t n)
+{
+    struct nccl_comm *x = c->impl;
+    if (!cuda_p2p_all_reduce(&x->p2p, buf, n))
+        nccl_sum(c, buf, n);
 }
 
 static void nccl_broadcast(struct comm *c, void *buf, size_t bytes, int root)
@@ -153,6 +194,11 @@ static void nccl_destroy(struct comm *c)
     struct nccl_comm *x = c->impl;
     if (!x)
         return;
+    if (x->checking) {
+        atomic_store(&x->stop, true);
+        pthread_join(x->checker, NULL);
+    }
+    cuda_p2p_free(&x->p2p);
     if (x->comm)
         NCCL_CHECK(x, x->nl.comm_destroy(x->comm));
     if (x->stage)
@@ -161,6 +207,15 @@ static void nccl_destroy(struct comm *c)
         dlclose(x->nl.lib);
     free(x);
     c->impl = NULL;
+}
+
+void cuda_comm_nccl_describe(const struct comm *c, char *buf, size_t n)
+{
+    if (!c->ops || strcmp(c->ops->name, "nccl") != 0) {
+        snprintf(buf, n, "all-reduce: %s", c->ops ? c->ops->name : "none");
+        return;
+    }
+    cuda_p2p_describe(&((const struct nccl_comm *)c->impl)->p2p, buf, n);
 }
 
 static const struct comm_ops NCCL_OPS = {
@@ -192,7 +247,7 @@ enum status cuda_comm_nccl_unique_id(uint8_t id[CUDA_NCCL_ID_BYTES], struct err 
 }
 
 enum status cuda_comm_nccl_init(struct comm *c, struct backend *be, int rank, int size,
-                                const uint8_t id[CUDA_NCCL_ID_BYTES], struct err *err)
+                                const uint8_t id[CUDA_NCCL_ID_BYTES], bool p2p, struct err *err)
 {
     memset(c, 0, sizeof *c);
     if (strcmp(be->ops->name, "cuda") != 0)
@@ -223,6 +278,19 @@ enum status cuda_comm_nccl_init(struct comm *c, struct backend *be, int rank, in
         return st;
     }
     *c = (struct comm){.ops = &NCCL_OPS, .rank = rank, .size = size, .impl = x};
+    x->rank = rank;
     LOG_DEBUG("nccl: rank %d of %d on device %d", rank, size, x->be->device);
+    if (size > 1 && pthread_create(&x->checker, NULL, nccl_check_run, x) == 0)
+        x->checking = true;
+    st = cuda_p2p_init(&x->p2p, c, be, p2p, nccl_sum, err);
+    if (st) {
+        comm_free(c);
+        return st;
+    }
+    if (rank == 0 && size > 1) {
+        char table[4096];
+        cuda_p2p_describe(&x->p2p, table, sizeof table);
+        LOG_INFO("%s", table);
+    }
     return STATUS_OK;
 }

@@ -12,7 +12,9 @@
  * the result (the next layer's input) in the same pass over the rows.
  *
  * Barriers are epochs: rank r writes epoch e into slot r of every rank's flag row and waits until
- * its own row holds e in every slot (system-scope release / acquire). A rank that never arrives
+ * its own row holds e in every slot (system-scope release / acquire). Each rank counts its epochs
+ * in its own flag row (slot CUDA_AR_MAX_RANKS + 1), so a barrier captured into a CUDA graph meets
+ * at a new epoch on every replay; rows start zeroed (CUDA_AR_FLAG_BYTES). A rank that never arrives
  * makes the others give up after CUDA_AR_SPIN_NS and return, their output undefined (never a
  * hang); cuda_ar_timed_out() tells.
  *
@@ -33,17 +35,18 @@ extern "C" {
 
 enum { CUDA_AR_MAX_RANKS = 8 };
 #define CUDA_AR_SPIN_NS 10000000000ull /* 10 s */
+#define CUDA_AR_FLAG_BYTES 256           /* a flag row's bytes (zeroed before the first barrier) */
 
 struct cuda_ar_peers {
     float *data[CUDA_AR_MAX_RANKS];     /* rank r's buffer as this process maps it */
-    uint32_t *flags[CUDA_AR_MAX_RANKS]; /* rank r's flag row: CUDA_AR_MAX_RANKS slots, + 1 timeout flag */
+    uint32_t *flags[CUDA_AR_MAX_RANKS]; /* rank r's flag row: CUDA_AR_MAX_RANKS slots, a timeout flag, the epoch */
     int rank, size;
 };
 
 /* Slice [*off, *off + *len) of n values that rank r reduces in the two-shot form. */
 void cuda_ar_slice(size_t n, int r, int size, size_t *off, size_t *len);
-/* Every rank's epoch-e arrival (after this stream's earlier work is visible to the peers). */
-cudaError_t cuda_ar_barrier(cudaStream_t s, struct cuda_ar_peers p, uint32_t epoch);
+/* Every rank's arrival at its next epoch (after this stream's earlier work is visible to the peers). */
+cudaError_t cuda_ar_barrier(cudaStream_t s, struct cuda_ar_peers p);
 /* out[i] = sum over ranks in order of data[r][i], i < n (after a barrier); out is not a buffer the
  * peers read (they may still be reading this rank's). */
 cudaError_t cuda_ar_one_shot(cudaStream_t s, struct cuda_ar_peers p, size_t n, float *out);

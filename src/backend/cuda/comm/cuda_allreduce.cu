@@ -34,9 +34,15 @@ __device__ __forceinline__ float sum_over_ranks(const cuda_ar_peers &p, size_t i
 }
 
 /* one block, a thread a peer: announce, then wait for every peer's announcement */
-__global__ void ar_barrier_kernel(cuda_ar_peers p, uint32_t epoch)
+__global__ void ar_barrier_kernel(cuda_ar_peers p)
 {
     const int q = threadIdx.x;
+    /* the epoch counts in device memory, so that a captured graph's replays meet at new epochs */
+    uint32_t *count = p.flags[p.rank] + CUDA_AR_MAX_RANKS + 1;
+    const uint32_t epoch = *count + 1;
+    __syncwarp();
+    if (q == 0)
+        *count = epoch;
     __threadfence_system(); /* this rank's buffer writes before its arrival */
     if (q < p.size)
         flag_store(p.flags[q] + p.rank, epoch);
@@ -114,11 +120,11 @@ extern "C" void cuda_ar_slice(size_t n, int r, int size, size_t *off, size_t *le
     *len = *off + per < n ? per : n - *off;
 }
 
-extern "C" cudaError_t cuda_ar_barrier(cudaStream_t s, struct cuda_ar_peers p, uint32_t epoch)
+extern "C" cudaError_t cuda_ar_barrier(cudaStream_t s, struct cuda_ar_peers p)
 {
     if (p.size < 1 || p.size > CUDA_AR_MAX_RANKS)
         return cudaErrorInvalidValue;
-    ar_barrier_kernel<<<1, 32, 0, s>>>(p, epoch);
+    ar_barrier_kernel<<<1, 32, 0, s>>>(p);
     return CUDA_LAUNCH_RESULT();
 }
 
