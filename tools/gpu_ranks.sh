@@ -26,6 +26,13 @@ n=${RANKS:-$gpus}
 rows=("GPUs $gpus, ranks $n, NCCL ${nccl:-not found}")
 MOESERVE_SRC="$src" TMPDIR="$d" timeout 200 "$d/tests/test_comm_cuda" >"$out/test_comm_cuda.log" 2>&1
 rows+=("test_comm_cuda rc $? ($(grep -c '^\[       OK' "$out/test_comm_cuda.log") ok)")
+# the P2P all-reduce between two processes on GPU 0: its kernels, and the communicator's set-up,
+# measurement, table and dispatch (graphs too)
+for t in test_allreduce_cuda test_comm_p2p_cuda; do
+    [ -x "$d/tests/$t" ] || continue
+    MOESERVE_SRC="$src" TMPDIR="$d" timeout 300 "$d/tests/$t" >"$out/$t.log" 2>&1
+    rows+=("$t rc $?: $(tail -1 "$out/$t.log")")
+done
 compare() { # two float32 files: max |a - b| / max |a|, "identical", or why not
     python3 - "$1" "$2" <<'PY'
 import struct, sys
@@ -56,12 +63,10 @@ if [ "$n" -lt 2 ]; then
     "$d/moeserve" generate --backend cuda -n 48 --prompt "In the beginning" --tensor-parallel 1 >"$out/gen1.txt" 2>"$out/gen1.log"
     cmp -s "$out/gen0.txt" "$out/gen1.txt" && rows+=("generate 48 tokens (decode graphs with NCCL): same text") ||
         rows+=("generate 48 tokens: text differs or failed: $(tail -1 "$out/gen1.log")")
-    q=/tmp/qwen3-30b-nvfp4
-    [ -f "$q/config.json" ] || "$d/make_synth_checkpoint" --out "$q" --preset qwen3-30b-a3b --format nvfp4 >/dev/null 2>&1
     for tp in none 1; do
         flag=
         [ $tp = 1 ] && flag="--tensor-parallel 1"
-        "$d/moeserve" bench --backend cuda --model "$q" --batch 1,8,64 --prompt-len 512 --decode-context 128 \
+        "$d/moeserve" bench --backend cuda --synthetic qwen3-30b-a3b --batch 1,8,64 --prompt-len 512 --decode-context 128 \
             --decode 64 $flag --json >"$out/bench_$tp.json" 2>"$out/bench_$tp.err"
         rows+=("qwen3 tp $tp: $(python3 -c "
 import json

@@ -359,6 +359,12 @@ enum status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size
     return STATUS_OK;
 }
 
+bool tokenizer_id_known(const struct tokenizer *t, int32_t id)
+{
+    size_t len;
+    return tok_id_text(t, id, &len) != NULL;
+}
+
 int tokenizer_vocab_size(const struct tokenizer *t)
 {
     return t->n_ids;

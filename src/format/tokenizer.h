@@ -23,7 +23,7 @@
  *
  * defines: struct tokenizer, tokenizer_load(), tokenizer_load_buffer(),
  *          tokenizer_free(), struct tok_ids, tok_ids_free(), tokenizer_encode(),
- *          tokenizer_decode(), tokenizer_vocab_size(), tokenizer_token_id(),
+ *          tokenizer_decode(), tokenizer_vocab_size(), tokenizer_id_known(), tokenizer_token_id(),
  *          tokenizer_token_text(), tokenizer_is_special(), struct detok_stream,
  *          detok_stream_init(), detok_stream_push(), detok_stream_flush(),
  *          detok_stream_free()
@@ -65,6 +65,7 @@ enum status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, size
                              bool skip_special_tokens, char **out, size_t *out_len, struct err *err);
 
 int tokenizer_vocab_size(const struct tokenizer *t);                      /* max id + 1 */
+bool tokenizer_id_known(const struct tokenizer *t, int32_t id);           /* id has a token */
 int32_t tokenizer_token_id(const struct tokenizer *t, const char *token); /* -1 if absent */
 /* Text of id as HF's id_to_token (an added token with normalized: true shows
  * its normalized form, as decode does); NULL if absent. */

@@ -193,8 +193,13 @@ static bool stream_tokens(struct gen *g, int n)
     while (g->consumed < n && !g->stop_string) {
         int i = g->consumed;
         size_t offset = g->ts.taken;
-        if (gen_push(g, i, &err))
-            return false;
+        if (gen_push(g, i, &err)) { /* the client is told, not left with a closed stream */
+            struct api_error e;
+            api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err.msg);
+            LOG_ERROR("request %s: %s", g->id, err.msg);
+            g->done = true;
+            return out_event(g, api_error_json(&e)) && out_put(g, "data: [DONE]\n\n", 14, "", 0);
+        }
         struct api_result res = gen_result(g);
         res.text_len = text_stream_take(&g->ts, &res.text);
         struct api_logprobs lp;

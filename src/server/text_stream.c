@@ -69,6 +69,8 @@ enum status text_stream_push(struct text_stream *ts, int32_t token, struct err *
      * the next push or the final flush: late, never lost */
     char buf[4096];
     size_t n = 0;
+    if (!tokenizer_id_known(ts->ds.tok, token))
+        return STATUS_OK; /* a row of the model's padded vocabulary: no text, as HF's decode skips it */
     enum status st = detok_stream_push(&ts->ds, token, buf, sizeof buf, &n, err);
     if (!st && n > 0 && !(st = append(ts, buf, n, err)))
         find_stop(ts, n);

@@ -36,7 +36,8 @@ void text_stream_init(struct text_stream *ts, const struct tokenizer *tok, char 
 /* Safe on a zeroed struct. */
 void text_stream_free(struct text_stream *ts);
 /* Adds one token's text; sets ts->stopped when a stop string appears. Tokens
- * after a stop are ignored. */
+ * after a stop are ignored, and so are ids the tokenizer has no token for (a model's vocabulary
+ * is often padded past its tokenizer's: Qwen3 151936 rows, 151669 tokens). */
 enum status text_stream_push(struct text_stream *ts, int32_t token, struct err *err);
 /* No more tokens: the detokenizer's held-back bytes join the text. */
 enum status text_stream_finish(struct text_stream *ts, struct err *err);

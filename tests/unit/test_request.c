@@ -304,6 +304,34 @@ static void test_text_stream_stops(void **state)
     tokenizer_free(t);
 }
 
+/* A model's vocabulary padded past its tokenizer's (Qwen3: 151936 rows, 151669 tokens): an id
+ * without a token adds no text, as HF's decode skips it, and the stream goes on. */
+static void test_text_stream_unknown_ids(void **state)
+{
+    (void)state;
+    struct tokenizer *t = load_tok();
+    struct text_stream ts;
+    text_stream_init(&ts, t, NULL, 0);
+    struct tok_ids ids = {0};
+    assert_int_equal(tokenizer_encode(t, "light", 5, false, &ids, NULL), STATUS_OK);
+    const int32_t pad = tokenizer_vocab_size(t) + 7;
+    assert_false(tokenizer_id_known(t, pad));
+    assert_false(tokenizer_id_known(t, -1));
+    assert_true(tokenizer_id_known(t, ids.ids[0]));
+    assert_int_equal(text_stream_push(&ts, pad, NULL), STATUS_OK);
+    for (size_t i = 0; i < ids.n; i++)
+        assert_int_equal(text_stream_push(&ts, ids.ids[i], NULL), STATUS_OK);
+    assert_int_equal(text_stream_push(&ts, pad, NULL), STATUS_OK);
+    assert_int_equal(text_stream_finish(&ts, NULL), STATUS_OK);
+    const char *p;
+    size_t k = text_stream_take(&ts, &p);
+    assert_int_equal(k, 5);
+    assert_memory_equal(p, "light", 5);
+    text_stream_free(&ts);
+    tok_ids_free(&ids);
+    tokenizer_free(t);
+}
+
 static void test_response_shapes(void **state)
 {
     (void)state;
@@ -390,7 +418,7 @@ int main(void)
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# gpu_serve.sh — serving on the GPU against the engine (issue 27's table), one call: `serve --backend
+# cuda` on synthetic Qwen3-30B-A3B NVFP4 (weights made on the GPU, the Qwen3 tokenizer from .carry/tok),
+# `bench serve` at 16 + 128 tokens (concurrency 1/16/64) and 512 + 128 (16/64), failed requests
+# counted, and `bench` (the engine) at the same batch sizes. A table last; logs in $OUT.
+#
+#   carry [".carry/ab", ".carry/lib", ".carry/tok"]    NEW=new tools/gpu_serve.sh
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/gpu_serve}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$src/.carry/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}:/usr/lib/x86_64-linux-gnu"
+d=/tmp/abx-${NEW:-new}
+[ -x "$d/moeserve" ] || { rm -rf "$d" && mkdir -p "$d" && tar -xJf "$src/.carry/ab/${NEW:-new}.tar.xz" -C "$d"; } || exit 2
+rows=()
+"$d/moeserve" serve --backend cuda --synthetic qwen3-30b-a3b --tokenizer "$src/.carry/tok" --max-seqs 64 --port 0 \
+    ${SERVE_FLAGS:-} >"$out/serve.out" 2>"$out/serve.err" &
+sp=$!
+for _ in $(seq 1 240); do grep -q listening "$out/serve.out" 2>/dev/null && break; sleep 0.5; done
+url=$(grep -o 'http://[0-9.:]*' "$out/serve.out" | head -1)
+[ -n "$url" ] || { echo "serve did not start: $(tail -3 "$out/serve.err")"; exit 1; }
+for run in "16 1,16,64" "512 16,64"; do
+    set -- $run
+    "$d/moeserve" bench serve --url "$url" --concurrency "$2" --input-len "$1" --output-len 128 --json \
+        >"$out/bs_$1.json" 2>"$out/bs_$1.err"
+    rows+=("serve $1+128: $(python3 -c "
+import json
+d = json.load(open('$out/bs_$1.json'))
+print('; '.join('c%d %.1f tok/s TPOT %.1f ms TTFT p99 %.0f ms ok %d/%d' % (l['concurrency'], l['output_tok_s'],
+      l['tpot_ms']['mean'], l['ttft_ms']['p99'], l['completed'], l['requests']) for l in d['levels']))" 2>&1 | tail -1)")
+done
+kill -TERM $sp
+wait $sp
+rows+=("server log: $(grep -c 'cancelled' "$out/serve.err") cancelled, $(grep -ci 'error' "$out/serve.err") error lines")
+"$d/moeserve" bench --backend cuda --synthetic qwen3-30b-a3b --batch 1,16,64 --prompt-len 512 --decode-context 16 \
+    --decode 128 --json >"$out/engine.json" 2>"$out/engine.err"
+rows+=("engine (bench): $(python3 -c "
+import json
+d = json.load(open('$out/engine.json'))
+print(' '.join('b%s %.1f tok/s %.2f ms/step' % (x['batch'], x['tok_s'], x['ms_per_step']) for x in d['decode']))" 2>&1 | tail -1)")
+printf '%s\n' "${rows[@]}"
+(cd "$out" && tar -czf /tmp/gpu_serve.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu_serve.tgz .)
