@@ -29,6 +29,19 @@ d = json.load(open('$out/bs_$1.json'))
 print('; '.join('c%d %.1f tok/s TPOT %.1f ms TTFT p99 %.0f ms ok %d/%d' % (l['concurrency'], l['output_tok_s'],
       l['tpot_ms']['mean'], l['ttft_ms']['p99'], l['completed'], l['requests']) for l in d['levels']))" 2>&1 | tail -1)")
 done
+# sampled on the device: the same seed gives the same text; log-probabilities (logits brought back) too
+req() {
+    curl -s "$url/v1/completions" -H 'content-type: application/json' -d "{\"model\":\"qwen3-30b-a3b\",\"prompt\":\"The\",
+        \"max_tokens\":24,\"temperature\":0.8,\"top_p\":0.9,\"seed\":$1,\"ignore_eos\":true$2}"
+}
+a=$(req 7 "") b=$(req 7 "") c=$(req 8 "") l=$(req 7 ',"logprobs":2')
+rows+=("sampled: $(python3 -c "
+import json, sys
+a, b, c, l = (json.loads(x) for x in sys.argv[1:5])
+ta, tb, tc, tl = (x['choices'][0]['text'] for x in (a, b, c, l))
+lp = l['choices'][0]['logprobs']
+print('seed 7 twice %s, seed 8 %s, with logprobs %s (%d entries)' % ('same' if ta == tb else 'DIFFER', 'differs' if tc != ta else 'SAME',
+      'same text' if tl == ta else 'other text', len(lp['token_logprobs'])))" "$a" "$b" "$c" "$l" 2>&1 | tail -1)")
 kill -TERM $sp
 wait $sp
 rows+=("server log: $(grep -c 'cancelled' "$out/serve.err") cancelled, $(grep -ci 'error' "$out/serve.err") error lines")

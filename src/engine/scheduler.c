@@ -133,12 +133,14 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->b_pos = malloc(T * sizeof(int32_t));
     sch->b_seq = malloc(T * sizeof(int32_t));
     sch->b_logit_rows = malloc(S * sizeof(int32_t));
+    sch->b_sample = malloc(S * sizeof *sch->b_sample);
+    sch->b_next = malloc(S * sizeof(int32_t));
     sch->b_seqs = malloc(S * sizeof *sch->b_seqs);
     sch->b_reqs = malloc(S * sizeof *sch->b_reqs);
     sch->logits = malloc(S * (size_t)sch->vocab * sizeof(float));
     sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
     if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
-        !sch->b_reqs || !sch->logits || !sch->match) {
+        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next) {
         scheduler_free(sch);
         return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
     }
@@ -453,12 +455,13 @@ static bool is_eos(const struct model_desc *d, int32_t tok)
     return false;
 }
 
-/* Samples r's next token from its logits row and publishes it. */
-static void sample_next(struct scheduler *sch, struct sched_req *r, const float *row)
+/* Publishes r's next token: drawn by the backend (drawn >= 0), else sampled here from its logits
+ * row. row is the logits row wherever r wants log-probabilities. */
+static void sample_next(struct scheduler *sch, struct sched_req *r, const float *row, int32_t drawn)
 {
     struct err err = {0};
-    int32_t tok;
-    if (sampler_sample(&r->smp, row, &tok, &err)) {
+    int32_t tok = drawn;
+    if (drawn < 0 && sampler_sample(&r->smp, row, &tok, &err)) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
         return;
@@ -516,8 +519,25 @@ bool scheduler_step(struct scheduler *sch)
     }
     struct forward_batch b = {.n_tokens = nt, .tokens = sch->b_tokens, .pos = sch->b_pos, .seq = sch->b_seq,
                               .n_seqs = ns, .seqs = sch->b_seqs, .n_logits = nl, .logit_rows = sch->b_logit_rows};
+    /* where the backend samples, the draws happen beside the logits and only the ids come back
+     * (the logits too only when a request wants log-probabilities): each row's own temperature,
+     * top-p, top-k and the next uniform of its seeded stream, as the host sampler would take it */
+    const bool dev = nl > 0 && forward_can_sample(&sch->s->fwd);
+    bool want_rows = !dev;
+    for (int j = 0; dev && j < ns; j++) {
+        struct sched_req *r = sch->b_reqs[j];
+        if (r->logit_index < 0)
+            continue;
+        const struct sampler_params *sp = &r->p.sampling;
+        sch->b_sample[r->logit_index] = (struct sample_row){
+            .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
+            .u = sp->temperature > 0 ? sampler_uniform(&r->smp) : 0.0f};
+        want_rows |= r->out_logprob != NULL;
+    }
+    if (dev)
+        b.tokens_out = sch->b_next, b.sample = sch->b_sample;
     struct err err = {0};
-    enum status st = forward_run(&sch->s->fwd, &b, sch->logits, &err);
+    enum status st = forward_run(&sch->s->fwd, &b, want_rows ? sch->logits : NULL, &err);
     int bs = sch->s->kv.block_size;
     for (int j = 0; j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];
@@ -536,7 +556,8 @@ bool scheduler_step(struct scheduler *sch)
             r->n_prompt_blocks_cached = r->n_prompt / bs;
         }
         if (r->logit_index >= 0)
-            sample_next(sch, r, sch->logits + (size_t)r->logit_index * (size_t)sch->vocab);
+            sample_next(sch, r, want_rows ? sch->logits + (size_t)r->logit_index * (size_t)sch->vocab : NULL,
+                        dev ? sch->b_next[r->logit_index] : -1);
     }
     if (st)
         LOG_ERROR("scheduler: forward of %d tokens failed: %s", nt, err.msg);
@@ -626,6 +647,8 @@ void scheduler_free(struct scheduler *sch)
     free(sch->b_pos);
     free(sch->b_seq);
     free(sch->b_logit_rows);
+    free(sch->b_sample);
+    free(sch->b_next);
     free(sch->b_seqs);
     free(sch->b_reqs);
     free(sch->logits);

@@ -161,6 +161,8 @@ struct scheduler {
     /* one batch, T = forward max_tokens */
     int32_t *b_tokens, *b_pos, *b_seq; /* (T) */
     int32_t *b_logit_rows;          /* (max_seqs) */
+    struct sample_row *b_sample;    /* (max_seqs) how each logit row is drawn, where the backend samples */
+    int32_t *b_next;                /* (max_seqs) the backend's draws */
     struct kv_seq **b_seqs;         /* (max_seqs) */
     struct sched_req **b_reqs;      /* (max_seqs) request of each batch sequence */
     float *logits;                  /* (max_seqs, vocab) host */
