@@ -39,5 +39,7 @@ enum status options_read(struct options *o, struct err *err)
     o->mpi_launched = env("OMPI_COMM_WORLD_SIZE") || env("PMIX_RANK");
     s = env("OMPI_COMM_WORLD_LOCAL_RANK");
     o->mpi_local_rank = s ? atoi(s) : -1;
+    s = env("TMPDIR");
+    o->tmp_dir = s && *s ? s : "/tmp";
     return STATUS_OK;
 }

@@ -19,6 +19,7 @@
  *   MOESERVE_TRACE_OUT    FILE: the kernels' phase records (a -DMOESERVE_KERNEL_TRACE=ON build)
  *   OMPI_COMM_WORLD_SIZE, PMIX_RANK  set by mpirun: this process is one of its ranks
  *   OMPI_COMM_WORLD_LOCAL_RANK       its index on its node (a GPU rank's GPU)
+ *   TMPDIR                where temporary directories go (--synthetic's config), else /tmp
  *
  * defines: struct options, options_read()
  */
@@ -40,6 +41,7 @@ struct options {
     const char *trace_out;  /* "" when unset */
     bool mpi_launched;      /* started by mpirun (Open MPI / PMIx environment) */
     int mpi_local_rank;     /* this rank's index on its node (OMPI_COMM_WORLD_LOCAL_RANK); -1 unset */
+    const char *tmp_dir;    /* TMPDIR, else "/tmp" */
 };
 
 /* Fills o from the environment; STATUS_INVALID names the variable with a bad value. */

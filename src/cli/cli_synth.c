@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "base/options.h"
 #include "model/synth_preset.h"
 
 enum status cli_synth_apply(const struct cli_opt *opts, int n_opts, struct session_opts *so, const char **label,
@@ -27,6 +28,10 @@ enum status cli_synth_apply(const struct cli_opt *opts, int n_opts, struct sessi
     enum status st = cli_int(opts, n_opts, "synthetic-layers", 1, 4096, &layers, err);
     if (st)
         return st;
+    struct options env;
+    if ((st = options_read(&env, err)))
+        return st;
+    so->tmp_dir = env.tmp_dir; /* points into the environment: lives as long as the process */
     so->synthetic = preset;
     so->synthetic_bf16 = strcmp(f, "bf16") == 0;
     so->synthetic_layers = (int)layers;

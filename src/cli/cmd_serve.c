@@ -27,6 +27,7 @@
 #include "template/chat_template.h"
 #include "format/tokenizer.h"
 #include "model/synth_preset.h"
+#include "plan/plan.h"
 #include "server/server.h"
 
 /* The last path component of dir, without trailing slashes. */
@@ -54,6 +55,7 @@ struct serve_args {
     bool allow_long_context;
     bool lenient;
     bool no_prefix_cache, batch_invariant;
+    bool max_tokens_given;     /* else serve_size_cache picks the backend's */
     struct session_opts synth; /* --synthetic: its fields only */
     char synth_dir[64];        /* --synthetic: the preset's config and --tokenizer's files (a->model) */
 };
@@ -119,7 +121,8 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
         LOG_ERROR("serve: %s", err.msg);
         return 2;
     }
-    if (a->max_tokens < a->max_seqs) {
+    a->max_tokens_given = cli_get(opts, n, "max-tokens", NULL) != NULL;
+    if (a->max_tokens_given && a->max_tokens < a->max_seqs) {
         LOG_ERROR("serve: --max-tokens %ld must be at least --max-seqs %ld (every running sequence decodes one "
                   "token per pass)",
                   a->max_tokens, a->max_seqs);
@@ -159,7 +162,8 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
         return 2;
     }
     if (synth) { /* every file the command reads from a model directory, without weights */
-        if (synth_preset_dir(synth, !a->synth.synthetic_bf16, a->synth.synthetic_layers, tok_dir, a->synth_dir, &err)) {
+        if (synth_preset_dir(synth, !a->synth.synthetic_bf16, a->synth.synthetic_layers, tok_dir, a->synth.tmp_dir,
+                             a->synth_dir, &err)) {
             LOG_ERROR("serve: %s", err.msg);
             return 1;
         }
@@ -226,9 +230,10 @@ static void serve_sampling_defaults(const char *dir, struct server_opts *o)
                  o->has_top_k ? o->top_k : 0);
 }
 
-/* Fills in the defaults of --max-context (the model's context, at most 32768)
- * and --kv-blocks (see the top of this file), which need the model's config; refuses a tokenizer
- * with more ids than the model has embeddings. */
+/* Fills in the defaults of --max-context (the model's context, at most 32768), --max-tokens
+ * (a GPU's: the plan's pass, plan_prefill_chunk_tokens) and --kv-blocks (see the top of this
+ * file), which need the model's config; refuses a tokenizer with more ids than the model has
+ * embeddings. */
 static enum status serve_size_cache(struct serve_args *a, const struct tokenizer *tok, struct err *err)
 {
     struct model_desc desc;
@@ -246,6 +251,10 @@ static enum status serve_size_cache(struct serve_args *a, const struct tokenizer
                          ? desc.max_position_embeddings
                          : 32768;
     int max_pos = desc.max_position_embeddings;
+    if (!a->max_tokens_given && strcmp(a->backend, "cpu") != 0) {
+        a->max_tokens = plan_prefill_chunk_tokens(desc.n_experts, desc.n_experts_used);
+        a->max_tokens = a->max_tokens > a->max_seqs ? a->max_tokens : a->max_seqs;
+    }
     model_desc_free(&desc);
     if (max_pos > 0 && a->max_ctx > max_pos && !a->allow_long_context)
         return err_set(err, STATUS_INVALID,
@@ -359,7 +368,8 @@ int cmd_serve(int argc, char **argv)
                                                        "(default: $MOESERVE_API_KEY, else none)"},
         {.name = "served-model-name", .metavar = "NAME", .help = "model id for clients (default: the directory's name)"},
         {.name = "max-seqs", .metavar = "N", .help = "sequences decoded together (default 64)"},
-        {.name = "max-tokens", .metavar = "N", .help = "tokens per forward pass, decode + prefill chunks (default 512)"},
+        {.name = "max-tokens", .metavar = "N", .help = "tokens per forward pass, decode + prefill chunks (default: cpu "
+                                                       "512; cuda the plan's, ~256 rows an expert a chunk)"},
         {.name = "max-context", .metavar = "N", .help = "prompt + generated tokens per request (default: the model's "
                                                        "max_position_embeddings, at most 32768)"},
         {.name = "kv-blocks", .metavar = "N", .help = "KV cache blocks of --block-size tokens (default: see above)"},

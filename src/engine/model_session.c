@@ -69,7 +69,8 @@ enum status model_session_open(struct model_session *s, const char *dir, const s
         return session_open(s, dir, o, err);
     /* the loader reads config.json from a directory, as for a checkpoint */
     char tmp[64] = "";
-    enum status st = synth_preset_dir(o->synthetic, !o->synthetic_bf16, o->synthetic_layers, NULL, tmp, err);
+    enum status st = synth_preset_dir(o->synthetic, !o->synthetic_bf16, o->synthetic_layers, NULL, o->tmp_dir, tmp,
+                                      err);
     if (!st)
         st = session_open(s, tmp, o, err);
     else

@@ -49,6 +49,7 @@ struct session_opts {
                                on the backend (model_weights_make_shard): bench --synthetic */
     bool synthetic_bf16;    /* the preset's weights all BF16 (default: NVFP4 as `moeserve quantize` writes) */
     int synthetic_layers;   /* > 0: that many of the preset's layers */
+    const char *tmp_dir;    /* where the preset's temporary directory goes (NULL: /tmp) */
 };
 
 struct model_session {

@@ -253,8 +253,8 @@ static enum status copy_if_present(const char *dir, const char *name, const char
     return ok ? STATUS_OK : err_set(err, STATUS_IO, "cannot copy %s to %s: %s", src, dst, strerror(errno));
 }
 
-enum status synth_preset_dir(const char *name, bool nvfp4, int layers, const char *tokenizer_dir, char dir[64],
-                             struct err *err)
+enum status synth_preset_dir(const char *name, bool nvfp4, int layers, const char *tokenizer_dir, const char *tmp_root,
+                             char dir[64], struct err *err)
 {
     dir[0] = 0;
     const struct synth_preset *p = synth_preset_find(name);
@@ -264,8 +264,7 @@ enum status synth_preset_dir(const char *name, bool nvfp4, int layers, const cha
     struct synth_preset ps = *p;
     if (layers > 0)
         ps.n_layers = layers;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, 64, "%s/moeserve-synth-XXXXXX", tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
+    snprintf(dir, 64, "%s/moeserve-synth-XXXXXX", tmp_root && *tmp_root && strlen(tmp_root) <= 40 ? tmp_root : "/tmp");
     if (!mkdtemp(dir)) {
         dir[0] = 0;
         return err_set(err, STATUS_IO, "--synthetic: cannot make a temporary directory: %s", strerror(errno));

@@ -36,12 +36,12 @@ bool synth_preset_excluded(const char *module);
 /* DIR/config.json of preset p (n_layers as given), and with nvfp4 its quantization_config and
  * DIR/hf_quant_config.json (else any hf_quant_config.json there is removed). */
 enum status synth_preset_write(const struct synth_preset *p, bool nvfp4, const char *dir, struct err *err);
-/* A new temporary directory (under $TMPDIR or /tmp) in dir[64] holding preset `name`'s config files
+/* A new temporary directory (under tmp_root, at most 40 bytes, else /tmp) in dir[64] holding preset `name`'s config files
  * (layers > 0: that many layers) and, with tokenizer_dir, copies of its tokenizer.json,
  * tokenizer_config.json and generation_config.json (those present): what a command that reads a
  * checkpoint directory's files needs, without weights. Remove it with synth_preset_dir_remove. */
-enum status synth_preset_dir(const char *name, bool nvfp4, int layers, const char *tokenizer_dir, char dir[64],
-                             struct err *err);
+enum status synth_preset_dir(const char *name, bool nvfp4, int layers, const char *tokenizer_dir, const char *tmp_root,
+                             char dir[64], struct err *err);
 /* Removes what synth_preset_dir made (safe on ""). */
 void synth_preset_dir_remove(const char *dir);
 

@@ -505,3 +505,11 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
              r.idx_heads, r.idx_dim, r.topk);
     return pl_choose(x, "dsa_index", WEIGHT_BF16, note, err);
 }
+
+int plan_prefill_chunk_tokens(int n_experts, int n_used)
+{
+    long t = n_experts > 0 && n_used > 0 ? (long)PLAN_PREFILL_ROWS_PER_EXPERT * n_experts / n_used
+                                         : PLAN_PREFILL_DENSE_TOKENS;
+    t = (t + 255) / 256 * 256;
+    return (int)(t < PLAN_PREFILL_MIN_TOKENS ? PLAN_PREFILL_MIN_TOKENS : t > PLAN_PREFILL_MAX_TOKENS ? PLAN_PREFILL_MAX_TOKENS : t);
+}

@@ -75,6 +75,8 @@ struct json *plan_to_json(const struct plan *p)
     if (!root)
         return NULL;
     json_add(root, "device", plan_caps_to_json(&p->caps, p->smem_budget));
+    json_add(root, "prefill_chunk_tokens",
+             json_new_number(plan_prefill_chunk_tokens(p->shapes.n_experts, p->shapes.n_experts_used)));
     struct json *ops = json_add(root, "ops", json_new_array());
     for (int i = 0; i < p->n_ops && ops; i++) {
         const struct op_plan *o = &p->ops[i];
@@ -174,6 +176,8 @@ void plan_print(const struct plan *p)
                o->smem_bytes, bound_name(o->bound), o->reason);
     }
     print_dispatch(p);
+    printf("\nserving  passes of up to %d tokens (decode rows, then prompt chunks): %d rows an expert a chunk\n",
+           plan_prefill_chunk_tokens(s->n_experts, s->n_experts_used), PLAN_PREFILL_ROWS_PER_EXPERT);
     if (p->warnings[0]) {
         printf("\n");
         const char *line = p->warnings;

@@ -461,7 +461,15 @@ static void test_json_shape(void **state)
     int keys = 0;
     for (const struct json *m = json_child(j); m; m = json_next(m))
         keys++;
-    assert_int_equal(keys, 3);
+    assert_int_equal(keys, 4);
+    assert_int_equal(json_number(json_get(j, "prefill_chunk_tokens")), plan_prefill_chunk_tokens(128, 8));
+    /* a GPU server's pass: ~256 rows an expert a chunk, within [512, 8192] */
+    assert_int_equal(plan_prefill_chunk_tokens(128, 8), 4096); /* Qwen3-30B-A3B */
+    assert_int_equal(plan_prefill_chunk_tokens(256, 8), 8192); /* GLM-5 */
+    assert_int_equal(plan_prefill_chunk_tokens(16, 2), 2048);
+    assert_int_equal(plan_prefill_chunk_tokens(0, 0), PLAN_PREFILL_DENSE_TOKENS);
+    assert_int_equal(plan_prefill_chunk_tokens(4, 8), PLAN_PREFILL_MIN_TOKENS);
+    assert_int_equal(plan_prefill_chunk_tokens(1024, 4), PLAN_PREFILL_MAX_TOKENS);
     const struct json *dev = json_get(j, "device"), *ops = json_get(j, "ops");
     assert_true(json_is_object(dev) && json_is_array(ops));
     assert_true(json_number(json_get(dev, "smem_budget")) == 101376);
