@@ -2,7 +2,7 @@
 # gpu_serve.sh — serving on the GPU against the engine (issue 27's table), one call: `serve --backend
 # cuda` on synthetic Qwen3-30B-A3B NVFP4 (weights made on the GPU, the Qwen3 tokenizer from .carry/tok),
 # `bench serve` at 16 + 128 tokens (concurrency 1/16/64) and 512 + 128 (16/64), failed requests
-# counted, and `bench` (the engine) at the same batch sizes. A table last; logs in $OUT.
+# counted (ROUNDS times), and `bench` (the engine) at the same batch sizes. A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib", ".carry/tok"]    NEW=new tools/gpu_serve.sh
 set -u
@@ -19,15 +19,17 @@ sp=$!
 for _ in $(seq 1 240); do grep -q listening "$out/serve.out" 2>/dev/null && break; sleep 0.5; done
 url=$(grep -o 'http://[0-9.:]*' "$out/serve.out" | head -1)
 [ -n "$url" ] || { echo "serve did not start: $(tail -3 "$out/serve.err")"; exit 1; }
+for round in $(seq 1 "${ROUNDS:-1}"); do
 for run in "16 1,16,64" "512 16,64"; do
     set -- $run
     "$d/moeserve" bench serve --url "$url" --concurrency "$2" --input-len "$1" --output-len 128 --json \
-        >"$out/bs_$1.json" 2>"$out/bs_$1.err"
-    rows+=("serve $1+128: $(python3 -c "
+        >"$out/bs_$1_$round.json" 2>"$out/bs_$1_$round.err"
+    rows+=("serve $1+128 (run $round): $(python3 -c "
 import json
-d = json.load(open('$out/bs_$1.json'))
+d = json.load(open('$out/bs_$1_$round.json'))
 print('; '.join('c%d %.1f tok/s TPOT %.1f ms TTFT p99 %.0f ms ok %d/%d' % (l['concurrency'], l['output_tok_s'],
       l['tpot_ms']['mean'], l['ttft_ms']['p99'], l['completed'], l['requests']) for l in d['levels']))" 2>&1 | tail -1)")
+done
 done
 # sampled on the device: the same seed gives the same text; log-probabilities (logits brought back) too
 req() {
