@@ -28,7 +28,7 @@ metric() { curl -s "$url/metrics" | awk -v m="$1" 'index($1, m) == 1 {print $2; 
 dropper() { # n streams, each dropped after 0.2-1 s
     for i in $(seq 1 "$1"); do
         curl -sN --max-time "0.$((RANDOM % 9 + 2))$((RANDOM % 2))" "$url/v1/completions" -H 'content-type: application/json' \
-            -d "{\"model\":\"${MODEL_ID:-qwen3-30b-a3b}\",\"prompt\":\"drop $i $RANDOM\",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true}" \
+            -d "{\"model\":\"${MODEL_ID:-qwen3-30b-a3b}\",\"prompt\":\"drop $i $RANDOM\",\"max_tokens\":${DROP_TOKENS:-2000},\"ignore_eos\":true,\"stream\":true}" \
             >/dev/null 2>&1 &
     done
     wait
@@ -40,7 +40,7 @@ t_end=$((SECONDS + ${SOAK_S:-510}))
 rounds=0 reqs=0 failed=0 dropped=0
 while [ $SECONDS -lt $t_end ]; do
     for c in 1 4 16 64; do
-        for len in 16 256 1024 2048; do
+        for len in ${SOAK_LENS:-16 256 1024 2048}; do
             [ $SECONDS -lt $t_end ] || break 2
             nd=$(( (c + 2) / 3 ))
             dropper $nd &
