@@ -28,6 +28,15 @@ enum status sampler_init(struct sampler *s, const struct sampler_params *p, int 
         return err_set(err, STATUS_INVALID,
                        "sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0 (got %g, %g, %d)",
                        (double)p->temperature, (double)p->top_p, p->top_k);
+    if (!(p->min_p >= 0 && p->min_p <= 1) || !(p->frequency_penalty >= -2 && p->frequency_penalty <= 2) ||
+        !(p->presence_penalty >= -2 && p->presence_penalty <= 2) || !(p->repetition_penalty >= 0) ||
+        p->n_bias < 0 || p->n_bias > SAMPLER_MAX_BIAS)
+        return err_set(err, STATUS_INVALID, "sampling: min_p in [0, 1], frequency and presence penalties in [-2, 2], "
+                       "repetition_penalty > 0, at most %d logit_bias entries", SAMPLER_MAX_BIAS);
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= vocab_size || !(p->bias[i] >= -100 && p->bias[i] <= 100))
+            return err_set(err, STATUS_INVALID, "sampling: logit_bias: token %d is not in the vocabulary (%d) or "
+                           "its bias %g is outside [-100, 100]", (int)p->bias_ids[i], vocab_size, (double)p->bias[i]);
     s->p = *p;
     s->vocab_size = vocab_size;
     s->inc = (p->seed << 1u) | 1u;
@@ -36,7 +45,13 @@ enum status sampler_init(struct sampler *s, const struct sampler_params *p, int 
     s->state += 0x853c49e6748fea9bull ^ p->seed;
     pcg32_next(s);
     s->cand = malloc((size_t)vocab_size * sizeof *s->cand);
-    if (!s->cand) {
+    const bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+    if (rep || p->frequency_penalty != 0 || p->presence_penalty != 0)
+        s->counts = calloc((size_t)vocab_size, sizeof *s->counts);
+    if (rep)
+        s->in_prompt = calloc((size_t)vocab_size, 1);
+    if (!s->cand || (rep && (!s->counts || !s->in_prompt)) ||
+        ((p->frequency_penalty != 0 || p->presence_penalty != 0) && !s->counts)) {
         sampler_free(s);
         return err_set(err, STATUS_NOMEM, "sampling: out of memory for %d-entry vocabulary", vocab_size);
     }
@@ -46,6 +61,8 @@ enum status sampler_init(struct sampler *s, const struct sampler_params *p, int 
 void sampler_free(struct sampler *s)
 {
     free(s->cand);
+    free(s->counts);
+    free(s->in_prompt);
     memset(s, 0, sizeof *s);
 }
 
@@ -83,6 +100,12 @@ enum status sampler_sample(struct sampler *s, const float *logits, int32_t *toke
     qsort(s->cand, (size_t)m, sizeof *s->cand, cmp_cand_desc);
     if (s->p.top_k > 0 && m > s->p.top_k)
         m = s->p.top_k;
+    if (s->p.min_p > 0) /* cand[0] is the likeliest; at least it stays */
+        for (int i = 1; i < m; i++)
+            if (s->cand[i].p < s->p.min_p * s->cand[0].p) {
+                m = i;
+                break;
+            }
     double total = 0;
     for (int i = 0; i < m; i++)
         total += s->cand[i].p;
@@ -115,4 +138,40 @@ enum status sampler_sample(struct sampler *s, const float *logits, int32_t *toke
 float sampler_uniform(struct sampler *s)
 {
     return pcg32_uniform(s);
+}
+
+bool sampler_needs_host(const struct sampler_params *p)
+{
+    return p->min_p > 0 || p->frequency_penalty != 0 || p->presence_penalty != 0 ||
+           (p->repetition_penalty > 0 && p->repetition_penalty != 1) || p->n_bias > 0;
+}
+
+void sampler_observe(struct sampler *s, int32_t token)
+{
+    if (s->counts && token >= 0 && token < s->vocab_size)
+        s->counts[token]++;
+}
+
+void sampler_observe_prompt(struct sampler *s, const int32_t *ids, int n)
+{
+    for (int i = 0; s->in_prompt && i < n; i++)
+        if (ids[i] >= 0 && ids[i] < s->vocab_size)
+            s->in_prompt[ids[i]] = 1;
+}
+
+void sampler_apply(const struct sampler *s, float *logits)
+{
+    const struct sampler_params *p = &s->p;
+    for (int i = 0; i < p->n_bias; i++)
+        logits[p->bias_ids[i]] += p->bias[i];
+    if (!s->counts)
+        return;
+    const float rep = s->in_prompt ? p->repetition_penalty : 1.0f;
+    for (int t = 0; t < s->vocab_size; t++) {
+        const int c = s->counts[t];
+        if (rep != 1.0f && (c > 0 || s->in_prompt[t]))
+            logits[t] = logits[t] > 0 ? logits[t] / rep : logits[t] * rep;
+        if (c > 0)
+            logits[t] -= p->frequency_penalty * (float)c + p->presence_penalty;
+    }
 }

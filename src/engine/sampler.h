@@ -1,25 +1,42 @@
 /* sampler.h — next-token choice from a row of logits.
  *
  * temperature == 0 is greedy (argmax, lowest id on ties). Otherwise softmax
- * at that temperature, optional top-k and top-p (nucleus) truncation, then a
+ * at that temperature, optional top-k, min-p and top-p (nucleus) truncation, then a
  * draw from a seeded PCG32 stream, so the same seed gives the same text. A
  * row containing NaN is refused (the caller reports it) rather than sampled.
  *
+ * Logit processors (sampler_apply, before the choice, greedy too), as vLLM defines them: logit_bias
+ * added; repetition_penalty over the prompt's and the generated tokens (a positive logit divided
+ * by it, a negative one multiplied); frequency_penalty x count and presence_penalty x (count > 0)
+ * subtracted over the generated tokens. The counts follow sampler_observe*(). A backend's sample
+ * op has none of these nor min-p: sampler_needs_host() says when a row must be sampled here.
+ *
  * defines: struct sampler_params, struct sampler, sampler_init(), sampler_free(),
- *          sampler_sample(), sampler_uniform(), struct sampler_cand
+ *          sampler_sample(), sampler_uniform(), struct sampler_cand, SAMPLER_MAX_BIAS,
+ *          sampler_apply(), sampler_observe(), sampler_observe_prompt(), sampler_needs_host()
  */
 #ifndef MOESERVE_ENGINE_SAMPLER_H
 #define MOESERVE_ENGINE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
+
+enum { SAMPLER_MAX_BIAS = 300 }; /* logit_bias entries (OpenAI's limit) */
 
 struct sampler_params {
     float temperature; /* 0 = greedy */
     float top_p;       /* (0, 1]; 1 = off */
     int top_k;         /* 0 = off */
     uint64_t seed;
+    float min_p;              /* [0, 1]; 0 = off: tokens below min_p x the likeliest's probability dropped */
+    float frequency_penalty;  /* [-2, 2]; 0 = off */
+    float presence_penalty;   /* [-2, 2]; 0 = off */
+    float repetition_penalty; /* > 0; 1 (or 0, unset) = off */
+    int n_bias;
+    int32_t bias_ids[SAMPLER_MAX_BIAS]; /* logit_bias: ids (checked against the vocabulary at init) */
+    float bias[SAMPLER_MAX_BIAS];       /* and what each adds, [-100, 100] */
 };
 
 struct sampler_cand {
@@ -32,6 +49,8 @@ struct sampler {
     int vocab_size;
     uint64_t state, inc;   /* PCG32 */
     struct sampler_cand *cand; /* (vocab_size) scratch, owned */
+    int32_t *counts;           /* (vocab_size) generated tokens, owned; only with penalties */
+    uint8_t *in_prompt;        /* (vocab_size) 1 for the prompt's tokens, owned; only with repetition_penalty */
 };
 
 enum status sampler_init(struct sampler *s, const struct sampler_params *p, int vocab_size,
@@ -43,5 +62,12 @@ enum status sampler_sample(struct sampler *s, const float *logits, int32_t *toke
 /* The next draw of the seeded stream, uniform in [0, 1): what a backend's sample op takes
  * (a device-side draw follows the same seed). */
 float sampler_uniform(struct sampler *s);
+/* The logit processors above on one row, in place. */
+void sampler_apply(const struct sampler *s, float *logits);
+/* A generated token joins the counts; the prompt's tokens join the repetition set. */
+void sampler_observe(struct sampler *s, int32_t token);
+void sampler_observe_prompt(struct sampler *s, const int32_t *ids, int n);
+/* Whether rows with these parameters must be sampled on the host (processors or min-p). */
+bool sampler_needs_host(const struct sampler_params *p);
 
 #endif

@@ -334,8 +334,8 @@ static void admit(struct scheduler *sch)
             ensure_free(sch, need);
             st = kv_seq_reserve(&r->seq, kv, r->n_tokens, &err);
         }
-        if (!st && r->admit_order == 0)
-            st = sampler_init(&r->smp, &r->p.sampling, sch->vocab, &err);
+        if (!st && r->admit_order == 0 && !(st = sampler_init(&r->smp, &r->p.sampling, sch->vocab, &err)))
+            sampler_observe_prompt(&r->smp, r->prompt, r->n_prompt);
         if (st) {
             req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
             continue;
@@ -455,22 +455,55 @@ static bool is_eos(const struct model_desc *d, int32_t tok)
     return false;
 }
 
+static bool is_stop_id(const struct sched_params *p, int32_t tok)
+{
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] == tok)
+            return true;
+    return false;
+}
+
+/* Whether r's next token must be chosen here: logit processors, min-p, or min_tokens still masking. */
+static bool needs_host(const struct sched_req *r)
+{
+    return sampler_needs_host(&r->p.sampling) || r->n_out < r->p.min_new;
+}
+
+/* Before min_tokens: the tokens that would end the request cannot be drawn. */
+static void mask_enders(const struct scheduler *sch, const struct sched_req *r, float *row)
+{
+    if (r->n_out >= r->p.min_new)
+        return;
+    const struct model_desc *d = &sch->s->desc;
+    for (int i = 0; i < d->n_eos; i++)
+        if (d->eos_ids[i] >= 0 && d->eos_ids[i] < sch->vocab)
+            row[d->eos_ids[i]] = -INFINITY;
+    for (int i = 0; i < r->p.n_stop_ids; i++)
+        if (r->p.stop_ids[i] >= 0 && r->p.stop_ids[i] < sch->vocab)
+            row[r->p.stop_ids[i]] = -INFINITY;
+}
+
 /* Publishes r's next token: drawn by the backend (drawn >= 0), else sampled here from its logits
  * row. row is the logits row wherever r wants log-probabilities. */
-static void sample_next(struct scheduler *sch, struct sched_req *r, const float *row, int32_t drawn)
+static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, int32_t drawn)
 {
     struct err err = {0};
     int32_t tok = drawn;
+    if (drawn < 0) {
+        mask_enders(sch, r, row);
+        sampler_apply(&r->smp, row);
+    }
     if (drawn < 0 && sampler_sample(&r->smp, row, &tok, &err)) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
         return;
     }
-    if (!r->p.ignore_eos && is_eos(&sch->s->desc, tok)) {
+    if ((!r->p.ignore_eos && is_eos(&sch->s->desc, tok)) || is_stop_id(&r->p, tok)) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_STOP, NULL);
         return;
     }
+    sampler_observe(&r->smp, tok);
     r->tokens[r->n_tokens++] = tok;
     double now = timer_now();
     pthread_mutex_lock(&r->mu);
@@ -529,10 +562,11 @@ bool scheduler_step(struct scheduler *sch)
         if (r->logit_index < 0)
             continue;
         const struct sampler_params *sp = &r->p.sampling;
+        const bool host = needs_host(r); /* drawn here from its row: no uniform taken for the device's */
         sch->b_sample[r->logit_index] = (struct sample_row){
-            .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
-            .u = sp->temperature > 0 ? sampler_uniform(&r->smp) : 0.0f};
-        want_rows |= r->out_logprob != NULL;
+            .temperature = host ? 0.0f : sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
+            .u = !host && sp->temperature > 0 ? sampler_uniform(&r->smp) : 0.0f};
+        want_rows |= r->out_logprob != NULL || host;
     }
     if (dev)
         b.tokens_out = sch->b_next, b.sample = sch->b_sample;
@@ -557,7 +591,7 @@ bool scheduler_step(struct scheduler *sch)
         }
         if (r->logit_index >= 0)
             sample_next(sch, r, want_rows ? sch->logits + (size_t)r->logit_index * (size_t)sch->vocab : NULL,
-                        dev ? sch->b_next[r->logit_index] : -1);
+                        dev && !needs_host(r) ? sch->b_next[r->logit_index] : -1);
     }
     if (st)
         LOG_ERROR("scheduler: forward of %d tokens failed: %s", nt, err.msg);

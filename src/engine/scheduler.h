@@ -55,10 +55,15 @@ enum sched_finish {
     SCHED_FINISH_ERROR,     /* the forward or the sampler failed: sched_req.error says why */
 };
 
+enum { SCHED_MAX_STOP_IDS = 64 };
+
 struct sched_params {
     int max_new;                    /* tokens to generate, >= 1 */
     struct sampler_params sampling;
     bool ignore_eos;                /* keep going past end-of-sequence tokens */
+    int min_new;                    /* min_tokens: end-of-sequence and stop ids are masked before this many */
+    int n_stop_ids;
+    int32_t stop_ids[SCHED_MAX_STOP_IDS]; /* stop_token_ids: end like end-of-sequence (not published) */
     int top_logprobs;               /* -1: no log-probabilities; 0..SCHED_MAX_TOP_LOGPROBS alternatives */
     double deadline;                /* timer_now() time after which the request fails; 0 = none */
 };

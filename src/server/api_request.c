@@ -258,6 +258,53 @@ static enum status parse_stop(const struct json *body, struct api_request *rq, s
     return STATUS_OK;
 }
 
+/* The logit processors and min-p (engine/sampler.h), min_tokens and stop_token_ids. */
+static enum status parse_penalties(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    enum status st;
+    rq->repetition_penalty = 1.0;
+    if ((st = get_num(body, "frequency_penalty", -2, 2, false, &rq->frequency_penalty, e)) ||
+        (st = get_num(body, "presence_penalty", -2, 2, false, &rq->presence_penalty, e)) ||
+        (st = get_num(body, "repetition_penalty", 0, 10, true, &rq->repetition_penalty, e)) ||
+        (st = get_num(body, "min_p", 0, 1, false, &rq->min_p, e)) ||
+        (st = get_int(body, "min_tokens", 0, 2147483647.0, &rq->min_tokens, NULL, e)))
+        return st;
+    if (rq->max_tokens > 0 && rq->min_tokens > rq->max_tokens)
+        return api_error_set(e, 400, "invalid_request_error", "min_tokens", NULL,
+                             "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", rq->min_tokens, rq->max_tokens);
+    const struct json *lb = field(body, "logit_bias");
+    if (lb && !json_is_object(lb))
+        return bad(e, "logit_bias", "'%s' must be an object of token ids to numbers%s", "");
+    for (const struct json *m = lb ? json_child(lb) : NULL; m; m = json_next(m)) {
+        const char *k = json_key(m);
+        char *end = NULL;
+        long id = k ? strtol(k, &end, 10) : -1;
+        if (!k || !*k || *end || id < 0 || id > 2147483647L)
+            return api_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                                 "'logit_bias' keys must be token ids (non-negative integers), got \"%.40s\"", k ? k : "");
+        if (!json_is_number(m) || !(json_number(m) >= -100 && json_number(m) <= 100))
+            return api_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                                 "'logit_bias' values must be numbers in [-100, 100] (token %ld)", id);
+        if (rq->n_bias == API_MAX_BIAS)
+            return api_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                                 "'logit_bias' takes at most %d tokens", API_MAX_BIAS);
+        rq->bias_ids[rq->n_bias] = (int32_t)id;
+        rq->bias[rq->n_bias++] = (float)json_number(m);
+    }
+    const struct json *si = field(body, "stop_token_ids");
+    if (si && !json_is_array(si))
+        return bad(e, "stop_token_ids", "'%s' must be a list of token ids%s", "");
+    for (const struct json *c = si ? json_child(si) : NULL; c; c = json_next(c)) {
+        if (!is_int(c, 0, 2147483647.0) || json_number(c) != floor(json_number(c)))
+            return bad(e, "stop_token_ids", "'%s' must be a list of token ids (non-negative integers)%s", "");
+        if (rq->n_stop_ids == API_MAX_STOP_IDS)
+            return api_error_set(e, 400, "invalid_request_error", "stop_token_ids", NULL,
+                                 "'stop_token_ids' takes at most %d ids", API_MAX_STOP_IDS);
+        rq->stop_ids[rq->n_stop_ids++] = (int32_t)json_number(c);
+    }
+    return STATUS_OK;
+}
+
 /* What an unsupported field's value may be and still ask for nothing. */
 enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT };
 
@@ -266,9 +313,7 @@ static const struct {
     enum neutral ok;
 } UNSUPPORTED[] = {
     {"tools", NEUTRAL_EMPTY},           {"tool_choice", NEUTRAL_NONE},     {"functions", NEUTRAL_EMPTY},
-    {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT}, {"frequency_penalty", NEUTRAL_EMPTY},
-    {"presence_penalty", NEUTRAL_EMPTY}, {"repetition_penalty", NEUTRAL_ONE}, {"logit_bias", NEUTRAL_EMPTY},
-    {"min_p", NEUTRAL_EMPTY},           {"min_tokens", NEUTRAL_EMPTY},     {"stop_token_ids", NEUTRAL_EMPTY},
+    {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT},
     {"echo", NEUTRAL_EMPTY},            {"suffix", NEUTRAL_EMPTY},         {"best_of", NEUTRAL_ONE},
     {"prompt_logprobs", NEUTRAL_EMPTY}, {"chat_template_kwargs", NEUTRAL_EMPTY}, {"chat_template", NEUTRAL_EMPTY},
     {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
@@ -357,7 +402,8 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         rq->seed = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
         rq->has_seed = true;
     }
-    if ((st = parse_stop(body, rq, e)) || (st = get_bool(body, "stream", &rq->stream, e)) ||
+    if ((st = parse_penalties(body, rq, e)) || (st = parse_stop(body, rq, e)) ||
+        (st = get_bool(body, "stream", &rq->stream, e)) ||
         (st = get_bool(body, "ignore_eos", &rq->ignore_eos, e)))
         return st;
     const struct json *so = field(body, "stream_options");

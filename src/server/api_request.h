@@ -24,6 +24,8 @@
 #include "base/status.h"
 
 #define API_MAX_STOP 4 /* OpenAI's limit on stop sequences */
+#define API_MAX_BIAS 300     /* logit_bias entries (OpenAI's limit; = SAMPLER_MAX_BIAS) */
+#define API_MAX_STOP_IDS 64  /* stop_token_ids (= SCHED_MAX_STOP_IDS) */
 #define API_COMPLETIONS_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for /v1/completions */
 
 enum api_kind { API_COMPLETIONS, API_CHAT };
@@ -72,6 +74,16 @@ struct api_request {
     bool logprobs;               /* return log-probabilities */
     int top_logprobs;            /* alternatives per token: completions' logprobs N, chat's top_logprobs */
     bool ignore_eos;             /* extension (vLLM's): generate max_tokens whatever is sampled */
+    double frequency_penalty;    /* [-2, 2], 0 = off (over the generated tokens) */
+    double presence_penalty;     /* [-2, 2], 0 = off */
+    double repetition_penalty;   /* (0, 10], 1 = off (vLLM's: prompt and generated tokens) */
+    double min_p;                /* [0, 1], 0 = off */
+    int min_tokens;              /* vLLM's: end-of-sequence and stop_token_ids masked before this many */
+    int n_bias;
+    int32_t bias_ids[API_MAX_BIAS]; /* logit_bias: token ids (checked against the vocabulary at submit) */
+    float bias[API_MAX_BIAS];       /* [-100, 100] */
+    int n_stop_ids;
+    int32_t stop_ids[API_MAX_STOP_IDS]; /* vLLM's stop_token_ids */
     char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */
 };
 

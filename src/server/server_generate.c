@@ -426,9 +426,33 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
         .sampling = {.temperature = (float)rq->temperature, .top_p = (float)rq->top_p, .top_k = rq->top_k,
                      .seed = rq->has_seed ? rq->seed : splitmix64(rnd)},
         .ignore_eos = rq->ignore_eos,
+        .min_new = rq->min_tokens,
         .top_logprobs = rq->logprobs ? rq->top_logprobs : -1,
         .deadline = srv->o.request_timeout > 0 ? timer_now() + srv->o.request_timeout : 0,
     };
+    sp.sampling.frequency_penalty = (float)rq->frequency_penalty;
+    sp.sampling.presence_penalty = (float)rq->presence_penalty;
+    sp.sampling.repetition_penalty = (float)rq->repetition_penalty;
+    sp.sampling.min_p = (float)rq->min_p;
+    const int vocab = srv->m.pm.vocab;
+    for (int i = 0; i < rq->n_bias; i++)
+        if (rq->bias_ids[i] >= vocab) {
+            tok_ids_free(&ids);
+            return api_error_set(e, 400, "invalid_request_error", "logit_bias", NULL,
+                                 "'logit_bias': token %d is not in the vocabulary (%d ids)", (int)rq->bias_ids[i], vocab);
+        }
+    for (int i = 0; i < rq->n_stop_ids; i++)
+        if (rq->stop_ids[i] >= vocab) {
+            tok_ids_free(&ids);
+            return api_error_set(e, 400, "invalid_request_error", "stop_token_ids", NULL,
+                                 "'stop_token_ids': token %d is not in the vocabulary (%d ids)", (int)rq->stop_ids[i],
+                                 vocab);
+        }
+    sp.sampling.n_bias = rq->n_bias;
+    memcpy(sp.sampling.bias_ids, rq->bias_ids, (size_t)rq->n_bias * sizeof rq->bias_ids[0]);
+    memcpy(sp.sampling.bias, rq->bias, (size_t)rq->n_bias * sizeof rq->bias[0]);
+    sp.n_stop_ids = rq->n_stop_ids;
+    memcpy(sp.stop_ids, rq->stop_ids, (size_t)rq->n_stop_ids * sizeof rq->stop_ids[0]);
     g->created = (long)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", rq->kind == API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);

@@ -82,13 +82,36 @@ describe('openai client against moeserve serve', () => {
     assert.ok(Math.abs(b.created - Date.now() / 1000) < 5);
   });
 
-  test('what the server does not implement is refused, not ignored (tools, response_format, penalties)', async () => {
+  test('sampling parameters: logit_bias steers, stop_token_ids ends, min_tokens holds off the end, ranges refused', async () => {
+    const X = 100;
+    const det = await postJSON(srv.url + '/detokenize', { model: MODEL, tokens: [X] });
+    const base = { model: MODEL, prompt: 'In the beginning', max_tokens: 3, temperature: 0 };
+    const a = await client.completions.create({ ...base, logit_bias: { [X]: 100 } });
+    assert.equal(a.usage.completion_tokens, 3);
+    assert.equal(a.choices[0].text, det.json.prompt.repeat(3));
+    const b = await client.completions.create({ ...base, logit_bias: { [X]: 100 }, stop_token_ids: [X] });
+    assert.equal(b.usage.completion_tokens, 0);
+    assert.equal(b.choices[0].finish_reason, 'stop');
+    assert.equal(b.choices[0].text, '');
+    // the shipped model ends a chat at once (its likeliest token after the template is the end)
+    const chat = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 6, temperature: 0 };
+    const c0 = await client.chat.completions.create(chat);
+    const c1 = await client.chat.completions.create({ ...chat, min_tokens: 4 });
+    assert.ok(c1.usage.completion_tokens >= 4, `min_tokens 4: ${c1.usage.completion_tokens} (without: ${c0.usage.completion_tokens})`);
+    const d = await client.completions.create({ ...base, max_tokens: 8, frequency_penalty: 2, presence_penalty: 2,
+      repetition_penalty: 1.3, min_p: 0.1, seed: 3, temperature: 0.7 });
+    assert.equal(d.choices.length, 1);
+    for (const [extra, param] of [[{ frequency_penalty: 5 }, 'frequency_penalty'], [{ min_p: 2 }, 'min_p'],
+      [{ logit_bias: { 999999: 1 } }, 'logit_bias'], [{ min_tokens: 9 }, 'min_tokens']])
+      await assert.rejects(client.completions.create({ ...base, ...extra }), (e) => e.status === 400 && e.param === param);
+  });
+
+  test('what the server does not implement is refused, not ignored (tools, response_format, echo)', async () => {
     const base = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 };
     const cases = [
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'tools'],
       [{ response_format: { type: 'json_object' } }, 'response_format'],
-      [{ frequency_penalty: 0.5 }, 'frequency_penalty'],
-      [{ logit_bias: { 5: 10 } }, 'logit_bias'],
+      [{ echo: true }, 'echo'],
     ];
     for (const [extra, param] of cases)
       await assert.rejects(client.chat.completions.create({ ...base, ...extra }),

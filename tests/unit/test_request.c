@@ -155,11 +155,6 @@ static void test_unsupported_fields(void **state)
     expect_error(H, HB("\"tool_choice\": \"required\""), 400, "tool_choice");
     expect_error(H, HB("\"response_format\": {\"type\": \"json_object\"}"), 400, "response_format");
     expect_error(H, HB("\"response_format\": {\"type\": \"bogus\"}"), 400, "response_format");
-    expect_error(C, CB("\"frequency_penalty\": 0.5"), 400, "frequency_penalty");
-    expect_error(C, CB("\"presence_penalty\": -1"), 400, "presence_penalty");
-    expect_error(C, CB("\"repetition_penalty\": 1.1"), 400, "repetition_penalty");
-    expect_error(C, CB("\"logit_bias\": {\"5\": 100}"), 400, "logit_bias");
-    expect_error(C, CB("\"min_p\": 0.1"), 400, "min_p");
     expect_error(C, CB("\"echo\": true"), 400, "echo");
     expect_error(C, CB("\"suffix\": \"end\""), 400, "suffix");
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
@@ -174,12 +169,51 @@ static void test_unsupported_fields(void **state)
             fail_msg("refused %s: %s", neutral[i], e.message);
         api_request_free(&rq);
     }
-    const char *two = CB("\"echo\": true, \"min_p\": 0.2");
+    const char *two = CB("\"echo\": true, \"best_of\": 2");
     assert_int_equal(api_request_parse_opts(&rq, C, two, strlen(two), true, &e), STATUS_OK);
-    assert_string_equal(rq.ignored, "min_p, echo");
+    assert_string_equal(rq.ignored, "echo, best_of");
     api_request_free(&rq);
 #undef CB
 #undef HB
+}
+
+/* The sampling parameters vLLM users send: read, checked against their ranges, each refusal
+ * naming its field. */
+static void test_sampling_fields(void **state)
+{
+    (void)state;
+    enum api_kind C = API_COMPLETIONS;
+#define CB(x) "{\"model\": \"m\", \"prompt\": \"a\", " x "}"
+    const char *ok = CB("\"frequency_penalty\": 0.5, \"presence_penalty\": -1, \"repetition_penalty\": 1.1, "
+                        "\"min_p\": 0.05, \"min_tokens\": 3, \"max_tokens\": 8, \"logit_bias\": {\"5\": 100, \"17\": -2.5}, "
+                        "\"stop_token_ids\": [7, 9]");
+    struct api_request rq;
+    struct api_error e;
+    if (api_request_parse(&rq, C, ok, strlen(ok), &e))
+        fail_msg("refused: %s", e.message);
+    assert_true(rq.frequency_penalty == 0.5 && rq.presence_penalty == -1 && rq.repetition_penalty == 1.1 &&
+                rq.min_p == 0.05 && rq.min_tokens == 3);
+    assert_int_equal(rq.n_bias, 2);
+    assert_int_equal(rq.bias_ids[0], 5);
+    assert_true(rq.bias[0] == 100 && rq.bias[1] == -2.5f && rq.bias_ids[1] == 17);
+    assert_int_equal(rq.n_stop_ids, 2);
+    assert_int_equal(rq.stop_ids[1], 9);
+    api_request_free(&rq);
+    const char *def = CB("\"max_tokens\": 4");
+    assert_int_equal(api_request_parse(&rq, C, def, strlen(def), &e), STATUS_OK);
+    assert_true(rq.repetition_penalty == 1 && rq.n_bias == 0 && rq.min_p == 0);
+    api_request_free(&rq);
+    expect_error(C, CB("\"frequency_penalty\": 5"), 400, "frequency_penalty");
+    expect_error(C, CB("\"presence_penalty\": -2.5"), 400, "presence_penalty");
+    expect_error(C, CB("\"repetition_penalty\": 0"), 400, "repetition_penalty");
+    expect_error(C, CB("\"min_p\": 1.5"), 400, "min_p");
+    expect_error(C, CB("\"min_tokens\": 9, \"max_tokens\": 4"), 400, "min_tokens");
+    expect_error(C, CB("\"logit_bias\": {\"x\": 1}"), 400, "logit_bias");
+    expect_error(C, CB("\"logit_bias\": {\"5\": 101}"), 400, "logit_bias");
+    expect_error(C, CB("\"logit_bias\": [5]"), 400, "logit_bias");
+    expect_error(C, CB("\"stop_token_ids\": [1, -2]"), 400, "stop_token_ids");
+    expect_error(C, CB("\"stop_token_ids\": 3"), 400, "stop_token_ids");
+#undef CB
 }
 
 /* Client errors never carry this server's paths; a route error keeps the client's own URL. */
@@ -418,7 +452,7 @@ int main(void)
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
