@@ -56,6 +56,7 @@ struct serve_args {
     bool lenient;
     bool no_prefix_cache, batch_invariant;
     bool max_tokens_given;     /* else serve_size_cache picks the backend's */
+    const char *reasoning_parser; /* auto, none, think */
     struct session_opts synth; /* --synthetic: its fields only */
     char synth_dir[64];        /* --synthetic: the preset's config and --tokenizer's files (a->model) */
 };
@@ -144,6 +145,11 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL);
     a->allow_long_context = cli_flag(opts, n, "allow-long-context");
     a->lenient = cli_flag(opts, n, "lenient");
+    a->reasoning_parser = cli_get(opts, n, "reasoning-parser", "auto");
+    if (strcmp(a->reasoning_parser, "auto") && strcmp(a->reasoning_parser, "none") && strcmp(a->reasoning_parser, "think")) {
+        LOG_ERROR("serve: --reasoning-parser: expected auto, none or think, got \"%s\"", a->reasoning_parser);
+        return 2;
+    }
     a->allowed_origins = cli_get(opts, n, "allowed-origins", NULL);
     a->no_prefix_cache = cli_flag(opts, n, "no-prefix-cache");
     a->batch_invariant = cli_flag(opts, n, "batch-invariant");
@@ -268,6 +274,19 @@ static enum status serve_size_cache(struct serve_args *a, const struct tokenizer
     return STATUS_OK;
 }
 
+/* Whether chat answers split <think> ... </think> off as reasoning_content: asked, or (auto) where
+ * the tokenizer has both tags as tokens (Qwen3, GLM-4.5, GLM-5: a thinking model's vocabulary). */
+static bool serve_reasoning(const struct serve_args *a, const struct tokenizer *tok)
+{
+    if (strcmp(a->reasoning_parser, "auto") != 0)
+        return strcmp(a->reasoning_parser, "think") == 0;
+    bool on = tokenizer_token_id(tok, "<think>") >= 0 && tokenizer_token_id(tok, "</think>") >= 0;
+    if (on)
+        LOG_INFO("serve: the tokenizer has <think> and </think>: chat answers carry reasoning_content "
+                 "(--reasoning-parser none: off)");
+    return on;
+}
+
 /* Opens the session and starts the scheduler and the HTTP server. smem_budget
  * comes from cli_smem_budget, which warns about a bad value: the caller reads
  * it only once the tokenizer and the model's config have loaded. */
@@ -303,6 +322,7 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .model_name = a->served, .max_body_bytes = (size_t)a->max_body,
                               .max_connections = (int)a->max_conns, .max_per_client = (int)a->max_per_client,
                               .idle_timeout = (int)a->idle_timeout, .lenient = a->lenient,
+                              .reasoning = serve_reasoning(a, st->tok),
                               .request_timeout = a->timeout, .allowed_origins = a->allowed_origins};
     serve_sampling_defaults(a->model, &sro);
     struct server_model sm = {
@@ -380,6 +400,9 @@ int cmd_serve(int argc, char **argv)
         {.name = "max-connections-per-client", .metavar = "N",
          .help = "open connections of one client address; past it 503 (default: --max-connections)"},
         {.name = "idle-timeout", .metavar = "S", .help = "seconds a silent connection stays open (default 600)"},
+        {.name = "reasoning-parser", .metavar = "P", .help = "think: chat answers carry the <think> part as "
+                                                            "reasoning_content; none: off; auto (default): think "
+                                                            "where the tokenizer has both tags"},
         {.name = "lenient", .help = "ignore the request fields this server does not implement (tools, penalties, "
                                     "...) with a logged warning instead of a 400"},
         {.name = "allowed-origins", .metavar = "LIST",

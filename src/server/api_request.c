@@ -305,6 +305,27 @@ static enum status parse_penalties(const struct json *body, struct api_request *
     return STATUS_OK;
 }
 
+/* chat_template_kwargs: extra variables of the chat template (Qwen3's enable_thinking, ...), kept as
+ * JSON text; the names the server itself sets are refused. */
+static enum status parse_template_kwargs(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    const struct json *k = field(body, "chat_template_kwargs");
+    if (!k)
+        return STATUS_OK;
+    if (rq->kind != API_CHAT)
+        return bad(e, "chat_template_kwargs", "'%s' applies to chat completions only%s", "");
+    if (!json_is_object(k))
+        return bad(e, "chat_template_kwargs", "'%s' must be an object%s", "");
+    static const char *const RESERVED[] = {"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"};
+    for (const struct json *m = json_child(k); m; m = json_next(m))
+        for (size_t i = 0; i < sizeof RESERVED / sizeof RESERVED[0]; i++)
+            if (strcmp(json_key(m), RESERVED[i]) == 0)
+                return api_error_set(e, 400, "invalid_request_error", "chat_template_kwargs", NULL,
+                                     "'chat_template_kwargs' cannot set '%s' (the server sets it)", RESERVED[i]);
+    rq->template_kwargs = json_print(k, false);
+    return rq->template_kwargs ? STATUS_OK : oom(e);
+}
+
 /* What an unsupported field's value may be and still ask for nothing. */
 enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT };
 
@@ -315,7 +336,7 @@ static const struct {
     {"tools", NEUTRAL_EMPTY},           {"tool_choice", NEUTRAL_NONE},     {"functions", NEUTRAL_EMPTY},
     {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT},
     {"echo", NEUTRAL_EMPTY},            {"suffix", NEUTRAL_EMPTY},         {"best_of", NEUTRAL_ONE},
-    {"prompt_logprobs", NEUTRAL_EMPTY}, {"chat_template_kwargs", NEUTRAL_EMPTY}, {"chat_template", NEUTRAL_EMPTY},
+    {"prompt_logprobs", NEUTRAL_EMPTY}, {"chat_template", NEUTRAL_EMPTY},
     {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
     {"guided_grammar", NEUTRAL_EMPTY},  {"structured_outputs", NEUTRAL_EMPTY}, {"audio", NEUTRAL_EMPTY},
     {"prediction", NEUTRAL_EMPTY},      {"reasoning_effort", NEUTRAL_EMPTY},
@@ -402,7 +423,7 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         rq->seed = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
         rq->has_seed = true;
     }
-    if ((st = parse_penalties(body, rq, e)) || (st = parse_stop(body, rq, e)) ||
+    if ((st = parse_penalties(body, rq, e)) || (st = parse_template_kwargs(body, rq, e)) || (st = parse_stop(body, rq, e)) ||
         (st = get_bool(body, "stream", &rq->stream, e)) ||
         (st = get_bool(body, "ignore_eos", &rq->ignore_eos, e)))
         return st;
@@ -482,5 +503,6 @@ void api_request_free(struct api_request *rq)
     free(rq->messages);
     for (int i = 0; i < rq->n_stop; i++)
         free(rq->stop[i]);
+    free(rq->template_kwargs);
     memset(rq, 0, sizeof *rq);
 }

@@ -84,6 +84,7 @@ struct api_request {
     float bias[API_MAX_BIAS];       /* [-100, 100] */
     int n_stop_ids;
     int32_t stop_ids[API_MAX_STOP_IDS]; /* vLLM's stop_token_ids */
+    char *template_kwargs;       /* chat: chat_template_kwargs as JSON text (an object), owned, or NULL */
     char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */
 };
 

@@ -205,6 +205,12 @@ char *api_result_json(const struct api_result *r, bool chunk)
             json_add(m, "role", json_new_string("assistant"));
         if (!chunk || r->text_len || r->role)
             json_add(m, "content", new_string_n(r->text, r->text_len));
+        /* vLLM's field for a thinking model's reasoning: null when it wrote none */
+        if (r->reasoning_on && !chunk)
+            json_add(m, "reasoning_content",
+                     r->reasoning_len ? new_string_n(r->reasoning, r->reasoning_len) : json_new_null());
+        else if (r->reasoning_on && r->reasoning_len)
+            json_add(m, "reasoning_content", new_string_n(r->reasoning, r->reasoning_len));
     } else {
         json_add(c, "text", new_string_n(r->text, r->text_len));
     }

@@ -46,6 +46,9 @@ struct api_result {
     size_t text_len;
     const char *finish_reason;  /* "stop", "length", or NULL (a chunk before the end) */
     bool role;                  /* chat chunk: carries delta.role = "assistant" */
+    bool reasoning_on;          /* chat: the model thinks (server/reasoning.h): reasoning_content is present */
+    const char *reasoning;      /* its reasoning, the whole or a chunk's delta */
+    size_t reasoning_len;
     bool has_usage;
     int prompt_tokens, completion_tokens, cached_tokens;
     const struct api_logprobs *logprobs; /* NULL: "logprobs": null */

@@ -4,6 +4,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A copy of j built from the constructors (the context owns its values). */
+static struct json *json_copy(const struct json *j)
+{
+    if (json_is_object(j) || json_is_array(j)) {
+        struct json *o = json_is_object(j) ? json_new_object() : json_new_array();
+        for (const struct json *c = json_child(j); c && o; c = json_next(c))
+            if (!(json_is_object(j) ? json_add(o, json_key(c), json_copy(c)) : json_append(o, json_copy(c)))) {
+                json_free(o);
+                return NULL;
+            }
+        return o;
+    }
+    if (json_is_string(j))
+        return json_new_string(json_string(j));
+    if (json_is_number(j))
+        return json_new_number(json_number(j));
+    if (json_is_bool(j))
+        return json_new_bool(json_bool(j));
+    return json_new_null();
+}
+
 static enum status render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text,
                                size_t *len, struct api_error *e)
 {
@@ -22,6 +43,13 @@ static enum status render_chat(const struct prompt_model *pm, const struct api_r
     }
     bool ok = json_add(ctx, "add_generation_prompt", json_new_bool(true)) != NULL && msgs &&
               (int)json_array_size(msgs) == rq->n_messages;
+    if (ok && rq->template_kwargs) { /* checked an object without the server's names when parsed */
+        struct json *kw = NULL;
+        ok = json_parse(rq->template_kwargs, strlen(rq->template_kwargs), "chat_template_kwargs", &kw, NULL) == STATUS_OK;
+        for (const struct json *m = ok ? json_child(kw) : NULL; m && ok; m = json_next(m))
+            ok = json_add(ctx, json_key(m), json_copy(m)) != NULL;
+        json_free(kw);
+    }
     struct err err = {0};
     enum status st = ok ? chat_template_render(pm->tmpl, ctx, text, len, &err) : STATUS_NOMEM;
     json_free(ctx);

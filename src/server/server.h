@@ -42,6 +42,7 @@ struct server_opts {
     int max_per_client;        /* open connections of one client address; past it 503 (0: max_connections) */
     int idle_timeout;          /* seconds a connection may stay silent before it is closed (default 600) */
     bool lenient;              /* unsupported request fields ignored with a warning, not refused */
+    bool reasoning;            /* chat answers carry the model's <think> part as reasoning_content (server/reasoning.h) */
     const char *allowed_origins; /* CORS: "*" or "https://a,https://b" may read answers; NULL/"": none */
     /* the model's sampling defaults (generation_config.json) for requests that leave them out */
     bool has_temperature, has_top_p, has_top_k;

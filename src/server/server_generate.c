@@ -18,6 +18,7 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "server/reasoning.h"
 #include "base/timer.h"
 #include "server/api_response.h"
 #include "server/server_internal.h"
@@ -31,6 +32,7 @@ struct gen {
     struct api_request rq;
     struct sched_req *req;          /* one reference, owned */
     struct text_stream ts;
+    struct reasoning rs;            /* chat with a thinking model: its reasoning apart from its content */
     char id[48];
     long created;                   /* unix seconds when the request came in (OpenAI's `created`) */
     int n_prompt;
@@ -94,6 +96,7 @@ static void gen_free(struct gen *g)
         sched_req_put(r);
     }
     text_stream_free(&g->ts);
+    reasoning_free(&g->rs);
     api_request_free(&g->rq);
     free(g->out);
     atomic_fetch_sub(&g->srv->n_live, 1);
@@ -156,6 +159,21 @@ static struct api_result gen_result(const struct gen *g)
                                .completion_tokens = g->consumed, .cached_tokens = g->req->n_cached};
 }
 
+/* The text that became final into res: the content, and with a thinking model its reasoning
+ * apart (final: the output ended). False on no memory. */
+static bool gen_take(struct gen *g, struct api_result *res, bool final)
+{
+    res->text_len = text_stream_take(&g->ts, &res->text);
+    if (!g->rs.on)
+        return true;
+    if (reasoning_feed(&g->rs, res->text, res->text_len, final, NULL))
+        return false;
+    res->reasoning_on = true;
+    res->text = g->rs.content, res->text_len = g->rs.n_content;
+    res->reasoning = g->rs.reason, res->reasoning_len = g->rs.n_reason;
+    return true;
+}
+
 static bool out_put(struct gen *g, const char *a, size_t na, const char *b, size_t nb)
 {
     size_t need = g->out_len + na + nb;
@@ -201,7 +219,8 @@ static bool stream_tokens(struct gen *g, int n)
             return out_event(g, api_error_json(&e)) && out_put(g, "data: [DONE]\n\n", 14, "", 0);
         }
         struct api_result res = gen_result(g);
-        res.text_len = text_stream_take(&g->ts, &res.text);
+        if (!gen_take(g, &res, false))
+            return false;
         struct api_logprobs lp;
         if (g->rq.logprobs) {
             gen_logprobs(g, i, 1, offset, &lp);
@@ -241,7 +260,8 @@ static bool stream_end(struct gen *g)
         if (text_stream_finish(&g->ts, &err))
             return false;
         struct api_result res = gen_result(g);
-        res.text_len = text_stream_take(&g->ts, &res.text);
+        if (!gen_take(g, &res, true))
+            return false;
         res.finish_reason = finish_reason(g, f);
         if (!out_event(g, api_result_json(&res, true)))
             return false;
@@ -357,7 +377,10 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
     if (text_stream_finish(&g->ts, &err))
         goto fail;
     struct api_result res = gen_result(g);
-    res.text_len = text_stream_take(&g->ts, &res.text);
+    if (!gen_take(g, &res, true)) {
+        err_set(&err, STATUS_NOMEM, "out of memory");
+        goto fail;
+    }
     res.finish_reason = finish_reason(g, f);
     res.has_usage = true;
     struct api_logprobs lp;
@@ -510,6 +533,7 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
     if (g->rq.ignored[0])
         LOG_WARN("request %s: ignored (--lenient): %s", g->id, g->rq.ignored);
     text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
+    reasoning_init(&g->rs, g->rq.kind == API_CHAT && g->srv->o.reasoning);
     /* the first token (or an early end) decides the status line */
     if (!gen_wait(g, 0)) {
         bool failed = atomic_load(&g->srv->failed);

