@@ -18,6 +18,7 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "base/mapped_file.h"
 #include "base/timer.h"
 #include "cli/cli_args.h"
 #include "cli/cli_ranks.h"
@@ -204,6 +205,23 @@ static void serve_load_template(struct serve_state *st, const char *model)
         st->tmpl = NULL;
         st->vars = NULL;
     }
+}
+
+/* --chat-template FILE: this template instead of the model's (its special tokens stay). */
+static enum status serve_template_file(struct serve_state *st, const char *file, struct err *err)
+{
+    struct mapped_file mf = {0};
+    enum status s = mapped_file_open(&mf, file, err); /* refuses what is not a regular file */
+    struct chat_template *t = NULL;
+    if (!s)
+        s = chat_template_compile(&t, mf.data ? mf.data : "", mf.size, err);
+    mapped_file_close(&mf);
+    if (s)
+        return s;
+    chat_template_free(st->tmpl);
+    st->tmpl = t;
+    LOG_INFO("serve: chat template from %s", file);
+    return STATUS_OK;
 }
 
 /* The model's sampling defaults from DIR/generation_config.json (HF's: do_sample false is greedy;
@@ -400,6 +418,7 @@ int cmd_serve(int argc, char **argv)
         {.name = "max-connections-per-client", .metavar = "N",
          .help = "open connections of one client address; past it 503 (default: --max-connections)"},
         {.name = "idle-timeout", .metavar = "S", .help = "seconds a silent connection stays open (default 600)"},
+        {.name = "chat-template", .metavar = "FILE", .help = "a Jinja chat template instead of the model's"},
         {.name = "reasoning-parser", .metavar = "P", .help = "think: chat answers carry the <think> part as "
                                                             "reasoning_content; none: off; auto (default): think "
                                                             "where the tokenizer has both tags"},
@@ -442,6 +461,13 @@ int cmd_serve(int argc, char **argv)
         return 1;
     }
     serve_load_template(&st, a.model);
+    const char *tfile = cli_get(opts, n, "chat-template", NULL);
+    if (tfile && serve_template_file(&st, tfile, &err)) {
+        LOG_ERROR("serve: --chat-template %s: %s", tfile, err.msg);
+        serve_state_free(&st);
+        synth_preset_dir_remove(a.synth_dir);
+        return 1;
+    }
     struct session_opts rso = {.backend = a.backend};
     if (serve_size_cache(&a, st.tok, &err) || cli_ranks_open(&st.ranks, opts, n, argc, argv, &rso, &err) ||
         serve_start(&st, &a, cli_smem_budget(opts, n), &err)) {

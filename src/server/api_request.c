@@ -326,6 +326,24 @@ static enum status parse_template_kwargs(const struct json *body, struct api_req
     return rq->template_kwargs ? STATUS_OK : oom(e);
 }
 
+/* chat_template: the request's own template, compiled when the prompt is built. */
+static enum status parse_chat_template(const struct json *body, struct api_request *rq, struct api_error *e)
+{
+    const struct json *t = field(body, "chat_template");
+    if (!t)
+        return STATUS_OK;
+    if (rq->kind != API_CHAT)
+        return bad(e, "chat_template", "'%s' applies to chat completions only%s", "");
+    if (!json_is_string(t))
+        return bad(e, "chat_template", "'%s' must be a string (a Jinja template)%s", "");
+    size_t n = strlen(json_string(t));
+    if (n > API_MAX_TEMPLATE_BYTES)
+        return api_error_set(e, 400, "invalid_request_error", "chat_template", NULL,
+                             "'chat_template' is %zu bytes; at most %d", n, API_MAX_TEMPLATE_BYTES);
+    rq->chat_template = dup_str(json_string(t), n);
+    return rq->chat_template ? STATUS_OK : oom(e);
+}
+
 /* What an unsupported field's value may be and still ask for nothing. */
 enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT };
 
@@ -336,7 +354,7 @@ static const struct {
     {"tools", NEUTRAL_EMPTY},           {"tool_choice", NEUTRAL_NONE},     {"functions", NEUTRAL_EMPTY},
     {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT},
     {"echo", NEUTRAL_EMPTY},            {"suffix", NEUTRAL_EMPTY},         {"best_of", NEUTRAL_ONE},
-    {"prompt_logprobs", NEUTRAL_EMPTY}, {"chat_template", NEUTRAL_EMPTY},
+    {"prompt_logprobs", NEUTRAL_EMPTY},
     {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
     {"guided_grammar", NEUTRAL_EMPTY},  {"structured_outputs", NEUTRAL_EMPTY}, {"audio", NEUTRAL_EMPTY},
     {"prediction", NEUTRAL_EMPTY},      {"reasoning_effort", NEUTRAL_EMPTY},
@@ -423,7 +441,8 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         rq->seed = v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
         rq->has_seed = true;
     }
-    if ((st = parse_penalties(body, rq, e)) || (st = parse_template_kwargs(body, rq, e)) || (st = parse_stop(body, rq, e)) ||
+    if ((st = parse_penalties(body, rq, e)) || (st = parse_template_kwargs(body, rq, e)) ||
+        (st = parse_chat_template(body, rq, e)) || (st = parse_stop(body, rq, e)) ||
         (st = get_bool(body, "stream", &rq->stream, e)) ||
         (st = get_bool(body, "ignore_eos", &rq->ignore_eos, e)))
         return st;
@@ -504,5 +523,6 @@ void api_request_free(struct api_request *rq)
     for (int i = 0; i < rq->n_stop; i++)
         free(rq->stop[i]);
     free(rq->template_kwargs);
+    free(rq->chat_template);
     memset(rq, 0, sizeof *rq);
 }

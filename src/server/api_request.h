@@ -26,6 +26,7 @@
 #define API_MAX_STOP 4 /* OpenAI's limit on stop sequences */
 #define API_MAX_BIAS 300     /* logit_bias entries (OpenAI's limit; = SAMPLER_MAX_BIAS) */
 #define API_MAX_STOP_IDS 64  /* stop_token_ids (= SCHED_MAX_STOP_IDS) */
+#define API_MAX_TEMPLATE_BYTES 65536 /* a request's chat_template */
 #define API_COMPLETIONS_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for /v1/completions */
 
 enum api_kind { API_COMPLETIONS, API_CHAT };
@@ -85,6 +86,7 @@ struct api_request {
     int n_stop_ids;
     int32_t stop_ids[API_MAX_STOP_IDS]; /* vLLM's stop_token_ids */
     char *template_kwargs;       /* chat: chat_template_kwargs as JSON text (an object), owned, or NULL */
+    char *chat_template;         /* chat: a Jinja template of the request's own (vLLM's), owned, or NULL */
     char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */
 };
 

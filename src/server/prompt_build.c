@@ -28,9 +28,9 @@ static struct json *json_copy(const struct json *j)
 static enum status render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text,
                                size_t *len, struct api_error *e)
 {
-    if (!pm->tmpl)
+    if (!pm->tmpl && !rq->chat_template)
         return api_error_set(e, 400, "invalid_request_error", "messages", NULL,
-                             "this model has no chat template: use /v1/completions");
+                             "this model has no chat template: use /v1/completions, or send chat_template");
     struct json *ctx = json_new_object();
     for (const struct json *v = json_child(pm->special_vars); v; v = json_next(v))
         if (json_is_string(v))
@@ -51,7 +51,17 @@ static enum status render_chat(const struct prompt_model *pm, const struct api_r
         json_free(kw);
     }
     struct err err = {0};
-    enum status st = ok ? chat_template_render(pm->tmpl, ctx, text, len, &err) : STATUS_NOMEM;
+    struct chat_template *own = NULL; /* the request's template */
+    enum status st = ok ? STATUS_OK : STATUS_NOMEM;
+    if (!st && rq->chat_template &&
+        (st = chat_template_compile(&own, rq->chat_template, strlen(rq->chat_template), &err))) {
+        json_free(ctx);
+        return st == STATUS_NOMEM ? api_error_set(e, 500, "server_error", NULL, NULL, "out of memory")
+                                  : api_error_set(e, 400, "invalid_request_error", "chat_template", NULL, "%s", err.msg);
+    }
+    if (!st)
+        st = chat_template_render(own ? own : pm->tmpl, ctx, text, len, &err);
+    chat_template_free(own);
     json_free(ctx);
     if (st == STATUS_NOMEM)
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory rendering the chat template");

@@ -161,7 +161,7 @@ static void test_unsupported_fields(void **state)
     expect_error(C, CB("\"echo\": true"), 400, "echo");
     expect_error(C, CB("\"suffix\": \"end\""), 400, "suffix");
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
-    expect_error(H, HB("\"chat_template\": \"{{ messages }}\""), 400, "chat_template");
+    expect_error(H, HB("\"prompt_logprobs\": 2"), 400, "prompt_logprobs");
     const char *neutral[] = {CB("\"frequency_penalty\": 0, \"presence_penalty\": null, \"logit_bias\": {}, "
                                 "\"echo\": false, \"suffix\": \"\", \"best_of\": 1, \"repetition_penalty\": 1"),
                              HB("\"tools\": [], \"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}")};
@@ -535,13 +535,48 @@ static void test_metrics_text(void **state)
     metrics_free(&m);
 }
 
+/* A request's own chat_template renders its messages (vLLM's field); a broken one is a 400 naming
+ * the field; completions refuse it. */
+static void test_request_template(void **state)
+{
+    (void)state;
+    struct tokenizer *t = load_tok();
+    struct prompt_model pm = {.tok = t, .tmpl = NULL, .vocab = tokenizer_vocab_size(t)};
+    const char *body = "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"light\"}, "
+                       "{\"role\": \"user\", \"content\": \"day\"}], "
+                       "\"chat_template\": \"{% for m in messages %}[{{ m.content }}]{% endfor %}\"}";
+    struct api_request rq;
+    struct api_error e;
+    assert_int_equal(api_request_parse(&rq, API_CHAT, body, strlen(body), &e), STATUS_OK);
+    struct tok_ids ids = {0};
+    if (prompt_build(&pm, &rq, &ids, &e))
+        fail_msg("%s", e.message);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(tokenizer_decode(t, ids.ids, ids.n, false, &text, &len, NULL), STATUS_OK);
+    assert_string_equal(text, "[light][day]");
+    free(text);
+    tok_ids_free(&ids);
+    api_request_free(&rq);
+    const char *broken = "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], "
+                         "\"chat_template\": \"{% for m in messages %}\"}";
+    assert_int_equal(api_request_parse(&rq, API_CHAT, broken, strlen(broken), &e), STATUS_OK);
+    assert_int_not_equal(prompt_build(&pm, &rq, &ids, &e), STATUS_OK);
+    assert_int_equal(e.http_status, 400);
+    assert_string_equal(e.param, "chat_template");
+    api_request_free(&rq);
+    expect_error(API_COMPLETIONS, "{\"model\": \"m\", \"prompt\": \"a\", \"chat_template\": \"x\"}", 400,
+                 "chat_template");
+    tokenizer_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
