@@ -31,6 +31,7 @@ enum metrics_endpoint {
     METRICS_EP_TOKENIZE,
     METRICS_EP_DETOKENIZE,
     METRICS_EP_VERSION,
+    METRICS_EP_PAGE, /* GET /: the chat page */
     METRICS_EP_OTHER,
     METRICS_EP_COUNT
 };

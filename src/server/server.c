@@ -45,6 +45,8 @@ static enum metrics_endpoint endpoint_of(const char *url)
         return METRICS_EP_DETOKENIZE;
     if (strcmp(url, "/version") == 0)
         return METRICS_EP_VERSION;
+    if (strcmp(url, "/") == 0)
+        return METRICS_EP_PAGE;
     return METRICS_EP_OTHER;
 }
 
@@ -256,6 +258,10 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
     case METRICS_EP_DETOKENIZE:
         if (post)
             return cc->ep == METRICS_EP_TOKENIZE ? server_tokenize(cc) : server_detokenize(cc);
+        break;
+    case METRICS_EP_PAGE:
+        if (get)
+            return server_reply(cc, 200, "text/html; charset=utf-8", strdup(server_chat_page()));
         break;
     case METRICS_EP_VERSION:
         if (get)

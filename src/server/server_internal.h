@@ -2,7 +2,8 @@
  * server_tokenize.c share. Not an API: only src/server includes it.
  *
  * defines: struct conn_ctx, server_reply(), server_reply_error(), server_client_gone(),
- *          server_body_bounded(), server_generate(), server_tokenize(), server_detokenize()
+ *          server_body_bounded(), server_generate(), server_tokenize(), server_detokenize(),
+ *          server_chat_page()
  */
 #ifndef MOESERVE_SERVER_SERVER_INTERNAL_H
 #define MOESERVE_SERVER_SERVER_INTERNAL_H
@@ -27,6 +28,8 @@ struct conn_ctx {
 
 /* Queues a response with body (owned, may be NULL for empty) and counts it. */
 enum MHD_Result server_reply(struct conn_ctx *cc, int status, const char *content_type, char *body);
+/* The chat page (chat_page.c), a static string. */
+const char *server_chat_page(void);
 enum MHD_Result server_reply_error(struct conn_ctx *cc, const struct api_error *e);
 /* True when the peer closed or reset the connection. */
 bool server_client_gone(struct MHD_Connection *conn);

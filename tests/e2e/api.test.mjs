@@ -20,6 +20,15 @@ describe('openai client against moeserve serve', () => {
     assert.equal(code, 0, `server exit code\n${srv.stderr()}`);
   });
 
+  test('GET / is the chat page: self-contained HTML that talks to this server', async () => {
+    const r = await fetch(srv.url + '/');
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get('content-type'), /^text\/html/);
+    const html = await r.text();
+    assert.ok(html.includes('/v1/chat/completions') && html.includes('/v1/models') && html.includes('reasoning_content'));
+    assert.ok(!/(src|href)=["']https?:/.test(html), 'no outside resource');
+  });
+
   test('models.list', async () => {
     const ids = [];
     for await (const m of client.models.list()) ids.push(m.id);
