@@ -172,7 +172,9 @@ static enum status parse_content(const struct json *c, int i, char **out, struct
         const struct json *type = json_get(p, "type"), *text = json_get(p, "text");
         if (!json_is_object(p) || !json_is_string(type))
             return bad(e, param, "'%s': each content part must be an object with a string 'type'%s", "");
-        if (strcmp(json_string(type), "text") != 0)
+        /* chat's "text"; the Responses API's "input_text" / "output_text" */
+        if (strcmp(json_string(type), "text") != 0 && strcmp(json_string(type), "input_text") != 0 &&
+            strcmp(json_string(type), "output_text") != 0)
             return api_error_set(e, 400, "invalid_request_error", param, NULL,
                                  "'%s': content parts of type '%.40s' are not supported (text only)", param,
                                  json_string(type));
@@ -472,6 +474,101 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
     return STATUS_OK;
 }
 
+/* The Responses API fields this server does not implement: refused where they ask for something. */
+static const char *const RESPONSES_UNSUPPORTED[] = {"tools", "previous_response_id", "reasoning", "background",
+                                                    "include", "prompt", "conversation", "max_tool_calls",
+                                                    "top_logprobs"};
+
+/* One input item: a message {role, content} (type "message" or none). */
+static enum status responses_item(const struct json *it, int i, struct api_message *m, struct api_error *e)
+{
+    char param[48];
+    snprintf(param, sizeof param, "input[%d]", i);
+    const struct json *type = json_get(it, "type"), *role = json_get(it, "role");
+    if (!json_is_object(it) || (type && !(json_is_string(type) && strcmp(json_string(type), "message") == 0)))
+        return api_error_set(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                             "'%s': only message items are supported (no tool calls or their outputs)", param);
+    static const char *const ROLES[] = {"user", "assistant", "system", "developer"};
+    bool known = false;
+    for (size_t r = 0; json_is_string(role) && r < sizeof ROLES / sizeof ROLES[0]; r++)
+        known |= strcmp(json_string(role), ROLES[r]) == 0;
+    if (!known)
+        return bad(e, param, "'%s' needs a role: user, assistant, system or developer%s", "");
+    /* a developer message is the system prompt of the chat templates */
+    const char *rn = strcmp(json_string(role), "developer") == 0 ? "system" : json_string(role);
+    m->role = dup_str(rn, strlen(rn));
+    return m->role ? parse_content(field(it, "content"), i, &m->content, e) : oom(e);
+}
+
+/* POST /v1/responses: instructions and input become messages; max_output_tokens, temperature,
+ * top_p, stream; what it asks beyond text generation is refused (not ignored). Not stored: no
+ * GET /v1/responses/{id}. */
+static enum status parse_responses(const struct json *body, struct api_request *rq, bool lenient, struct api_error *e)
+{
+    const struct json *model = field(body, "model"), *input = field(body, "input"), *ins = field(body, "instructions");
+    if (!json_is_string(model))
+        return bad(e, "model", "'%s' is required (a string)%s", "");
+    if (!(rq->model = dup_str(json_string(model), strlen(json_string(model)))))
+        return oom(e);
+    if (!input)
+        return bad(e, "input", "'%s' is required%s", "");
+    if (!json_is_string(input) && !(json_is_array(input) && json_array_size(input) > 0))
+        return bad(e, "input", "'%s' must be a string or a non-empty list of messages%s", "");
+    if (ins && !json_is_string(ins))
+        return bad(e, "instructions", "'%s' must be a string%s", "");
+    size_t n = (ins ? 1 : 0) + (json_is_string(input) ? 1 : json_array_size(input));
+    if (!(rq->messages = calloc(n, sizeof *rq->messages)))
+        return oom(e);
+    enum status st = STATUS_OK;
+    if (ins) {
+        rq->n_messages = 1;
+        rq->messages[0].role = dup_str("system", 6);
+        rq->messages[0].content = dup_str(json_string(ins), strlen(json_string(ins)));
+        if (!rq->messages[0].role || !rq->messages[0].content)
+            return oom(e);
+    }
+    if (json_is_string(input)) {
+        struct api_message *m = &rq->messages[rq->n_messages++];
+        m->role = dup_str("user", 4);
+        m->content = dup_str(json_string(input), strlen(json_string(input)));
+        if (!m->role || !m->content)
+            return oom(e);
+    } else {
+        int i = 0;
+        for (const struct json *it = json_child(input); it && !st; it = json_next(it), i++)
+            st = responses_item(it, i, &rq->messages[rq->n_messages++], e);
+        if (st)
+            return st;
+    }
+    if ((st = get_int(body, "max_output_tokens", 1, 2147483647.0, &rq->max_tokens, NULL, e)) ||
+        (st = get_num(body, "temperature", 0, 2, false, &rq->temperature, e)) ||
+        (st = get_num(body, "top_p", 0, 1, true, &rq->top_p, e)) || (st = get_bool(body, "stream", &rq->stream, e)))
+        return st;
+    rq->has_temperature = field(body, "temperature") != NULL;
+    rq->has_top_p = field(body, "top_p") != NULL;
+    rq->repetition_penalty = 1.0;
+    const struct json *fmt = json_get(field(body, "text"), "format");
+    const struct json *tc = field(body, "tool_choice"), *tr = field(body, "truncation");
+    const char *asks = NULL;
+    for (size_t i = 0; i < sizeof RESPONSES_UNSUPPORTED / sizeof RESPONSES_UNSUPPORTED[0] && !asks; i++) {
+        const struct json *j = field(body, RESPONSES_UNSUPPORTED[i]);
+        if (j && !asks_nothing(j, NEUTRAL_EMPTY))
+            asks = RESPONSES_UNSUPPORTED[i];
+    }
+    if (!asks && fmt && !(json_is_string(json_get(fmt, "type")) && strcmp(json_string(json_get(fmt, "type")), "text") == 0))
+        asks = "text";
+    if (!asks && tc && !(json_is_string(tc) && (strcmp(json_string(tc), "none") == 0 || strcmp(json_string(tc), "auto") == 0)))
+        asks = "tool_choice";
+    if (!asks && tr && !(json_is_string(tr) && strcmp(json_string(tr), "disabled") == 0))
+        asks = "truncation";
+    if (asks && !lenient)
+        return api_error_set(e, 400, "invalid_request_error", asks, "unsupported_parameter",
+                             "'%s' is not supported by this server's Responses API: refused rather than ignored", asks);
+    if (asks)
+        snprintf(rq->ignored, sizeof rq->ignored, "%s", asks);
+    return STATUS_OK;
+}
+
 enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
                               struct api_error *e)
 {
@@ -500,6 +597,8 @@ enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, c
     else if (dup)
         st = api_error_set(e, 400, "invalid_request_error", NULL, NULL,
                            "the key \"%.100s\" appears twice in one object (which one counts is ambiguous)", dup);
+    else if (kind == API_RESPONSES)
+        st = parse_responses(root, rq, lenient, e);
     else if (!(st = parse_fields(root, rq, e)))
         st = check_unsupported(root, rq, lenient, e);
     json_free(root);

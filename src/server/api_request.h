@@ -29,7 +29,9 @@
 #define API_MAX_TEMPLATE_BYTES 65536 /* a request's chat_template */
 #define API_COMPLETIONS_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for /v1/completions */
 
-enum api_kind { API_COMPLETIONS, API_CHAT };
+/* API_RESPONSES: OpenAI's /v1/responses, parsed into messages (instructions, input) and rendered
+ * through the chat template like API_CHAT. */
+enum api_kind { API_COMPLETIONS, API_CHAT, API_RESPONSES };
 
 /* What the client is told: {"error": {"message", "type", "param", "code"}}. */
 struct api_error {

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,4 +231,115 @@ char *api_usage_chunk_json(const struct api_result *r)
     json_add(root, "choices", json_new_array());
     json_add(root, "usage", usage_object(r));
     return finish(root);
+}
+
+struct json *api_responses_message_item(const char *id, const char *status, const char *text, size_t n)
+{
+    struct json *it = json_new_object();
+    json_add(it, "type", json_new_string("message"));
+    json_add(it, "id", json_new_string(id));
+    json_add(it, "status", json_new_string(status));
+    json_add(it, "role", json_new_string("assistant"));
+    struct json *content = json_add(it, "content", json_new_array());
+    if (text) {
+        struct json *part = json_append(content, json_new_object());
+        json_add(part, "type", json_new_string("output_text"));
+        json_add(part, "text", new_string_n(text, n));
+        json_add(part, "annotations", json_new_array());
+    }
+    return it;
+}
+
+struct json *api_responses_reasoning_item(const char *id, const char *status, const char *text, size_t n)
+{
+    struct json *it = json_new_object();
+    json_add(it, "type", json_new_string("reasoning"));
+    json_add(it, "id", json_new_string(id));
+    json_add(it, "status", json_new_string(status));
+    json_add(it, "summary", json_new_array());
+    struct json *content = json_add(it, "content", json_new_array());
+    if (text) {
+        struct json *part = json_append(content, json_new_object());
+        json_add(part, "type", json_new_string("reasoning_text"));
+        json_add(part, "text", new_string_n(text, n));
+    }
+    return it;
+}
+
+struct json *api_responses_object(const struct api_responses_view *v)
+{
+    struct json *o = json_new_object();
+    json_add(o, "id", json_new_string(v->id));
+    json_add(o, "object", json_new_string("response"));
+    json_add(o, "created_at", json_new_number((double)v->created));
+    json_add(o, "status", json_new_string(v->status));
+    if (v->incomplete_reason) {
+        struct json *d = json_add(o, "incomplete_details", json_new_object());
+        json_add(d, "reason", json_new_string(v->incomplete_reason));
+    } else {
+        json_add(o, "incomplete_details", json_new_null());
+    }
+    json_add(o, "error", json_new_null());
+    json_add(o, "model", json_new_string(v->model));
+    struct json *out = json_add(o, "output", json_new_array());
+    if (v->output) {
+        if (v->reasoning_len)
+            json_append(out, api_responses_reasoning_item(v->rs_id, "completed", v->reasoning, v->reasoning_len));
+        json_append(out, api_responses_message_item(v->msg_id, strcmp(v->status, "completed") == 0 ? "completed"
+                                                                                                  : "incomplete",
+                                                    v->text ? v->text : "", v->text_len));
+    }
+    json_add(o, "parallel_tool_calls", json_new_bool(false));
+    json_add(o, "tool_choice", json_new_string("none"));
+    json_add(o, "tools", json_new_array());
+    json_add(o, "temperature", json_new_number(v->temperature));
+    json_add(o, "top_p", json_new_number(v->top_p));
+    json_add(o, "max_output_tokens", v->max_output_tokens ? json_new_number(v->max_output_tokens) : json_new_null());
+    struct json *text = json_add(o, "text", json_new_object());
+    json_add(json_add(text, "format", json_new_object()), "type", json_new_string("text"));
+    json_add(o, "store", json_new_bool(false)); /* nothing is kept: no GET /v1/responses/{id} */
+    if (v->output) {
+        struct json *u = json_add(o, "usage", json_new_object());
+        json_add(u, "input_tokens", json_new_number(v->input_tokens));
+        json_add(json_add(u, "input_tokens_details", json_new_object()), "cached_tokens", json_new_number(v->cached_tokens));
+        json_add(u, "output_tokens", json_new_number(v->output_tokens));
+        json_add(json_add(u, "output_tokens_details", json_new_object()), "reasoning_tokens", json_new_number(0));
+        json_add(u, "total_tokens", json_new_number(v->input_tokens + v->output_tokens));
+    } else {
+        json_add(o, "usage", json_new_null());
+    }
+    return o;
+}
+
+char *api_responses_json(const struct api_responses_view *v)
+{
+    return finish(api_responses_object(v));
+}
+
+char *api_responses_event(const char *type, int seq, struct json *fields)
+{
+    struct json *o = json_new_object();
+    json_add(o, "type", json_new_string(type));
+    json_add(o, "sequence_number", json_new_number(seq));
+    char *body = fields ? json_print(fields, false) : NULL;
+    json_free(fields);
+    char *head = finish(o);
+    if (!head || (fields && !body)) {
+        free(head), free(body);
+        return NULL;
+    }
+    /* the fields' members after type and sequence_number: splice the two objects' texts */
+    size_t nh = strlen(head), nb = body ? strlen(body) : 0;
+    size_t cap = strlen(type) + nh + nb + 32;
+    char *ev = malloc(cap);
+    if (ev) {
+        int k = snprintf(ev, cap, "event: %s\ndata: %.*s", type, (int)(nh - 1), head); /* without its '}' */
+        if (nb > 2)
+            k += snprintf(ev + k, cap - (size_t)k, ",%s", body + 1); /* without its '{' */
+        else
+            k += snprintf(ev + k, cap - (size_t)k, "}");
+        snprintf(ev + k, cap - (size_t)k, "\n\n");
+    }
+    free(head), free(body);
+    return ev;
 }

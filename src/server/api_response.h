@@ -54,6 +54,33 @@ struct api_result {
     const struct api_logprobs *logprobs; /* NULL: "logprobs": null */
 };
 
+/* The Responses API's view of one generation: its response object (the non-streamed body, and
+ * inside the stream's response.created / response.completed events) and its output items. */
+struct api_responses_view {
+    const char *id, *model;
+    long created;
+    const char *status;            /* "in_progress", "completed", "incomplete" */
+    const char *incomplete_reason; /* "max_output_tokens", or NULL */
+    const char *msg_id, *rs_id;    /* the message item's and the reasoning item's ids */
+    const char *text;              /* the whole answer so far */
+    size_t text_len;
+    const char *reasoning;         /* the whole reasoning, when reasoning_len > 0 */
+    size_t reasoning_len;
+    bool output;                   /* false: "output": [] (the response as it starts) */
+    int input_tokens, output_tokens, cached_tokens;
+    double temperature, top_p;
+    int max_output_tokens;         /* 0: null */
+};
+struct json *api_responses_object(const struct api_responses_view *v);
+char *api_responses_json(const struct api_responses_view *v);
+/* {"type": "message", "id", "status", "role": "assistant", "content": [output_text]} (text NULL: []) */
+struct json *api_responses_message_item(const char *id, const char *status, const char *text, size_t n);
+/* {"type": "reasoning", "id", "summary": [], "content": [reasoning_text]} (text NULL: []) */
+struct json *api_responses_reasoning_item(const char *id, const char *status, const char *text, size_t n);
+/* "event: TYPE\ndata: {"type": TYPE, "sequence_number": seq, ...fields' members}\n\n" (fields is
+ * consumed; may be NULL). */
+char *api_responses_event(const char *type, int seq, struct json *fields);
+
 char *api_error_json(const struct api_error *e);
 char *api_models_json(const char *model, long created, int max_context);
 /* GET /v1/models/{id}: the one model object of that list. */

@@ -18,7 +18,7 @@ static const double TOKEN_BOUNDS[] = {1,    2,    5,     10,    20,    50,     1
 
 static const char *const EP_NAMES[METRICS_EP_COUNT] = {
     "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/v1/models/{id}",
-    "/tokenize",       "/detokenize",          "/version",   "/",       "other"};
+    "/tokenize",       "/detokenize",          "/version",   "/",       "/v1/responses", "other"};
 static const char *const FINISH_NAMES[6] = {"running", "stop", "length", "cancelled", "timeout", "error"};
 
 void metrics_init(struct metrics *m)

@@ -32,6 +32,7 @@ enum metrics_endpoint {
     METRICS_EP_DETOKENIZE,
     METRICS_EP_VERSION,
     METRICS_EP_PAGE, /* GET /: the chat page */
+    METRICS_EP_RESPONSES,
     METRICS_EP_OTHER,
     METRICS_EP_COUNT
 };

@@ -91,7 +91,7 @@ enum status prompt_build(const struct prompt_model *pm, const struct api_request
     char *chat = NULL;
     size_t len = 0;
     const char *text = rq->prompt_text;
-    if (rq->kind == API_CHAT) {
+    if (rq->kind == API_CHAT || rq->kind == API_RESPONSES) {
         enum status st = render_chat(pm, rq, &chat, &len, e);
         if (st)
             return st;
@@ -104,7 +104,7 @@ enum status prompt_build(const struct prompt_model *pm, const struct api_request
     if (st == STATUS_NOMEM)
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory tokenizing the prompt");
     if (st)
-        return api_error_set(e, 400, "invalid_request_error", rq->kind == API_CHAT ? "messages" : "prompt", NULL,
+        return api_error_set(e, 400, "invalid_request_error", rq->kind == API_COMPLETIONS ? "prompt" : rq->kind == API_CHAT ? "messages" : "input", NULL,
                              "%s", err.msg);
     return STATUS_OK;
 }

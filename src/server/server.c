@@ -47,13 +47,15 @@ static enum metrics_endpoint endpoint_of(const char *url)
         return METRICS_EP_VERSION;
     if (strcmp(url, "/") == 0)
         return METRICS_EP_PAGE;
+    if (strcmp(url, "/v1/responses") == 0)
+        return METRICS_EP_RESPONSES;
     return METRICS_EP_OTHER;
 }
 
 static bool ep_takes_post(enum metrics_endpoint ep)
 {
     return ep == METRICS_EP_COMPLETIONS || ep == METRICS_EP_CHAT || ep == METRICS_EP_TOKENIZE ||
-           ep == METRICS_EP_DETOKENIZE;
+           ep == METRICS_EP_DETOKENIZE || ep == METRICS_EP_RESPONSES;
 }
 
 /* Routes behind the API key: the model's (/v1/...) and the tokenizer's; /health, /metrics and
@@ -215,6 +217,7 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
     switch (cc->ep) {
     case METRICS_EP_COMPLETIONS:
     case METRICS_EP_CHAT:
+    case METRICS_EP_RESPONSES:
         if (post && atomic_load(&srv->failed)) {
             api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", srv->fail_msg);
             return server_reply_error(cc, &e);
@@ -224,7 +227,9 @@ static enum MHD_Result route(struct conn_ctx *cc, const char *url, const char *m
             return server_reply_error(cc, &e);
         }
         if (post)
-            return server_generate(cc, cc->ep == METRICS_EP_CHAT ? API_CHAT : API_COMPLETIONS);
+            return server_generate(cc, cc->ep == METRICS_EP_CHAT        ? API_CHAT
+                                       : cc->ep == METRICS_EP_RESPONSES ? API_RESPONSES
+                                                                        : API_COMPLETIONS);
         break;
     case METRICS_EP_MODELS:
         if (get)

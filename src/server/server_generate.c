@@ -40,6 +40,12 @@ struct gen {
     bool stop_string;               /* ts found a stop string; the request was cancelled */
     bool role_sent;                 /* chat stream: the first chunk with the role */
     bool done;                      /* stream: [DONE] is in out */
+    /* the Responses API (API_RESPONSES) */
+    char msg_id[48], rs_id[48];     /* its message and reasoning items */
+    int seq;                        /* stream: the next event's sequence_number */
+    bool rs_open, rs_done, msg_open; /* stream: the reasoning item announced / finished, the message announced */
+    char *all_text, *all_reason;    /* stream: the whole answer and reasoning so far, owned */
+    size_t n_all_text, n_all_reason, cap_all_text, cap_all_reason;
     char *out;                      /* (out_cap) stream bytes not yet handed to libmicrohttpd */
     size_t out_len, out_pos, out_cap;
 };
@@ -97,6 +103,8 @@ static void gen_free(struct gen *g)
     }
     text_stream_free(&g->ts);
     reasoning_free(&g->rs);
+    free(g->all_text);
+    free(g->all_reason);
     api_request_free(&g->rq);
     free(g->out);
     atomic_fetch_sub(&g->srv->n_live, 1);
@@ -203,6 +211,165 @@ static bool out_event(struct gen *g, char *json)
     return ok;
 }
 
+/* ---- the Responses API's stream: typed events (event: TYPE) instead of chat chunks ---- */
+
+static bool grow_put(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b)
+            return false;
+        *buf = b, *cap = c;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return true;
+}
+
+static struct json *new_text(const char *s, size_t n)
+{
+    char *t = malloc(n + 1);
+    if (!t)
+        return NULL;
+    if (n)
+        memcpy(t, s, n);
+    t[n] = 0;
+    struct json *j = json_new_string(t);
+    free(t);
+    return j;
+}
+
+static struct api_responses_view resp_view(const struct gen *g, const char *status, const char *incomplete, bool output)
+{
+    const struct sched_req *r = g->req;
+    return (struct api_responses_view){
+        .id = g->id, .model = g->srv->o.model_name, .created = g->created, .status = status,
+        .incomplete_reason = incomplete, .msg_id = g->msg_id, .rs_id = g->rs_id, .text = g->all_text ? g->all_text : "",
+        .text_len = g->n_all_text, .reasoning = g->all_reason, .reasoning_len = g->n_all_reason, .output = output,
+        .input_tokens = g->n_prompt, .output_tokens = g->consumed, .cached_tokens = r ? r->n_cached : 0,
+        .temperature = g->rq.temperature, .top_p = g->rq.top_p, .max_output_tokens = g->rq.max_tokens};
+}
+
+static bool resp_event(struct gen *g, const char *type, struct json *fields)
+{
+    char *ev = api_responses_event(type, g->seq++, fields);
+    bool ok = ev && out_put(g, ev, strlen(ev), "", 0);
+    free(ev);
+    return ok;
+}
+
+/* {item_id, output_index, content_index: 0} plus one string member. */
+static struct json *resp_at(const char *item, int index, const char *key, const char *s, size_t n)
+{
+    struct json *f = json_new_object();
+    json_add(f, "item_id", json_new_string(item));
+    json_add(f, "output_index", json_new_number(index));
+    json_add(f, "content_index", json_new_number(0));
+    if (key)
+        json_add(f, key, new_text(s, n));
+    return f;
+}
+
+static struct json *resp_item_event(int index, struct json *item)
+{
+    struct json *f = json_new_object();
+    json_add(f, "output_index", json_new_number(index));
+    json_add(f, "item", item);
+    return f;
+}
+
+static bool resp_close_reasoning(struct gen *g)
+{
+    if (!g->rs_open || g->rs_done)
+        return true;
+    g->rs_done = true;
+    return resp_event(g, "response.output_item.done",
+                      resp_item_event(0, api_responses_reasoning_item(g->rs_id, "completed", g->all_reason,
+                                                                      g->n_all_reason)));
+}
+
+static bool resp_open_message(struct gen *g)
+{
+    if (g->msg_open)
+        return true;
+    g->msg_open = true;
+    const int at = g->rs_open ? 1 : 0;
+    struct json *part = json_new_object();
+    json_add(part, "type", json_new_string("output_text"));
+    json_add(part, "text", json_new_string(""));
+    json_add(part, "annotations", json_new_array());
+    struct json *f = resp_at(g->msg_id, at, NULL, NULL, 0);
+    json_add(f, "part", part);
+    return resp_event(g, "response.output_item.added",
+                      resp_item_event(at, api_responses_message_item(g->msg_id, "in_progress", NULL, 0))) &&
+           resp_event(g, "response.content_part.added", f);
+}
+
+/* One take's reasoning and content as delta events. */
+static bool resp_stream_piece(struct gen *g, const struct api_result *res)
+{
+    if (res->reasoning_len) {
+        if (!g->rs_open) {
+            g->rs_open = true;
+            if (!resp_event(g, "response.output_item.added",
+                            resp_item_event(0, api_responses_reasoning_item(g->rs_id, "in_progress", NULL, 0))))
+                return false;
+        }
+        if (!grow_put(&g->all_reason, &g->n_all_reason, &g->cap_all_reason, res->reasoning, res->reasoning_len) ||
+            !resp_event(g, "response.reasoning_text.delta",
+                        resp_at(g->rs_id, 0, "delta", res->reasoning, res->reasoning_len)))
+            return false;
+    }
+    if (!res->text_len)
+        return true;
+    if (!resp_close_reasoning(g) || !resp_open_message(g) ||
+        !grow_put(&g->all_text, &g->n_all_text, &g->cap_all_text, res->text, res->text_len))
+        return false;
+    return resp_event(g, "response.output_text.delta", resp_at(g->msg_id, g->rs_open ? 1 : 0, "delta", res->text,
+                                                              res->text_len));
+}
+
+/* The last events: the items' ends, then response.completed (or response.incomplete). */
+static bool resp_stream_finish(struct gen *g, enum sched_finish f)
+{
+    const int at = g->rs_open ? 1 : 0;
+    const bool complete = f == SCHED_FINISH_STOP || g->stop_string;
+    struct json *part = json_new_object();
+    json_add(part, "type", json_new_string("output_text"));
+    json_add(part, "text", new_text(g->all_text, g->n_all_text));
+    json_add(part, "annotations", json_new_array());
+    struct json *pf = resp_at(g->msg_id, at, NULL, NULL, 0);
+    json_add(pf, "part", part);
+    struct api_responses_view v = resp_view(g, complete ? "completed" : "incomplete",
+                                            complete ? NULL : f == SCHED_FINISH_TIMEOUT ? "timeout" : "max_output_tokens",
+                                            true);
+    struct json *fin = json_new_object();
+    json_add(fin, "response", api_responses_object(&v));
+    g->done = true;
+    return resp_close_reasoning(g) && resp_open_message(g) &&
+           resp_event(g, "response.output_text.done", resp_at(g->msg_id, at, "text", g->all_text ? g->all_text : "",
+                                                              g->n_all_text)) &&
+           resp_event(g, "response.content_part.done", pf) &&
+           resp_event(g, "response.output_item.done",
+                      resp_item_event(at, api_responses_message_item(g->msg_id, complete ? "completed" : "incomplete",
+                                                                     g->all_text ? g->all_text : "", g->n_all_text))) &&
+           resp_event(g, complete ? "response.completed" : "response.incomplete", fin);
+}
+
+/* The response as it starts: response.created, then response.in_progress. */
+static bool resp_stream_start(struct gen *g)
+{
+    struct api_responses_view v = resp_view(g, "in_progress", NULL, false);
+    struct json *a = json_new_object(), *b = json_new_object();
+    json_add(a, "response", api_responses_object(&v));
+    json_add(b, "response", api_responses_object(&v));
+    return resp_event(g, "response.created", a) && resp_event(g, "response.in_progress", b);
+}
+
 /* Events for tokens [consumed, n): one chunk per token, with its text (maybe
  * empty while a stop string might be forming) and its log-probabilities. */
 static bool stream_tokens(struct gen *g, int n)
@@ -221,6 +388,11 @@ static bool stream_tokens(struct gen *g, int n)
         struct api_result res = gen_result(g);
         if (!gen_take(g, &res, false))
             return false;
+        if (g->rq.kind == API_RESPONSES) {
+            if (!resp_stream_piece(g, &res))
+                return false;
+            continue;
+        }
         struct api_logprobs lp;
         if (g->rq.logprobs) {
             gen_logprobs(g, i, 1, offset, &lp);
@@ -253,6 +425,13 @@ static bool stream_end(struct gen *g)
     if (!g->stop_string && (f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED)) {
         struct api_error e;
         error_for_finish(f, msg, &e);
+        if (g->rq.kind == API_RESPONSES) { /* the Responses stream's error event, no [DONE] */
+            struct json *ef = json_new_object();
+            json_add(ef, "code", json_new_string(e.code[0] ? e.code : e.type));
+            json_add(ef, "message", json_new_string(e.message));
+            g->done = true;
+            return resp_event(g, "error", ef);
+        }
         if (!out_event(g, api_error_json(&e)))
             return false;
     } else {
@@ -262,6 +441,8 @@ static bool stream_end(struct gen *g)
         struct api_result res = gen_result(g);
         if (!gen_take(g, &res, true))
             return false;
+        if (g->rq.kind == API_RESPONSES)
+            return resp_stream_piece(g, &res) && resp_stream_finish(g, f);
         res.finish_reason = finish_reason(g, f);
         if (!out_event(g, api_result_json(&res, true)))
             return false;
@@ -278,6 +459,10 @@ static bool stream_end(struct gen *g)
 /* Fills g->out with the next events, waiting for tokens if there are none. */
 static bool stream_produce(struct gen *g)
 {
+    if (g->rq.kind == API_RESPONSES && !g->role_sent) {
+        g->role_sent = true;
+        return resp_stream_start(g);
+    }
     if (g->rq.kind == API_CHAT && !g->role_sent) {
         g->role_sent = true;
         struct api_result res = gen_result(g);
@@ -383,6 +568,18 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
     }
     res.finish_reason = finish_reason(g, f);
     res.has_usage = true;
+    if (g->rq.kind == API_RESPONSES) {
+        const bool complete = f == SCHED_FINISH_STOP || g->stop_string;
+        struct api_responses_view v = resp_view(g, complete ? "completed" : "incomplete",
+                                                complete                    ? NULL
+                                                : f == SCHED_FINISH_TIMEOUT ? "timeout"
+                                                                            : "max_output_tokens",
+                                                true);
+        v.text = res.text, v.text_len = res.text_len, v.reasoning = res.reasoning, v.reasoning_len = res.reasoning_len;
+        char *body = api_responses_json(&v);
+        gen_free(g);
+        return server_reply(cc, 200, "application/json", body);
+    }
     struct api_logprobs lp;
     if (g->rq.logprobs) {
         gen_logprobs(g, 0, g->consumed, 0, &lp);
@@ -424,7 +621,7 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     if (st)
         return st;
     int ctx = srv->m.max_context;
-    const char *what = rq->kind == API_CHAT ? "messages" : "prompt";
+    const char *what = rq->kind == API_CHAT ? "messages" : rq->kind == API_RESPONSES ? "input" : "prompt";
     g->n_prompt = (int)ids.n;
     if (ids.n == 0)
         st = api_error_set(e, 400, "invalid_request_error", what, NULL, "the prompt is empty (0 tokens)");
@@ -477,8 +674,14 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     sp.n_stop_ids = rq->n_stop_ids;
     memcpy(sp.stop_ids, rq->stop_ids, (size_t)rq->n_stop_ids * sizeof rq->stop_ids[0]);
     g->created = (long)time(NULL);
-    snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", rq->kind == API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
+    if (rq->kind == API_RESPONSES) { /* the Responses API's id forms */
+        snprintf(g->id, sizeof g->id, "resp_%016llx%08llx", (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
+        snprintf(g->msg_id, sizeof g->msg_id, "msg_%016llx%08llx", (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
+        snprintf(g->rs_id, sizeof g->rs_id, "rs_%016llx%08llx", (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
+    } else {
+        snprintf(g->id, sizeof g->id, "%s-%016llx%08llx", rq->kind == API_CHAT ? "chatcmpl" : "cmpl",
+                 (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
+    }
     struct err err = {0};
     st = sched_req_create(&g->req, ids.ids, (int)ids.n, &sp, &err);
     tok_ids_free(&ids);
@@ -533,7 +736,7 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
     if (g->rq.ignored[0])
         LOG_WARN("request %s: ignored (--lenient): %s", g->id, g->rq.ignored);
     text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
-    reasoning_init(&g->rs, g->rq.kind == API_CHAT && g->srv->o.reasoning);
+    reasoning_init(&g->rs, g->rq.kind != API_COMPLETIONS && g->srv->o.reasoning);
     /* the first token (or an early end) decides the status line */
     if (!gen_wait(g, 0)) {
         bool failed = atomic_load(&g->srv->failed);

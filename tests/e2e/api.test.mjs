@@ -29,6 +29,37 @@ describe('openai client against moeserve serve', () => {
     assert.ok(!/(src|href)=["']https?:/.test(html), 'no outside resource');
   });
 
+  test('/v1/responses through the openai client: a response object, its stream of typed events, refusals', async () => {
+    const req = { model: MODEL, instructions: 'You are the KJV.', input: 'In the beginning', max_output_tokens: 8, temperature: 0 };
+    const r = await client.responses.create(req);
+    assert.equal(r.object, 'response');
+    assert.match(r.id, /^resp_/);
+    assert.ok(['completed', 'incomplete'].includes(r.status));
+    const msg = r.output.find((o) => o.type === 'message');
+    assert.equal(msg.role, 'assistant');
+    assert.equal(msg.content[0].type, 'output_text');
+    assert.equal(r.output_text, msg.content[0].text);
+    assert.ok(r.usage.input_tokens > 0 && r.usage.total_tokens === r.usage.input_tokens + r.usage.output_tokens);
+    const types = [], seqs = [];
+    let deltas = '', done = null;
+    const stream = await client.responses.create({ ...req, input: [{ role: 'user', content: [{ type: 'input_text', text: 'In the beginning' }] }], stream: true });
+    for await (const ev of stream) {
+      types.push(ev.type);
+      seqs.push(ev.sequence_number);
+      if (ev.type === 'response.output_text.delta') deltas += ev.delta;
+      if (ev.type === 'response.completed' || ev.type === 'response.incomplete') done = ev.response;
+    }
+    assert.equal(types[0], 'response.created');
+    assert.ok(types.includes('response.output_item.added') && types.includes('response.output_text.done'));
+    assert.ok(done, types.join(','));
+    assert.deepEqual(seqs, seqs.map((_, i) => i));
+    assert.equal(done.output.find((o) => o.type === 'message').content[0].text, deltas);
+    await assert.rejects(client.responses.create({ ...req, tools: [{ type: 'web_search' }] }),
+      (e) => e.status === 400 && e.param === 'tools' && e.code === 'unsupported_parameter');
+    await assert.rejects(client.responses.create({ ...req, previous_response_id: 'resp_1' }),
+      (e) => e.status === 400 && e.param === 'previous_response_id');
+  });
+
   test('models.list', async () => {
     const ids = [];
     for await (const m of client.models.list()) ids.push(m.id);

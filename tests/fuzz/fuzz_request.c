@@ -25,11 +25,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         struct api_request rq;
         struct api_error e;
         memset(&e, 0, sizeof e);
-        enum api_kind kind = k ? API_CHAT : API_COMPLETIONS;
+        enum api_kind kind = k == 2 ? API_RESPONSES : k ? API_CHAT : API_COMPLETIONS;
         enum status st = api_request_parse(&rq, kind, (const char *)data, size, &e);
         if (st) {
             FUZZ_CHECK(st == STATUS_INVALID);
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         }
         FUZZ_CHECK(rq.model != NULL);
-        if (kind == API_CHAT) {
+        if (kind != API_COMPLETIONS) {
             FUZZ_CHECK(rq.n_messages > 0 && rq.messages);
             for (int i = 0; i < rq.n_messages; i++)
                 FUZZ_CHECK(rq.messages[i].role && rq.messages[i].content);
@@ -57,6 +57,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(rq.top_p > 0 && rq.top_p <= 1 && rq.top_k >= 0);
         FUZZ_CHECK(rq.top_logprobs >= 0 && rq.top_logprobs <= 20);
         FUZZ_CHECK(!rq.include_usage || rq.stream);
+        FUZZ_CHECK(rq.n_bias >= 0 && rq.n_bias <= API_MAX_BIAS && rq.n_stop_ids >= 0 && rq.n_stop_ids <= API_MAX_STOP_IDS);
+        FUZZ_CHECK(rq.frequency_penalty >= -2 && rq.frequency_penalty <= 2 && rq.min_p >= 0 && rq.min_p <= 1);
+        FUZZ_CHECK(rq.repetition_penalty > 0 && rq.min_tokens >= 0);
+        for (int i = 0; i < rq.n_bias; i++)
+            FUZZ_CHECK(rq.bias_ids[i] >= 0 && rq.bias[i] >= -100 && rq.bias[i] <= 100);
+        if (kind == API_RESPONSES) {
+            struct api_responses_view v = {.id = "resp_fuzz", .model = rq.model, .status = "completed", .msg_id = "m",
+                                           .rs_id = "r", .text = rq.messages[0].content,
+                                           .text_len = strlen(rq.messages[0].content), .output = true};
+            char *rj = api_responses_json(&v);
+            FUZZ_CHECK(rj != NULL);
+            free(rj);
+            api_request_free(&rq);
+            continue;
+        }
         /* a response echoing the parsed strings must print */
         struct api_result res = {.kind = kind, .id = "cmpl-fuzz", .model = rq.model, .created = 1,
                                  .text = rq.prompt_text ? rq.prompt_text : "",

@@ -270,6 +270,45 @@ static void test_template_kwargs(void **state)
 #undef HB
 }
 
+/* /v1/responses: instructions and input (a string, or message items with input_text parts; a
+ * developer message is a system one) become messages; max_output_tokens is max_tokens; what
+ * asks for more than text generation is refused naming it. */
+static void test_responses_request(void **state)
+{
+    (void)state;
+    enum api_kind R = API_RESPONSES;
+    const char *body = "{\"model\": \"m\", \"instructions\": \"Be brief.\", \"max_output_tokens\": 7, \"temperature\": 0.5, "
+                       "\"input\": [{\"role\": \"developer\", \"content\": \"d\"}, {\"type\": \"message\", \"role\": \"user\", "
+                       "\"content\": [{\"type\": \"input_text\", \"text\": \"hi \"}, {\"type\": \"input_text\", \"text\": \"there\"}]}], "
+                       "\"store\": false, \"metadata\": {\"k\": \"v\"}, \"tool_choice\": \"auto\", \"text\": {\"format\": {\"type\": \"text\"}}}";
+    struct api_request rq;
+    struct api_error e;
+    if (api_request_parse(&rq, R, body, strlen(body), &e))
+        fail_msg("refused: %s", e.message);
+    assert_int_equal(rq.n_messages, 3);
+    assert_string_equal(rq.messages[0].role, "system");
+    assert_string_equal(rq.messages[0].content, "Be brief.");
+    assert_string_equal(rq.messages[1].role, "system");
+    assert_string_equal(rq.messages[2].content, "hi there");
+    assert_int_equal(rq.max_tokens, 7);
+    assert_true(rq.temperature == 0.5 && rq.has_temperature);
+    api_request_free(&rq);
+    const char *s = "{\"model\": \"m\", \"input\": \"x\", \"stream\": true}";
+    assert_int_equal(api_request_parse(&rq, R, s, strlen(s), &e), STATUS_OK);
+    assert_true(rq.stream && rq.n_messages == 1 && !strcmp(rq.messages[0].role, "user"));
+    api_request_free(&rq);
+#define RB(x) "{\"model\": \"m\", \"input\": \"x\", " x "}"
+    expect_error(R, "{\"model\": \"m\"}", 400, "input");
+    expect_error(R, RB("\"tools\": [{\"type\": \"web_search\"}]"), 400, "tools");
+    expect_error(R, RB("\"previous_response_id\": \"resp_1\""), 400, "previous_response_id");
+    expect_error(R, RB("\"text\": {\"format\": {\"type\": \"json_object\"}}"), 400, "text");
+    expect_error(R, RB("\"truncation\": \"auto\""), 400, "truncation");
+    expect_error(R, RB("\"reasoning\": {\"effort\": \"high\"}"), 400, "reasoning");
+    expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"function_call_output\", \"output\": \"1\"}]}", 400, "input[0]");
+    expect_error(R, RB("\"max_output_tokens\": 0"), 400, "max_output_tokens");
+#undef RB
+}
+
 /* A thinking model's answer: message.reasoning_content beside content (null when it wrote no
  * reasoning), in a stream only on the chunks that carry some; absent where the parser is off. */
 static void test_reasoning_json(void **state)
@@ -576,7 +615,7 @@ int main(void)
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_responses_request), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
