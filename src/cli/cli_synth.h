@@ -14,7 +14,7 @@
 #define CLI_SYNTH_OPTS                                                                                          \
     {.name = "synthetic", .metavar = "PRESET",                                                                 \
      .help = "no checkpoint: a preset's shapes with random weights made on the device (tiny, cpu-bench, "      \
-             "qwen3-30b-a3b, glm5-slice, glm5)"},                                                              \
+             "qwen3-30b-a3b, glm-tiny, glm5-slice, glm5)"},                                                              \
     {.name = "synthetic-format", .metavar = "F", .help = "with --synthetic: nvfp4 (default) or bf16 weights"}, \
     {                                                                                                           \
         .name = "synthetic-layers", .metavar = "N", .help = "with --synthetic: the preset's first N layers"     \

@@ -29,6 +29,12 @@ static const struct synth_preset PRESETS[] = {
      .n_heads = 64, .n_kv = 64, .head_dim = 64, .n_experts = 256, .k = 8, .d_expert = 2048, .n_dense = 1,
      .d_ff = 12288, .n_shared = 1, .q_lora = 2048, .kv_lora = 512, .nope = 192, .rope = 64, .v_dim = 256,
      .index_heads = 32, .index_dim = 128, .index_topk = 2048},
+    /* glm_moe_dsa in miniature (1 dense + 1 MoE layer, MLA, an indexer keeping 8 keys): CPU ranks in CI shard
+     * MLA heads, the indexer and experts of a synthetic model; every in-feature count a multiple of 16 twice over */
+    {.name = "glm-tiny", .family = SYNTH_GLM_MOE_DSA, .vocab = 1024, .d_model = 256, .n_layers = 2, .n_heads = 4,
+     .n_kv = 4, .head_dim = 16, .n_experts = 8, .k = 2, .d_expert = 64, .n_dense = 1, .d_ff = 256, .n_shared = 1,
+     .q_lora = 64, .kv_lora = 32, .nope = 16, .rope = 16, .v_dim = 16, .index_heads = 2, .index_dim = 32,
+     .index_topk = 8},
     /* GLM-5 whole (spec C.1: 78 layers, the first 3 dense; the MTP layer is not run): `bench --synthetic glm5`
      * on 8 GPUs, weights made on each */
     {.name = "glm5", .family = SYNTH_GLM_MOE_DSA, .vocab = 154880, .d_model = 6144, .n_layers = 78,
@@ -224,7 +230,7 @@ const struct synth_preset *synth_preset_find(const char *name)
 
 const char *synth_preset_names(void)
 {
-    return "tiny, cpu-bench, qwen3-30b-a3b, glm5-slice, glm5";
+    return "tiny, cpu-bench, qwen3-30b-a3b, glm-tiny, glm5-slice, glm5";
 }
 
 /* The files a checkpoint directory carries beside its weights that a preset's directory may borrow. */

@@ -70,27 +70,31 @@ for case in models/qwen3_basic:2,4 models/glm4_basic:2,4 dsa/dsa_basic:2,4 dsa/d
 done
 # synthetic weights (bench --synthetic): each rank makes its share from the element's place in the whole
 # tensor, so 2 ranks of `--synthetic tiny` are the one-rank model, TP and EP, NVFP4 and BF16
-for fmt in nvfp4 bf16; do
-    one=$work/synth.$fmt.1.bin
-    if ! "$bin" logits --synthetic tiny --synthetic-format $fmt --tokens $tokens --out "$one" >"$work/synth.$fmt.1.log" 2>&1; then
-        bad "synthetic tiny $fmt: one rank failed: $(tail -1 "$work/synth.$fmt.1.log")"
+# (glm-tiny: MLA heads, the DSA indexer over 19 tokens with 8 kept, a dense and a MoE layer with a shared expert;
+# an f32 latent cache, as for the fixtures: a bf16 one rounds the ranks' last-bit differences up to 3e-5)
+for case in tiny:nvfp4 tiny:bf16 glm-tiny:nvfp4 glm-tiny:bf16; do
+    p=${case%%:*} fmt=${case##*:} tag=$p.$fmt
+    one=$work/synth.$tag.1.bin
+    if ! "$bin" logits --synthetic $p --synthetic-format $fmt --tokens $tokens --out "$one" --kv-cache-dtype f32 \
+        >"$work/synth.$tag.1.log" 2>&1; then
+        bad "synthetic $p $fmt: one rank failed: $(tail -1 "$work/synth.$tag.1.log")"
         continue
     fi
     for layout in tp ep; do
         flag=
         [ $layout = ep ] && flag=--expert-parallel
-        out=$work/synth.$fmt.2.$layout.bin
+        out=$work/synth.$tag.2.$layout.bin
         rm -f "$out"
-        if ! timeout 120 "${MPIRUN[@]}" -np 2 "$bin" logits --synthetic tiny --synthetic-format $fmt --tokens $tokens \
-            --out "$out" --tensor-parallel 2 $flag >"$work/synth.$fmt.2.$layout.log" 2>&1; then
-            bad "synthetic tiny $fmt: 2 ranks ($layout) failed: $(grep -m1 -i error "$work/synth.$fmt.2.$layout.log")"
+        if ! timeout 120 "${MPIRUN[@]}" -np 2 "$bin" logits --synthetic $p --synthetic-format $fmt --tokens $tokens \
+            --out "$out" --kv-cache-dtype f32 --tensor-parallel 2 $flag >"$work/synth.$tag.2.$layout.log" 2>&1; then
+            bad "synthetic $p $fmt: 2 ranks ($layout) failed: $(grep -m1 -i error "$work/synth.$tag.2.$layout.log")"
             continue
         fi
         r=$(rel "$one" "$out")
         if [ "$r" != size ] && python3 -c "import sys; sys.exit(0 if float('$r') <= 1e-5 else 1)"; then
-            ok "synthetic tiny $fmt: 2 ranks ($layout) = one rank (rel $r)"
+            ok "synthetic $p $fmt: 2 ranks ($layout) = one rank (rel $r)"
         else
-            bad "synthetic tiny $fmt: 2 ranks ($layout) differ from one rank (rel $r)"
+            bad "synthetic $p $fmt: 2 ranks ($layout) differ from one rank (rel $r)"
         fi
     done
 done
