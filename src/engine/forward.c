@@ -442,7 +442,10 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
  * or 0 when the pass is not of that shape. MLA passes size scratch from host-side positions. */
 static uint64_t forward_graph_key(const struct forward *f, const struct forward_batch *b)
 {
-    if (!f->use_graphs || f->mla || b->n_logits != b->n_tokens || b->n_logits > f->logit_chunk)
+    /* one row a sequence: a prompt chunk whose every row wants logits (prompt log-probabilities)
+     * is not a decode step, whatever its count */
+    if (!f->use_graphs || f->mla || b->n_logits != b->n_tokens || b->n_logits > f->logit_chunk ||
+        b->n_seqs != b->n_tokens)
         return 0;
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] != i)

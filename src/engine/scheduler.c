@@ -36,7 +36,7 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
     *out = NULL;
     if (n_prompt < 1)
         return err_set(err, STATUS_INVALID, "request: the prompt is empty");
-    if (p->max_new < 1)
+    if (p->max_new < (p->prompt_logprobs ? 0 : 1))
         return err_set(err, STATUS_INVALID, "request: max_new must be >= 1 (got %d)", p->max_new);
     if (p->top_logprobs > SCHED_MAX_TOP_LOGPROBS)
         return err_set(err, STATUS_INVALID, "request: at most %d top log-probabilities (got %d)",
@@ -44,7 +44,7 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
     struct sched_req *r = calloc(1, sizeof *r);
     if (!r)
         return err_set(err, STATUS_NOMEM, "request: out of memory");
-    size_t nm = (size_t)p->max_new, top = p->top_logprobs > 0 ? (size_t)p->top_logprobs : 0;
+    size_t nm = (size_t)(p->max_new > 0 ? p->max_new : 1), top = p->top_logprobs > 0 ? (size_t)p->top_logprobs : 0;
     r->n_prompt = n_prompt;
     r->p = *p;
     r->prompt = malloc((size_t)n_prompt * sizeof *r->prompt);
@@ -59,6 +59,18 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
             r->out_top_ids = malloc(nm * top * sizeof *r->out_top_ids);
             r->out_top_lp = malloc(nm * top * sizeof *r->out_top_lp);
             ok = ok && r->out_top_ids && r->out_top_lp;
+        }
+    }
+    if (p->prompt_logprobs) {
+        r->prompt_lp = malloc((size_t)n_prompt * sizeof *r->prompt_lp);
+        ok = ok && r->prompt_lp;
+        if (ok)
+            for (int i = 0; i < n_prompt; i++)
+                r->prompt_lp[i] = NAN;
+        if (top) {
+            r->prompt_top_ids = calloc((size_t)n_prompt * top, sizeof *r->prompt_top_ids);
+            r->prompt_top_lp = calloc((size_t)n_prompt * top, sizeof *r->prompt_top_lp);
+            ok = ok && r->prompt_top_ids && r->prompt_top_lp;
         }
     }
     pthread_mutex_init(&r->mu, NULL);
@@ -94,6 +106,9 @@ void sched_req_put(struct sched_req *r)
     free(r->out_logprob);
     free(r->out_top_ids);
     free(r->out_top_lp);
+    free(r->prompt_lp);
+    free(r->prompt_top_ids);
+    free(r->prompt_top_lp);
     free(r);
 }
 
@@ -311,7 +326,10 @@ static void admit(struct scheduler *sch)
     while (sch->n_running < sch->o.max_seqs && sch->wait_head) {
         struct sched_req *r = sch->wait_head;
         /* never the last token: its logits are needed, so it must be computed */
-        int n_match = pc_on(sch) ? prefix_cache_match(&sch->pc, r->tokens, (r->n_tokens - 1) / bs, sch->match) : 0;
+        /* prompt log-probabilities need every prompt row's logits: no cached rows */
+        int n_match = pc_on(sch) && !r->p.prompt_logprobs
+                          ? prefix_cache_match(&sch->pc, r->tokens, (r->n_tokens - 1) / bs, sch->match)
+                          : 0;
         int need = blocks_for(r->n_tokens, bs) - n_match;
         int avail = kv->n_free;
         if (pc_on(sch)) {
@@ -362,16 +380,22 @@ static void batch_add(struct scheduler *sch, struct sched_req *r, int rows, int 
         r->batch_seq = *ns;
         r->batch_rows = 0;
         r->logit_index = -1;
+        r->logit_first = -1;
         sch->b_seqs[*ns] = &r->seq;
         sch->b_reqs[*ns] = r;
         (*ns)++;
     }
+    const bool every = r->p.prompt_logprobs && r->n_computed < r->n_prompt; /* a prompt row's logits score the next */
+    if (every && r->logit_first < 0)
+        r->logit_first = *nl;
     for (int i = 0; i < rows; i++) {
         int p = r->n_computed + r->batch_rows + i;
         sch->b_tokens[*nt] = r->tokens[p];
         sch->b_pos[*nt] = p;
         sch->b_seq[*nt] = r->batch_seq;
         (*nt)++;
+        if (every && (i < rows - 1 || r->n_computed + r->batch_rows + rows < r->n_tokens))
+            sch->b_logit_rows[(*nl)++] = *nt - 1;
     }
     r->batch_rows += rows;
     if (r->n_computed + r->batch_rows == r->n_tokens) {
@@ -415,6 +439,11 @@ static void build_batch(struct scheduler *sch, int *nt, int *ns, int *nl)
         if (rem < 2)
             continue;
         int chunk = rem < T - *nt ? rem : T - *nt;
+        if (r->p.prompt_logprobs) { /* every row a logits row: the host buffer holds max_seqs of them */
+            chunk = chunk < sch->o.max_seqs - *nl ? chunk : sch->o.max_seqs - *nl;
+            if (chunk < 1)
+                continue;
+        }
         ASSERT(r->seq.n_blocks * kv->block_size >= r->n_tokens); /* reserved at admission */
         batch_add(sch, r, chunk, nt, ns, nl);
         sch->counters.prompt_tokens_computed += (uint64_t)chunk;
@@ -525,6 +554,24 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
     }
 }
 
+/* The batch's rows of r (from logit_first) score the prompt tokens after them: log p and the
+ * likeliest alternatives, before any processor touches the rows. */
+static void prompt_logprobs_take(struct scheduler *sch, struct sched_req *r)
+{
+    const int k = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+    pthread_mutex_lock(&r->mu);
+    for (int j = 0; j < r->batch_rows; j++) {
+        const int p = r->n_computed + j; /* this row's position */
+        if (p + 1 >= r->n_prompt)
+            break;
+        const float *row = sch->logits + (size_t)(r->logit_first + j) * (size_t)sch->vocab;
+        r->prompt_lp[p + 1] = row_logprobs(row, sch->vocab, r->tokens[p + 1], k,
+                                           k ? r->prompt_top_ids + (size_t)(p + 1) * k : NULL,
+                                           k ? r->prompt_top_lp + (size_t)(p + 1) * k : NULL);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void publish_stats(struct scheduler *sch)
 {
     struct kv_cache *kv = &sch->s->kv;
@@ -557,6 +604,10 @@ bool scheduler_step(struct scheduler *sch)
      * top-p, top-k and the next uniform of its seeded stream, as the host sampler would take it */
     const bool dev = nl > 0 && forward_can_sample(&sch->s->fwd);
     bool want_rows = !dev;
+    for (int i = 0; dev && i < nl; i++) /* rows only read on the host (prompt log-probabilities): greedy */
+        sch->b_sample[i] = (struct sample_row){.top_p = 1.0f};
+    for (int j = 0; j < ns; j++)
+        want_rows |= sch->b_reqs[j]->logit_first >= 0;
     for (int j = 0; dev && j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];
         if (r->logit_index < 0)
@@ -581,6 +632,8 @@ bool scheduler_step(struct scheduler *sch)
             req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
             continue;
         }
+        if (r->logit_first >= 0) /* row p's logits score prompt token p + 1 */
+            prompt_logprobs_take(sch, r);
         r->n_computed += r->batch_rows;
         r->seq.n_tokens = r->n_computed;
         /* the prompt's blocks become findable as soon as they are computed, so
@@ -589,9 +642,13 @@ bool scheduler_step(struct scheduler *sch)
             prefix_cache_insert(&sch->pc, r->tokens, r->n_prompt / bs, r->seq.blocks);
             r->n_prompt_blocks_cached = r->n_prompt / bs;
         }
-        if (r->logit_index >= 0)
+        if (r->logit_index >= 0 && r->p.max_new == 0) { /* the prompt scored, nothing to generate */
+            running_remove(sch, r);
+            req_finish(sch, r, SCHED_FINISH_LENGTH, NULL);
+        } else if (r->logit_index >= 0) {
             sample_next(sch, r, want_rows ? sch->logits + (size_t)r->logit_index * (size_t)sch->vocab : NULL,
                         dev && !needs_host(r) ? sch->b_next[r->logit_index] : -1);
+        }
     }
     if (st)
         LOG_ERROR("scheduler: forward of %d tokens failed: %s", nt, err.msg);

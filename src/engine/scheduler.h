@@ -64,6 +64,9 @@ struct sched_params {
     int min_new;                    /* min_tokens: end-of-sequence and stop ids are masked before this many */
     int n_stop_ids;
     int32_t stop_ids[SCHED_MAX_STOP_IDS]; /* stop_token_ids: end like end-of-sequence (not published) */
+    bool prompt_logprobs;           /* log p of every prompt token after the first (echo + logprobs): the prompt is
+                                       computed without the prefix cache, every row's logits read; max_new may be
+                                       0 (score the prompt, generate nothing) */
     int top_logprobs;               /* -1: no log-probabilities; 0..SCHED_MAX_TOP_LOGPROBS alternatives */
     double deadline;                /* timer_now() time after which the request fails; 0 = none */
 };
@@ -85,6 +88,9 @@ struct sched_req {
     float *out_logprob;             /* (p.max_new) log p(token), NULL without logprobs */
     int32_t *out_top_ids;           /* (p.max_new, p.top_logprobs) most likely tokens, NULL without */
     float *out_top_lp;              /* (p.max_new, p.top_logprobs) their log-probabilities */
+    float *prompt_lp;               /* (n_prompt) with p.prompt_logprobs: log p(prompt[i] | prompt[..i)), [0] NaN */
+    int32_t *prompt_top_ids;        /* (n_prompt, p.top_logprobs) the likeliest at each prompt position, or NULL */
+    float *prompt_top_lp;           /* (n_prompt, p.top_logprobs) */
     int n_cached;                   /* prompt tokens found in the prefix cache at admission */
     int n_preempted;                /* times this request lost its KV blocks */
     enum sched_finish finish;
@@ -106,6 +112,7 @@ struct sched_req {
     int batch_seq;                  /* its index in the batch's seqs */
     int batch_rows;                 /* tokens in this batch */
     int logit_index;                /* row of the batch's logits, or -1 */
+    int logit_first;                /* p.prompt_logprobs: the first of its rows' logits in the batch, or -1 */
 };
 
 /* A request with one reference (the caller's). Copies the prompt. */

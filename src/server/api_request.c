@@ -355,7 +355,7 @@ static const struct {
 } UNSUPPORTED[] = {
     {"tools", NEUTRAL_EMPTY},           {"tool_choice", NEUTRAL_NONE},     {"functions", NEUTRAL_EMPTY},
     {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT},
-    {"echo", NEUTRAL_EMPTY},            {"suffix", NEUTRAL_EMPTY},         {"best_of", NEUTRAL_ONE},
+    {"suffix", NEUTRAL_EMPTY},          {"best_of", NEUTRAL_ONE},
     {"prompt_logprobs", NEUTRAL_EMPTY},
     {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
     {"guided_grammar", NEUTRAL_EMPTY},  {"structured_outputs", NEUTRAL_EMPTY}, {"audio", NEUTRAL_EMPTY},
@@ -418,8 +418,20 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
     /* max_completion_tokens is the chat API's newer name; either may come */
     bool given = false;
     const char *mt = rq->kind == API_CHAT && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((st = get_int(body, mt, 1, 2147483647.0, &rq->max_tokens, &given, e)))
+    if ((st = get_int(body, mt, 0, 2147483647.0, &rq->max_tokens, &given, e)) ||
+        (rq->kind == API_COMPLETIONS && (st = get_bool(body, "echo", &rq->echo, e))))
         return st;
+    bool chat_echo = false;
+    if (rq->kind == API_CHAT && ((st = get_bool(body, "echo", &chat_echo, e)) || chat_echo))
+        return st ? st
+                  : api_error_set(e, 400, "invalid_request_error", "echo", "unsupported_parameter",
+                                  "'echo' applies to /v1/completions, not to chat: refused rather than ignored");
+    if (given && rq->max_tokens == 0) { /* lm-eval's loglikelihood: score the prompt, generate nothing */
+        if (!rq->echo)
+            return api_error_set(e, 400, "invalid_request_error", mt, NULL,
+                                 "'%s' must be at least 1 (0 only with 'echo' on completions: the prompt scored)", mt);
+        rq->max_tokens_zero = true;
+    }
     if (!given && rq->kind == API_COMPLETIONS)
         rq->max_tokens = API_COMPLETIONS_DEFAULT_MAX_TOKENS; /* OpenAI's; chat's default is the context */
     int n = 1;
@@ -448,6 +460,8 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         (st = get_bool(body, "stream", &rq->stream, e)) ||
         (st = get_bool(body, "ignore_eos", &rq->ignore_eos, e)))
         return st;
+    if (rq->echo && rq->stream)
+        return bad(e, "echo", "'%s' with 'stream' is not supported: ask for the whole answer%s", "");
     const struct json *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so))

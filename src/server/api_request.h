@@ -77,6 +77,8 @@ struct api_request {
     bool logprobs;               /* return log-probabilities */
     int top_logprobs;            /* alternatives per token: completions' logprobs N, chat's top_logprobs */
     bool ignore_eos;             /* extension (vLLM's): generate max_tokens whatever is sampled */
+    bool echo;                   /* completions: the prompt before the text (with logprobs: its tokens' too) */
+    bool max_tokens_zero;        /* completions with echo: max_tokens 0, only the prompt scored */
     double frequency_penalty;    /* [-2, 2], 0 = off (over the generated tokens) */
     double presence_penalty;     /* [-2, 2], 0 = off */
     double repetition_penalty;   /* (0, 10], 1 = off (vLLM's: prompt and generated tokens) */

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,10 +157,15 @@ static struct json *completion_logprobs(const struct api_logprobs *lp)
         size_t n;
         char *s = token_text(lp->tok, lp->ids[i], &n);
         json_append(tokens, new_string_n(s ? s : "", s ? n : 0));
-        json_append(lps, json_new_number(lp->lp[i]));
         json_append(offs, json_new_number((double)off));
         off += s ? n : 0;
         free(s);
+        if (isnan(lp->lp[i])) { /* echo's first prompt token: nothing before it to condition on */
+            json_append(lps, json_new_null());
+            json_append(tops, json_new_null());
+            continue;
+        }
+        json_append(lps, json_new_number(lp->lp[i]));
         struct json *top = json_append(tops, json_new_object());
         for (int j = 0; j < lp->k; j++) {
             char *ts = token_text(lp->tok, lp->top_ids[i * lp->k + j], &n);

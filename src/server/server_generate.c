@@ -525,6 +525,56 @@ static enum MHD_Result reply_stream(struct conn_ctx *cc, struct gen *g)
     return ret;
 }
 
+/* echo: the prompt's text before the answer's in res, and with logprobs the prompt's tokens before
+ * the answer's (the first token has no log-probability: null). The buffers are the caller's. */
+static bool echo_build(struct gen *g, struct api_result *res, char **text, struct api_logprobs *lp, int32_t **ids,
+                       float **lps, int32_t **top, float **top_lp)
+{
+    const struct sched_req *r = g->req;
+    char *prompt = NULL;
+    size_t np = 0;
+    if (g->rq.prompt_text) {
+        np = strlen(g->rq.prompt_text);
+        prompt = malloc(np + 1);
+        if (prompt)
+            memcpy(prompt, g->rq.prompt_text, np + 1);
+    } else if (tokenizer_decode(g->srv->m.pm.tok, r->prompt, (size_t)r->n_prompt, false, &prompt, &np, NULL)) {
+        prompt = NULL;
+    }
+    if (!prompt)
+        return false;
+    *text = malloc(np + res->text_len + 1);
+    if (!*text) {
+        free(prompt);
+        return false;
+    }
+    memcpy(*text, prompt, np);
+    memcpy(*text + np, res->text, res->text_len);
+    (*text)[np + res->text_len] = 0;
+    free(prompt);
+    res->text = *text, res->text_len += np;
+    if (!g->rq.logprobs)
+        return true;
+    const int n = r->n_prompt + g->consumed, k = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+    *ids = malloc((size_t)n * sizeof **ids), *lps = malloc((size_t)n * sizeof **lps);
+    *top = k ? calloc((size_t)n * k, sizeof **top) : NULL, *top_lp = k ? calloc((size_t)n * k, sizeof **top_lp) : NULL;
+    if (!*ids || !*lps || (k && (!*top || !*top_lp)))
+        return false;
+    memcpy(*ids, r->prompt, (size_t)r->n_prompt * sizeof **ids);
+    memcpy(*ids + r->n_prompt, r->out_ids, (size_t)g->consumed * sizeof **ids);
+    memcpy(*lps, r->prompt_lp, (size_t)r->n_prompt * sizeof **lps);
+    memcpy(*lps + r->n_prompt, r->out_logprob, (size_t)g->consumed * sizeof **lps);
+    if (k) {
+        memcpy(*top, r->prompt_top_ids, (size_t)r->n_prompt * k * sizeof **top);
+        memcpy(*top + (size_t)r->n_prompt * k, r->out_top_ids, (size_t)g->consumed * k * sizeof **top);
+        memcpy(*top_lp, r->prompt_top_lp, (size_t)r->n_prompt * k * sizeof **top_lp);
+        memcpy(*top_lp + (size_t)r->n_prompt * k, r->out_top_lp, (size_t)g->consumed * k * sizeof **top_lp);
+    }
+    *lp = (struct api_logprobs){.n = n, .ids = *ids, .lp = *lps, .k = k, .top_ids = *top, .top_lp = *top_lp,
+                                .text_offset = 0, .tok = g->srv->m.pm.tok};
+    return true;
+}
+
 /* Waits for the end, consuming tokens as they come so that a stop string
  * ends generation early, then answers with one JSON body. */
 static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
@@ -581,11 +631,20 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
         return server_reply(cc, 200, "application/json", body);
     }
     struct api_logprobs lp;
-    if (g->rq.logprobs) {
-        gen_logprobs(g, 0, g->consumed, 0, &lp);
-        res.logprobs = &lp;
+    char *echo_text = NULL;
+    int32_t *e_ids = NULL, *e_top = NULL;
+    float *e_lp = NULL, *e_top_lp = NULL;
+    if (g->rq.echo && !echo_build(g, &res, &echo_text, &lp, &e_ids, &e_lp, &e_top, &e_top_lp)) {
+        free(echo_text), free(e_ids), free(e_lp), free(e_top), free(e_top_lp);
+        err_set(&err, STATUS_NOMEM, "out of memory for echo");
+        goto fail;
     }
+    if (g->rq.logprobs && !g->rq.echo)
+        gen_logprobs(g, 0, g->consumed, 0, &lp);
+    if (g->rq.logprobs)
+        res.logprobs = &lp;
     char *body = api_result_json(&res, false);
+    free(echo_text), free(e_ids), free(e_lp), free(e_top), free(e_top_lp);
     gen_free(g);
     return server_reply(cc, 200, "application/json", body);
 fail:;
@@ -642,7 +701,8 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     uint64_t n = atomic_fetch_add(&srv->n_ids, 1) + 1;
     uint64_t rnd = splitmix64(srv->salt ^ n);
     struct sched_params sp = {
-        .max_new = rq->max_tokens > 0 ? rq->max_tokens : ctx - (int)ids.n,
+        .max_new = rq->max_tokens_zero ? 0 : rq->max_tokens > 0 ? rq->max_tokens : ctx - (int)ids.n,
+        .prompt_logprobs = rq->echo && rq->logprobs,
         .sampling = {.temperature = (float)rq->temperature, .top_p = (float)rq->top_p, .top_k = rq->top_k,
                      .seed = rq->has_seed ? rq->seed : splitmix64(rnd)},
         .ignore_eos = rq->ignore_eos,

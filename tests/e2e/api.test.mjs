@@ -3,6 +3,9 @@
 // HTTP for every class of bad request (status + OpenAI error body), the body size limit and the API key.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
@@ -58,6 +61,38 @@ describe('openai client against moeserve serve', () => {
       (e) => e.status === 400 && e.param === 'tools' && e.code === 'unsupported_parameter');
     await assert.rejects(client.responses.create({ ...req, previous_response_id: 'resp_1' }),
       (e) => e.status === 400 && e.param === 'previous_response_id');
+  });
+
+  test('echo + logprobs + max_tokens 0 scores the prompt (lm-eval loglikelihood) as the logits command computes it', async () => {
+    const prompt = 'In the beginning God created';
+    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 0, echo: true, logprobs: 1, temperature: 0 });
+    const c = r.choices[0];
+    assert.equal(c.text, prompt);
+    assert.equal(r.usage.completion_tokens, 0);
+    const lp = c.logprobs.token_logprobs;
+    assert.equal(lp[0], null);
+    assert.equal(c.logprobs.top_logprobs[0], null);
+    const ids = (await postJSON(srv.url + '/tokenize', { model: MODEL, prompt })).json.tokens;
+    assert.equal(lp.length, ids.length);
+    const out = path.join(os.tmpdir(), `echo_logits_${process.pid}.bin`);
+    execFileSync(BIN, ['logits', '--model', MODEL_DIR, '--tokens', ids.join(','), '--out', out], { stdio: 'ignore' });
+    const raw = fs.readFileSync(out);
+    fs.unlinkSync(out);
+    const x = new Float32Array(raw.buffer, raw.byteOffset, raw.length / 4), V = x.length / ids.length;
+    for (let i = 1; i < ids.length; i++) {
+      const row = x.subarray((i - 1) * V, i * V);
+      const mx = Math.max(...row);
+      let sum = 0;
+      for (const v of row) sum += Math.exp(v - mx);
+      const want = row[ids[i]] - mx - Math.log(sum);
+      assert.ok(Math.abs(want - lp[i]) < 1e-4, `token ${i}: ${lp[i]} vs the logits' ${want}`);
+    }
+    const g = await client.completions.create({ model: MODEL, prompt, max_tokens: 3, echo: true, logprobs: 2, temperature: 0 });
+    assert.ok(g.choices[0].text.startsWith(prompt) && g.usage.completion_tokens === 3);
+    assert.deepEqual(g.choices[0].logprobs.token_logprobs.slice(0, ids.length), lp);
+    assert.equal(g.choices[0].logprobs.tokens.length, ids.length + 3);
+    await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 0 }), (e) => e.status === 400 && e.param === 'max_tokens');
+    await assert.rejects(client.completions.create({ model: MODEL, prompt, echo: true, stream: true }), (e) => e.status === 400 && e.param === 'echo');
   });
 
   test('models.list', async () => {
@@ -151,7 +186,7 @@ describe('openai client against moeserve serve', () => {
     const cases = [
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'tools'],
       [{ response_format: { type: 'json_object' } }, 'response_format'],
-      [{ echo: true }, 'echo'],
+      [{ echo: true }, 'echo'], // chat has no echo
     ];
     for (const [extra, param] of cases)
       await assert.rejects(client.chat.completions.create({ ...base, ...extra }),

@@ -158,7 +158,9 @@ static void test_unsupported_fields(void **state)
     expect_error(H, HB("\"tool_choice\": \"required\""), 400, "tool_choice");
     expect_error(H, HB("\"response_format\": {\"type\": \"json_object\"}"), 400, "response_format");
     expect_error(H, HB("\"response_format\": {\"type\": \"bogus\"}"), 400, "response_format");
-    expect_error(C, CB("\"echo\": true"), 400, "echo");
+    expect_error(H, HB("\"echo\": true"), 400, "echo"); /* completions only */
+    expect_error(C, CB("\"echo\": true, \"stream\": true"), 400, "echo");
+    expect_error(C, CB("\"max_tokens\": 0"), 400, "max_tokens");
     expect_error(C, CB("\"suffix\": \"end\""), 400, "suffix");
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
     expect_error(H, HB("\"prompt_logprobs\": 2"), 400, "prompt_logprobs");
@@ -172,9 +174,13 @@ static void test_unsupported_fields(void **state)
             fail_msg("refused %s: %s", neutral[i], e.message);
         api_request_free(&rq);
     }
-    const char *two = CB("\"echo\": true, \"best_of\": 2");
+    const char *two = CB("\"suffix\": \"x\", \"best_of\": 2");
     assert_int_equal(api_request_parse_opts(&rq, C, two, strlen(two), true, &e), STATUS_OK);
-    assert_string_equal(rq.ignored, "echo, best_of");
+    assert_string_equal(rq.ignored, "suffix, best_of");
+    api_request_free(&rq);
+    const char *echo0 = CB("\"echo\": true, \"max_tokens\": 0, \"logprobs\": 1");
+    assert_int_equal(api_request_parse(&rq, C, echo0, strlen(echo0), &e), STATUS_OK);
+    assert_true(rq.echo && rq.max_tokens_zero && rq.logprobs && rq.top_logprobs == 1);
     api_request_free(&rq);
 #undef CB
 #undef HB
