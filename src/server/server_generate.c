@@ -575,10 +575,27 @@ static bool echo_build(struct gen *g, struct api_result *res, char **text, struc
     return true;
 }
 
-/* Waits for the end, consuming tokens as they come so that a stop string
- * ends generation early, then answers with one JSON body. */
-static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
+/* A finished generation's whole answer: res (its text, logprobs and the echo's buffers are owned). */
+struct whole {
+    struct api_result res;
+    struct api_logprobs lp;
+    enum sched_finish finish;
+    char *echo_text;
+    int32_t *e_ids, *e_top;
+    float *e_lp, *e_top_lp;
+};
+
+static void whole_free(struct whole *w)
 {
+    free(w->echo_text), free(w->e_ids), free(w->e_lp), free(w->e_top), free(w->e_top_lp);
+    memset(w, 0, sizeof *w);
+}
+
+/* Waits for the end, consuming tokens as they come so that a stop string ends generation early,
+ * then fills w. STATUS_OK; STATUS_IO: the client left (nothing to answer); else e is the answer. */
+static enum status whole_collect(struct gen *g, struct whole *w, struct api_error *e)
+{
+    memset(w, 0, sizeof *w);
     struct sched_req *r = g->req;
     struct err err = {0};
     for (;;) {
@@ -588,14 +605,13 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
         pthread_mutex_unlock(&r->mu);
         while (g->consumed < n && !g->stop_string)
             if (gen_push(g, g->consumed, &err))
-                goto fail;
+                return api_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
         if (finished || g->stop_string)
             break;
         if (!gen_wait(g, g->consumed)) {
             if (atomic_load(&g->srv->failed))
-                goto failed;
-            gen_free(g);
-            return MHD_NO;
+                return api_error_set(e, 503, "server_error", NULL, "rank_failed", "%s", g->srv->fail_msg);
+            return STATUS_IO;
         }
     }
     pthread_mutex_lock(&r->mu);
@@ -603,59 +619,60 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
     char msg[sizeof r->error];
     memcpy(msg, r->error, sizeof msg);
     pthread_mutex_unlock(&r->mu);
+    w->finish = f;
     if (!g->stop_string && (f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED)) {
-        struct api_error e;
-        error_for_finish(f, msg, &e);
+        error_for_finish(f, msg, e);
+        return STATUS_INVALID;
+    }
+    if (text_stream_finish(&g->ts, &err))
+        return api_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    w->res = gen_result(g);
+    if (!gen_take(g, &w->res, true))
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    w->res.finish_reason = finish_reason(g, f);
+    w->res.has_usage = true;
+    if (g->rq.echo && !echo_build(g, &w->res, &w->echo_text, &w->lp, &w->e_ids, &w->e_lp, &w->e_top, &w->e_top_lp)) {
+        whole_free(w);
+        return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory for echo");
+    }
+    if (g->rq.logprobs && !g->rq.echo)
+        gen_logprobs(g, 0, g->consumed, 0, &w->lp);
+    if (g->rq.logprobs)
+        w->res.logprobs = &w->lp;
+    return STATUS_OK;
+}
+
+/* Waits for the end and answers with one JSON body. */
+static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
+{
+    struct whole w;
+    struct api_error e;
+    enum status st = whole_collect(g, &w, &e);
+    if (st == STATUS_IO) {
+        gen_free(g);
+        return MHD_NO;
+    }
+    if (st) {
         gen_free(g);
         return server_reply_error(cc, &e);
     }
-    if (text_stream_finish(&g->ts, &err))
-        goto fail;
-    struct api_result res = gen_result(g);
-    if (!gen_take(g, &res, true)) {
-        err_set(&err, STATUS_NOMEM, "out of memory");
-        goto fail;
-    }
-    res.finish_reason = finish_reason(g, f);
-    res.has_usage = true;
+    char *body;
     if (g->rq.kind == API_RESPONSES) {
-        const bool complete = f == SCHED_FINISH_STOP || g->stop_string;
+        const bool complete = w.finish == SCHED_FINISH_STOP || g->stop_string;
         struct api_responses_view v = resp_view(g, complete ? "completed" : "incomplete",
-                                                complete                    ? NULL
-                                                : f == SCHED_FINISH_TIMEOUT ? "timeout"
-                                                                            : "max_output_tokens",
+                                                complete                           ? NULL
+                                                : w.finish == SCHED_FINISH_TIMEOUT ? "timeout"
+                                                                                   : "max_output_tokens",
                                                 true);
-        v.text = res.text, v.text_len = res.text_len, v.reasoning = res.reasoning, v.reasoning_len = res.reasoning_len;
-        char *body = api_responses_json(&v);
-        gen_free(g);
-        return server_reply(cc, 200, "application/json", body);
+        v.text = w.res.text, v.text_len = w.res.text_len, v.reasoning = w.res.reasoning,
+        v.reasoning_len = w.res.reasoning_len;
+        body = api_responses_json(&v);
+    } else {
+        body = api_result_json(&w.res, false);
     }
-    struct api_logprobs lp;
-    char *echo_text = NULL;
-    int32_t *e_ids = NULL, *e_top = NULL;
-    float *e_lp = NULL, *e_top_lp = NULL;
-    if (g->rq.echo && !echo_build(g, &res, &echo_text, &lp, &e_ids, &e_lp, &e_top, &e_top_lp)) {
-        free(echo_text), free(e_ids), free(e_lp), free(e_top), free(e_top_lp);
-        err_set(&err, STATUS_NOMEM, "out of memory for echo");
-        goto fail;
-    }
-    if (g->rq.logprobs && !g->rq.echo)
-        gen_logprobs(g, 0, g->consumed, 0, &lp);
-    if (g->rq.logprobs)
-        res.logprobs = &lp;
-    char *body = api_result_json(&res, false);
-    free(echo_text), free(e_ids), free(e_lp), free(e_top), free(e_top_lp);
+    whole_free(&w);
     gen_free(g);
     return server_reply(cc, 200, "application/json", body);
-fail:;
-    struct api_error e;
-    api_error_set(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
-    gen_free(g);
-    return server_reply_error(cc, &e);
-failed:
-    api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", cc->srv->fail_msg);
-    gen_free(g);
-    return server_reply_error(cc, &e);
 }
 
 /* Turns the parsed request into a submitted sched_req; fills e on failure. */
