@@ -141,15 +141,34 @@ static enum status parse_prompt(const struct json *body, struct api_request *rq,
         return bad(e, "prompt", "'%s' must not be empty%s", "");
     if (json_is_number(first))
         return parse_ids(p, rq, e);
-    if (n > 1)
-        return bad(e, "prompt", "'%s': one prompt per request is supported (n = 1)%s", "");
-    if (json_is_string(first)) {
-        rq->prompt_text = dup_str(json_string(first), strlen(json_string(first)));
-        return rq->prompt_text ? STATUS_OK : oom(e);
+    if (n > API_MAX_PROMPTS)
+        return api_error_set(e, 400, "invalid_request_error", "prompt", NULL, "'prompt' holds %zu prompts; at most %d",
+                             n, API_MAX_PROMPTS);
+    if (n > 1 && !(rq->more = calloc(n - 1, sizeof *rq->more)))
+        return oom(e);
+    int i = 0;
+    for (const struct json *c = first; c; c = json_next(c), i++) {
+        /* each prompt parsed as the request's own, then moved to its slot */
+        struct api_request one = {0};
+        enum status st;
+        if (json_is_string(c))
+            st = (one.prompt_text = dup_str(json_string(c), strlen(json_string(c)))) ? STATUS_OK : oom(e);
+        else if (json_is_array(c) && json_array_size(c) > 0)
+            st = parse_ids(c, &one, e);
+        else
+            st = bad(e, "prompt", "'%s' as a list must hold strings or lists of token ids, none empty%s", "");
+        if (st) {
+            free(one.prompt_text), free(one.prompt_ids);
+            return st;
+        }
+        if (i == 0) {
+            rq->prompt_text = one.prompt_text, rq->prompt_ids = one.prompt_ids, rq->n_prompt_ids = one.n_prompt_ids;
+        } else {
+            rq->more[i - 1] = (struct api_prompt){.text = one.prompt_text, .ids = one.prompt_ids, .n_ids = one.n_prompt_ids};
+            rq->n_more = i;
+        }
     }
-    if (json_is_array(first))
-        return parse_ids(first, rq, e);
-    return bad(e, "prompt", "'%s' must be a string, a list of token ids, or a list of one of those%s", "");
+    return STATUS_OK;
 }
 
 /* content: a string, null, or a list of parts of which the text ones count. */
@@ -434,11 +453,9 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
     }
     if (!given && rq->kind == API_COMPLETIONS)
         rq->max_tokens = API_COMPLETIONS_DEFAULT_MAX_TOKENS; /* OpenAI's; chat's default is the context */
-    int n = 1;
-    if ((st = get_int(body, "n", 1, 2147483647.0, &n, NULL, e)))
+    rq->n = 1;
+    if ((st = get_int(body, "n", 1, API_MAX_CHOICES, &rq->n, NULL, e)))
         return st;
-    if (n != 1)
-        return api_error_set(e, 400, "invalid_request_error", "n", NULL, "'n' = %d is not supported: only n = 1", n);
     if ((st = get_num(body, "temperature", 0, 2, false, &rq->temperature, e)) ||
         (st = get_num(body, "top_p", 0, 1, true, &rq->top_p, e)) ||
         (st = get_int(body, "top_k", -1, 2147483647.0, &rq->top_k, &rq->has_top_k, e)))
@@ -462,6 +479,9 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         return st;
     if (rq->echo && rq->stream)
         return bad(e, "echo", "'%s' with 'stream' is not supported: ask for the whole answer%s", "");
+    if (rq->stream && (rq->n > 1 || rq->n_more > 0))
+        return bad(e, rq->n > 1 ? "n" : "prompt", "several choices or prompts are answered whole: '%s' with 'stream' "
+                   "is not supported%s", "");
     const struct json *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so))
@@ -594,6 +614,7 @@ enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, c
 {
     memset(rq, 0, sizeof *rq);
     rq->kind = kind;
+    rq->n = 1;
     rq->temperature = 1.0;
     rq->top_p = 1.0;
     struct json *root = NULL;
@@ -637,5 +658,54 @@ void api_request_free(struct api_request *rq)
         free(rq->stop[i]);
     free(rq->template_kwargs);
     free(rq->chat_template);
+    for (int i = 0; i < rq->n_more; i++)
+        free(rq->more[i].text), free(rq->more[i].ids);
+    free(rq->more);
     memset(rq, 0, sizeof *rq);
+}
+
+enum status api_request_copy_one(const struct api_request *src, int prompt, struct api_request *dst, struct api_error *e)
+{
+    *dst = *src; /* the plain fields; every owned pointer is replaced below */
+    dst->model = dst->prompt_text = dst->template_kwargs = dst->chat_template = NULL;
+    dst->prompt_ids = NULL;
+    dst->more = NULL;
+    dst->messages = NULL;
+    dst->n_more = dst->n_messages = 0;
+    dst->n = 1;
+    for (int i = 0; i < API_MAX_STOP; i++)
+        dst->stop[i] = NULL;
+    dst->n_stop = 0;
+    const char *text = prompt ? src->more[prompt - 1].text : src->prompt_text;
+    const int32_t *ids = prompt ? src->more[prompt - 1].ids : src->prompt_ids;
+    const int n_ids = prompt ? src->more[prompt - 1].n_ids : src->n_prompt_ids;
+    bool ok = (dst->model = dup_str(src->model, strlen(src->model))) != NULL;
+    if (ok && text)
+        ok = (dst->prompt_text = dup_str(text, strlen(text))) != NULL;
+    if (ok && ids) {
+        ok = (dst->prompt_ids = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *ids)) != NULL;
+        if (ok)
+            memcpy(dst->prompt_ids, ids, (size_t)n_ids * sizeof *ids);
+        dst->n_prompt_ids = n_ids;
+    }
+    if (ok && src->n_messages) {
+        ok = (dst->messages = calloc((size_t)src->n_messages, sizeof *dst->messages)) != NULL;
+        for (int i = 0; ok && i < src->n_messages; i++) {
+            dst->n_messages = i + 1;
+            ok = (dst->messages[i].role = dup_str(src->messages[i].role, strlen(src->messages[i].role))) &&
+                 (dst->messages[i].content = dup_str(src->messages[i].content, strlen(src->messages[i].content)));
+        }
+    }
+    for (int i = 0; ok && i < src->n_stop; i++) {
+        ok = (dst->stop[i] = dup_str(src->stop[i], strlen(src->stop[i]))) != NULL;
+        dst->n_stop = i + 1;
+    }
+    if (ok && src->template_kwargs)
+        ok = (dst->template_kwargs = dup_str(src->template_kwargs, strlen(src->template_kwargs))) != NULL;
+    if (ok && src->chat_template)
+        ok = (dst->chat_template = dup_str(src->chat_template, strlen(src->chat_template))) != NULL;
+    if (ok)
+        return STATUS_OK;
+    api_request_free(dst);
+    return oom(e);
 }

@@ -27,6 +27,15 @@
 #define API_MAX_BIAS 300     /* logit_bias entries (OpenAI's limit; = SAMPLER_MAX_BIAS) */
 #define API_MAX_STOP_IDS 64  /* stop_token_ids (= SCHED_MAX_STOP_IDS) */
 #define API_MAX_TEMPLATE_BYTES 65536 /* a request's chat_template */
+#define API_MAX_CHOICES 16   /* n */
+#define API_MAX_PROMPTS 64   /* completions: prompts in one request */
+
+/* One more prompt of a completions request (the first is api_request's own): text or ids. */
+struct api_prompt {
+    char *text;     /* owned, or NULL */
+    int32_t *ids;   /* (n_ids) owned, or NULL */
+    int n_ids;
+};
 #define API_COMPLETIONS_DEFAULT_MAX_TOKENS 16 /* OpenAI's default for /v1/completions */
 
 /* API_RESPONSES: OpenAI's /v1/responses, parsed into messages (instructions, input) and rendered
@@ -58,6 +67,9 @@ struct api_request {
     char *prompt_text;           /* owned */
     int32_t *prompt_ids;         /* (n_prompt_ids) owned; ids unchecked against the vocabulary */
     int n_prompt_ids;
+    struct api_prompt *more;     /* (n_more) the prompts after the first, owned */
+    int n_more;
+    int n;                       /* choices a prompt (1..API_MAX_CHOICES) */
     /* chat */
     struct api_message *messages; /* (n_messages) owned */
     int n_messages;
@@ -107,5 +119,7 @@ enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, c
                                    bool lenient, struct api_error *e);
 /* Safe on a zeroed struct. */
 void api_request_free(struct api_request *rq);
+/* dst = a deep copy of src asking one choice (n = 1) for its prompt `prompt` (0: the first, i: more[i - 1]). */
+enum status api_request_copy_one(const struct api_request *src, int prompt, struct api_request *dst, struct api_error *e);
 
 #endif

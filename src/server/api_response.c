@@ -200,12 +200,10 @@ static struct json *header(const struct api_result *r, bool chunk)
     return root;
 }
 
-char *api_result_json(const struct api_result *r, bool chunk)
+static void add_choice(struct json *choices, const struct api_result *r, bool chunk, int index)
 {
-    struct json *root = header(r, chunk);
-    struct json *choices = json_add(root, "choices", json_new_array());
     struct json *c = json_append(choices, json_new_object());
-    json_add(c, "index", json_new_number(0));
+    json_add(c, "index", json_new_number(index));
     if (r->kind == API_CHAT) {
         struct json *m = json_add(c, chunk ? "delta" : "message", json_new_object());
         if (!chunk || r->role)
@@ -226,8 +224,24 @@ char *api_result_json(const struct api_result *r, bool chunk)
     else
         json_add(c, "logprobs", json_new_null());
     json_add(c, "finish_reason", r->finish_reason ? json_new_string(r->finish_reason) : json_new_null());
+}
+
+char *api_result_json(const struct api_result *r, bool chunk)
+{
+    struct json *root = header(r, chunk);
+    add_choice(json_add(root, "choices", json_new_array()), r, chunk, 0);
     if (!chunk && r->has_usage)
         json_add(root, "usage", usage_object(r));
+    return finish(root);
+}
+
+char *api_results_json(const struct api_result *r, int k, const struct api_result *usage)
+{
+    struct json *root = header(&r[0], false);
+    struct json *choices = json_add(root, "choices", json_new_array());
+    for (int i = 0; i < k; i++)
+        add_choice(choices, &r[i], false, i);
+    json_add(root, "usage", usage_object(usage));
     return finish(root);
 }
 

@@ -87,6 +87,9 @@ char *api_models_json(const char *model, long created, int max_context);
 char *api_model_json(const char *model, long created, int max_context);
 /* chunk: a streaming chunk (delta for chat) instead of the whole response. */
 char *api_result_json(const struct api_result *r, bool chunk);
+/* One answer of several choices (n, or several prompts): r[0..k) in index order, their usage
+ * summed into `usage` (its prompt and completion counts). */
+char *api_results_json(const struct api_result *r, int k, const struct api_result *usage);
 /* The last chunk of a stream with include_usage: no choices, only usage. */
 char *api_usage_chunk_json(const struct api_result *r);
 

@@ -789,6 +789,69 @@ bool server_body_bounded(const struct conn_ctx *cc, struct api_error *e)
     return false;
 }
 
+/* Several choices (n) or prompts in one request: one generation each, submitted together (the
+ * scheduler batches them), answered whole with the choices in order and their usage summed (a
+ * prompt's tokens counted once). Takes g0, whose parsed request is the template. */
+static enum MHD_Result generate_several(struct conn_ctx *cc, struct gen *g0)
+{
+    const int per = g0->rq.n, n_prompts = 1 + g0->rq.n_more, k = per * n_prompts;
+    struct gen **gs = calloc((size_t)k, sizeof *gs);
+    struct whole *ws = calloc((size_t)k, sizeof *ws);
+    struct api_result *rs = calloc((size_t)k, sizeof *rs);
+    struct api_error e;
+    enum status st = gs && ws && rs ? STATUS_OK : api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    int made = 0;
+    for (int c = 0; c < k && !st; c++) {
+        struct gen *g = calloc(1, sizeof *g);
+        if (!g) {
+            st = api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+            break;
+        }
+        g->srv = g0->srv, g->conn = g0->conn;
+        atomic_fetch_add(&g->srv->n_live, 1);
+        gs[made++] = g;
+        if ((st = api_request_copy_one(&g0->rq, c / per, &g->rq, &e)))
+            break;
+        if (g->rq.has_seed) /* a seed repeats the whole answer; its choices still differ */
+            g->rq.seed += (uint64_t)(c % per);
+        if ((st = gen_submit(g, &e))) {
+            sched_req_put(g->req);
+            g->req = NULL;
+            break;
+        }
+        text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
+        reasoning_init(&g->rs, g->rq.kind != API_COMPLETIONS && g->srv->o.reasoning);
+    }
+    int collected = 0;
+    for (int c = 0; c < k && !st; c++, collected++)
+        st = whole_collect(gs[c], &ws[c], &e);
+    char *body = NULL;
+    if (!st) {
+        struct api_result usage = ws[0].res;
+        usage.prompt_tokens = usage.completion_tokens = usage.cached_tokens = 0;
+        for (int c = 0; c < k; c++) {
+            rs[c] = ws[c].res;
+            usage.completion_tokens += ws[c].res.completion_tokens;
+            if (c % per == 0) { /* a prompt's tokens once, however many choices it has */
+                usage.prompt_tokens += ws[c].res.prompt_tokens;
+                usage.cached_tokens += ws[c].res.cached_tokens;
+            }
+        }
+        body = api_results_json(rs, k, &usage);
+        if (!body)
+            st = api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    for (int c = 0; c < collected && ws; c++)
+        whole_free(&ws[c]);
+    for (int c = 0; c < made; c++)
+        gen_free(gs[c]); /* cancels what still runs (an error stopped the others) */
+    free(gs), free(ws), free(rs);
+    gen_free(g0);
+    if (st == STATUS_IO)
+        return MHD_NO;
+    return st ? server_reply_error(cc, &e) : server_reply(cc, 200, "application/json", body);
+}
+
 enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
 {
     struct api_error e;
@@ -802,8 +865,13 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
         gen_free(g);
         return server_reply_error(cc, &e);
     }
-    if (api_request_parse_opts(&g->rq, kind, cc->body ? cc->body : "", cc->len, g->srv->o.lenient, &e) ||
-        gen_submit(g, &e)) {
+    if (api_request_parse_opts(&g->rq, kind, cc->body ? cc->body : "", cc->len, g->srv->o.lenient, &e)) {
+        gen_free(g);
+        return server_reply_error(cc, &e);
+    }
+    if (g->rq.n > 1 || g->rq.n_more > 0)
+        return generate_several(cc, g);
+    if (gen_submit(g, &e)) {
         /* refused before the scheduler took it: no generation to log */
         sched_req_put(g->req);
         g->req = NULL;

@@ -95,6 +95,27 @@ describe('openai client against moeserve serve', () => {
     await assert.rejects(client.completions.create({ model: MODEL, prompt, echo: true, stream: true }), (e) => e.status === 400 && e.param === 'echo');
   });
 
+  test('several prompts and n choices: one answer, choices in order, each the single answer, usage summed', async () => {
+    const prompts = ['In the beginning', 'And God said'];
+    const one = [];
+    for (const prompt of prompts)
+      one.push(await client.completions.create({ model: MODEL, prompt, max_tokens: 4, temperature: 0 }));
+    const r = await client.completions.create({ model: MODEL, prompt: prompts, max_tokens: 4, temperature: 0, n: 2 });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+    for (let i = 0; i < 4; i++) assert.equal(r.choices[i].text, one[Math.floor(i / 2)].choices[0].text);
+    assert.equal(r.usage.prompt_tokens, one[0].usage.prompt_tokens + one[1].usage.prompt_tokens);
+    assert.equal(r.usage.completion_tokens, 16);
+    const c = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], n: 3,
+      max_tokens: 5, min_tokens: 5, temperature: 1, seed: 3 });
+    assert.equal(c.choices.length, 3);
+    assert.ok(new Set(c.choices.map((x) => x.message.content)).size > 1, 'the choices of a seed differ');
+    const again = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], n: 3,
+      max_tokens: 5, min_tokens: 5, temperature: 1, seed: 3 });
+    assert.deepEqual(again.choices.map((x) => x.message.content), c.choices.map((x) => x.message.content));
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', n: 2, stream: true }), (e) => e.status === 400 && e.param === 'n');
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', n: 17 }), (e) => e.status === 400 && e.param === 'n');
+  });
+
   test('models.list', async () => {
     const ids = [];
     for await (const m of client.models.list()) ids.push(m.id);
@@ -340,7 +361,7 @@ describe('openai client against moeserve serve', () => {
 
   test('the client raises the server\'s errors', async () => {
     await assert.rejects(
-      client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5, n: 2 }),
+      client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5, n: 17 }),
       (e) => e.status === 400 && e.error?.param === 'n',
     );
     await assert.rejects(
@@ -364,7 +385,7 @@ describe('openai client against moeserve serve', () => {
       [comp, { model: MODEL, prompt: { a: 1 } }, 400, 'prompt', 'prompt wrong type'],
       [comp, { model: MODEL, prompt: [1, -2] }, 400, 'prompt', 'negative token id'],
       [comp, { model: MODEL, prompt: [999999] }, 400, 'prompt', 'token id outside the vocabulary'],
-      [comp, { model: MODEL, prompt: ['a', 'b'] }, 400, 'prompt', 'several prompts'],
+      [comp, { model: MODEL, prompt: ['a', 5] }, 400, 'prompt', 'a prompt list of a text and a number'],
       [comp, { model: MODEL, prompt: 'x', max_tokens: 'ten' }, 400, 'max_tokens', 'max_tokens wrong type'],
       [comp, { model: MODEL, prompt: 'x', max_tokens: 1.5 }, 400, 'max_tokens', 'max_tokens not an integer'],
       [comp, { model: MODEL, prompt: 'x', max_tokens: 0 }, 400, 'max_tokens', 'max_tokens 0'],
@@ -379,7 +400,7 @@ describe('openai client against moeserve serve', () => {
       [comp, { model: MODEL, prompt: 'x', stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'stop', 'too many stops'],
       [comp, { model: MODEL, prompt: 'x', stream: 'yes' }, 400, 'stream', 'stream wrong type'],
       [comp, { model: MODEL, prompt: 'x', stream_options: { include_usage: true } }, 400, 'stream_options', 'stream_options without stream'],
-      [comp, { model: MODEL, prompt: 'x', n: 3 }, 400, 'n', 'unsupported n'],
+      [comp, { model: MODEL, prompt: 'x', n: 17 }, 400, 'n', 'n past 16'],
       [comp, { model: MODEL, prompt: 'x', logprobs: 9 }, 400, 'logprobs', 'logprobs out of range'],
       [chat, { model: MODEL }, 400, 'messages', 'messages missing'],
       [chat, { model: MODEL, messages: 'hi' }, 400, 'messages', 'messages wrong type'],

@@ -47,6 +47,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_CHECK(rq.messages[i].role && rq.messages[i].content);
         } else {
             FUZZ_CHECK((rq.prompt_text != NULL) != (rq.prompt_ids != NULL));
+            FUZZ_CHECK(rq.n_more >= 0 && rq.n_more < API_MAX_PROMPTS && rq.n >= 1 && rq.n <= API_MAX_CHOICES);
+            for (int i = 0; i <= rq.n_more; i++) { /* each prompt copies into a request of its own */
+                struct api_request one;
+                FUZZ_CHECK(i == 0 || (rq.more[i - 1].text != NULL) != (rq.more[i - 1].ids != NULL));
+                if (api_request_copy_one(&rq, i, &one, &e) == STATUS_OK) {
+                    FUZZ_CHECK(one.n == 1 && one.n_more == 0 && (one.prompt_text != NULL) != (one.prompt_ids != NULL));
+                    api_request_free(&one);
+                }
+            }
             for (int i = 0; i < rq.n_prompt_ids; i++)
                 FUZZ_CHECK(rq.prompt_ids[i] >= 0);
         }

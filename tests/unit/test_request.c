@@ -54,9 +54,9 @@ static void test_error_classes(void **state)
     expect_error(C, "{\"model\": \"m\"}", 400, "prompt");
     expect_error(C, "{\"model\": \"m\", \"prompt\": 5}", 400, "prompt");
     expect_error(C, "{\"model\": \"m\", \"prompt\": []}", 400, "prompt");
-    expect_error(C, "{\"model\": \"m\", \"prompt\": [\"a\", \"b\"]}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": [\"a\", {}]}", 400, "prompt");
     expect_error(C, "{\"model\": \"m\", \"prompt\": [1, 2.5]}", 400, "prompt");
-    expect_error(C, "{\"model\": \"m\", \"prompt\": [[1], [2]]}", 400, "prompt");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": [[1], [-2]]}", 400, "prompt");
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": \"9\"}", 400, "max_tokens");
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": 0}", 400, "max_tokens");
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"max_tokens\": 1e12}", 400, "max_tokens");
@@ -71,7 +71,7 @@ static void test_error_classes(void **state)
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stream_options\": {}}", 400, "stream_options");
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"stream\": true, \"stream_options\": 3}", 400,
                  "stream_options");
-    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"n\": 2}", 400, "n");
+    expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"n\": 17}", 400, "n");
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"logprobs\": 6}", 400, "logprobs");
     expect_error(C, "{\"model\": \"m\", \"prompt\": \"x\", \"ignore_eos\": \"yes\"}", 400, "ignore_eos");
     expect_error(H, "{\"model\": \"m\"}", 400, "messages");
@@ -313,6 +313,42 @@ static void test_responses_request(void **state)
     expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"function_call_output\", \"output\": \"1\"}]}", 400, "input[0]");
     expect_error(R, RB("\"max_output_tokens\": 0"), 400, "max_output_tokens");
 #undef RB
+}
+
+/* Several prompts (strings or id lists) and n choices: the first prompt is the request's own, the
+ * rest in more[]; a copy asks one choice of one prompt; limits and stream refused. */
+static void test_several(void **state)
+{
+    (void)state;
+    enum api_kind C = API_COMPLETIONS;
+    const char *body = "{\"model\": \"m\", \"prompt\": [\"a\", \"bc\", \"d\"], \"n\": 3, \"stop\": [\"x\"]}";
+    struct api_request rq, one;
+    struct api_error e;
+    assert_int_equal(api_request_parse(&rq, C, body, strlen(body), &e), STATUS_OK);
+    assert_int_equal(rq.n, 3);
+    assert_int_equal(rq.n_more, 2);
+    assert_string_equal(rq.prompt_text, "a");
+    assert_string_equal(rq.more[0].text, "bc");
+    assert_int_equal(api_request_copy_one(&rq, 2, &one, &e), STATUS_OK);
+    assert_string_equal(one.prompt_text, "d");
+    assert_true(one.n == 1 && one.n_more == 0 && one.n_stop == 1 && !strcmp(one.stop[0], "x"));
+    assert_ptr_not_equal(one.stop[0], rq.stop[0]);
+    api_request_free(&one);
+    api_request_free(&rq);
+    const char *ids = "{\"model\": \"m\", \"prompt\": [[1, 2], [3]]}";
+    assert_int_equal(api_request_parse(&rq, C, ids, strlen(ids), &e), STATUS_OK);
+    assert_true(rq.n_prompt_ids == 2 && rq.n_more == 1 && rq.more[0].n_ids == 1 && rq.more[0].ids[0] == 3);
+    assert_int_equal(api_request_copy_one(&rq, 1, &one, &e), STATUS_OK);
+    assert_true(one.n_prompt_ids == 1 && one.prompt_ids[0] == 3 && !one.prompt_text);
+    api_request_free(&one);
+    api_request_free(&rq);
+#define CB(x) "{\"model\": \"m\", " x "}"
+    expect_error(C, CB("\"prompt\": \"a\", \"n\": 17"), 400, "n");
+    expect_error(C, CB("\"prompt\": \"a\", \"n\": 2, \"stream\": true"), 400, "n");
+    expect_error(C, CB("\"prompt\": [\"a\", \"b\"], \"stream\": true"), 400, "prompt");
+    expect_error(C, CB("\"prompt\": [\"a\", []]"), 400, "prompt");
+    expect_error(C, CB("\"prompt\": [\"a\", 5]"), 400, "prompt");
+#undef CB
 }
 
 /* A thinking model's answer: message.reasoning_content beside content (null when it wrote no
@@ -621,7 +657,7 @@ int main(void)
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_responses_request), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_several), cmocka_unit_test(test_responses_request), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
