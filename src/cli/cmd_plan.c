@@ -23,6 +23,7 @@
 #include "base/options.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "engine/forward.h"
 #include "format/quant_config.h"
 #include "model/model_desc.h"
 #include "model/model_plan.h"
@@ -173,12 +174,39 @@ static void collectives_print(const struct model_desc *d, const struct model_sha
            "ranks log the table, `bench --allreduce --tensor-parallel N` prints it\n");
 }
 
+/* The batch sizes a server's decode steps are captured at (plan_decode_graph_sizes): JSON, or a
+ * line after the plan. max_rows: --max-seqs, within the logits rows a graph computes at once. */
+static struct json *graphs_json(int max_seqs, int max_rows)
+{
+    int sizes[PLAN_MAX_DECODE_GRAPHS];
+    int n = plan_decode_graph_sizes(max_rows, sizes, PLAN_MAX_DECODE_GRAPHS);
+    struct json *o = json_new_object();
+    json_add(o, "max_seqs", json_new_number(max_seqs));
+    struct json *a = json_add(o, "batch_sizes", json_new_array());
+    for (int i = 0; i < n && a; i++)
+        json_append(a, json_new_number(sizes[i]));
+    return o;
+}
+
+static void graphs_print(int max_seqs, int max_rows)
+{
+    int sizes[PLAN_MAX_DECODE_GRAPHS];
+    int n = plan_decode_graph_sizes(max_rows, sizes, PLAN_MAX_DECODE_GRAPHS);
+    printf("decode graphs (--max-seqs %d): %d batch sizes,", max_seqs, n);
+    for (int i = 0; i < n; i++)
+        printf(" %d", sizes[i]);
+    printf("; a decode step runs as the graph of the next size up, its extra rows padding%s\n",
+           max_rows < max_seqs ? " (larger steps: op by op)" : "");
+}
+
 /* Plans for caps (sized by model dir `dir` when given) and prints the plan, a table or JSON;
  * the command's exit code (errors logged). */
 static int plan_build_print(const struct device_caps *caps, const char *dir, bool weights_given,
                             struct plan_weights *w, size_t budget, bool json, struct model_shard *shard,
-                            bool ep_given)
+                            bool ep_given, int max_seqs)
 {
+    /* the forward's rule (engine/forward.c): graphs of up to FORWARD_MAX_GRAPH_ROWS rows */
+    const int graph_rows = max_seqs < FORWARD_MAX_GRAPH_ROWS ? max_seqs : FORWARD_MAX_GRAPH_ROWS;
     struct err err = {0};
     struct options env;
     if (options_read(&env, &err)) {
@@ -222,9 +250,11 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
             json_add(l, "collectives", collectives_json(&d, shard));
             json_add(j, "layout", l);
         }
+        json_add(j, "decode_graphs", graphs_json(max_seqs, graph_rows));
         rc = print_json(j);
     } else {
         plan_print(p), rc = 0;
+        graphs_print(max_seqs, graph_rows);
         if (n_parts) {
             layout_print(parts, n_parts, shard);
             printf("  routed experts: %s\n", ep_why);
@@ -253,6 +283,7 @@ int cmd_plan(int argc, char **argv)
         {.name = "json", .help = "print JSON instead of a table"},
         {.name = "tensor-parallel", .metavar = "N", .help = "with --model: plan one of N ranks and print the layout"},
         {.name = "expert-parallel", .help = "with --tensor-parallel: routed experts by expert"},
+        {.name = "max-seqs", .metavar = "N", .help = "a server's --max-seqs: its decode graph sizes (default 64)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -264,7 +295,7 @@ int cmd_plan(int argc, char **argv)
                  "expected bound and why.\nProfiles: %s.",
                  plan_profile_names());
         cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
-                       "[--weights FORMAT] [--tensor-parallel N [--expert-parallel]] [--kernels] [--json]",
+                       "[--weights FORMAT] [--tensor-parallel N [--expert-parallel]] [--max-seqs N] [--kernels] [--json]",
                        about, opts, n);
         return 0;
     }
@@ -283,8 +314,8 @@ int cmd_plan(int argc, char **argv)
         LOG_ERROR("plan: --device and --profile exclude each other");
         return 2;
     }
-    long device = 0, budget = 0, tp = 1;
-    if (cli_int(opts, n, "device", 0, 1023, &device, &err) ||
+    long device = 0, budget = 0, tp = 1, max_seqs = 64;
+    if (cli_int(opts, n, "device", 0, 1023, &device, &err) || cli_int(opts, n, "max-seqs", 1, 4096, &max_seqs, &err) ||
         cli_int(opts, n, "smem-budget", 1, 1L << 30, &budget, &err) ||
         cli_int(opts, n, "tensor-parallel", 1, 4096, &tp, &err)) {
         LOG_ERROR("plan: %s", err.msg);
@@ -310,5 +341,5 @@ int cmd_plan(int argc, char **argv)
     if (rc)
         return rc;
     return plan_build_print(&caps, cli_get(opts, n, "model", NULL), wopt != NULL, &w, (size_t)budget,
-                            cli_flag(opts, n, "json"), &shard, shard.expert_parallel);
+                            cli_flag(opts, n, "json"), &shard, shard.expert_parallel, (int)max_seqs);
 }

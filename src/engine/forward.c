@@ -13,6 +13,7 @@
 #include "engine/forward_mla.h"
 #include "engine/ranks.h"
 #include "model/rope.h"
+#include "plan/plan.h"
 
 static size_t ffn_width(const struct model_desc *d)
 {
@@ -45,7 +46,19 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     f->max_tokens = max_tokens;
     f->max_seqs = max_seqs;
     f->max_blocks = kv->n_blocks;
-    f->logit_chunk = max_tokens < 64 ? max_tokens : 64;
+    struct options opt;
+    enum status ost = options_read(&opt, err);
+    if (ost)
+        return ost;
+    f->use_graphs = !opt.no_graphs;
+    /* with graphs, a decode step of every sequence is one lm_head call (one graph) */
+    const bool graphs = f->use_graphs && be->ops->graph_replay;
+    int rows = graphs ? (max_seqs < FORWARD_MAX_GRAPH_ROWS ? max_seqs : FORWARD_MAX_GRAPH_ROWS) : 0;
+    rows = rows > 64 ? rows : 64;
+    f->logit_chunk = max_tokens < rows ? max_tokens : rows;
+    f->sample_rows = max_seqs > f->logit_chunk ? max_seqs : f->logit_chunk;
+    f->graph_rows = max_seqs < f->logit_chunk ? max_seqs : f->logit_chunk;
+    f->pad_decode = graphs;
     size_t T = (size_t)max_tokens, D = (size_t)d->d_model;
     size_t qd = (size_t)d->n_heads * (size_t)d->head_dim;
     size_t kvd = (size_t)d->n_kv_heads * (size_t)d->head_dim;
@@ -76,7 +89,7 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->inv_freq, (size_t)(d->rope.dim / 2 + 1) * 4},
         {(void **)&f->d_meta, forward_meta_ints(f) * 4},
         {(void **)&f->d_argmax, (size_t)f->logit_chunk * 4},
-        {(void **)&f->d_sample, (size_t)f->logit_chunk * sizeof(struct sample_row)},
+        {(void **)&f->d_sample, (size_t)f->sample_rows * sizeof(struct sample_row)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].bytes) /* a buffer this model does not need */
@@ -96,16 +109,15 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     f->d_table = f->d_slots + T;
     f->h_meta = malloc(forward_meta_ints(f) * sizeof(int32_t));
     f->graph_seen = calloc(FORWARD_MAX_GRAPH_KEYS, sizeof *f->graph_seen);
-    struct options opt;
-    enum status ost = options_read(&opt, err);
-    if (ost) {
-        forward_free(f);
-        return ost;
-    }
-    f->use_graphs = !opt.no_graphs;
-    if (!f->h_meta || !f->graph_seen) {
+    f->h_rows = malloc((size_t)f->logit_chunk * sizeof *f->h_rows);
+    f->h_sample = malloc((size_t)f->logit_chunk * sizeof *f->h_sample);
+    if (!f->h_meta || !f->graph_seen || !f->h_rows || !f->h_sample) {
         forward_free(f);
         return err_set(err, STATUS_NOMEM, "forward: out of host memory");
+    }
+    for (int i = 0; i < f->logit_chunk; i++) {
+        f->h_rows[i] = i;
+        f->h_sample[i] = (struct sample_row){.top_p = 1.0f}; /* greedy: a padding row's draw */
     }
     float inv_freq[4096];
     if (d->rope.dim / 2 > 4096) {
@@ -136,6 +148,8 @@ void forward_free(struct forward *f)
     free(f->h_logits);
     free(f->rank_buf);
     free(f->graph_seen);
+    free(f->h_rows);
+    free(f->h_sample);
     memset(f, 0, sizeof *f);
 }
 
@@ -163,15 +177,17 @@ static enum status forward_check_batch(const struct forward *f, const struct for
     if (b->sample && (!b->tokens_out || !f->be->ops->sample))
         return err_set(err, STATUS_UNSUPPORTED, "forward: backend %s cannot sample on its own",
                        f->be->ops->name);
-    if (b->sample && b->n_logits > f->logit_chunk)
+    if (b->sample && b->n_logits > f->sample_rows)
         return err_set(err, STATUS_INVALID, "forward: %d sampled rows in one pass (at most %d)", b->n_logits,
-                       f->logit_chunk);
+                       f->sample_rows);
     return STATUS_OK;
 }
 
 /* Uploads tokens, positions, sequence rows, cache slots and block tables: one copy, laid out as
- * d_meta is (a synchronous upload per array cost more than the decode step's kernels). */
-static void forward_upload_batch(struct forward *f, const struct forward_batch *b)
+ * d_meta is (a synchronous upload per array cost more than the decode step's kernels). A decode
+ * batch padded to `rows` (> n_tokens; one row a sequence) gets, per extra row, token 0 at position
+ * 0 of a sequence of its own whose one block is the pad block: what it writes lands there. */
+static void forward_upload_batch(struct forward *f, const struct forward_batch *b, int rows)
 {
     struct backend *be = f->be;
     int bs = f->kv->block_size, n = b->n_tokens;
@@ -186,7 +202,15 @@ static void forward_upload_batch(struct forward *f, const struct forward_batch *
         int32_t *row = table + (size_t)s * (size_t)f->max_blocks;
         memcpy(row, b->seqs[s]->blocks, (size_t)b->seqs[s]->n_blocks * sizeof(int32_t));
     }
-    size_t used = 4 * T + (size_t)b->n_seqs * (size_t)f->max_blocks;
+    int n_seqs = b->n_seqs;
+    for (int i = n; i < rows; i++, n_seqs++) {
+        tok[i] = 0;
+        pos[i] = 0;
+        seq[i] = n_seqs;
+        slots[i] = f->kv->pad_block * bs;
+        table[(size_t)n_seqs * (size_t)f->max_blocks] = f->kv->pad_block;
+    }
+    size_t used = 4 * T + (size_t)n_seqs * (size_t)f->max_blocks;
     be->ops->upload(be, f->d_meta, f->h_meta, used * sizeof(int32_t));
 }
 
@@ -335,7 +359,7 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
         be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
     }
     if (b->tokens_out && b->sample)
-        be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample, f->d_argmax);
+        be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample + c0, f->d_argmax);
     else if (b->tokens_out && be->ops->argmax)
         be->ops->argmax(be, f->logits, cn, f->d->vocab_size, f->d_argmax);
 }
@@ -437,28 +461,36 @@ static void forward_layers(struct forward *f, const struct forward_batch *b)
         be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
 }
 
-/* A decode-shaped pass (every row wants logits, in order, one chunk) depends on nothing but its
- * token count once the metadata is uploaded, so it can be captured once and replayed: the key,
- * or 0 when the pass is not of that shape. MLA passes size scratch from host-side positions. */
-static uint64_t forward_graph_key(const struct forward *f, const struct forward_batch *b)
+/* The rows a decode-shaped pass (one row a sequence, every row's logits in order, one chunk)
+ * runs as: its size padded up to the next graph size, or its own where nothing pads; 0 when the
+ * pass is not of that shape. Such a pass depends on nothing but its row count once the metadata
+ * is uploaded, so it is captured once and replayed. MLA passes size scratch from host-side
+ * positions: never. */
+static int forward_decode_rows(const struct forward *f, const struct forward_batch *b)
 {
-    /* one row a sequence: a prompt chunk whose every row wants logits (prompt log-probabilities)
-     * is not a decode step, whatever its count */
+    /* a prompt chunk whose every row wants logits (prompt log-probabilities) is not a decode
+     * step, whatever its count */
     if (!f->use_graphs || f->mla || b->n_logits != b->n_tokens || b->n_logits > f->logit_chunk ||
         b->n_seqs != b->n_tokens)
         return 0;
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] != i)
             return 0;
-    return (uint64_t)b->n_tokens << 2 | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u);
+    int rows = f->pad_decode ? plan_decode_graph_rows(b->n_tokens, f->graph_rows) : 0;
+    return rows >= b->n_tokens ? rows : b->n_tokens;
+}
+
+/* The graph key of a decode-shaped pass of `rows` rows (0: not one). */
+static uint64_t forward_graph_key(const struct forward_batch *b, int rows)
+{
+    return rows ? (uint64_t)rows << 2 | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u) : 0;
 }
 
 /* Runs the pass from a graph when one is captured for its key; captures it the second time
  * the key is seen (the first run grew every scratch buffer to this shape). */
-static void forward_run_device(struct forward *f, const struct forward_batch *b)
+static void forward_run_device(struct forward *f, const struct forward_batch *b, uint64_t key)
 {
     struct backend *be = f->be;
-    uint64_t key = forward_graph_key(f, b);
     if (key && be->ops->graph_replay) {
         if (be->ops->graph_replay(be, key))
             return;
@@ -487,10 +519,24 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
     if (st)
         return st;
     ranks_send_pass(f, b); /* the other ranks run it too (nothing with one rank) */
-    forward_upload_batch(f, b);
-    if (b->sample)
+    /* the device runs pb: b, or b padded to its graph size (the same on every rank: it follows
+     * from the batch's shape); only b's rows come back */
+    const int rows = forward_decode_rows(f, b);
+    struct forward_batch pb = *b;
+    if (rows > b->n_tokens) {
+        pb.n_tokens = pb.n_seqs = pb.n_logits = rows;
+        pb.logit_rows = f->h_rows;
+    }
+    forward_upload_batch(f, b, rows);
+    if (b->sample && rows > b->n_tokens) {
+        memcpy(f->h_sample, b->sample, (size_t)b->n_logits * sizeof *b->sample);
+        f->be->ops->upload(f->be, f->d_sample, f->h_sample, (size_t)rows * sizeof(struct sample_row));
+        for (int i = 0; i < b->n_logits; i++) /* greedy again for the next pass's padding */
+            f->h_sample[i] = (struct sample_row){.top_p = 1.0f};
+    } else if (b->sample) {
         f->be->ops->upload(f->be, f->d_sample, b->sample, (size_t)b->n_logits * sizeof(struct sample_row));
-    forward_run_device(f, b);
+    }
+    forward_run_device(f, &pb, forward_graph_key(&pb, rows));
     if (b->n_logits <= f->logit_chunk) {
         if (b->n_logits > 0)
             st = forward_emit(f, b, 0, b->n_logits, logits_out, err);

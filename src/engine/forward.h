@@ -10,6 +10,12 @@
  * All buffers are taken at init for `max_tokens` tokens; forward_run allocates
  * nothing.
  *
+ * Decode-shaped passes (one row a sequence, every row's logits) run from backend graphs where
+ * the backend has them, one graph per batch size of plan_decode_graph_sizes(): a batch of n rows
+ * runs padded up to the next size. Padding rows are token 0 at position 0 of sequences whose
+ * one block is the cache's pad block (kv_cache.pad_block, which no sequence owns), so their K/V
+ * writes land there; their logits and draws are never returned.
+ *
  * defines: struct forward_batch, struct forward, forward_init(), forward_free(),
  *          forward_run()
  */
@@ -40,7 +46,9 @@ struct forward_batch {
                                         Needs a backend with a sample op (forward_can_sample) */
 };
 
-enum { FORWARD_MAX_GRAPH_KEYS = 256 };
+/* FORWARD_MAX_GRAPH_ROWS: a backend with graphs computes this many logits rows at once where
+ * max_seqs asks (a decode step of up to that many sequences is one graph). */
+enum { FORWARD_MAX_GRAPH_KEYS = 256, FORWARD_MAX_GRAPH_ROWS = 256 };
 
 struct forward {
     const struct model_desc *d;     /* borrowed */
@@ -51,6 +59,10 @@ struct forward {
     int max_seqs;
     int max_blocks;                 /* per sequence */
     int logit_chunk;                /* rows of logits computed per lm_head call */
+    int sample_rows;                /* rows of sampling parameters a pass may carry: max(logit_chunk, max_seqs) */
+    int graph_rows;                 /* the largest decode pass run from a graph: min(max_seqs, logit_chunk) */
+    bool pad_decode;                /* decode passes padded to the graph sizes (a backend with graphs,
+                                       graphs on); tests turn it on for the CPU to check the padding */
 
     /* backend memory, owned; T = max_tokens */
     float *h;       /* (T, d_model) residual stream */
@@ -74,12 +86,14 @@ struct forward {
     int32_t *d_meta;    /* batch metadata, one buffer: the five arrays below point into it */
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table;
     int32_t *d_argmax;  /* (logit_chunk) chosen tokens */
-    struct sample_row *d_sample; /* (logit_chunk) */
+    struct sample_row *d_sample; /* (sample_rows) */
 
     /* host scratch, owned */
     int32_t *h_meta;    /* staging of d_meta */
     float *h_logits;    /* (logit_chunk, vocab) when argmax is wanted without logits and the backend
                            has no argmax op; taken at first need */
+    int32_t *h_rows;    /* (logit_chunk) 0, 1, ..: a padded pass's logit rows */
+    struct sample_row *h_sample; /* (logit_chunk) a padded pass's sampling rows (the padding greedy) */
     uint64_t *graph_seen; /* (FORWARD_MAX_GRAPH_KEYS) graph keys run once, captured when seen again */
     int n_graph_seen;
     bool use_graphs;    /* backend graphs for decode-shaped passes (MOESERVE_NO_GRAPHS=1: off) */

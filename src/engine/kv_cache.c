@@ -57,7 +57,7 @@ uint64_t kv_cache_bytes(const struct model_desc *d, enum kv_dtype latent, int n_
 static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_desc *d, int l, struct err *err)
 {
     struct paged_latent *p = &kv->latent[l];
-    size_t slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
+    size_t slots = ((size_t)kv->n_blocks + 1) * (size_t)kv->block_size; /* + the pad block */
     p->block_size = kv->block_size;
     p->kv_rank = d->kv_lora_rank;
     p->rope_dim = d->qk_rope_head_dim;
@@ -89,6 +89,7 @@ enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct 
     kv->n_layers = d->n_layers;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
+    kv->pad_block = n_blocks;
     kv->layers = calloc((size_t)d->n_layers, sizeof *kv->layers);
     kv->free_ids = malloc((size_t)n_blocks * sizeof *kv->free_ids);
     kv->refs = calloc((size_t)n_blocks, sizeof *kv->refs);
@@ -102,7 +103,7 @@ enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct 
         return err_set(err, STATUS_NOMEM, "KV cache: out of host memory");
     }
     size_t row = (size_t)d->n_kv_heads * (size_t)d->head_dim;
-    size_t bytes = (size_t)n_blocks * (size_t)block_size * row * sizeof(float);
+    size_t bytes = ((size_t)n_blocks + 1) * (size_t)block_size * row * sizeof(float); /* + the pad block */
     for (int l = 0; l < d->n_layers; l++) {
         if (d->layers[l].attn == ATTN_MLA) {
             enum status st = kv_cache_init_latent(kv, d, l, err);

@@ -12,6 +12,8 @@
  * shared (engine/prefix_cache.c): a block returns to the free stack when its
  * last holder lets go. Only full blocks are ever shared, so a shared block is
  * never written again.
+ * The memory holds one block more than n_blocks: pad_block, never handed out, written only by
+ * rows whose outputs nobody reads.
  *
  * defines: struct kv_cache, struct kv_seq, kv_cache_init(), kv_cache_free(),
  *          kv_cache_bytes(), kv_cache_fill_random(), kv_seq_init(), kv_seq_release(), kv_seq_reserve(),
@@ -30,6 +32,8 @@ struct kv_cache {
     int n_layers;
     int block_size;           /* tokens per block */
     int n_blocks;
+    int32_t pad_block;        /* == n_blocks: one more block of memory that no sequence gets; a padded
+                                 decode pass's extra rows write there (engine/forward.h) */
     enum kv_dtype latent_dtype; /* MLA layers' rows */
     struct paged_kv *layers;  /* (n_layers) owned; k/v in backend memory, owned (GQA layers) */
     struct paged_latent *latent; /* (n_layers) owned, NULL without MLA layers; MLA layers' latent

@@ -329,6 +329,14 @@ double plan_moe_rows_per_expert(int n_experts, int n_used, int n_tokens);
 #define PLAN_PREFILL_MIN_TOKENS 512
 #define PLAN_PREFILL_MAX_TOKENS 8192
 int plan_prefill_chunk_tokens(int n_experts, int n_used);
+/* Decode graphs (plan_graphs.c): the batch sizes a backend with graphs captures a decode step for,
+ * ascending, the last max_rows (a server's --max-seqs, within the forward's logits rows): 1, 2,
+ * 4, 8, then steps of max(8, a quarter of the last power of two); a decode batch runs padded up
+ * to the next size. Writes at most cap sizes to out; returns how many. */
+#define PLAN_MAX_DECODE_GRAPHS 64
+int plan_decode_graph_sizes(int max_rows, int *out, int cap);
+/* The size a decode batch of n rows is padded to, or 0 when n > max_rows (no graph). */
+int plan_decode_graph_rows(int n, int max_rows);
 const char *plan_math_name(enum plan_math m);
 struct json *plan_caps_to_json(const struct device_caps *caps, size_t smem_budget);
 struct json *plan_to_json(const struct plan *p);

@@ -34,8 +34,14 @@
 struct cuda_graph {
     uint64_t key;
     cudaGraphExec_t exec;
+    uint64_t last_use;  /* the replay tick it last ran at (the least recent goes when the cache is full) */
+    size_t n_nodes;     /* kernels and copies in it */
+    long long dev_bytes; /* device memory its instantiation took (cudaMemGetInfo before / after) */
+    long long host_bytes; /* the process's resident memory it added (/proc/self/statm before / after) */
 };
 
+/* The graph cache's bound: the forward's keys are graph sizes (plan_decode_graph_sizes) x 4
+ * sampling modes, far fewer; past it the least recently replayed graph is dropped. */
 enum { CUDA_MAX_GRAPHS = 128 };
 
 /* The per-expert weight tables of one MoE layer in device memory: gate, up, down. */
@@ -83,8 +89,11 @@ struct cuda_backend {
     size_t tmp_cap;
     struct cuda_wgmma_tile wg_moe, wg_linear; /* the planned wgmma tiles, fitted per call */
     bool wgmma_loads;                         /* the wgmma GEMMs' sm_90a image loaded on this device */
-    struct cuda_graph *graphs; /* (n_graphs) captured decode steps */
+    struct cuda_graph *graphs; /* (CUDA_MAX_GRAPHS) captured decode steps, n_graphs of them in use */
     int n_graphs;
+    uint64_t graph_tick;       /* replays and captures so far: the graphs' clock */
+    long long graph_dev_bytes, graph_host_bytes; /* what the graphs held now take (their counts summed) */
+    long long graph_captures;  /* graphs made since start (evicted and dropped ones too) */
     bool capturing;
     bool capture_broken; /* an op could not be recorded: the capture must be thrown away */
     struct cuda_error_sink sink;
