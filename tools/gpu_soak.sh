@@ -67,4 +67,6 @@ wait $sp
 echo "soak ${SOAK_S:-510} s: $rounds rounds, $reqs bench requests, $failed failed, $dropped streams dropped by their clients"
 echo "after the load: running $running, KV usage $usage; server RSS $rss0 -> $rss1 MiB, GPU memory $gpu0 -> $gpu1 MiB"
 echo "server log: $(grep -c 'client gone' "$out/serve.err") cancelled by their clients, $(grep -ci 'error' "$out/serve.err") error lines"
+# the decode graph cache (cuda_graphs.c logs every capture with the totals): how many, and what they hold
+echo "decode graphs: $(grep -c 'decode graph of' "$out/serve.err") captured; last: $(grep 'decode graph of' "$out/serve.err" | tail -1 | sed 's/.*captured: //')"
 (cd "$out" && tar -czf /tmp/gpu_soak.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu_soak.tgz .)
