@@ -215,6 +215,138 @@ static enum status parse_content(const struct json *c, int i, char **out, struct
     return STATUS_OK;
 }
 
+/* OpenAI's function names: a-z, A-Z, 0-9, _ and -, 1 to 64 of them. */
+static bool tool_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > API_MAX_TOOL_NAME)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+static struct json *copy_json(const struct json *j)
+{
+    if (json_is_object(j) || json_is_array(j)) {
+        struct json *o = json_is_object(j) ? json_new_object() : json_new_array();
+        for (const struct json *c = json_child(j); c && o; c = json_next(c)) {
+            struct json *v = copy_json(c);
+            if (!v || !(json_is_object(j) ? json_add(o, json_key(c), v) : json_append(o, v))) {
+                json_free(v);
+                json_free(o);
+                return NULL;
+            }
+        }
+        return o;
+    }
+    if (json_is_string(j))
+        return json_new_string(json_string(j));
+    if (json_is_number(j))
+        return json_new_number(json_number(j));
+    if (json_is_bool(j))
+        return json_new_bool(json_bool(j));
+    return json_new_null();
+}
+
+/* One assistant tool call, checked, into `out` as the templates take it: {id, type, function:
+ * {name, arguments}} with arguments an object (OpenAI sends them as JSON text; the templates of
+ * GLM-4.5 iterate over them, Qwen3's print them with tojson either way, as vLLM passes them). */
+static enum status parse_tool_call(const struct json *tc, int i, int k, struct json *out, struct api_error *e)
+{
+    char param[96];
+    snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
+    const struct json *id = field(tc, "id"), *type = field(tc, "type"), *fn = field(tc, "function");
+    if (!json_is_object(tc) || !json_is_object(fn))
+        return bad(e, param, "'%s' must be an object with a 'function' object%s", "");
+    if (type && !(json_is_string(type) && strcmp(json_string(type), "function") == 0))
+        return bad(e, param, "'%s': 'type' must be \"function\"%s", "");
+    if (id && !json_is_string(id))
+        return bad(e, param, "'%s': 'id' must be a string%s", "");
+    const struct json *name = field(fn, "name"), *args = field(fn, "arguments");
+    if (!json_is_string(name) || !*json_string(name)) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.name", i, k);
+        return bad(e, param, "'%s' must be a non-empty string%s", "");
+    }
+    struct json *obj = NULL;
+    snprintf(param, sizeof param, "messages[%d].tool_calls[%d].function.arguments", i, k);
+    if (json_is_string(args)) {
+        const char *a = json_string(args);
+        if (json_parse(a, strlen(a), "arguments", &obj, NULL) != STATUS_OK || !json_is_object(obj)) {
+            json_free(obj);
+            return bad(e, param, "'%s' must be a JSON object (as text)%s", "");
+        }
+    } else if (json_is_object(args)) {
+        obj = copy_json(args);
+    } else if (!args) {
+        obj = json_new_object();
+    } else {
+        return bad(e, param, "'%s' must be a JSON object as text%s", "");
+    }
+    if (!obj)
+        return oom(e);
+    struct json *f = json_new_object(); /* json_add takes its value, also when it fails */
+    if (!f || !json_add(f, "name", json_new_string(json_string(name)))) {
+        json_free(f);
+        json_free(obj);
+        return oom(e);
+    }
+    if (!json_add(f, "arguments", obj) ||
+        !((!id || json_add(out, "id", json_new_string(json_string(id)))) && json_add(out, "type", json_new_string("function")))) {
+        json_free(f);
+        return oom(e);
+    }
+    bool ok = json_add(out, "function", f) != NULL;
+    return ok ? STATUS_OK : oom(e);
+}
+
+/* What a message carries beside role and content for the template: an assistant's tool_calls
+ * (checked; arguments as objects) and reasoning_content, a tool result's tool_call_id, a name. */
+static enum status parse_message_extra(const struct json *c, int i, struct api_message *m, struct api_error *e)
+{
+    char param[64];
+    const struct json *tcs = field(c, "tool_calls"), *tid = field(c, "tool_call_id"), *name = field(c, "name"),
+                      *rc = field(c, "reasoning_content");
+    if (!tcs && !tid && !name && !rc)
+        return STATUS_OK;
+    static const char *const KEYS[] = {"tool_call_id", "name", "reasoning_content"};
+    const struct json *vals[] = {tid, name, rc};
+    for (int k = 0; k < 3; k++)
+        if (vals[k] && !json_is_string(vals[k])) {
+            snprintf(param, sizeof param, "messages[%d].%s", i, KEYS[k]);
+            return bad(e, param, "'%s' must be a string%s", "");
+        }
+    if (tcs && strcmp(m->role, "assistant") != 0) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+        return bad(e, param, "'%s': only assistant messages have tool calls%s", "");
+    }
+    if (tcs && !json_is_array(tcs)) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+        return bad(e, param, "'%s' must be a list%s", "");
+    }
+    struct json *x = json_new_object();
+    enum status st = x ? STATUS_OK : oom(e);
+    if (!st && tcs && json_child(tcs)) {
+        struct json *arr = json_add(x, "tool_calls", json_new_array());
+        if (!arr)
+            st = oom(e);
+        int k = 0;
+        for (const struct json *tc = json_child(tcs); tc && !st; tc = json_next(tc), k++) {
+            struct json *one = json_append(arr, json_new_object());
+            st = one ? parse_tool_call(tc, i, k, one, e) : oom(e);
+        }
+    }
+    for (int k = 0; k < 3 && !st; k++)
+        if (vals[k] && !json_add(x, KEYS[k], json_new_string(json_string(vals[k]))))
+            st = oom(e);
+    if (!st && json_child(x) && !(m->extra = json_print(x, false)))
+        st = oom(e);
+    json_free(x);
+    return st;
+}
+
 static enum status parse_messages(const struct json *body, struct api_request *rq, struct api_error *e)
 {
     const struct json *m = field(body, "messages");
@@ -244,6 +376,8 @@ static enum status parse_messages(const struct json *body, struct api_request *r
         if (!rq->messages[i].role)
             return oom(e);
         enum status st = parse_content(field(c, "content"), i, &rq->messages[i].content, e);
+        if (!st)
+            st = parse_message_extra(c, i, &rq->messages[i], e);
         if (st)
             return st;
     }
@@ -365,6 +499,94 @@ static enum status parse_chat_template(const struct json *body, struct api_reque
     return rq->chat_template ? STATUS_OK : oom(e);
 }
 
+/* tools: a list of {type: "function", function: {name, description?, parameters?, strict?}},
+ * kept as JSON text for the template (and the call parser: parameter types); tool_choice. */
+static enum status parse_tools(const struct json *body, struct api_request *rq, bool lenient, struct api_error *e)
+{
+    const struct json *tools = field(body, "tools"), *tc = field(body, "tool_choice");
+    if (tools && json_is_array(tools) && !json_child(tools))
+        tools = NULL; /* [] asks for nothing */
+    if (rq->kind != API_CHAT) {
+        if (tools || (tc && !(json_is_string(tc) && strcmp(json_string(tc), "none") == 0)))
+            return api_error_set(e, 400, "invalid_request_error", tools ? "tools" : "tool_choice", "unsupported_parameter",
+                                 "'%s' applies to chat completions only", tools ? "tools" : "tool_choice");
+        return STATUS_OK;
+    }
+    if (tools && !json_is_array(tools))
+        return bad(e, "tools", "'%s' must be a list of tools%s", "");
+    if (json_array_size(tools) > API_MAX_TOOLS)
+        return api_error_set(e, 400, "invalid_request_error", "tools", NULL, "'tools' holds %zu tools; at most %d",
+                             json_array_size(tools), API_MAX_TOOLS);
+    int i = 0;
+    for (const struct json *t = json_child(tools); t; t = json_next(t), i++) {
+        char param[64];
+        snprintf(param, sizeof param, "tools[%d]", i);
+        const struct json *type = json_get(t, "type"), *fn = json_get(t, "function");
+        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string(type), "function") != 0 ||
+            !json_is_object(fn))
+            return bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": {...}} (function tools only)%s", "");
+        const struct json *name = json_get(fn, "name"), *desc = field(fn, "description"), *par = field(fn, "parameters"),
+                          *strict = field(fn, "strict");
+        snprintf(param, sizeof param, "tools[%d].function.name", i);
+        if (!json_is_string(name) || !tool_name_ok(json_string(name)))
+            return bad(e, param, "'%s' must be 1 to 64 of a-z, A-Z, 0-9, _ and -%s", "");
+        for (const struct json *u = json_child(tools); u != t; u = json_next(u))
+            if (strcmp(json_string(json_get(json_get(u, "function"), "name")), json_string(name)) == 0)
+                return api_error_set(e, 400, "invalid_request_error", param, NULL, "'%s': '%s' is defined twice",
+                                     param, json_string(name));
+        snprintf(param, sizeof param, "tools[%d].function.description", i);
+        if (desc && !json_is_string(desc))
+            return bad(e, param, "'%s' must be a string%s", "");
+        snprintf(param, sizeof param, "tools[%d].function.parameters", i);
+        if (par && !json_is_object(par))
+            return bad(e, param, "'%s' must be a JSON Schema object%s", "");
+        snprintf(param, sizeof param, "tools[%d].function.strict", i);
+        if (strict && !json_is_bool(strict))
+            return bad(e, param, "'%s' must be a boolean%s", "");
+    }
+    rq->tool_choice = tools ? API_TOOL_AUTO : API_TOOL_NONE;
+    if (tc && json_is_string(tc)) {
+        const char *v = json_string(tc);
+        if (strcmp(v, "none") == 0)
+            rq->tool_choice = API_TOOL_NONE;
+        else if (strcmp(v, "auto") == 0 || strcmp(v, "required") == 0)
+            rq->tool_choice = v[0] == 'a' ? API_TOOL_AUTO : API_TOOL_REQUIRED;
+        else
+            return bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}%s", "");
+    } else if (tc) {
+        const struct json *type = json_get(tc, "type"), *name = json_get(json_get(tc, "function"), "name");
+        if (!json_is_object(tc) || !json_is_string(type) || strcmp(json_string(type), "function") != 0 ||
+            !json_is_string(name))
+            return bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}%s", "");
+        bool known = false;
+        for (const struct json *t = json_child(tools); t && !known; t = json_next(t))
+            known = strcmp(json_string(json_get(json_get(t, "function"), "name")), json_string(name)) == 0;
+        if (!known)
+            return api_error_set(e, 400, "invalid_request_error", "tool_choice", NULL,
+                                 "'tool_choice' names the function '%.64s', which is not in 'tools'", json_string(name));
+        rq->tool_choice = API_TOOL_NAMED;
+        snprintf(rq->tool_name, sizeof rq->tool_name, "%s", json_string(name));
+    }
+    if (!tools && rq->tool_choice != API_TOOL_NONE)
+        return bad(e, "tool_choice", "'%s' needs 'tools'%s", "");
+    if (rq->tool_choice == API_TOOL_REQUIRED || rq->tool_choice == API_TOOL_NAMED) {
+        /* a forced call needs constrained decoding (engine/grammar.h), not wired to tool calls yet */
+        if (!lenient)
+            return api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_parameter",
+                                 "'tool_choice' %s needs constrained decoding, which this server does not apply to "
+                                 "tool calls yet: use \"auto\" (serve --lenient takes it as auto)",
+                                 rq->tool_choice == API_TOOL_REQUIRED ? "\"required\"" : "naming a function");
+        size_t at = strlen(rq->ignored);
+        snprintf(rq->ignored + at, sizeof rq->ignored - at, "%stool_choice", at ? ", " : "");
+        rq->tool_choice = API_TOOL_AUTO;
+    }
+    if (tools && !(rq->tools = json_print(tools, false)))
+        return oom(e);
+    return STATUS_OK;
+}
+
 /* What an unsupported field's value may be and still ask for nothing. */
 enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT };
 
@@ -372,7 +594,7 @@ static const struct {
     const char *name;
     enum neutral ok;
 } UNSUPPORTED[] = {
-    {"tools", NEUTRAL_EMPTY},           {"tool_choice", NEUTRAL_NONE},     {"functions", NEUTRAL_EMPTY},
+    {"functions", NEUTRAL_EMPTY},
     {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT},
     {"suffix", NEUTRAL_EMPTY},          {"best_of", NEUTRAL_ONE},
     {"prompt_logprobs", NEUTRAL_EMPTY},
@@ -634,7 +856,7 @@ enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, c
                            "the key \"%.100s\" appears twice in one object (which one counts is ambiguous)", dup);
     else if (kind == API_RESPONSES)
         st = parse_responses(root, rq, lenient, e);
-    else if (!(st = parse_fields(root, rq, e)))
+    else if (!(st = parse_fields(root, rq, e)) && !(st = parse_tools(root, rq, lenient, e)))
         st = check_unsupported(root, rq, lenient, e);
     json_free(root);
     if (st) {
@@ -652,7 +874,9 @@ void api_request_free(struct api_request *rq)
     for (int i = 0; i < rq->n_messages; i++) {
         free(rq->messages[i].role);
         free(rq->messages[i].content);
+        free(rq->messages[i].extra);
     }
+    free(rq->tools);
     free(rq->messages);
     for (int i = 0; i < rq->n_stop; i++)
         free(rq->stop[i]);
@@ -667,7 +891,7 @@ void api_request_free(struct api_request *rq)
 enum status api_request_copy_one(const struct api_request *src, int prompt, struct api_request *dst, struct api_error *e)
 {
     *dst = *src; /* the plain fields; every owned pointer is replaced below */
-    dst->model = dst->prompt_text = dst->template_kwargs = dst->chat_template = NULL;
+    dst->model = dst->prompt_text = dst->template_kwargs = dst->chat_template = dst->tools = NULL;
     dst->prompt_ids = NULL;
     dst->more = NULL;
     dst->messages = NULL;
@@ -693,7 +917,9 @@ enum status api_request_copy_one(const struct api_request *src, int prompt, stru
         for (int i = 0; ok && i < src->n_messages; i++) {
             dst->n_messages = i + 1;
             ok = (dst->messages[i].role = dup_str(src->messages[i].role, strlen(src->messages[i].role))) &&
-                 (dst->messages[i].content = dup_str(src->messages[i].content, strlen(src->messages[i].content)));
+                 (dst->messages[i].content = dup_str(src->messages[i].content, strlen(src->messages[i].content))) &&
+                 (!src->messages[i].extra ||
+                  (dst->messages[i].extra = dup_str(src->messages[i].extra, strlen(src->messages[i].extra))));
         }
     }
     for (int i = 0; ok && i < src->n_stop; i++) {
@@ -702,6 +928,8 @@ enum status api_request_copy_one(const struct api_request *src, int prompt, stru
     }
     if (ok && src->template_kwargs)
         ok = (dst->template_kwargs = dup_str(src->template_kwargs, strlen(src->template_kwargs))) != NULL;
+    if (ok && src->tools)
+        ok = (dst->tools = dup_str(src->tools, strlen(src->tools))) != NULL;
     if (ok && src->chat_template)
         ok = (dst->chat_template = dup_str(src->chat_template, strlen(src->chat_template))) != NULL;
     if (ok)

@@ -58,7 +58,16 @@ enum status api_error_set(struct api_error *e, int http_status, const char *type
 struct api_message {
     char *role;    /* owned */
     char *content; /* owned; text parts joined, "" for null content */
+    char *extra;   /* owned JSON text of an object, or NULL: what the template gets beside role and content
+                      (tool_calls with their arguments as objects, tool_call_id, name, reasoning_content) */
 };
+
+#define API_MAX_TOOLS 128 /* OpenAI's limit */
+#define API_MAX_TOOL_NAME 64 /* OpenAI's: a-z, A-Z, 0-9, _ and -, at most 64 */
+
+/* tool_choice: AUTO (the default with tools: the model may call), NONE (it may not: the tools are
+ * not rendered and nothing is parsed), REQUIRED (at least one call), NAMED (that function). */
+enum api_tool_choice { API_TOOL_AUTO, API_TOOL_NONE, API_TOOL_REQUIRED, API_TOOL_NAMED };
 
 struct api_request {
     enum api_kind kind;
@@ -103,15 +112,18 @@ struct api_request {
     int32_t stop_ids[API_MAX_STOP_IDS]; /* vLLM's stop_token_ids */
     char *template_kwargs;       /* chat: chat_template_kwargs as JSON text (an object), owned, or NULL */
     char *chat_template;         /* chat: a Jinja template of the request's own (vLLM's), owned, or NULL */
+    char *tools;                 /* chat: the tools as JSON text (a checked, non-empty array), owned, or NULL */
+    enum api_tool_choice tool_choice;
+    char tool_name[API_MAX_TOOL_NAME + 1]; /* NAMED: the function */
     char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */
 };
 
 /* Parses body[0..len). On failure returns STATUS_INVALID with e filled
  * (status 400) and *rq zeroed. A field OpenAI (or vLLM) defines that this server does not
- * implement (tools, response_format, penalties, logit_bias, echo, ...) is refused with 400 naming
- * it when its value asks for something (anything but its no-op: null, false, 0, "", [], {}, a
- * repetition_penalty of 1, best_of 1, tool_choice "none", response_format {"type": "text"}), so
- * that no answer silently ignores it. */
+ * implement (response_format, suffix, best_of, functions, ...) is refused with 400 naming
+ * it when its value asks for something (anything but its no-op: null, false, 0, "", [], {},
+ * best_of 1, function_call "none", response_format {"type": "text"}), so that no answer silently
+ * ignores it. tool_choice "required" and named need constrained decoding: refused (lenient: auto). */
 enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
                               struct api_error *e);
 /* The same; lenient: those fields are listed in rq->ignored instead of refused (serve --lenient). */

@@ -25,6 +25,19 @@ static struct json *json_copy(const struct json *j)
     return json_new_null();
 }
 
+/* The members of the object in JSON text `extra` (NULL: none) added to obj; false on no memory. */
+static bool add_members(struct json *obj, const char *extra)
+{
+    if (!extra)
+        return true;
+    struct json *x = NULL;
+    bool ok = obj && json_parse(extra, strlen(extra), "message", &x, NULL) == STATUS_OK;
+    for (const struct json *m = ok ? json_child(x) : NULL; m && ok; m = json_next(m))
+        ok = json_add(obj, json_key(m), json_copy(m)) != NULL;
+    json_free(x);
+    return ok;
+}
+
 static enum status render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text,
                                size_t *len, struct api_error *e)
 {
@@ -36,13 +49,22 @@ static enum status render_chat(const struct prompt_model *pm, const struct api_r
         if (json_is_string(v))
             json_add(ctx, json_key(v), json_new_string(json_string(v)));
     struct json *msgs = json_add(ctx, "messages", json_new_array());
-    for (int i = 0; i < rq->n_messages; i++) {
+    bool ok = true;
+    for (int i = 0; i < rq->n_messages && ok; i++) {
         struct json *m = json_append(msgs, json_new_object());
         json_add(m, "role", json_new_string(rq->messages[i].role));
         json_add(m, "content", json_new_string(rq->messages[i].content));
+        ok = add_members(m, rq->messages[i].extra); /* tool calls, tool_call_id, ... (checked when parsed) */
     }
-    bool ok = json_add(ctx, "add_generation_prompt", json_new_bool(true)) != NULL && msgs &&
-              (int)json_array_size(msgs) == rq->n_messages;
+    /* tool_choice "none": the model is not shown the tools, so that it answers in text */
+    if (ok && rq->tools && rq->tool_choice != API_TOOL_NONE) {
+        struct json *tools = NULL;
+        ok = json_parse(rq->tools, strlen(rq->tools), "tools", &tools, NULL) == STATUS_OK &&
+             json_add(ctx, "tools", json_copy(tools)) != NULL;
+        json_free(tools);
+    }
+    ok = ok && json_add(ctx, "add_generation_prompt", json_new_bool(true)) != NULL && msgs &&
+         (int)json_array_size(msgs) == rq->n_messages;
     if (ok && rq->template_kwargs) { /* checked an object without the server's names when parsed */
         struct json *kw = NULL;
         ok = json_parse(rq->template_kwargs, strlen(rq->template_kwargs), "chat_template_kwargs", &kw, NULL) == STATUS_OK;
