@@ -30,6 +30,20 @@ static void single_all_gather_cols(struct comm *c, const float *in, float *out, 
         memmove(out, in, rows * k * sizeof(float));
 }
 
+static void single_all_gather_rows(struct comm *c, const float *in, float *out, size_t n)
+{
+    (void)c;
+    if (out != in)
+        memmove(out, in, n * sizeof(float));
+}
+
+static void single_reduce_scatter_sum(struct comm *c, const float *in, float *out, size_t n)
+{
+    (void)c;
+    if (out != in)
+        memmove(out, in, n * sizeof(float));
+}
+
 static void single_barrier(struct comm *c)
 {
     (void)c;
@@ -46,6 +60,8 @@ static const struct comm_ops SINGLE_OPS = {
     .broadcast = single_broadcast,
     .all_gather = single_all_gather,
     .all_gather_cols = single_all_gather_cols,
+    .all_gather_rows = single_all_gather_rows,
+    .reduce_scatter_sum = single_reduce_scatter_sum,
     .barrier = single_barrier,
     .destroy = single_destroy,
 };
@@ -91,6 +107,31 @@ void comm_all_gather(struct comm *c, const void *in, void *out, size_t bytes)
 void comm_all_gather_cols(struct comm *c, const float *in, float *out, size_t rows, size_t k)
 {
     c->ops->all_gather_cols(c, in, out, rows, k);
+}
+
+void comm_all_gather_rows(struct comm *c, const float *in, float *out, size_t n)
+{
+    c->ops->all_gather_rows(c, in, out, n);
+}
+
+void comm_reduce_scatter_sum(struct comm *c, const float *in, float *out, size_t n)
+{
+    c->ops->reduce_scatter_sum(c, in, out, n);
+}
+
+void comm_all_reduce_add_rmsnorm(struct comm *c, struct backend *be, float *delta, float *h, const float *w,
+                                 int rows, int dim, float eps, float *x)
+{
+    const size_t n = (size_t)rows * (size_t)dim;
+    if (n && c->ops->all_reduce_add_rmsnorm && c->ops->all_reduce_add_rmsnorm(c, delta, h, w, rows, dim, eps, x))
+        return;
+    comm_all_reduce_sum(c, delta, n);
+    be->ops->add_rmsnorm(be, h, delta, w, rows, dim, eps, x);
+}
+
+bool comm_fuses_add_rmsnorm(const struct comm *c, size_t n)
+{
+    return c->ops->fuses_add_rmsnorm && c->ops->fuses_add_rmsnorm(c, n);
 }
 
 void comm_barrier(struct comm *c)

@@ -10,7 +10,8 @@
  *
  * defines: struct comm, struct comm_ops, comm_init_single(), comm_init_mpi(), comm_mpi_launched(),
  *          comm_free(), comm_all_reduce_sum(), comm_broadcast(), comm_all_gather(),
- *          comm_all_gather_cols(), comm_barrier(),
+ *          comm_all_gather_cols(), comm_all_gather_rows(), comm_reduce_scatter_sum(),
+ *          comm_all_reduce_add_rmsnorm(), comm_fuses_add_rmsnorm(), comm_barrier(),
  *          comm_abort(), comm_check_same(), comm_agree()
  */
 #ifndef MOESERVE_BACKEND_COMM_COMM_H
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/status.h"
 
 struct comm;
@@ -35,6 +37,19 @@ struct comm_ops {
     /* out [rows][size * k] = the ranks' in [rows][k] side by side, rank r's at columns r k ..
      * (backend memory: a vocabulary-parallel lm_head's logits) */
     void (*all_gather_cols)(struct comm *c, const float *in, float *out, size_t rows, size_t k);
+    /* out (size x n floats) = every rank's in (n floats) in rank order (backend memory: the tokens of
+     * data-parallel attention's ranks gathered before the FFN) */
+    void (*all_gather_rows)(struct comm *c, const float *in, float *out, size_t n);
+    /* out (n floats) = the sum over the ranks of block `rank` of their in (size x n floats; backend
+     * memory: the FFN's partial sums scattered back to the ranks whose tokens they are) */
+    void (*reduce_scatter_sum)(struct comm *c, const float *in, float *out, size_t n);
+    /* Optional: the all-reduce of delta (rows x dim), h += delta, x = rmsnorm(h) * w, in one kernel;
+     * false (nothing done) where this message size has no fused form (comm_all_reduce_add_rmsnorm
+     * then runs the all-reduce and the backend's add_rmsnorm apart) */
+    bool (*all_reduce_add_rmsnorm)(struct comm *c, float *delta, float *h, const float *w, int rows, int dim,
+                                   float eps, float *x);
+    /* Optional: whether all_reduce_add_rmsnorm takes a message of n floats (NULL: never) */
+    bool (*fuses_add_rmsnorm)(const struct comm *c, size_t n);
     void (*barrier)(struct comm *c);
     /* ends every rank of the job at once with exit code `code` (after a rank's unrecoverable error) */
     void (*abort)(struct comm *c, int code);
@@ -62,6 +77,17 @@ void comm_all_reduce_sum(struct comm *c, float *buf, size_t n);
 void comm_broadcast(struct comm *c, void *buf, size_t bytes, int root);
 void comm_all_gather(struct comm *c, const void *in, void *out, size_t bytes);
 void comm_all_gather_cols(struct comm *c, const float *in, float *out, size_t rows, size_t k);
+void comm_all_gather_rows(struct comm *c, const float *in, float *out, size_t n);
+void comm_reduce_scatter_sum(struct comm *c, const float *in, float *out, size_t n);
+/* The all-reduce of a half-layer's partial output delta (rows x dim) followed by the residual add
+ * and the next norm: h += sum(delta), x = rmsnorm(h) * w. One kernel where the communicator has a
+ * fused form for this size (GPU ranks: the P2P one-shot kernel where the start-up measurement chose
+ * it); else the all-reduce, then be's add_rmsnorm: the CPU reference, the same bits as the two ops
+ * called apart. delta holds the sum afterwards only in the second case. */
+void comm_all_reduce_add_rmsnorm(struct comm *c, struct backend *be, float *delta, float *h, const float *w,
+                                 int rows, int dim, float eps, float *x);
+/* Whether comm_all_reduce_add_rmsnorm runs one fused kernel for n floats (else two ops). */
+bool comm_fuses_add_rmsnorm(const struct comm *c, size_t n);
 void comm_barrier(struct comm *c);
 /* Ends the whole job (every rank) with `code`; returns only with one rank. */
 void comm_abort(struct comm *c, int code);

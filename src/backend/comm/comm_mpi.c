@@ -51,6 +51,18 @@ static void mpi_all_gather_cols(struct comm *c, const float *in, float *out, siz
     MPI_Type_free(&block);
 }
 
+static void mpi_all_gather_rows(struct comm *c, const float *in, float *out, size_t n)
+{
+    ASSERT(n * (size_t)c->size <= INT_MAX); /* the forward's activations: far below */
+    MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
+}
+
+static void mpi_reduce_scatter_sum(struct comm *c, const float *in, float *out, size_t n)
+{
+    ASSERT(n * (size_t)c->size <= INT_MAX);
+    MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
 static void mpi_barrier(struct comm *c)
 {
     (void)c;
@@ -78,6 +90,8 @@ static const struct comm_ops MPI_OPS = {
     .broadcast = mpi_broadcast,
     .all_gather = mpi_all_gather,
     .all_gather_cols = mpi_all_gather_cols,
+    .all_gather_rows = mpi_all_gather_rows,
+    .reduce_scatter_sum = mpi_reduce_scatter_sum,
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,

@@ -26,6 +26,8 @@ struct nccl_lib {
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                   cudaStream_t);
     const char *(*error_string)(ncclResult_t);
     ncclResult_t (*get_async_error)(ncclComm_t, ncclResult_t *);
 };
@@ -88,6 +90,7 @@ static enum status nccl_load(struct nccl_lib *nl, struct err *err)
     NCCL_SYM(all_reduce, "ncclAllReduce");
     NCCL_SYM(broadcast, "ncclBroadcast");
     NCCL_SYM(all_gather, "ncclAllGather");
+    NCCL_SYM(reduce_scatter, "ncclReduceScatter");
     NCCL_SYM(error_string, "ncclGetErrorString");
     NCCL_SYM(get_async_error, "ncclCommGetAsyncError");
 #undef NCCL_SYM
@@ -176,6 +179,34 @@ static void nccl_all_gather_cols(struct comm *c, const float *in, float *out, si
                                        k * sizeof(float), rows, cudaMemcpyDeviceToDevice, s));
 }
 
+/* data-parallel attention's gather of the ranks' tokens: NCCL's rank-major layout is the one asked */
+static void nccl_all_gather_rows(struct comm *c, const float *in, float *out, size_t n)
+{
+    struct nccl_comm *x = c->impl;
+    NCCL_CHECK(x, x->nl.all_gather(in, out, n, ncclFloat32, x->comm, x->be->stream));
+}
+
+static void nccl_reduce_scatter_sum(struct comm *c, const float *in, float *out, size_t n)
+{
+    struct nccl_comm *x = c->impl;
+    NCCL_CHECK(x, x->nl.reduce_scatter(in, out, n, ncclFloat32, ncclSum, x->comm, x->be->stream));
+}
+
+/* The fused kernel where the start-up table chose the one-shot form for this size; elsewhere the
+ * caller runs the all-reduce (NCCL or two-shot, by the table) and the backend's add+norm kernel */
+static bool nccl_all_reduce_add_rmsnorm(struct comm *c, float *delta, float *h, const float *w, int rows, int dim,
+                                        float eps, float *x)
+{
+    struct nccl_comm *n = c->impl;
+    return cuda_p2p_all_reduce_add_rmsnorm(&n->p2p, delta, h, w, rows, dim, eps, x);
+}
+
+static bool nccl_fuses_add_rmsnorm(const struct comm *c, size_t n)
+{
+    const struct nccl_comm *x = c->impl;
+    return cuda_p2p_fuses_add_rmsnorm(&x->p2p, n);
+}
+
 static void nccl_barrier(struct comm *c)
 {
     uint8_t one = 1;
@@ -224,6 +255,10 @@ static const struct comm_ops NCCL_OPS = {
     .broadcast = nccl_broadcast,
     .all_gather = nccl_all_gather,
     .all_gather_cols = nccl_all_gather_cols,
+    .all_gather_rows = nccl_all_gather_rows,
+    .reduce_scatter_sum = nccl_reduce_scatter_sum,
+    .all_reduce_add_rmsnorm = nccl_all_reduce_add_rmsnorm,
+    .fuses_add_rmsnorm = nccl_fuses_add_rmsnorm,
     .barrier = nccl_barrier,
     .abort = nccl_abort,
     .destroy = nccl_destroy,

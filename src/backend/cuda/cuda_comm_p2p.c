@@ -52,6 +52,30 @@ bool cuda_p2p_all_reduce(struct cuda_p2p *p, float *buf, size_t n)
     return true;
 }
 
+bool cuda_p2p_fuses_add_rmsnorm(const struct cuda_p2p *p, size_t n)
+{
+    return p->on && n * sizeof(float) <= CUDA_P2P_MAX_BYTES && p->form[p2p_class(n * sizeof(float))] ==
+                                                                  CUDA_P2P_ONE_SHOT;
+}
+
+/* The one-shot form with the residual add and the norm in its reading kernel: delta into this
+ * rank's buffer, a barrier, every rank sums every buffer row by row into h and writes x, a
+ * barrier before any buffer is rewritten. delta itself is left as it was. */
+bool cuda_p2p_all_reduce_add_rmsnorm(struct cuda_p2p *p, const float *delta, float *h, const float *w, int rows,
+                                     int dim, float eps, float *x)
+{
+    const size_t n = (size_t)rows * (size_t)dim;
+    if (!cuda_p2p_fuses_add_rmsnorm(p, n))
+        return false;
+    struct cuda_backend *c = p->be;
+    CHECK(c, cudaMemcpyAsync(p->peers.data[p->peers.rank], delta, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                             c->stream));
+    CHECK(c, cuda_ar_barrier(c->stream, p->peers));
+    CHECK(c, cuda_ar_add_rmsnorm(c->stream, p->peers, rows, dim, h, w, eps, x));
+    CHECK(c, cuda_ar_barrier(c->stream, p->peers));
+    return true;
+}
+
 static enum status p2p_off(struct cuda_p2p *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static enum status p2p_off(struct cuda_p2p *p, const char *fmt, ...)

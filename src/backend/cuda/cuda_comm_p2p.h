@@ -10,7 +10,8 @@
  * the table says why. Everything runs on the backend's stream (graphs capture it).
  *
  * defines: struct cuda_p2p, enum cuda_p2p_form, CUDA_P2P_CLASSES, CUDA_P2P_MAX_BYTES,
- *          cuda_p2p_init(), cuda_p2p_all_reduce(), cuda_p2p_describe(), cuda_p2p_free(),
+ *          cuda_p2p_init(), cuda_p2p_all_reduce(), cuda_p2p_fuses_add_rmsnorm(),
+ *          cuda_p2p_all_reduce_add_rmsnorm(), cuda_p2p_describe(), cuda_p2p_free(),
  *          cuda_p2p_form_name()
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_COMM_P2P_H
@@ -52,6 +53,13 @@ enum status cuda_p2p_init(struct cuda_p2p *p, struct comm *c, struct backend *be
                           cuda_p2p_nccl_fn nccl, struct err *err);
 /* The all-reduce of n floats in buf by the table's form; false (nothing done) where it is NCCL's. */
 bool cuda_p2p_all_reduce(struct cuda_p2p *p, float *buf, size_t n);
+/* Whether the table runs n floats' all-reduce as the one-shot form, which has a fused variant
+ * (cuda_ar_add_rmsnorm): the sizes where the fused all-reduce + residual add + RMSNorm is taken. */
+bool cuda_p2p_fuses_add_rmsnorm(const struct cuda_p2p *p, size_t n);
+/* h += the sum over the ranks of delta (rows x dim), x = rmsnorm(h) * w, in the one-shot form's
+ * one reading kernel; false (nothing done) where cuda_p2p_fuses_add_rmsnorm is false. */
+bool cuda_p2p_all_reduce_add_rmsnorm(struct cuda_p2p *p, const float *delta, float *h, const float *w, int rows,
+                                     int dim, float eps, float *x);
 /* The table as text (one line a size class, then the crossovers), into buf. */
 void cuda_p2p_describe(const struct cuda_p2p *p, char *buf, size_t n);
 const char *cuda_p2p_form_name(enum cuda_p2p_form f);
