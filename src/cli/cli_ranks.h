@@ -42,6 +42,9 @@ struct cli_ranks {
      .help = "split the model over N ranks (CPU: start them with mpirun -np N)"},                               \
     {.name = "expert-parallel", .help = "with --tensor-parallel: routed experts partitioned by expert "           \
                                         "instead of split by width"},                                          \
+    {.name = "data-parallel-attention", .metavar = "WHEN",                                                      \
+     .help = "with --tensor-parallel: on (each rank attends for its own sequences, attention weights "          \
+             "replicated), off (by heads) or auto (default: the planner's rule for the batch)"},               \
     {                                                                                                           \
         .name = "collectives", .metavar = "HOW", .help = "GPU ranks' all-reduce: auto (default: NCCL or the "     \
                                                          "P2P kernels per size, measured at start-up) or nccl"  \
@@ -51,8 +54,9 @@ struct cli_ranks {
  * thread) with a message naming the rank, instead of ending this process at once; fn must end
  * the process soon (serve answers 503 first). Without a handler the process exits with status 1. */
 void cli_ranks_on_lost(struct cli_ranks *r, void (*fn)(void *ctx, const char *msg), void *ctx);
-/* Reads --tensor-parallel / --expert-parallel / --collectives, joins the ranks and checks they
- * agree; sets so->comm, so->expert_parallel and so->collectives_nccl. */
+/* Reads --tensor-parallel / --expert-parallel / --data-parallel-attention / --collectives, joins the
+ * ranks and checks they agree; sets so->comm, so->expert_parallel, so->data_parallel_attention and
+ * so->collectives_nccl. */
 enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int n_opts, int argc, char **argv,
                            struct session_opts *so, struct err *err);
 /* After model_session_open on every rank: with its outcome st, whether all ranks loaded their

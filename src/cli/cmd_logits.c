@@ -19,6 +19,8 @@ int cmd_logits(int argc, char **argv)
         {.name = "model", .metavar = "DIR", .help = "checkpoint directory (default: the shipped model)"},
         {.name = "tokens", .metavar = "IDS", .help = "comma-separated token ids, e.g. 1,2,3 (required)"},
         {.name = "out", .metavar = "FILE", .help = "output file: float32 LE [n_tokens, vocab] (required)"},
+        {.name = "seq-lens", .metavar = "LENS", .help = "the tokens as several sequences of these lengths in one "
+                                                       "pass (e.g. 5,3,7; default: one sequence)"},
         {.name = "backend", .metavar = "NAME", .help = "cpu (default) or cuda"},
         {.name = "smem-budget", .metavar = "BYTES", .help = "cuda: plan kernels for this shared memory per block "
                                                            "(e.g. 101376, an sm_120's)"},
@@ -48,9 +50,32 @@ int cmd_logits(int argc, char **argv)
         LOG_ERROR("logits: %s", err.msg);
         return 2;
     }
+    /* the batch's sequences: each a run of the tokens, its positions from 0 */
+    int32_t *lens = NULL;
+    int n_seqs = 1, longest = n_ids;
+    if (cli_get(opts, n, "seq-lens", NULL)) {
+        long total = 0;
+        enum status lst = cli_parse_ids(cli_get(opts, n, "seq-lens", NULL), "--seq-lens", &lens, &n_seqs, &err);
+        for (int i = 0; !lst && i < n_seqs; i++) {
+            if (lens[i] < 1)
+                lst = err_set(&err, STATUS_INVALID, "--seq-lens: sequence %d has length %d (must be >= 1)", i, lens[i]);
+            total += lens[i];
+        }
+        if (!lst && total != n_ids)
+            lst = err_set(&err, STATUS_INVALID, "--seq-lens: the lengths sum to %ld, --tokens has %d", total, n_ids);
+        if (lst) {
+            LOG_ERROR("logits: %s", err.msg);
+            free(ids);
+            free(lens);
+            return 2;
+        }
+        longest = 0;
+        for (int i = 0; i < n_seqs; i++)
+            longest = lens[i] > longest ? lens[i] : longest;
+    }
     const char *model = cli_get(opts, n, "model", cli_default_model());
     struct session_opts so = {.backend = cli_get(opts, n, "backend", "cpu"), .max_tokens = n_ids,
-                              .max_seqs = 1, .max_context = n_ids, .block_size = 16, .smem_budget = cli_smem_budget(opts, n),
+                              .max_seqs = n_seqs, .max_context = longest, .block_size = 16, .smem_budget = cli_smem_budget(opts, n),
                               .attention_precision = cli_attention_precision(opts, n),
                               .kv_cache_dtype = cli_get(opts, n, "kv-cache-dtype", NULL), .check_positions = true,
                               .allow_long_context = cli_flag(opts, n, "allow-long-context")};
@@ -58,28 +83,33 @@ int cmd_logits(int argc, char **argv)
     if (cli_synth_apply(opts, n, &so, &synth, &err)) {
         LOG_ERROR("logits: %s", err.msg);
         free(ids);
+        free(lens);
         return 2;
     }
     struct model_session s;
     int rc = 1;
     float *logits = NULL;
     int32_t *pos = NULL, *seq = NULL, *rows = NULL;
+    struct kv_seq *ks = NULL, **seqs = NULL;
     FILE *fp = NULL;
     struct cli_ranks ranks;
     if (cli_ranks_open(&ranks, opts, n, argc, argv, &so, &err)) {
         LOG_ERROR("logits: %s", err.msg);
         free(ids);
+        free(lens);
         return 2;
     }
     if (cli_ranks_loaded(&ranks, model_session_open(&s, model, &so, &err), &err)) {
         LOG_ERROR("%s", err.msg);
         free(ids);
+        free(lens);
         model_session_close(&s);
         cli_ranks_close(&ranks);
         return 1;
     }
     if (cli_ranks_follow(&ranks, &s, &rc)) { /* ranks > 0: rank 0's passes, then done */
         free(ids);
+        free(lens);
         model_session_close(&s);
         cli_ranks_close(&ranks);
         return rc;
@@ -93,19 +123,26 @@ int cmd_logits(int argc, char **argv)
         LOG_ERROR("logits: out of memory for %d x %zu logits", n_ids, V);
         goto done;
     }
-    for (int i = 0; i < n_ids; i++)
-        pos[i] = rows[i] = i;
-    struct kv_seq ks;
-    kv_seq_init(&ks);
-    struct kv_seq *seqs[1] = {&ks};
-    if (kv_seq_reserve(&ks, &s.kv, n_ids, &err)) {
-        LOG_ERROR("%s", err.msg);
+    ks = calloc((size_t)n_seqs, sizeof *ks);
+    seqs = calloc((size_t)n_seqs, sizeof *seqs);
+    if (!ks || !seqs) {
+        LOG_ERROR("logits: out of memory for %d sequences", n_seqs);
         goto done;
     }
-    struct forward_batch b = {.n_tokens = n_ids, .tokens = ids, .pos = pos, .seq = seq, .n_seqs = 1,
+    for (int q = 0, i = 0; q < n_seqs; q++) {
+        const int len = lens ? lens[q] : n_ids;
+        kv_seq_init(&ks[q]);
+        seqs[q] = &ks[q];
+        for (int p = 0; p < len; p++, i++)
+            pos[i] = p, seq[i] = q, rows[i] = i;
+        if (kv_seq_reserve(&ks[q], &s.kv, len, &err)) {
+            LOG_ERROR("%s", err.msg);
+            goto done;
+        }
+    }
+    struct forward_batch b = {.n_tokens = n_ids, .tokens = ids, .pos = pos, .seq = seq, .n_seqs = n_seqs,
                               .seqs = seqs, .n_logits = n_ids, .logit_rows = rows};
     enum status st = forward_run(&s.fwd, &b, logits, &err);
-    kv_seq_release(&ks, &s.kv);
     if (st) {
         LOG_ERROR("logits: %s", err.msg);
         goto done;
@@ -125,6 +162,11 @@ int cmd_logits(int argc, char **argv)
     LOG_INFO("wrote %d x %zu float32 logits to %s", n_ids, V, out);
     rc = 0;
 done:
+    for (int q = 0; ks && q < n_seqs; q++)
+        kv_seq_release(&ks[q], &s.kv);
+    free(ks);
+    free(seqs);
+    free(lens);
     if (fp)
         fclose(fp);
     free(logits);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/options.h"
+#include "engine/forward_dp.h"
 #include "engine/forward_mla.h"
 #include "engine/ranks.h"
 #include "model/rope.h"
@@ -134,6 +135,7 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
 
 void forward_free(struct forward *f)
 {
+    forward_dp_free(f);
     forward_mla_free(f);
     if (f->be) {
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
@@ -338,18 +340,19 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
 {
     struct backend *be = f->be;
     size_t D = (size_t)f->d->d_model;
+    const float *h = f->dp ? f->dp->xg : f->h; /* data-parallel attention: every rank's rows, gathered */
     if (cn <= 0)
         return;
     bool contiguous = true;
     for (int i = 1; i < cn && contiguous; i++)
         contiguous = b->logit_rows[c0 + i] == b->logit_rows[c0] + i;
     if (contiguous) {
-        be->ops->rmsnorm(be, f->h + (size_t)b->logit_rows[c0] * D, f->w->final_norm, cn, (int)D,
+        be->ops->rmsnorm(be, h + (size_t)b->logit_rows[c0] * D, f->w->final_norm, cn, (int)D,
                          f->d->norm_eps, f->x_sel);
     } else {
         /* gather the wanted rows (device-to-device through the backend) */
         for (int i = 0; i < cn; i++)
-            be->ops->rmsnorm(be, f->h + (size_t)b->logit_rows[c0 + i] * D, f->w->final_norm, 1, (int)D,
+            be->ops->rmsnorm(be, h + (size_t)b->logit_rows[c0 + i] * D, f->w->final_norm, 1, (int)D,
                              f->d->norm_eps, f->x_sel + (size_t)i * D);
     }
     if (f->logits_part) { /* vocabulary-parallel: this rank's rows, then every rank's side by side */
@@ -422,43 +425,89 @@ static void forward_norm(struct forward *f, const float *w, int n, bool *pending
 }
 
 /* Under tensor parallelism a half-layer's output in f->delta is this rank's partial sum: the
- * all-reduce makes it the whole output, the same on every rank, before the residual takes it. */
-static void forward_reduce(struct forward *f, int n)
+ * all-reduce makes it the whole output, the same on every rank, before the residual takes it.
+ * Where the plan fuses them (f->fuse_norm) and a norm w follows, the residual add and that norm
+ * come in the same comm op (h += sum, x = rmsnorm(h) * w): true, nothing left pending. Not before
+ * a MoE FFN whose backend folds that norm into its router (norm_router_route) unless the
+ * communicator has a one-kernel form for this size: that fusion is worth more than two kernels. */
+static bool forward_reduce(struct forward *f, const float *w, int n, bool router_next)
 {
-    if (f->comm)
-        comm_all_reduce_sum(f->comm, f->delta, (size_t)n * (size_t)f->d->d_model);
+    if (!f->comm)
+        return false;
+    const struct model_desc *d = f->d;
+    const size_t floats = (size_t)n * (size_t)d->d_model;
+    if (w && f->fuse_norm &&
+        !(router_next && f->be->ops->norm_router_route && !comm_fuses_add_rmsnorm(f->comm, floats))) {
+        comm_all_reduce_add_rmsnorm(f->comm, f->be, f->delta, f->h, w, n, d->d_model, d->norm_eps, f->x);
+        return true;
+    }
+    comm_all_reduce_sum(f->comm, f->delta, floats);
+    return false;
+}
+
+/* Data-parallel attention's FFN half (engine/forward_dp.h): this rank's normed rows in f->x join
+ * every rank's (t_max rows each, padded), this rank's FFN share runs over all of them, and the
+ * partial sums of its own rows come back into f->delta, whole. */
+static void forward_dp_ffn(struct forward *f, int l)
+{
+    struct forward_dp *dp = f->dp;
+    const size_t rows = (size_t)dp->t_max, D = (size_t)f->d->d_model;
+    float *x = f->x, *delta = f->delta;
+    comm_all_gather_rows(f->comm, x, dp->xg, rows * D);
+    f->x = dp->xg, f->delta = dp->dg;
+    forward_ffn(f, l, (int)rows * f->comm->size, false);
+    f->x = x, f->delta = delta;
+    comm_reduce_scatter_sum(f->comm, dp->dg, delta, rows * D);
 }
 
 /* Every op of the pass up to the residual stream's last add (no host work, no copies). Each half
- * of a layer leaves its output in f->delta, pending until the next norm adds it. */
+ * of a layer leaves its output in f->delta, pending until the next norm adds it (or a fused
+ * all-reduce added and normed it: normed). Under data-parallel attention b is this rank's part of
+ * the pass, which may be empty: the rank then only takes part in the FFN. */
 static void forward_layers(struct forward *f, const struct forward_batch *b)
 {
     const struct model_desc *d = f->d;
     struct backend *be = f->be;
     int n = b->n_tokens;
-    bool pending = false;
-    if (f->mla)
-        forward_mla_batch(f, b);
-    be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
+    bool pending = false, normed = false;
+    if (n > 0) {
+        if (f->mla)
+            forward_mla_batch(f, b);
+        be->ops->embed(be, &f->w->embed, f->d_tokens, n, f->h);
+    }
     for (int l = 0; l < d->n_layers; l++) {
         const struct layer_weights *lw = &f->w->layers[l];
-        forward_norm(f, lw->attn_norm, n, &pending);
-        if (d->layers[l].attn == ATTN_MLA)
-            forward_mla_attention(f, n, l);
-        else
-            forward_attention_gqa(f, l, n);
-        forward_reduce(f, n);
+        if (n > 0) {
+            if (!normed)
+                forward_norm(f, lw->attn_norm, n, &pending);
+            if (d->layers[l].attn == ATTN_MLA)
+                forward_mla_attention(f, n, l);
+            else
+                forward_attention_gqa(f, l, n);
+        }
         pending = true;
-        if (!forward_ffn_norm_routed(f, l, n, &pending)) {
+        if (f->dp) { /* the attention is whole here: nothing to reduce */
+            if (n > 0)
+                forward_norm(f, lw->ffn_norm, n, &pending);
+            forward_dp_ffn(f, l);
+            pending = true;
+            continue;
+        }
+        if (forward_reduce(f, lw->ffn_norm, n, d->layers[l].ffn == FFN_MOE)) {
+            pending = false;
+            forward_ffn(f, l, n, false);
+        } else if (!forward_ffn_norm_routed(f, l, n, &pending)) {
             forward_norm(f, lw->ffn_norm, n, &pending);
             forward_ffn(f, l, n, false);
         }
-        forward_reduce(f, n);
-        pending = true;
+        normed = forward_reduce(f, l + 1 < d->n_layers ? f->w->layers[l + 1].attn_norm : NULL, n, false);
+        pending = !normed;
     }
     /* final residual add; the final norm is applied per selected row in forward_logits_chunk */
     if (pending)
         be->ops->add(be, f->h, f->delta, (size_t)n * (size_t)d->d_model);
+    if (f->dp) /* the lm_head's rows: every rank's */
+        comm_all_gather_rows(f->comm, f->h, f->dp->xg, (size_t)f->dp->t_max * (size_t)d->d_model);
 }
 
 /* The rows a decode-shaped pass (one row a sequence, every row's logits in order, one chunk)
@@ -470,7 +519,7 @@ static int forward_decode_rows(const struct forward *f, const struct forward_bat
 {
     /* a prompt chunk whose every row wants logits (prompt log-probabilities) is not a decode
      * step, whatever its count */
-    if (!f->use_graphs || f->mla || b->n_logits != b->n_tokens || b->n_logits > f->logit_chunk ||
+    if (!f->use_graphs || f->mla || f->dp || b->n_logits != b->n_tokens || b->n_logits > f->logit_chunk ||
         b->n_seqs != b->n_tokens)
         return 0;
     for (int i = 0; i < b->n_logits; i++)
@@ -518,7 +567,10 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
     enum status st = forward_check_batch(f, b, err);
     if (st)
         return st;
+    forward_dp_assign(f, b); /* data-parallel attention: rank 0 gives each new sequence a rank */
     ranks_send_pass(f, b); /* the other ranks run it too (nothing with one rank) */
+    if ((st = forward_dp_split(f, &b, err))) /* data-parallel attention: from here on, this rank's part */
+        return st;
     /* the device runs pb: b, or b padded to its graph size (the same on every rank: it follows
      * from the batch's shape); only b's rows come back */
     const int rows = forward_decode_rows(f, b);

@@ -29,6 +29,7 @@
 #include "model/model_weights.h"
 
 struct forward_mla;
+struct forward_dp;
 
 struct forward_batch {
     int n_tokens;
@@ -105,6 +106,9 @@ struct forward {
     struct comm *comm;       /* borrowed; NULL: one rank */
     int32_t *rank_buf;       /* rank 0's message of a pass to the others (engine/ranks.c), owned */
     int expert_lo, expert_hi; /* this rank's routed experts under expert parallelism; hi 0: all */
+    bool fuse_norm;          /* each all-reduce with the residual add and the next norm in one comm op
+                                (comm_all_reduce_add_rmsnorm; the plan's choice, model_session.c) */
+    struct forward_dp *dp;   /* data-parallel attention (engine/forward_dp.h), owned; NULL: attention by heads */
 };
 
 enum status forward_init(struct forward *f, const struct model_desc *d, const struct model_weights *w,

@@ -48,6 +48,8 @@ struct kv_seq {
     int n_blocks;
     int cap;
     int n_tokens;    /* tokens whose K/V are in the cache */
+    int attn_rank;   /* data-parallel attention (engine/forward_dp.h): 1 + the rank that attends for this
+                        sequence and holds its rows; 0: none yet */
 };
 
 /* The DSA key rows' type beside a latent of type latent: fp8 with fp8, else f32 (backend.h). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "engine/forward_dp.h"
 #include "model/model_plan.h"
 #include "model/synth_preset.h"
 #ifdef MOESERVE_HAVE_CUDA
@@ -23,11 +24,46 @@ static void session_ranks(const struct session_opts *o, int *rank, int *size)
         *rank = o->comm->rank, *size = o->comm->size;
 }
 
+/* Bytes a KV cache element of the attention's rows takes (the data-parallel rule's KV figures). */
+static double session_cache_elem_bytes(const struct model_desc *d, enum kv_dtype latent)
+{
+    bool mla = false;
+    for (int l = 0; l < d->n_layers; l++)
+        mla |= d->layers[l].attn == ATTN_MLA;
+    if (!mla)
+        return 4.0; /* GQA K and V are f32 */
+    return latent == KV_DTYPE_F32 ? 4.0 : latent == KV_DTYPE_FP8 ? 656.0 / 576.0 : 2.0;
+}
+
+/* The attention's layout over the ranks: the user's, else the planner's rule for this session's
+ * batch (max_seqs sequences) and mean context (max_context / 2), logged with its reason. */
+static void session_attention_layout(struct model_session *s, const struct session_opts *o, int size, int max_seqs,
+                                     int max_context, enum kv_dtype latent)
+{
+    if (size <= 1 || o->data_parallel_attention < 0)
+        return;
+    if (o->data_parallel_attention > 0) {
+        s->shard.data_parallel_attention = true;
+        LOG_INFO("attention data-parallel over %d ranks (--data-parallel-attention on): weights replicated", size);
+        return;
+    }
+    struct plan_weights pw;
+    model_plan_weights(&s->desc, &s->qc, &pw);
+    char why[400];
+    s->shard.data_parallel_attention =
+        model_shard_choose_attention(&s->desc, size, max_seqs, max_context / 2, model_shard_elem_bytes(pw.attn),
+                                     session_cache_elem_bytes(&s->desc, latent), why, sizeof why);
+    if (s->shard.data_parallel_attention)
+        LOG_INFO("attention data-parallel over %d ranks: %s", size, why);
+    else
+        LOG_DEBUG("attention by heads over %d ranks: %s", size, why);
+}
+
 /* The rank's share of the model (the whole model without ranks) and its local description, before
  * the backend: a GPU plans for its rank's shapes. The experts' layout where the user chose none:
  * by width while it falls on the format's scale blocks, else by expert where the backend can. */
 static enum status session_shard(struct model_session *s, const struct session_opts *o, bool can_mask,
-                                 struct err *err)
+                                 int max_seqs, int max_context, enum kv_dtype latent, struct err *err)
 {
     int rank, size;
     session_ranks(o, &rank, &size);
@@ -50,8 +86,12 @@ static enum status session_shard(struct model_session *s, const struct session_o
         if (s->shard.expert_parallel && !can_mask)
             return err_set(err, STATUS_UNSUPPORTED, "expert parallelism on the %s backend: not built yet (its "
                            "routed slots cannot be masked); use the width split", o->backend);
+        session_attention_layout(s, o, size, max_seqs, max_context, latent);
     } else if (o && o->expert_parallel) {
         return err_set(err, STATUS_INVALID, "--expert-parallel needs more than one rank (--tensor-parallel N)");
+    } else if (o && o->data_parallel_attention > 0) {
+        return err_set(err, STATUS_INVALID, "--data-parallel-attention on needs more than one rank "
+                       "(--tensor-parallel N)");
     }
     return model_shard_desc(&s->desc, &s->shard, &s->local, err);
 }
@@ -124,7 +164,8 @@ static enum status session_open(struct model_session *s, const char *dir, const 
         goto fail;
     enum kv_dtype latent = kv_cache_latent_dtype(kv_req);
     /* both backends mask other ranks' routed slots (moe_mask_ids) */
-    st = session_shard(s, o, strcmp(def.backend, "cpu") == 0 || strcmp(def.backend, "cuda") == 0, err);
+    st = session_shard(s, o, strcmp(def.backend, "cpu") == 0 || strcmp(def.backend, "cuda") == 0, def.max_seqs,
+                       def.max_context, latent, err);
     if (st)
         goto fail;
     if (latent == KV_DTYPE_FP8 && strcmp(def.backend, "cpu") != 0 &&
@@ -200,7 +241,13 @@ static enum status session_open(struct model_session *s, const char *dir, const 
             const struct shard_range ex = model_shard_experts(&s->desc, &s->shard);
             s->fwd.expert_lo = (int)ex.off, s->fwd.expert_hi = (int)(ex.off + ex.n);
         }
+        if (s->shard.data_parallel_attention && (st = forward_dp_init(&s->fwd, err)))
+            goto fail;
     }
+    /* every all-reduce followed by a norm goes with its residual add and that norm in one comm op
+     * (comm_all_reduce_add_rmsnorm): one kernel where the communicator has a fused form for the size,
+     * else the same two ops as apart (CPU ranks: the same bits) */
+    s->fwd.fuse_norm = s->fwd.comm != NULL;
     s->max_context = def.max_context;
     return STATUS_OK;
 fail:

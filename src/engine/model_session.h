@@ -38,6 +38,10 @@ struct session_opts {
     struct comm *comm;       /* borrowed: the ranks this session is one of (tensor parallelism over comm->size
                                 ranks: --tensor-parallel); NULL or one rank: the whole model */
     bool expert_parallel;    /* with ranks: routed experts partitioned by expert (--expert-parallel) */
+    int data_parallel_attention; /* with ranks: 1 each rank attends for its own sequences (the attention
+                                    replicated), -1 by heads, 0 the planner's rule for max_seqs sequences of
+                                    max_context / 2 tokens (model_shard_choose_attention;
+                                    --data-parallel-attention on|off|auto) */
     int device;              /* cuda: the GPU (a GPU rank's own) */
     const uint8_t *nccl_id;  /* cuda: GPU ranks: the session joins rank nccl_rank of nccl_size over NCCL
                                 (cuda_comm_nccl.h) with this id (CUDA_NCCL_ID_BYTES); NULL: comm above */

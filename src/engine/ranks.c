@@ -17,10 +17,10 @@ struct pass_header {
 };
 
 /* The payload's largest size: tokens, positions, sequence rows, logit rows, then per sequence its
- * block count, token count and blocks. */
+ * block count, token count, attention rank (data-parallel attention: kv_seq.attn_rank) and blocks. */
 static size_t payload_max(const struct forward *f)
 {
-    return 4 * (size_t)f->max_tokens + (size_t)f->max_seqs * (2 + (size_t)f->max_blocks);
+    return 4 * (size_t)f->max_tokens + (size_t)f->max_seqs * (3 + (size_t)f->max_blocks);
 }
 
 static bool multi(const struct forward *f)
@@ -50,6 +50,7 @@ void ranks_send_pass(struct forward *f, const struct forward_batch *b)
         const struct kv_seq *ks = b->seqs[s];
         p[o++] = ks->n_blocks;
         p[o++] = ks->n_tokens;
+        p[o++] = ks->attn_rank;
         memcpy(p + o, ks->blocks, (size_t)ks->n_blocks * 4), o += (size_t)ks->n_blocks;
     }
     struct pass_header h = {.kind = MSG_PASS, .n_tokens = b->n_tokens, .n_seqs = b->n_seqs, .n_logits = b->n_logits,
@@ -92,16 +93,17 @@ enum status ranks_follow(struct forward *f, struct err *err)
         comm_broadcast(f->comm, p, (size_t)h.n_ints * 4, 0);
         size_t o = 3 * (size_t)h.n_tokens + (size_t)h.n_logits;
         for (int s = 0; s < h.n_seqs && !st; s++) {
-            if (o + 2 > (size_t)h.n_ints || p[o] < 0 || p[o] > f->max_blocks ||
-                o + 2 + (size_t)p[o] > (size_t)h.n_ints) {
+            if (o + 3 > (size_t)h.n_ints || p[o] < 0 || p[o] > f->max_blocks ||
+                o + 3 + (size_t)p[o] > (size_t)h.n_ints) {
                 st = err_set(err, STATUS_INVALID, "rank %d: sequence %d's block table overruns the pass",
                              f->comm->rank, s);
                 break;
             }
             /* a view of rank 0's table: the forward only reads blocks and n_blocks */
-            seqs[s] = (struct kv_seq){.blocks = p + o + 2, .n_blocks = p[o], .cap = p[o], .n_tokens = p[o + 1]};
+            seqs[s] = (struct kv_seq){.blocks = p + o + 3, .n_blocks = p[o], .cap = p[o], .n_tokens = p[o + 1],
+                                      .attn_rank = p[o + 2]};
             ptrs[s] = &seqs[s];
-            o += 2 + (size_t)p[o];
+            o += 3 + (size_t)p[o];
         }
         if (st)
             break;

@@ -2,7 +2,8 @@
  *
  * Rank 0 owns the requests, the scheduler and the KV cache's block tables; every forward pass it
  * runs is first sent to the other ranks (token ids, positions, sequence rows, each sequence's
- * block table, the logit rows), which run the same pass over their shards in lock step, so that
+ * block table and, under data-parallel attention, the rank attending for it; the logit rows), which
+ * run the same pass over their shards in lock step, so that
  * the all-reduces inside it meet. Sampling happens once, on rank 0: the followers compute their
  * share of the logits for the gather of a vocabulary-parallel lm_head and keep nothing. Rank 0
  * ends the followers' loop with a stop message when it is done. A follower whose pass fails cannot leave

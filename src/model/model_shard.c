@@ -29,6 +29,8 @@ enum status model_shard_check(const struct model_desc *d, const struct model_sha
         return err_set(err, STATUS_INVALID, "rank %d of %d ranks", s->rank, n);
     if (n == 1)
         return STATUS_OK;
+    if (s->data_parallel_attention)
+        goto ffn; /* whole heads on every rank */
     if (d->n_heads % n)
         return err_set(err, STATUS_UNSUPPORTED, "%s: %d attention heads do not divide over %d ranks",
                        model_family_name(d->family), d->n_heads, n);
@@ -37,6 +39,7 @@ enum status model_shard_check(const struct model_desc *d, const struct model_sha
                        "%s: %d kv heads over %d ranks: neither divides the other (each rank needs whole kv "
                        "heads, or one kv head for all its q heads)",
                        model_family_name(d->family), d->n_kv_heads, n);
+ffn:
     if (desc_has(d, FFN_DENSE) && d->d_ff % n)
         return err_set(err, STATUS_UNSUPPORTED, "%s: intermediate_size %d does not divide over %d ranks",
                        model_family_name(d->family), d->d_ff, n);
@@ -63,11 +66,15 @@ static struct shard_range range_share(int64_t of, int rank, int size)
 
 struct shard_range model_shard_heads(const struct model_desc *d, const struct model_shard *s)
 {
+    if (s->data_parallel_attention)
+        return (struct shard_range){.off = 0, .n = d->n_heads, .of = d->n_heads};
     return range_share(d->n_heads, s->rank, s->size);
 }
 
 struct shard_range model_shard_kv_heads(const struct model_desc *d, const struct model_shard *s)
 {
+    if (s->data_parallel_attention)
+        return (struct shard_range){.off = 0, .n = d->n_kv_heads, .of = d->n_kv_heads};
     if (d->n_kv_heads >= s->size)
         return range_share(d->n_kv_heads, s->rank, s->size);
     /* q head h reads kv head h / (n_heads / n_kv_heads); the rank's q heads all read one */
@@ -107,7 +114,7 @@ enum status model_shard_desc(const struct model_desc *d, const struct model_shar
     memcpy(local->layers, d->layers, (size_t)d->n_layers * sizeof *d->layers);
     if (s->size == 1)
         return STATUS_OK;
-    local->n_heads = d->n_heads / s->size;
+    local->n_heads = (int)model_shard_heads(d, s).n;
     if (!desc_has_mla(d)) /* MLA's cache is the latent, not per-head keys */
         local->n_kv_heads = (int)model_shard_kv_heads(d, s).n;
     local->d_ff = d->d_ff / s->size;
@@ -137,6 +144,79 @@ bool model_shard_choose_experts(const struct model_desc *d, int size, enum weigh
     return false;
 }
 
+/* One layer's attention weight elements (the widest layer kind of the model). */
+static double attn_params(const struct model_desc *d)
+{
+    const double D = d->d_model, H = d->n_heads;
+    if (desc_has_mla(d)) {
+        const double qk = d->qk_nope_head_dim + d->qk_rope_head_dim;
+        const double q = d->q_lora_rank > 0 ? D * d->q_lora_rank + d->q_lora_rank * H * qk : D * H * qk;
+        double idx = 0;
+        if (d->index_n_heads > 0)
+            idx = (double)d->q_lora_rank * d->index_n_heads * d->index_head_dim + D * d->index_head_dim +
+                  D * d->index_n_heads;
+        return q + D * (d->kv_lora_rank + d->qk_rope_head_dim) +
+               (double)d->kv_lora_rank * H * (d->qk_nope_head_dim + d->v_head_dim) + H * d->v_head_dim * D + idx;
+    }
+    const double qd = H * d->head_dim, kvd = (double)d->n_kv_heads * d->head_dim;
+    return D * (qd + 2 * kvd) + qd * D;
+}
+
+double model_shard_elem_bytes(enum weight_format f)
+{
+    switch (f) {
+    case WEIGHT_F32:
+        return 4.0;
+    case WEIGHT_FP8_BLOCK:
+        return 1.0;
+    case WEIGHT_NVFP4:
+        return 0.5625; /* a nibble and a byte of scale per 16 */
+    default:
+        return 2.0;
+    }
+}
+
+struct shard_attn_cost model_shard_attn_cost(const struct model_desc *d, int size, int batch, int context,
+                                             double attn_weight_bytes, double cache_elem_bytes)
+{
+    const double N = size > 0 ? size : 1, bc = (double)batch * context;
+    const double w = attn_params(d) * attn_weight_bytes;
+    struct shard_attn_cost c = {.weights_tp = w / N, .weights_dp = w};
+    if (desc_has_mla(d)) {
+        double row = (double)(d->kv_lora_rank + d->qk_rope_head_dim) + (d->index_n_heads > 0 ? d->index_head_dim : 0);
+        c.cache_tp = bc * row * cache_elem_bytes; /* the latent is every head's: each rank reads all of it */
+        c.cache_dp = bc / N * row * cache_elem_bytes;
+    } else {
+        const double kv_row = 2.0 * d->head_dim * cache_elem_bytes;
+        const double kv_tp = d->n_kv_heads >= size ? (double)d->n_kv_heads / N : 1.0; /* kv heads a rank reads */
+        c.cache_tp = bc * kv_tp * kv_row;
+        c.cache_dp = bc / N * d->n_kv_heads * kv_row;
+    }
+    return c;
+}
+
+bool model_shard_choose_attention(const struct model_desc *d, int size, int batch, int context,
+                                  double attn_weight_bytes, double cache_elem_bytes, char *why, size_t n)
+{
+    if (size <= 1) {
+        snprintf(why, n, "one rank: nothing to split");
+        return false;
+    }
+    if (batch < size) {
+        snprintf(why, n, "%d sequences a step over %d ranks: some rank would attend for none (data-parallel "
+                 "attention pays from a sequence a rank up)", batch, size);
+        return false;
+    }
+    const struct shard_attn_cost c = model_shard_attn_cost(d, size, batch, context, attn_weight_bytes, cache_elem_bytes);
+    const double tp = c.weights_tp + c.cache_tp, dp = c.weights_dp + c.cache_dp;
+    const bool on = dp < tp;
+    snprintf(why, n, "%d sequences of %d tokens a step: a rank reads %.2f MiB a layer by heads (weights %.2f + "
+             "KV %.2f) vs %.2f MiB data-parallel (weights %.2f replicated + KV %.2f of its sequences): %s",
+             batch, context, tp / 1048576.0, c.weights_tp / 1048576.0, c.cache_tp / 1048576.0, dp / 1048576.0,
+             c.weights_dp / 1048576.0, c.cache_dp / 1048576.0, on ? "data-parallel" : "by heads");
+    return on;
+}
+
 static int add_part(struct shard_part *parts, int n, int max, const char *part, const char *split, const char *why,
                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 
@@ -160,7 +240,17 @@ int model_shard_layout(const struct model_desc *d, const struct model_shard *s, 
 {
     int n = 0;
     const struct shard_range h = model_shard_heads(d, s);
-    if (desc_has_mla(d)) {
+    if (s->data_parallel_attention) {
+        n = add_part(parts, n, max, desc_has_mla(d) ? "attention (MLA)" : "attention (GQA)", "data-parallel",
+                     "each rank attends for its own sequences (rank 0 assigns them, balanced): a sequence's KV "
+                     "cache rows are written and read on one rank only; the weights replicated; no all-reduce "
+                     "after o_proj: the FFN's input is the ranks' tokens all-gathered, its output reduce-scattered",
+                     "all %d heads, weights replicated (%.2f MiB a layer in bf16 on every rank); KV cache: its "
+                     "sequences", d->n_heads, attn_params(d) * 2.0 / 1048576.0);
+        if (desc_has_mla(d) && d->index_n_heads > 0)
+            n = add_part(parts, n, max, "DSA indexer", "data-parallel", "with its attention: its sequences' keys",
+                         "%d heads x %d, top %d", d->index_n_heads, d->index_head_dim, d->index_topk);
+    } else if (desc_has_mla(d)) {
         n = add_part(parts, n, max, "attention (MLA)", "by heads",
                      "q_b / kv_b rows and o_proj in-features by head; the latent is per token, not per head, so "
                      "each rank keeps q_a, kv_a and its latent cache whole; all-reduce after o_proj",

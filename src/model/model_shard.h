@@ -11,18 +11,26 @@
  * only. Splits respect the weight formats' scale blocks (NVFP4: 16 in-features; FP8: 128 x 128);
  * a model whose widths do not divide is refused with the width that does not.
  *
+ * Data-parallel attention (for large batches): every rank keeps the whole attention (weights
+ * replicated, heads not divided) and attends for its own sequences only, so the KV cache rows of a
+ * sequence (MLA: its latent) live on and are read by one rank; the FFN stays split as above, its
+ * input the ranks' tokens all-gathered and its partial sums reduce-scattered back to the ranks
+ * whose tokens they are. model_shard_choose_attention() is the rule that picks it by batch size.
+ *
  * This header holds the arithmetic only: which rows or columns of a tensor a rank keeps, and the
  * rank-local description (heads and widths divided) that the forward, the KV cache and the
  * buffers are sized from. model_weights binds with it.
  *
  * defines: struct model_shard, struct shard_range, struct shard_part, model_shard_check(),
  *          model_shard_desc(), model_shard_heads(), model_shard_kv_heads(), model_shard_width(),
- *          model_shard_vocab(), model_shard_experts(), model_shard_choose_experts(), model_shard_layout()
+ *          model_shard_vocab(), model_shard_experts(), model_shard_choose_experts(),
+ *          struct shard_attn_cost, model_shard_elem_bytes(), model_shard_attn_cost(), model_shard_choose_attention(), model_shard_layout()
  */
 #ifndef MOESERVE_MODEL_MODEL_SHARD_H
 #define MOESERVE_MODEL_MODEL_SHARD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -33,6 +41,7 @@ struct model_shard {
     int rank;             /* 0 .. size - 1 */
     int size;             /* ranks; 1: the whole model */
     bool expert_parallel; /* routed experts partitioned by expert instead of split by width */
+    bool data_parallel_attention; /* attention whole on every rank, each for its own sequences */
 };
 
 /* A contiguous share [off, off + n) of a dimension of length `of`. */
@@ -67,6 +76,25 @@ struct shard_range model_shard_experts(const struct model_desc *d, const struct 
  * is whole scale blocks of the experts' format (weight_format_in_block), else by expert where the
  * experts divide. True for EP; *why says which and why. */
 bool model_shard_choose_experts(const struct model_desc *d, int size, enum weight_format experts, const char **why);
+
+/* What one rank reads for one layer's attention in one decode step, by layout: the weights and the
+ * KV cache rows of `batch` sequences of `context` tokens (bytes). */
+struct shard_attn_cost {
+    double weights_tp, cache_tp; /* attention by heads: 1/N of the weights; the cache rows its heads read
+                                    (MLA: every sequence's whole latent, on every rank) */
+    double weights_dp, cache_dp; /* data-parallel: all the weights; its batch / N sequences' rows */
+};
+/* Bytes a weight element of format f takes, its scales included (bf16 2, fp8 1, nvfp4 0.5625). */
+double model_shard_elem_bytes(enum weight_format f);
+/* attn_weight_bytes: bytes a weight element of the attention's format takes (bf16 2, fp8 1, nvfp4
+ * 0.5625); cache_elem_bytes: a KV cache element's (bf16 2, f32 4). */
+struct shard_attn_cost model_shard_attn_cost(const struct model_desc *d, int size, int batch, int context,
+                                             double attn_weight_bytes, double cache_elem_bytes);
+/* The attention's layout over `size` ranks for steps of `batch` sequences of `context` tokens:
+ * data-parallel (true) where each rank gets a sequence and reads fewer bytes a decode step that way
+ * (model_shard_attn_cost), else by heads; *why says which and why (the figures, into buf). */
+bool model_shard_choose_attention(const struct model_desc *d, int size, int batch, int context,
+                                  double attn_weight_bytes, double cache_elem_bytes, char *why, size_t n);
 
 /* One row of the layout `moeserve plan --tensor-parallel N` prints. */
 struct shard_part {

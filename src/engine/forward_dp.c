@@ -1,0 +1,199 @@
+/* forward_dp.c — see forward_dp.h. */
+#include "engine/forward_dp.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void dp_free_buf(struct forward *f, void **p)
+{
+    if (*p)
+        f->be->ops->free(f->be, *p);
+    *p = NULL;
+}
+
+void forward_dp_free(struct forward *f)
+{
+    struct forward_dp *dp = f->dp;
+    if (!dp)
+        return;
+    dp_free_buf(f, (void **)&dp->xg);
+    dp_free_buf(f, (void **)&dp->dg);
+    free(dp->tokens);
+    free(dp->pos);
+    free(dp->seq);
+    free(dp->logit_rows);
+    free(dp->place);
+    free(dp->local_seq);
+    free(dp->seqs);
+    free(dp->owner);
+    free(dp);
+    f->dp = NULL;
+}
+
+/* Replaces *p by a buffer of `bytes` (the FFN's, for every rank's rows). */
+static bool dp_regrow(struct forward *f, void **p, size_t bytes)
+{
+    if (*p)
+        f->be->ops->free(f->be, *p);
+    *p = f->be->ops->alloc(f->be, bytes);
+    return *p != NULL;
+}
+
+enum status forward_dp_init(struct forward *f, struct err *err)
+{
+    if (!f->comm)
+        return err_set(err, STATUS_INVALID, "data-parallel attention needs ranks");
+    const struct model_desc *d = f->d;
+    const size_t R = (size_t)f->comm->size * (size_t)f->max_tokens, T = (size_t)f->max_tokens, D = (size_t)d->d_model;
+    const size_t E = (size_t)(d->n_experts ? d->n_experts : 1), K = (size_t)(d->n_experts_used ? d->n_experts_used : 1);
+    size_t F = (size_t)d->d_ff;
+    if ((size_t)d->d_expert * (size_t)d->n_shared_experts > F)
+        F = (size_t)d->d_expert * (size_t)d->n_shared_experts;
+    if ((size_t)d->d_expert > F)
+        F = (size_t)d->d_expert;
+    struct forward_dp *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return err_set(err, STATUS_NOMEM, "forward: out of host memory");
+    f->dp = dp;
+    dp->tokens = malloc(T * sizeof(int32_t));
+    dp->pos = malloc(T * sizeof(int32_t));
+    dp->seq = malloc(T * sizeof(int32_t));
+    dp->logit_rows = malloc(T * sizeof(int32_t));
+    dp->place = malloc(T * sizeof(int32_t));
+    dp->local_seq = malloc((size_t)f->max_seqs * sizeof(int32_t));
+    dp->seqs = calloc((size_t)f->max_seqs, sizeof *dp->seqs);
+    dp->owner = malloc((size_t)f->kv->n_blocks * sizeof *dp->owner);
+    float *zeros = calloc(T * D, sizeof(float));
+    bool ok = dp->tokens && dp->pos && dp->seq && dp->logit_rows && dp->place && dp->local_seq && dp->seqs &&
+              dp->owner && zeros;
+    for (int i = 0; ok && i < f->kv->n_blocks; i++)
+        dp->owner[i] = -1;
+    if (!ok) {
+        free(zeros);
+        forward_dp_free(f);
+        return err_set(err, STATUS_NOMEM, "forward: out of host memory");
+    }
+    /* the FFN runs over every rank's rows: its buffers grow to R rows */
+    struct {
+        void **p;
+        size_t bytes;
+    } bufs[] = {
+        {(void **)&dp->xg, R * D * 4},
+        {(void **)&dp->dg, R * D * 4},
+        {(void **)&f->tmp, R * D * 4},
+        {(void **)&f->gate, R * F * 4},
+        {(void **)&f->up, R * F * 4},
+        {(void **)&f->router, R * E * 4},
+        {(void **)&f->route_w, R * K * 4},
+        {(void **)&f->route_ids, R * K * 4},
+        {(void **)&f->moe_work,
+         backend_moe_workspace_floats((int)R, (int)K, d->d_model, d->d_expert ? d->d_expert : 1) * 4},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && ok; i++)
+        ok = dp_regrow(f, bufs[i].p, bufs[i].bytes);
+    if (ok) {
+        /* a rank's rows past its count go into the gathers as padding: finite (zero) from the start,
+         * later the rows of an earlier pass; the FFN's rows are independent, so they touch nothing */
+        f->be->ops->upload(f->be, f->x, zeros, T * D * sizeof(float));
+        f->be->ops->upload(f->be, f->h, zeros, T * D * sizeof(float));
+    }
+    free(zeros);
+    if (!ok) {
+        forward_dp_free(f); /* forward_free frees the regrown FFN buffers */
+        return err_set(err, STATUS_NOMEM, "forward: cannot allocate the FFN's buffers for %zu rows (%d ranks' "
+                       "tokens) on %s", R, f->comm->size, f->be->ops->name);
+    }
+    return STATUS_OK;
+}
+
+void forward_dp_assign(struct forward *f, const struct forward_batch *b)
+{
+    struct forward_dp *dp = f->dp;
+    if (!dp || f->comm->rank != 0)
+        return;
+    const int N = f->comm->size;
+    int n_seqs[4096] = {0}, n_tok[4096] = {0};
+    ASSERT(N <= 4096);
+    /* the first row of each sequence in the pass: past 0, its prefix is in the cache already */
+    int32_t *first = dp->local_seq; /* scratch here; forward_dp_split fills it anew */
+    for (int s = 0; s < b->n_seqs; s++)
+        first[s] = INT32_MAX;
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int s = b->seq[i];
+        first[s] = b->pos[i] < first[s] ? b->pos[i] : first[s];
+        if (b->seqs[s]->attn_rank > 0)
+            n_tok[b->seqs[s]->attn_rank - 1]++;
+    }
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->seqs[s]->attn_rank > 0)
+            n_seqs[b->seqs[s]->attn_rank - 1]++;
+    for (int s = 0; s < b->n_seqs; s++) {
+        struct kv_seq *ks = b->seqs[s];
+        if (ks->attn_rank > 0)
+            continue;
+        int r = -1;
+        if (first[s] > 0 && ks->n_blocks > 0)
+            r = dp->owner[ks->blocks[0]];
+        if (r < 0 || r >= N) {
+            r = 0;
+            for (int q = 1; q < N; q++)
+                if (n_seqs[q] < n_seqs[r] || (n_seqs[q] == n_seqs[r] && n_tok[q] < n_tok[r]))
+                    r = q;
+        }
+        ks->attn_rank = r + 1;
+        n_seqs[r]++;
+        for (int i = 0; i < b->n_tokens; i++)
+            n_tok[r] += b->seq[i] == s;
+    }
+    /* the blocks a sequence holds are its rank's: a later sequence that shares them goes there too */
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int j = 0; j < b->seqs[s]->n_blocks; j++)
+            dp->owner[b->seqs[s]->blocks[j]] = (int16_t)(b->seqs[s]->attn_rank - 1);
+}
+
+enum status forward_dp_split(struct forward *f, const struct forward_batch **pb, struct err *err)
+{
+    struct forward_dp *dp = f->dp;
+    if (!dp)
+        return STATUS_OK;
+    const struct forward_batch *b = *pb;
+    const int N = f->comm->size, me = f->comm->rank;
+    int count[4096] = {0};
+    ASSERT(N <= 4096);
+    int n_local_seqs = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r = b->seqs[s]->attn_rank - 1;
+        if (r < 0 || r >= N)
+            return err_set(err, STATUS_INVALID, "data-parallel attention: sequence %d of the pass has rank %d of %d",
+                           s, r, N);
+        dp->local_seq[s] = r == me ? n_local_seqs : -1;
+        if (r == me)
+            dp->seqs[n_local_seqs++] = b->seqs[s];
+    }
+    int n = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int s = b->seq[i], r = b->seqs[s]->attn_rank - 1;
+        dp->place[i] = count[r]++; /* the rank's k-th row; the rank's block offset once t_max is known */
+        if (r == me) {
+            dp->tokens[n] = b->tokens[i];
+            dp->pos[n] = b->pos[i];
+            dp->seq[n] = dp->local_seq[s];
+            n++;
+        }
+    }
+    int t_max = 0;
+    for (int r = 0; r < N; r++)
+        t_max = count[r] > t_max ? count[r] : t_max;
+    dp->t_max = t_max;
+    for (int i = 0; i < b->n_tokens; i++)
+        dp->place[i] += (b->seqs[b->seq[i]]->attn_rank - 1) * t_max;
+    for (int i = 0; i < b->n_logits; i++)
+        dp->logit_rows[i] = dp->place[b->logit_rows[i]];
+    dp->local = (struct forward_batch){.n_tokens = n, .tokens = dp->tokens, .pos = dp->pos, .seq = dp->seq,
+                                       .n_seqs = n_local_seqs, .seqs = dp->seqs, .n_logits = b->n_logits,
+                                       .logit_rows = dp->logit_rows, .tokens_out = b->tokens_out,
+                                       .sample = b->sample};
+    *pb = &dp->local;
+    return STATUS_OK;
+}

@@ -1,0 +1,55 @@
+/* forward_dp.h — data-parallel attention over the ranks (DESIGN.md decision 6, for large batches).
+ *
+ * Every rank holds the whole attention (model_shard.data_parallel_attention) and attends for its
+ * own sequences only; the FFN stays split over the ranks. A pass is the whole step on every rank
+ * (engine/ranks.c broadcasts it with each sequence's rank); each rank takes its part: its
+ * sequences' rows, in batch order (forward_dp_split). Around each FFN the forward gathers every
+ * rank's normed rows, padded to the largest rank's count (t_max), runs the FFN share over all of
+ * them and reduce-scatters the partial sums back, so that each rank's rows come home whole; after
+ * the last layer the residual rows are gathered once more for the lm_head, whose logit rows are
+ * the gathered rows' places (rank r's k-th row is row r * t_max + k).
+ *
+ * Rank 0 assigns each new sequence a rank (forward_dp_assign): where its first rows start past
+ * position 0 (a cached prefix), the rank that wrote that prefix's first block; else the rank with
+ * the fewest of the step's sequences (then tokens), so that a decode step's sequences spread evenly.
+ * The assignment stays with the sequence (kv_seq.attn_rank) until it is released. Not done here:
+ * per-rank KV block pools (each rank's cache has the whole block space; it writes and reads only
+ * its sequences' blocks).
+ *
+ * defines: struct forward_dp, forward_dp_init(), forward_dp_free(), forward_dp_assign(), forward_dp_split()
+ */
+#ifndef MOESERVE_ENGINE_FORWARD_DP_H
+#define MOESERVE_ENGINE_FORWARD_DP_H
+
+#include "engine/forward.h"
+
+struct forward_dp {
+    /* backend memory, owned; R = ranks x max_tokens */
+    float *xg;          /* (R, d_model) every rank's FFN input rows; after the layers, every rank's residual rows */
+    float *dg;          /* (R, d_model) this rank's FFN share of every row, before the reduce-scatter */
+    int t_max;          /* this pass: the most rows any rank attends for (the gathers' block) */
+    /* host, owned */
+    int32_t *tokens, *pos, *seq; /* (max_tokens) this rank's rows of the pass */
+    int32_t *logit_rows;         /* (max_tokens) the pass's logit rows as places in xg */
+    int32_t *place;              /* (max_tokens) each batch row's place in xg */
+    int32_t *local_seq;          /* (max_seqs) a pass sequence's index among this rank's, or -1 */
+    struct kv_seq **seqs;        /* (max_seqs) this rank's sequences of the pass (borrowed) */
+    int16_t *owner;              /* (kv n_blocks) rank 0: the rank that wrote each block, -1 none */
+    struct forward_batch local;  /* this rank's part of the pass; its logit rows (all of the pass's)
+                                    as places in xg, its tokens_out and sample the pass's */
+};
+
+/* Takes data-parallel attention's buffers and grows the FFN's to every rank's rows (ranks x
+ * max_tokens): after forward_init and f->comm set. */
+enum status forward_dp_init(struct forward *f, struct err *err);
+/* Safe when f->dp is NULL. */
+void forward_dp_free(struct forward *f);
+/* Rank 0: a rank for each sequence of b that has none (kv_seq.attn_rank), before the pass is sent;
+ * nothing on other ranks or without data-parallel attention. */
+void forward_dp_assign(struct forward *f, const struct forward_batch *b);
+/* This rank's part of *b into f->dp->local, which *b then points to (what the forward runs from
+ * there: its rows, and the pass's logit rows placed in xg), and t_max; an error where a sequence
+ * has no rank or one outside the ranks. Nothing without data-parallel attention. */
+enum status forward_dp_split(struct forward *f, const struct forward_batch **b, struct err *err);
+
+#endif
