@@ -116,6 +116,16 @@ expect context_fill_bogus "--context-fill: expected prefill or random" -- bench 
 fifo=$(copy_model fifo)
 rm -f "$fifo/model.safetensors" && mkfifo "$fifo/model.safetensors"
 expect fifo_shard "not a regular file" -- info --model "$fifo"
+# ... and in place of a text or template file (each opened before anything else blocks)
+mkfifo "$work/fifo_file"
+expect fifo_tokenize_file "not a regular file" -- tokenize --model "$src/models/moeserve-tiny" --file "$work/fifo_file"
+expect fifo_perplexity_file "not a regular file" -- perplexity --model "$src/models/moeserve-tiny" \
+    --file "$work/fifo_file"
+expect fifo_chat_template "not a regular file" -- serve --model "$src/models/moeserve-tiny" --port 0 \
+    --chat-template "$work/fifo_file"
+# logits honours the model's positions as generate does (--allow-long-context to go past them)
+expect logits_past_positions "past the model's max_position_embeddings (256)" -- logits --model "$good" \
+    --tokens "$(seq -s, 1 300)" --out "$work/o.bin"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
