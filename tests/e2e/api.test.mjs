@@ -312,6 +312,27 @@ describe('openai client against moeserve serve', () => {
     assert.equal(finish, 'stop');
   });
 
+  test('a stop string ends generation on the server, not only the text (the reader cancels it)', async () => {
+    const req = { model: MODEL, prompt: 'And God said', max_tokens: 200, temperature: 0, ignore_eos: true };
+    const full = (await client.completions.create({ ...req, max_tokens: 30 })).choices[0].text;
+    const stop = full.slice(12, 16);
+    const before = (await metrics(srv.url)).moeserve_generation_tokens_total;
+    for (const stream of [false, true]) {
+      const r = await client.completions.create({ ...req, stop, stream });
+      if (stream) for await (const chunk of r); // eslint-disable-line no-unused-vars
+    }
+    await sleep(200); // the generations' ends reach the metrics as their connections close
+    const spent = (await metrics(srv.url)).moeserve_generation_tokens_total - before;
+    // both stop within the first 30 tokens (+ a step or two in flight), far from the 200 asked for
+    assert.ok(spent <= 2 * 36, `${spent} tokens generated for two stopped requests`);
+  });
+
+  test('completions without max_tokens generate OpenAI\'s default of 16 tokens', async () => {
+    const r = await client.completions.create({ model: MODEL, prompt: 'And God said', temperature: 0, ignore_eos: true });
+    assert.equal(r.usage.completion_tokens, 16);
+    assert.equal(r.choices[0].finish_reason, 'length');
+  });
+
   test('/tokenize is the CLI\'s tokenizer (and chat the template\'s ids); /detokenize inverts it', async () => {
     const text = 'In the beginning God created the heaven and the earth.';
     const cli = JSON.parse(execFileSync(BIN, ['tokenize', '--model', MODEL_DIR, '--special', '--text', text]).toString());
@@ -609,6 +630,23 @@ describe('connection limits', () => {
     const r = await fetch(url, { headers: { connection: 'close' } });
     return { status: r.status, retry: r.headers.get('retry-after'), json: await r.json() };
   };
+
+  test('--idle-timeout closes a silent connection', async () => {
+    const srv = await startServer(['--max-context', '128', '--idle-timeout', '1']);
+    try {
+      const [s] = await idle(srv.url, 1);
+      const t0 = Date.now();
+      const closed = await new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), 8000);
+        s.on('close', () => { clearTimeout(timer); resolve(true); });
+      });
+      assert.ok(closed, 'the idle connection is still open after 8 s');
+      assert.ok(Date.now() - t0 >= 900, `closed after ${Date.now() - t0} ms`);
+      assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+    } finally {
+      await srv.stop();
+    }
+  });
 
   test('past --max-connections-per-client and --max-connections: 503 with Retry-After, not a reset', async () => {
     const srv = await startServer(['--max-context', '128', '--max-connections', '6', '--max-connections-per-client',
