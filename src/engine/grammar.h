@@ -148,8 +148,8 @@ struct gm_mark grammar_matcher_mark(const struct grammar_matcher *m);
 void grammar_matcher_rewind(struct grammar_matcher *m, struct gm_mark mk);
 /* to = from after byte b; false (to empty) when b cannot follow from or a bound was hit. */
 bool grammar_matcher_step(struct grammar_matcher *m, const struct gm_state *from, uint8_t b, struct gm_state *to);
-/* m->cur's stacks by content (not node ids), written to key[0..cap): equal keys, equal states
+/* State st's stacks by content (not node ids), written to key[0..cap): equal keys, equal states
  * (token masks are cached by it). Returns the length the whole key needs (more than cap: cut). */
-size_t grammar_matcher_key(const struct grammar_matcher *m, int32_t *key, size_t cap);
+size_t grammar_matcher_key(const struct grammar_matcher *m, const struct gm_state *st, int32_t *key, size_t cap);
 
 #endif

@@ -2,7 +2,8 @@
  *
  * The strict subset OpenAI's structured outputs take, compiled to a grammar of the JSON text that
  * validates: type (object, array, string, number, integer, boolean, null, or a list of them),
- * properties, required, additionalProperties (false, or absent = false as strict mode has it; true
+ * properties, required, additionalProperties (false, or absent = false as strict mode has it, but for
+ * an object schema without properties: any keys; true
  * or a schema: any other key with such a value), enum, const, items, prefixItems, minItems,
  * maxItems, anyOf / oneOf (as anyOf), $ref to "#", "#/$defs/..." or "#/definitions/..."
  * (recursion allowed: the stack grows with the nesting of the output), string minLength,

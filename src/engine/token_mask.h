@@ -54,6 +54,7 @@ void token_vocab_free(struct token_vocab *tv);
 enum { TOKEN_MASK_CACHE = 16 };
 
 struct token_mask_entry;
+struct token_mask_dfa;
 struct token_mask {
     const struct token_vocab *tv; /* borrowed */
     struct grammar_matcher m;
@@ -61,7 +62,8 @@ struct token_mask {
     int n_allowed;              /* ids set in bits */
     struct token_mask_entry *cache; /* (TOKEN_MASK_CACHE) owned */
     int cache_next;             /* the entry replaced next (round robin) */
-    int32_t *key;               /* (key_cap) scratch for the state's key */
+    struct token_mask_dfa *dfa; /* a walk's automaton of matcher states, owned */
+    int32_t *key;               /* (key_cap) scratch for a state's key */
     size_t key_cap;
     uint64_t n_computed, n_cached; /* masks walked, masks taken from the cache */
 };

@@ -24,7 +24,7 @@
  * defines: struct tokenizer, tokenizer_load(), tokenizer_load_buffer(),
  *          tokenizer_free(), struct tok_ids, tok_ids_free(), tokenizer_encode(),
  *          tokenizer_decode(), tokenizer_vocab_size(), tokenizer_id_known(), tokenizer_token_id(),
- *          tokenizer_token_text(), tokenizer_is_special(), struct detok_stream,
+ *          tokenizer_token_text(), tokenizer_is_special(), tokenizer_token_bytes(), struct detok_stream,
  *          detok_stream_init(), detok_stream_push(), detok_stream_flush(),
  *          detok_stream_free()
  */
@@ -72,6 +72,11 @@ int32_t tokenizer_token_id(const struct tokenizer *t, const char *token); /* -1 
 const char *tokenizer_token_text(const struct tokenizer *t, int32_t id);
 /* True if decode with skip_special_tokens drops id (its text is a special added token's). */
 bool tokenizer_is_special(const struct tokenizer *t, int32_t id);
+/* The bytes id stands for on its own (tok_bytes.c): a ByteLevel token's raw bytes (possibly part
+ * of a UTF-8 character), appended to *out (realloc'ed, *len updated). STATUS_UNSUPPORTED when the
+ * decoder makes a token's bytes depend on its neighbours (any step but ByteLevel and Fuse). */
+enum status tokenizer_token_bytes(const struct tokenizer *t, int32_t id, char **out, size_t *len, size_t *cap,
+                                  struct err *err);
 
 /* Streaming detokenizer for generation. Pieces are whole UTF-8 characters
  * only; the concatenation of everything push and flush return equals

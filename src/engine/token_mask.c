@@ -1,0 +1,450 @@
+/* token_mask.c — vocabulary trie and per-step token masks (see token_mask.h).
+ *
+ * The trie is built from the ids sorted by their bytes: consecutive ids share their common
+ * prefix's path, so one pass lays the nodes out in preorder with each subtree contiguous
+ * ([i, node_end[i])). A walk visits a child only when its byte can follow and sets the ids that
+ * end at nodes the grammar survives.
+ *
+ * During a walk the matcher's states are interned by content into a small automaton built lazily
+ * (state x byte -> state, 256 entries a state): inside a JSON string the walk goes round the same
+ * few states for hundreds of thousands of trie nodes, and each visit is then one table lookup
+ * instead of a matcher step. The automaton lives for one walk (its states' frames are released
+ * at its end).
+ */
+#include "engine/token_mask.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/tokenizer.h"
+
+/* One interned matcher state of a walk. */
+struct tm_dstate {
+    struct gm_state st;
+    uint32_t key_off, key_len; /* its key in the automaton's key pool */
+    int32_t next[256];         /* the state after each byte: -1 dead, -2 not yet computed */
+};
+
+struct token_mask_dfa {
+    struct tm_dstate *s; /* (cap) owned */
+    int32_t n, cap;
+    int32_t *keys;       /* (cap_keys) the states' keys, concatenated */
+    size_t n_keys, cap_keys;
+    int32_t *hash;       /* (hcap) state ids by key hash, -1 empty */
+    int32_t hcap;
+    bool failed;         /* out of memory */
+};
+
+struct token_mask_entry {
+    int32_t *key;   /* (key_len) the matcher state's key, owned; NULL: empty entry */
+    size_t key_len;
+    uint32_t *bits; /* (words) owned */
+    int n_allowed;
+};
+
+static size_t mask_words(int vocab)
+{
+    return ((size_t)vocab + 31) / 32;
+}
+
+void token_vocab_free(struct token_vocab *tv)
+{
+    free(tv->off);
+    free(tv->bytes);
+    free(tv->kind);
+    free(tv->node_byte);
+    free(tv->node_end);
+    free(tv->node_tok);
+    free(tv->tok_next);
+    free(tv->eos);
+    memset(tv, 0, sizeof *tv);
+}
+
+static int cmp_ids(const void *a, const void *b, void *ctx)
+{
+    const struct token_vocab *tv = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    size_t nx = tv->off[x + 1] - tv->off[x], ny = tv->off[y + 1] - tv->off[y];
+    int c = memcmp(tv->bytes + tv->off[x], tv->bytes + tv->off[y], nx < ny ? nx : ny);
+    if (c)
+        return c;
+    if (nx != ny)
+        return nx < ny ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static enum status build_trie(struct token_vocab *tv, struct err *err)
+{
+    int32_t n = 0;
+    for (int id = 0; id < tv->vocab; id++)
+        n += tv->kind[id] == 0;
+    int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+    size_t cap = (size_t)tv->off[tv->vocab] + 1; /* at most a node a byte, plus the root */
+    tv->node_byte = malloc(cap);
+    tv->node_end = malloc(cap * sizeof *tv->node_end);
+    tv->node_tok = malloc(cap * sizeof *tv->node_tok);
+    int32_t *path = malloc(((size_t)tv->max_len + 1) * sizeof *path);
+    if (!ids || !tv->node_byte || !tv->node_end || !tv->node_tok || !path) {
+        free(ids), free(path);
+        return err_set(err, STATUS_NOMEM, "token masks: out of memory for the vocabulary trie");
+    }
+    n = 0;
+    for (int id = 0; id < tv->vocab; id++)
+        if (tv->kind[id] == 0)
+            ids[n++] = id;
+    qsort_r(ids, (size_t)n, sizeof *ids, cmp_ids, tv);
+    /* path[d]: the node at depth d on the current token's path; path[0] the root */
+    int32_t nn = 1, depth = 0;
+    tv->node_byte[0] = 0;
+    tv->node_tok[0] = -1;
+    path[0] = 0;
+    const uint8_t *prev = NULL;
+    size_t prev_len = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        const uint8_t *s = tv->bytes + tv->off[id];
+        size_t len = tv->off[id + 1] - tv->off[id];
+        size_t l = 0;
+        while (prev && l < len && l < prev_len && s[l] == prev[l])
+            l++;
+        while (depth > (int32_t)l) /* close the nodes below the common prefix */
+            tv->node_end[path[depth--]] = nn;
+        for (size_t k = l; k < len; k++) {
+            tv->node_byte[nn] = s[k];
+            tv->node_tok[nn] = -1;
+            path[++depth] = nn++;
+        }
+        int32_t at = path[depth];
+        if (tv->node_tok[at] < 0) {
+            tv->node_tok[at] = id;
+        } else { /* same bytes as an earlier id: chain it after the last */
+            int32_t x = tv->node_tok[at];
+            while (tv->tok_next[x] >= 0)
+                x = tv->tok_next[x];
+            tv->tok_next[x] = id;
+        }
+        prev = s, prev_len = len;
+    }
+    while (depth >= 0)
+        tv->node_end[path[depth--]] = nn;
+    tv->n_nodes = nn;
+    free(ids);
+    free(path);
+    return STATUS_OK;
+}
+
+enum status token_vocab_init(struct token_vocab *tv, const struct tokenizer *t, const int32_t *eos_ids, int n_eos,
+                             struct err *err)
+{
+    memset(tv, 0, sizeof *tv);
+    int v = tokenizer_vocab_size(t);
+    tv->vocab = v;
+    tv->off = malloc(((size_t)v + 1) * sizeof *tv->off);
+    tv->kind = calloc((size_t)v, 1);
+    tv->tok_next = malloc((size_t)(v ? v : 1) * sizeof *tv->tok_next);
+    tv->eos = malloc((size_t)(n_eos > 0 ? n_eos : 1) * sizeof *tv->eos);
+    if (!tv->off || !tv->kind || !tv->tok_next || !tv->eos) {
+        token_vocab_free(tv);
+        return err_set(err, STATUS_NOMEM, "token masks: out of memory for %d ids", v);
+    }
+    for (int i = 0; i < n_eos; i++)
+        if (eos_ids[i] >= 0 && eos_ids[i] < v)
+            tv->eos[tv->n_eos++] = eos_ids[i];
+    char *bytes = NULL;
+    size_t len = 0, cap = 0;
+    enum status st = STATUS_OK;
+    for (int id = 0; id < v && !st; id++) {
+        tv->off[id] = (uint32_t)len;
+        tv->tok_next[id] = -1;
+        bool eos = false;
+        for (int i = 0; i < tv->n_eos; i++)
+            eos |= tv->eos[i] == id;
+        if (eos) {
+            tv->kind[id] = 1;
+        } else if (!tokenizer_id_known(t, id) || tokenizer_is_special(t, id)) {
+            tv->kind[id] = 2;
+        } else {
+            st = tokenizer_token_bytes(t, id, &bytes, &len, &cap, err);
+            size_t n = len - tv->off[id];
+            if (n == 0)
+                tv->kind[id] = 2; /* adds nothing: allowing it could loop forever */
+            if ((int)n > tv->max_len)
+                tv->max_len = (int)n;
+        }
+        if (len > UINT32_MAX / 2) {
+            st = err_set(err, STATUS_INVALID, "token masks: the vocabulary's bytes exceed 2 GB");
+        }
+    }
+    tv->off[v] = (uint32_t)len;
+    tv->bytes = (uint8_t *)bytes;
+    if (!st && !tv->bytes && !(tv->bytes = malloc(1)))
+        st = err_set(err, STATUS_NOMEM, "token masks: out of memory");
+    if (!st)
+        st = build_trie(tv, err);
+    if (st)
+        token_vocab_free(tv);
+    return st;
+}
+
+/* ---- masks ---- */
+
+enum status token_mask_init(struct token_mask *tm, const struct token_vocab *tv, struct grammar *g, struct err *err)
+{
+    memset(tm, 0, sizeof *tm);
+    tm->tv = tv;
+    enum status st = grammar_matcher_init(&tm->m, g, err);
+    if (st)
+        return st;
+    size_t w = mask_words(tv->vocab);
+    tm->bits = calloc(w, sizeof *tm->bits);
+    tm->cache = calloc(TOKEN_MASK_CACHE, sizeof *tm->cache);
+    tm->dfa = calloc(1, sizeof *tm->dfa);
+    if (!tm->bits || !tm->cache || !tm->dfa) {
+        token_mask_free(tm);
+        return err_set(err, STATUS_NOMEM, "token masks: out of memory");
+    }
+    return STATUS_OK;
+}
+
+void token_mask_free(struct token_mask *tm)
+{
+    grammar_matcher_free(&tm->m);
+    free(tm->bits);
+    for (int i = 0; tm->cache && i < TOKEN_MASK_CACHE; i++)
+        free(tm->cache[i].key), free(tm->cache[i].bits);
+    free(tm->cache);
+    if (tm->dfa)
+        free(tm->dfa->s), free(tm->dfa->keys), free(tm->dfa->hash);
+    free(tm->dfa);
+    free(tm->key);
+    memset(tm, 0, sizeof *tm);
+}
+
+static uint32_t key_hash(const int32_t *k, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)k[i]) * 16777619u;
+    return h;
+}
+
+static bool tm_key(struct token_mask *tm, const struct gm_state *st, size_t *kn)
+{
+    *kn = grammar_matcher_key(&tm->m, st, tm->key, tm->key_cap);
+    if (*kn <= tm->key_cap)
+        return true;
+    int32_t *k = realloc(tm->key, *kn * 2 * sizeof *k);
+    if (!k)
+        return false;
+    tm->key = k, tm->key_cap = *kn * 2;
+    grammar_matcher_key(&tm->m, st, tm->key, tm->key_cap);
+    return true;
+}
+
+static bool dfa_rehash(struct token_mask_dfa *d, int32_t hcap)
+{
+    int32_t *h = malloc((size_t)hcap * sizeof *h);
+    if (!h)
+        return false;
+    for (int32_t i = 0; i < hcap; i++)
+        h[i] = -1;
+    for (int32_t id = 0; id < d->n; id++) {
+        uint32_t x = key_hash(d->keys + d->s[id].key_off, d->s[id].key_len) & (uint32_t)(hcap - 1);
+        while (h[x] >= 0)
+            x = (x + 1) & (uint32_t)(hcap - 1);
+        h[x] = id;
+    }
+    free(d->hash);
+    d->hash = h, d->hcap = hcap;
+    return true;
+}
+
+/* The id of state st (its key in tm->key[0..kn)): an existing one, or a new one (*fresh). -1: out of memory. */
+static int32_t dfa_intern(struct token_mask *tm, const struct gm_state *st, size_t kn, bool *fresh)
+{
+    struct token_mask_dfa *d = tm->dfa;
+    *fresh = false;
+    if (2 * (d->n + 1) > d->hcap && !dfa_rehash(d, d->hcap ? 2 * d->hcap : 64))
+        return -1;
+    uint32_t x = key_hash(tm->key, kn) & (uint32_t)(d->hcap - 1);
+    for (; d->hash[x] >= 0; x = (x + 1) & (uint32_t)(d->hcap - 1)) {
+        const struct tm_dstate *e = &d->s[d->hash[x]];
+        if (e->key_len == kn && memcmp(d->keys + e->key_off, tm->key, kn * sizeof *tm->key) == 0)
+            return d->hash[x];
+    }
+    if (d->n == d->cap) {
+        int32_t nc = d->cap ? 2 * d->cap : 16;
+        struct tm_dstate *ns = realloc(d->s, (size_t)nc * sizeof *ns);
+        if (!ns)
+            return -1;
+        d->s = ns, d->cap = nc;
+    }
+    if (d->n_keys + kn > d->cap_keys) {
+        size_t nc = d->cap_keys ? 2 * d->cap_keys : 1024;
+        while (nc < d->n_keys + kn)
+            nc *= 2;
+        int32_t *nk = realloc(d->keys, nc * sizeof *nk);
+        if (!nk)
+            return -1;
+        d->keys = nk, d->cap_keys = nc;
+    }
+    struct tm_dstate *e = &d->s[d->n];
+    e->st = *st;
+    e->key_off = (uint32_t)d->n_keys, e->key_len = (uint32_t)kn;
+    memcpy(d->keys + d->n_keys, tm->key, kn * sizeof *tm->key);
+    d->n_keys += kn;
+    for (int b = 0; b < 256; b++)
+        e->next[b] = gram_class_has(&st->next, (unsigned)b) ? -2 : -1;
+    d->hash[x] = d->n;
+    *fresh = true;
+    return d->n++;
+}
+
+/* The state after byte b from state sid, computed on first use. */
+static int32_t dfa_step(struct token_mask *tm, int32_t sid, uint8_t b)
+{
+    struct token_mask_dfa *d = tm->dfa;
+    struct gm_mark mk = grammar_matcher_mark(&tm->m);
+    struct gm_state from = d->s[sid].st, to;
+    int32_t nx = -1;
+    if (grammar_matcher_step(&tm->m, &from, b, &to)) {
+        size_t kn = 0;
+        bool fresh = false;
+        nx = tm_key(tm, &to, &kn) ? dfa_intern(tm, &to, kn, &fresh) : -1;
+        if (nx < 0)
+            d->failed = true;
+        if (!fresh) /* known (or failed): the frames just made are not needed */
+            grammar_matcher_rewind(&tm->m, mk);
+    }
+    d->s[sid].next[b] = nx;
+    return nx;
+}
+
+/* Sets the ids of node's subtree that keep state sid alive (sid: the state after node's bytes). */
+static void walk(struct token_mask *tm, int32_t node, int32_t sid)
+{
+    const struct token_vocab *tv = tm->tv;
+    struct token_mask_dfa *d = tm->dfa;
+    const int32_t end = tv->node_end[node];
+    for (int32_t ch = node + 1; ch < end; ch = tv->node_end[ch]) {
+        const uint8_t b = tv->node_byte[ch];
+        int32_t nx = d->s[sid].next[b];
+        if (nx == -2)
+            nx = dfa_step(tm, sid, b);
+        if (nx < 0)
+            continue; /* the whole subtree is cut */
+        for (int32_t id = tv->node_tok[ch]; id >= 0; id = tv->tok_next[id])
+            tm->bits[id >> 5] |= 1u << (id & 31);
+        if (tv->node_end[ch] > ch + 1 && d->s[nx].st.end > d->s[nx].st.begin)
+            walk(tm, ch, nx);
+    }
+}
+
+static int count_bits(const uint32_t *bits, size_t w)
+{
+    int n = 0;
+    for (size_t i = 0; i < w; i++)
+        n += __builtin_popcount(bits[i]);
+    return n;
+}
+
+enum status token_mask_compute(struct token_mask *tm, struct err *err)
+{
+    const size_t w = mask_words(tm->tv->vocab);
+    if (tm->m.failed)
+        return err_set(err, STATUS_INVALID, "grammar: the output is too ambiguous to follow (more than %d ways)",
+                       GRAMMAR_MAX_STACKS);
+    size_t kn = 0;
+    if (!tm_key(tm, &tm->m.cur, &kn))
+        return err_set(err, STATUS_NOMEM, "token masks: out of memory");
+    for (int i = 0; i < TOKEN_MASK_CACHE; i++) {
+        struct token_mask_entry *e = &tm->cache[i];
+        if (e->key && e->key_len == kn && memcmp(e->key, tm->key, kn * sizeof *tm->key) == 0) {
+            memcpy(tm->bits, e->bits, w * sizeof *tm->bits);
+            tm->n_allowed = e->n_allowed;
+            tm->n_cached++;
+            return STATUS_OK;
+        }
+    }
+    memset(tm->bits, 0, w * sizeof *tm->bits);
+    struct token_mask_dfa *d = tm->dfa;
+    d->n = 0, d->n_keys = 0, d->failed = false;
+    for (int32_t i = 0; i < d->hcap; i++)
+        d->hash[i] = -1;
+    struct gm_mark mk = grammar_matcher_mark(&tm->m);
+    bool fresh = false;
+    int32_t root = dfa_intern(tm, &tm->m.cur, kn, &fresh);
+    if (root >= 0)
+        walk(tm, 0, root);
+    grammar_matcher_rewind(&tm->m, mk);
+    if (root < 0 || d->failed)
+        return err_set(err, STATUS_NOMEM, "token masks: out of memory");
+    if (tm->m.failed)
+        return err_set(err, STATUS_INVALID, "grammar: the output is too ambiguous to follow (more than %d ways)",
+                       GRAMMAR_MAX_STACKS);
+    if (grammar_matcher_can_end(&tm->m))
+        for (int i = 0; i < tm->tv->n_eos; i++)
+            tm->bits[tm->tv->eos[i] >> 5] |= 1u << (tm->tv->eos[i] & 31);
+    tm->n_allowed = count_bits(tm->bits, w);
+    tm->n_computed++;
+    if (tm->n_allowed == 0)
+        return err_set(err, STATUS_INVALID, "grammar: no token of the vocabulary can continue the output");
+    /* into the cache, round robin (a failed allocation only loses the entry); the walk used the key scratch */
+    if (!tm_key(tm, &tm->m.cur, &kn))
+        return STATUS_OK;
+    struct token_mask_entry *e = &tm->cache[tm->cache_next];
+    tm->cache_next = (tm->cache_next + 1) % TOKEN_MASK_CACHE;
+    free(e->key);
+    e->key = malloc(kn * sizeof *e->key);
+    if (!e->bits)
+        e->bits = malloc(w * sizeof *e->bits);
+    if (!e->key || !e->bits) {
+        free(e->key);
+        e->key = NULL;
+        return STATUS_OK;
+    }
+    memcpy(e->key, tm->key, kn * sizeof *e->key);
+    e->key_len = kn;
+    memcpy(e->bits, tm->bits, w * sizeof *e->bits);
+    e->n_allowed = tm->n_allowed;
+    return STATUS_OK;
+}
+
+void token_mask_apply(const struct token_mask *tm, float *logits)
+{
+    const int v = tm->tv->vocab;
+    for (int i = 0; i < v; i += 32) {
+        uint32_t word = tm->bits[i >> 5];
+        if (word == 0xffffffffu)
+            continue;
+        int n = v - i < 32 ? v - i : 32;
+        for (int k = 0; k < n; k++)
+            if (!((word >> k) & 1u))
+                logits[i + k] = -INFINITY;
+    }
+}
+
+enum status token_mask_accept(struct token_mask *tm, int32_t id, struct err *err)
+{
+    const struct token_vocab *tv = tm->tv;
+    if (id < 0 || id >= tv->vocab)
+        return err_set(err, STATUS_INVALID, "grammar: token %d is not in the vocabulary", (int)id);
+    if (tv->kind[id] == 1) {
+        if (!grammar_matcher_can_end(&tm->m))
+            return err_set(err, STATUS_INVALID, "grammar: the output ended (token %d) before the grammar was complete",
+                           (int)id);
+        return STATUS_OK;
+    }
+    if (tv->kind[id] == 2)
+        return err_set(err, STATUS_INVALID, "grammar: token %d (special) cannot be part of the output", (int)id);
+    if (!grammar_matcher_accept_bytes(&tm->m, tv->bytes + tv->off[id], tv->off[id + 1] - tv->off[id]))
+        return err_set(err, STATUS_INVALID, "grammar: token %d does not continue the output as the grammar allows",
+                       (int)id);
+    return STATUS_OK;
+}
+
+bool token_mask_done(const struct token_mask *tm)
+{
+    return grammar_matcher_done(&tm->m);
+}
