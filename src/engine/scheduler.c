@@ -588,6 +588,7 @@ static void publish_stats(struct scheduler *sch)
 
 bool scheduler_step(struct scheduler *sch)
 {
+    const double t_start = timer_now();
     take_incoming(sch);
     end_cancelled(sch);
     admit(sch);
@@ -622,7 +623,9 @@ bool scheduler_step(struct scheduler *sch)
     if (dev)
         b.tokens_out = sch->b_next, b.sample = sch->b_sample;
     struct err err = {0};
+    const double t_fwd = timer_now();
     enum status st = forward_run(&sch->s->fwd, &b, want_rows ? sch->logits : NULL, &err);
+    const double t_fwd_end = timer_now();
     int bs = sch->s->kv.block_size;
     for (int j = 0; j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];
@@ -653,6 +656,8 @@ bool scheduler_step(struct scheduler *sch)
     if (st)
         LOG_ERROR("scheduler: forward of %d tokens failed: %s", nt, err.msg);
     sch->counters.n_steps++;
+    sch->counters.forward_seconds += t_fwd_end - t_fwd;
+    sch->counters.host_seconds += (t_fwd - t_start) + (timer_now() - t_fwd_end);
     publish_stats(sch);
     return true;
 }

@@ -145,6 +145,12 @@ struct scheduler_stats {
     uint64_t prompt_tokens_computed; /* prefill rows run, recomputation included */
     uint64_t prompt_tokens_cached;   /* prompt tokens served from the prefix cache */
     uint64_t generated_tokens;
+    /* Where the scheduler thread's steps spend their time (steps that ran a pass): in forward_run
+     * (the uploads, the device's pass, the ids or logits back) and outside it (admission, the
+     * batch, sampling parameters, host sampling, publishing tokens). The second is what preparing
+     * the next step while the device runs the current one could hide. */
+    double forward_seconds;
+    double host_seconds;
 };
 
 struct scheduler {

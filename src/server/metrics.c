@@ -239,6 +239,11 @@ enum status metrics_render(struct metrics *m, const struct scheduler_stats *st, 
               "counter", (double)st->prompt_tokens_cached);
     put_gauge(&b, "moeserve_engine_steps_total", "Forward passes of the scheduler.", "counter",
               (double)st->n_steps);
+    put_gauge(&b, "moeserve_engine_forward_seconds_total",
+              "Scheduler thread time in the forward (uploads, the pass, the ids back).", "counter", st->forward_seconds);
+    put_gauge(&b, "moeserve_engine_host_seconds_total",
+              "Scheduler thread time in steps outside the forward (batching, host sampling, publishing).", "counter",
+              st->host_seconds);
     put_gauge(&b, "process_resident_memory_bytes", "Resident set size.", "gauge", (double)rss_bytes);
     if (b.oom) {
         free(b.p);
