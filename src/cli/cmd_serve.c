@@ -58,6 +58,7 @@ struct serve_args {
     bool no_prefix_cache, batch_invariant;
     bool max_tokens_given;     /* else serve_size_cache picks the backend's */
     const char *reasoning_parser; /* auto, none, think */
+    const char *tool_call_parser; /* auto, none, qwen3, glm45 */
     struct session_opts synth; /* --synthetic: its fields only */
     char synth_dir[64];        /* --synthetic: the preset's config and --tokenizer's files (a->model) */
 };
@@ -149,6 +150,12 @@ static int serve_parse_args(int argc, char **argv, struct cli_opt *opts, int n, 
     a->reasoning_parser = cli_get(opts, n, "reasoning-parser", "auto");
     if (strcmp(a->reasoning_parser, "auto") && strcmp(a->reasoning_parser, "none") && strcmp(a->reasoning_parser, "think")) {
         LOG_ERROR("serve: --reasoning-parser: expected auto, none or think, got \"%s\"", a->reasoning_parser);
+        return 2;
+    }
+    a->tool_call_parser = cli_get(opts, n, "tool-call-parser", "auto");
+    enum tool_format tf;
+    if (strcmp(a->tool_call_parser, "auto") && !tool_format_from_name(a->tool_call_parser, &tf)) {
+        LOG_ERROR("serve: --tool-call-parser: expected auto, none, qwen3 or glm45, got \"%s\"", a->tool_call_parser);
         return 2;
     }
     a->allowed_origins = cli_get(opts, n, "allowed-origins", NULL);
@@ -305,6 +312,23 @@ static bool serve_reasoning(const struct serve_args *a, const struct tokenizer *
     return on;
 }
 
+/* How the model writes tool calls: asked, or (auto) told by its vocabulary: GLM-4.5/GLM-5 have
+ * <arg_key> as a token beside <tool_call>, Qwen3 only <tool_call>. */
+static enum tool_format serve_tool_format(const struct serve_args *a, const struct tokenizer *tok)
+{
+    enum tool_format f = TOOL_FORMAT_NONE;
+    if (strcmp(a->tool_call_parser, "auto") != 0) {
+        tool_format_from_name(a->tool_call_parser, &f); /* checked with the arguments */
+        return f;
+    }
+    if (tokenizer_token_id(tok, "<tool_call>") >= 0)
+        f = tokenizer_token_id(tok, "<arg_key>") >= 0 ? TOOL_FORMAT_GLM45 : TOOL_FORMAT_QWEN3;
+    if (f != TOOL_FORMAT_NONE)
+        LOG_INFO("serve: the tokenizer has <tool_call>%s: tool calls are read as %s's (--tool-call-parser to change)",
+                 f == TOOL_FORMAT_GLM45 ? " and <arg_key>" : "", tool_format_name(f));
+    return f;
+}
+
 /* Opens the session and starts the scheduler and the HTTP server. smem_budget
  * comes from cli_smem_budget, which warns about a bad value: the caller reads
  * it only once the tokenizer and the model's config have loaded. */
@@ -341,6 +365,7 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .max_connections = (int)a->max_conns, .max_per_client = (int)a->max_per_client,
                               .idle_timeout = (int)a->idle_timeout, .lenient = a->lenient,
                               .reasoning = serve_reasoning(a, st->tok),
+                              .tool_format = serve_tool_format(a, st->tok),
                               .request_timeout = a->timeout, .allowed_origins = a->allowed_origins};
     serve_sampling_defaults(a->model, &sro);
     struct server_model sm = {
@@ -422,8 +447,12 @@ int cmd_serve(int argc, char **argv)
         {.name = "reasoning-parser", .metavar = "P", .help = "think: chat answers carry the <think> part as "
                                                             "reasoning_content; none: off; auto (default): think "
                                                             "where the tokenizer has both tags"},
-        {.name = "lenient", .help = "ignore the request fields this server does not implement (tools, penalties, "
-                                    "...) with a logged warning instead of a 400"},
+        {.name = "tool-call-parser", .metavar = "P", .help = "how the model writes tool calls: qwen3 "
+                                                            "(<tool_call>{json}</tool_call>), glm45 (<tool_call>name"
+                                                            "<arg_key>..), none (requests with tools refused); auto "
+                                                            "(default): from the tokenizer's tokens"},
+        {.name = "lenient", .help = "ignore the request fields this server does not implement (response_format, "
+                                    "suffix, ...) with a logged warning instead of a 400"},
         {.name = "allowed-origins", .metavar = "LIST",
          .help = "browser origins that may read the answers (CORS), comma-separated, or * for any (default: none)"},
         {.name = "request-timeout", .metavar = "S", .help = "seconds a request may take, queue included (default 600; "

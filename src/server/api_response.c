@@ -200,6 +200,27 @@ static struct json *header(const struct api_result *r, bool chunk)
     return root;
 }
 
+/* message.tool_calls, or a chunk's delta.tool_calls (those carry their index). */
+static struct json *tool_calls_array(const struct api_result *r, bool chunk)
+{
+    struct json *arr = json_new_array();
+    for (int i = 0; i < r->n_tool_calls; i++) {
+        const struct api_tool_call *t = &r->tool_calls[i];
+        struct json *c = json_append(arr, json_new_object());
+        if (chunk)
+            json_add(c, "index", json_new_number(t->index));
+        if (t->id) {
+            json_add(c, "id", json_new_string(t->id));
+            json_add(c, "type", json_new_string("function"));
+        }
+        struct json *f = json_add(c, "function", json_new_object());
+        if (t->id)
+            json_add(f, "name", json_new_string(t->name));
+        json_add(f, "arguments", new_string_n(t->args ? t->args : "", t->args ? t->n_args : 0));
+    }
+    return arr;
+}
+
 static void add_choice(struct json *choices, const struct api_result *r, bool chunk, int index)
 {
     struct json *c = json_append(choices, json_new_object());
@@ -208,7 +229,9 @@ static void add_choice(struct json *choices, const struct api_result *r, bool ch
         struct json *m = json_add(c, chunk ? "delta" : "message", json_new_object());
         if (!chunk || r->role)
             json_add(m, "role", json_new_string("assistant"));
-        if (!chunk || r->text_len || r->role)
+        if (!chunk && !r->text_len && r->n_tool_calls) /* an answer that is only calls: content null */
+            json_add(m, "content", json_new_null());
+        else if (!chunk || r->text_len || r->role)
             json_add(m, "content", new_string_n(r->text, r->text_len));
         /* vLLM's field for a thinking model's reasoning: null when it wrote none */
         if (r->reasoning_on && !chunk)
@@ -216,6 +239,8 @@ static void add_choice(struct json *choices, const struct api_result *r, bool ch
                      r->reasoning_len ? new_string_n(r->reasoning, r->reasoning_len) : json_new_null());
         else if (r->reasoning_on && r->reasoning_len)
             json_add(m, "reasoning_content", new_string_n(r->reasoning, r->reasoning_len));
+        if (r->n_tool_calls)
+            json_add(m, "tool_calls", tool_calls_array(r, chunk));
     } else {
         json_add(c, "text", new_string_n(r->text, r->text_len));
     }

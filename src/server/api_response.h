@@ -9,7 +9,7 @@
  * of {token, logprob, bytes, top_logprobs}). Every function returns a
  * malloc'ed NUL-terminated string, or NULL when out of memory.
  *
- * defines: struct api_logprobs, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(), api_model_json(),
+ * defines: struct api_logprobs, struct api_tool_call, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(), api_model_json(),
  *          api_result_json(), api_usage_chunk_json()
  */
 #ifndef MOESERVE_SERVER_API_RESPONSE_H
@@ -37,6 +37,16 @@ struct api_logprobs {
     const struct tokenizer *tok; /* renders token strings */
 };
 
+/* One tool call as a chat answer carries it: whole (message.tool_calls) or a stream delta's piece
+ * (delta.tool_calls: id, type and name in a call's first delta, then pieces of the arguments). */
+struct api_tool_call {
+    int index;                  /* the call's place in the answer */
+    const char *id;             /* "call_..."; NULL: a later delta of the call (no id, type, name) */
+    const char *name;
+    const char *args;           /* the arguments' JSON text, or this delta's piece of it */
+    size_t n_args;
+};
+
 struct api_result {
     enum api_kind kind;
     const char *id;             /* "cmpl-..." / "chatcmpl-..." */
@@ -52,6 +62,8 @@ struct api_result {
     bool has_usage;
     int prompt_tokens, completion_tokens, cached_tokens;
     const struct api_logprobs *logprobs; /* NULL: "logprobs": null */
+    const struct api_tool_call *tool_calls; /* (n_tool_calls) chat: the calls, or this chunk's deltas of them */
+    int n_tool_calls;
 };
 
 /* The Responses API's view of one generation: its response object (the non-streamed body, and

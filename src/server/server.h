@@ -30,6 +30,7 @@
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 #include "server/prompt_build.h"
+#include "server/tool_parse.h"
 
 struct server_opts {
     const char *host;          /* numeric address or name to bind; default "127.0.0.1" */
@@ -43,6 +44,7 @@ struct server_opts {
     int idle_timeout;          /* seconds a connection may stay silent before it is closed (default 600) */
     bool lenient;              /* unsupported request fields ignored with a warning, not refused */
     bool reasoning;            /* chat answers carry the model's <think> part as reasoning_content (server/reasoning.h) */
+    enum tool_format tool_format; /* how the model writes tool calls (server/tool_parse.h); NONE: tools refused */
     const char *allowed_origins; /* CORS: "*" or "https://a,https://b" may read answers; NULL/"": none */
     /* the model's sampling defaults (generation_config.json) for requests that leave them out */
     bool has_temperature, has_top_p, has_top_k;

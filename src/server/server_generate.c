@@ -23,6 +23,7 @@
 #include "server/api_response.h"
 #include "server/server_internal.h"
 #include "server/text_stream.h"
+#include "server/tool_parse.h"
 
 enum { WAIT_SLICE_MS = 50, STREAM_BLOCK = 16 * 1024 };
 
@@ -33,6 +34,10 @@ struct gen {
     struct sched_req *req;          /* one reference, owned */
     struct text_stream ts;
     struct reasoning rs;            /* chat with a thinking model: its reasoning apart from its content */
+    struct tool_parse tp;           /* chat with tools: the calls cut out of the content */
+    struct json *tools;             /* the request's tools, parsed (tp reads parameter types), owned */
+    int n_calls_sent;               /* stream: calls whose first delta (id, name) went out */
+    size_t args_sent[TOOL_MAX_CALLS]; /* stream: bytes of each call's arguments sent */
     char id[48];
     long created;                   /* unix seconds when the request came in (OpenAI's `created`) */
     int n_prompt;
@@ -103,6 +108,8 @@ static void gen_free(struct gen *g)
     }
     text_stream_free(&g->ts);
     reasoning_free(&g->rs);
+    tool_parse_free(&g->tp);
+    json_free(g->tools);
     free(g->all_text);
     free(g->all_reason);
     api_request_free(&g->rq);
@@ -172,14 +179,56 @@ static struct api_result gen_result(const struct gen *g)
 static bool gen_take(struct gen *g, struct api_result *res, bool final)
 {
     res->text_len = text_stream_take(&g->ts, &res->text);
-    if (!g->rs.on)
-        return true;
-    if (reasoning_feed(&g->rs, res->text, res->text_len, final, NULL))
-        return false;
-    res->reasoning_on = true;
-    res->text = g->rs.content, res->text_len = g->rs.n_content;
-    res->reasoning = g->rs.reason, res->reasoning_len = g->rs.n_reason;
+    if (g->rs.on) {
+        if (reasoning_feed(&g->rs, res->text, res->text_len, final, NULL))
+            return false;
+        res->reasoning_on = true;
+        res->text = g->rs.content, res->text_len = g->rs.n_content;
+        res->reasoning = g->rs.reason, res->reasoning_len = g->rs.n_reason;
+    }
+    if (g->tp.fmt != TOOL_FORMAT_NONE) { /* calls come out of the content (a thinking model thinks first) */
+        if (tool_parse_feed(&g->tp, res->text, res->text_len, final, NULL))
+            return false;
+        res->text = g->tp.content, res->text_len = g->tp.n_content;
+    }
     return true;
+}
+
+/* Call i's id: "call_" and the request id's random part, then i (unique per call). */
+static void call_id(const struct gen *g, int i, char *out, size_t n)
+{
+    const char *r = strchr(g->id, '-');
+    snprintf(out, n, "call_%s%02d", r ? r + 1 : g->id, i);
+}
+
+/* A stream's deltas of the calls since the last chunk into res (ids in ids[]); their names once,
+ * then the arguments as they grow. */
+static void gen_call_deltas(struct gen *g, struct api_result *res, struct api_tool_call *out, char (*ids)[48])
+{
+    int n = 0;
+    for (int i = 0; i < g->tp.n_calls; i++) {
+        const struct tool_call *c = &g->tp.calls[i];
+        const bool first = i >= g->n_calls_sent;
+        if (!first && c->n_args == g->args_sent[i])
+            continue;
+        out[n] = (struct api_tool_call){.index = i, .name = c->name, .args = c->args + (first ? 0 : g->args_sent[i]),
+                                        .n_args = c->n_args - (first ? 0 : g->args_sent[i])};
+        if (first) {
+            call_id(g, i, ids[n], sizeof ids[n]);
+            out[n].id = ids[n];
+            g->n_calls_sent = i + 1;
+        }
+        g->args_sent[i] = c->n_args;
+        n++;
+    }
+    res->tool_calls = out, res->n_tool_calls = n;
+}
+
+/* The chat's finish_reason: "tool_calls" when the model stopped after calling. */
+static const char *gen_finish_reason(const struct gen *g, enum sched_finish f)
+{
+    const char *r = finish_reason(g, f);
+    return g->tp.n_calls > 0 && strcmp(r, "stop") == 0 ? "tool_calls" : r;
 }
 
 static bool out_put(struct gen *g, const char *a, size_t na, const char *b, size_t nb)
@@ -388,6 +437,9 @@ static bool stream_tokens(struct gen *g, int n)
         struct api_result res = gen_result(g);
         if (!gen_take(g, &res, false))
             return false;
+        struct api_tool_call calls[TOOL_MAX_CALLS];
+        char ids[TOOL_MAX_CALLS][48];
+        gen_call_deltas(g, &res, calls, ids);
         if (g->rq.kind == API_RESPONSES) {
             if (!resp_stream_piece(g, &res))
                 return false;
@@ -443,7 +495,10 @@ static bool stream_end(struct gen *g)
             return false;
         if (g->rq.kind == API_RESPONSES)
             return resp_stream_piece(g, &res) && resp_stream_finish(g, f);
-        res.finish_reason = finish_reason(g, f);
+        struct api_tool_call calls[TOOL_MAX_CALLS];
+        char ids[TOOL_MAX_CALLS][48];
+        gen_call_deltas(g, &res, calls, ids);
+        res.finish_reason = gen_finish_reason(g, f);
         if (!out_event(g, api_result_json(&res, true)))
             return false;
         if (g->rq.include_usage) {
@@ -583,11 +638,14 @@ struct whole {
     char *echo_text;
     int32_t *e_ids, *e_top;
     float *e_lp, *e_top_lp;
+    struct api_tool_call *calls;    /* (res.n_tool_calls) */
+    char (*call_ids)[48];
 };
 
 static void whole_free(struct whole *w)
 {
     free(w->echo_text), free(w->e_ids), free(w->e_lp), free(w->e_top), free(w->e_top_lp);
+    free(w->calls), free(w->call_ids);
     memset(w, 0, sizeof *w);
 }
 
@@ -629,7 +687,22 @@ static enum status whole_collect(struct gen *g, struct whole *w, struct api_erro
     w->res = gen_result(g);
     if (!gen_take(g, &w->res, true))
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    w->res.finish_reason = finish_reason(g, f);
+    w->res.finish_reason = gen_finish_reason(g, f);
+    if (g->tp.n_calls) {
+        const int n = g->tp.n_calls;
+        w->calls = malloc((size_t)n * sizeof *w->calls);
+        w->call_ids = malloc((size_t)n * sizeof *w->call_ids);
+        if (!w->calls || !w->call_ids) {
+            whole_free(w);
+            return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        }
+        for (int i = 0; i < n; i++) {
+            call_id(g, i, w->call_ids[i], sizeof w->call_ids[i]);
+            w->calls[i] = (struct api_tool_call){.index = i, .id = w->call_ids[i], .name = g->tp.calls[i].name,
+                                                 .args = g->tp.calls[i].args, .n_args = g->tp.calls[i].n_args};
+        }
+        w->res.tool_calls = w->calls, w->res.n_tool_calls = n;
+    }
     w->res.has_usage = true;
     if (g->rq.echo && !echo_build(g, &w->res, &w->echo_text, &w->lp, &w->e_ids, &w->e_lp, &w->e_top, &w->e_top_lp)) {
         whole_free(w);
@@ -692,6 +765,16 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
         return api_error_set(e, 404, "invalid_request_error", "model", "model_not_found",
                              "the model '%.200s' does not exist: this server has '%.200s'", rq->model,
                              srv->o.model_name);
+    /* calls are looked for where the model may make them: tools given, tool_choice not "none" */
+    if (rq->tools && rq->tool_choice != API_TOOL_NONE) {
+        if (srv->o.tool_format == TOOL_FORMAT_NONE)
+            return api_error_set(e, 400, "invalid_request_error", "tools", "unsupported_parameter",
+                                 "this server reads no tool calls from its model's answers (serve "
+                                 "--tool-call-parser qwen3|glm45 names the model's format); tool_choice \"none\" "
+                                 "still renders the history");
+        if (json_parse(rq->tools, strlen(rq->tools), "tools", &g->tools, NULL))
+            return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
     struct tok_ids ids = {0};
     enum status st = prompt_build(&srv->m.pm, rq, &ids, e);
     if (st)
@@ -774,6 +857,14 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     return STATUS_OK;
 }
 
+/* The answer's text, reasoning and tool-call parsers (tools parsed in gen_submit). */
+static void gen_parsers_init(struct gen *g)
+{
+    text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
+    reasoning_init(&g->rs, g->rq.kind != API_COMPLETIONS && g->srv->o.reasoning);
+    tool_parse_init(&g->tp, g->tools ? g->srv->o.tool_format : TOOL_FORMAT_NONE, g->tools);
+}
+
 bool server_body_bounded(const struct conn_ctx *cc, struct api_error *e)
 {
     /* a parse allocates a node (~200 bytes) per JSON value: bound them by what a request to this
@@ -819,8 +910,7 @@ static enum MHD_Result generate_several(struct conn_ctx *cc, struct gen *g0)
             g->req = NULL;
             break;
         }
-        text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
-        reasoning_init(&g->rs, g->rq.kind != API_COMPLETIONS && g->srv->o.reasoning);
+        gen_parsers_init(g);
     }
     int collected = 0;
     for (int c = 0; c < k && !st; c++, collected++)
@@ -880,8 +970,7 @@ enum MHD_Result server_generate(struct conn_ctx *cc, enum api_kind kind)
     }
     if (g->rq.ignored[0])
         LOG_WARN("request %s: ignored (--lenient): %s", g->id, g->rq.ignored);
-    text_stream_init(&g->ts, g->srv->m.pm.tok, g->rq.stop, g->rq.n_stop);
-    reasoning_init(&g->rs, g->rq.kind != API_COMPLETIONS && g->srv->o.reasoning);
+    gen_parsers_init(g);
     /* the first token (or an early end) decides the status line */
     if (!gen_wait(g, 0)) {
         bool failed = atomic_load(&g->srv->failed);
