@@ -210,6 +210,14 @@ struct backend_ops {
      * work: backend_moe_workspace_floats() floats. */
     void (*moe_experts)(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
                         const float *weights, const struct moe_args *args, float *work, float *out);
+    /* Optional: moe_experts plus the layer's shared expert in one pass: out = moe_experts(...) +
+     * down(silu(gate x) * up x) with shared = {gate, up, down}, the shared output added last (the
+     * order of the forward's separate MLP and add). False, having done nothing, where the backend
+     * does not fold it (shapes or format unlike the routed experts', or its plan's kernel at
+     * n_tokens has no shared slot): the caller then runs the shared expert as a dense MLP. */
+    bool (*moe_experts_shared)(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
+                               const float *weights, const struct moe_args *args,
+                               const struct weight *const shared[3], float *work, float *out);
     /* ids[i] = -1 where ids[i] is outside [lo, hi): the routed slots of other ranks' experts under
      * expert parallelism, which moe_experts then skips (optional: NULL, no expert parallelism) */
     void (*moe_mask_ids)(struct backend *be, int32_t *ids, size_t n, int lo, int hi);

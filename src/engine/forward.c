@@ -307,6 +307,11 @@ static void forward_ffn(struct forward *f, int l, int n, bool routed)
     }
     if (f->expert_hi) /* other ranks' experts add nothing here; the all-reduce adds them */
         be->ops->moe_mask_ids(be, f->route_ids, (size_t)n * (size_t)d->n_experts_used, f->expert_lo, f->expert_hi);
+    if (lw->has_ffn && be->ops->moe_experts_shared) {
+        const struct weight *const shared[3] = {&lw->ffn_gate, &lw->ffn_up, &lw->ffn_down};
+        if (be->ops->moe_experts_shared(be, f->x, n, f->route_ids, f->route_w, &ma, shared, f->moe_work, f->delta))
+            return;
+    }
     be->ops->moe_experts(be, f->x, n, f->route_ids, f->route_w, &ma, f->moe_work, f->delta);
     if (lw->has_ffn) {
         forward_mlp(f, lw, n, f->tmp);

@@ -233,9 +233,11 @@ static inline void run_linear(struct pair *p, enum weight_format fmt, int64_t N,
 }
 
 /* tol: TOL_F32, or TOL_BF16 where real widths (K in the thousands) go through a GEMM on bf16
- * hi + lo activations, whose error grows past 1e-5 with K (measured 1.2e-5 at K = 2048). */
-static inline void run_moe_tol(struct pair *p, enum weight_format fmt, int T, int E, int k, int D, int I, bool skewed,
-                        double tol, uint64_t *rng)
+ * hi + lo activations, whose error grows past 1e-5 with K (measured 1.2e-5 at K = 2048).
+ * shared: a shared expert of the routed experts' shape too, through the GPU's moe_experts_shared
+ * (which must take it), against the CPU's moe_experts then the forward's MLP and add. */
+static inline void run_moe_full(struct pair *p, enum weight_format fmt, int T, int E, int k, int D, int I,
+                                bool skewed, double tol, bool shared, uint64_t *rng)
 {
     struct test_weight *g = calloc((size_t)E, sizeof *g), *u = calloc((size_t)E, sizeof *u),
                        *dn = calloc((size_t)E, sizeof *dn);
@@ -282,20 +284,42 @@ static inline void run_moe_tol(struct pair *p, enum weight_format fmt, int T, in
         free(back);
     }
     p->cpu.ops->moe_experts(&p->cpu, x, T, ids, w, &ha, work, want);
+    struct test_weight sw[3];
+    const struct weight *hsh[3] = {NULL, NULL, NULL}, *dsh[3] = {NULL, NULL, NULL};
+    if (shared) { /* the forward's MLP: gate, up, silu_mul, down, then added after the routed sum */
+        weight_make(&sw[0], p, fmt, I, D, false, rng);
+        weight_make(&sw[1], p, fmt, I, D, false, rng);
+        weight_make(&sw[2], p, fmt, D, I, false, rng);
+        for (int j = 0; j < 3; j++)
+            hsh[j] = &sw[j].src.w, dsh[j] = &sw[j].dev;
+        float *sg = malloc((size_t)T * I * 4), *su = malloc((size_t)T * I * 4), *sd = malloc((size_t)T * D * 4);
+        p->cpu.ops->linear(&p->cpu, hsh[0], x, T, sg);
+        p->cpu.ops->linear(&p->cpu, hsh[1], x, T, su);
+        p->cpu.ops->silu_mul(&p->cpu, sg, su, T, I, sg);
+        p->cpu.ops->linear(&p->cpu, hsh[2], sg, T, sd);
+        p->cpu.ops->add(&p->cpu, want, sd, (size_t)T * D);
+        free(sg), free(su), free(sd);
+    }
     struct moe_args da = ha;
     da.gate = dg, da.up = du, da.down = dd;
     float *dx = dev_copy(&p->gpu, x, (size_t)T * D * 4), *dw = dev_copy(&p->gpu, w, (size_t)T * k * 4);
     float *dwork = dev_nan(&p->gpu, wf), *dout = dev_nan(&p->gpu, (size_t)T * D);
-    p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
+    if (shared)
+        assert_true(p->gpu.ops->moe_experts_shared(&p->gpu, dx, T, dids, dw, &da, dsh, dwork, dout));
+    else
+        p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
     gpu_ok(&p->gpu);
     float *got = fetch(&p->gpu, dout, (size_t)T * D);
     char what[128];
-    snprintf(what, sizeof what, "moe_experts %s T=%d E=%d k=%d D=%d I=%d%s%s", weight_format_name(fmt), T, E, k,
-             D, I, skewed ? " skewed" : "", p->mask_hi ? " masked" : "");
+    snprintf(what, sizeof what, "moe_experts%s %s T=%d E=%d k=%d D=%d I=%d%s%s", shared ? "_shared" : "",
+             weight_format_name(fmt), T, E, k, D, I, skewed ? " skewed" : "", p->mask_hi ? " masked" : "");
     double e = check_close(what, got, want, (size_t)T * D, tol);
     print_message("    %-56s rel err %.2e\n", what, e);
     /* a second call through the cached expert table must give the same numbers bit for bit */
-    p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
+    if (shared)
+        assert_true(p->gpu.ops->moe_experts_shared(&p->gpu, dx, T, dids, dw, &da, dsh, dwork, dout));
+    else
+        p->gpu.ops->moe_experts(&p->gpu, dx, T, dids, dw, &da, dwork, dout);
     gpu_ok(&p->gpu);
     float *got2 = fetch(&p->gpu, dout, (size_t)T * D);
     assert_memory_equal(got2, got, (size_t)T * D * 4);
@@ -307,8 +331,17 @@ static inline void run_moe_tol(struct pair *p, enum weight_format fmt, int T, in
         weight_free(&u[i], p);
         weight_free(&dn[i], p);
     }
+    if (shared)
+        for (int j = 0; j < 3; j++)
+            weight_free(&sw[j], p);
     free(g), free(u), free(dn), free(hg), free(hu), free(hd), free(dg), free(du), free(dd);
     free(ids), free(w), free(x), free(work), free(want);
+}
+
+static inline void run_moe_tol(struct pair *p, enum weight_format fmt, int T, int E, int k, int D, int I, bool skewed,
+                               double tol, uint64_t *rng)
+{
+    run_moe_full(p, fmt, T, E, k, D, I, skewed, tol, false, rng);
 }
 
 static inline void run_moe(struct pair *p, enum weight_format fmt, int T, int E, int k, int D, int I, bool skewed,

@@ -302,6 +302,13 @@ static void test_moe_experts(void **state)
     run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 6272, 256, false, &rng);
     run_moe(p, WEIGHT_NVFP4, 1, 16, 4, 3200, 128, true, &rng);
     run_moe(p, WEIGHT_NVFP4, 2, 16, 4, 3200, 128, true, &rng);
+    /* the shared expert as one more slot (moe_experts_shared): K split over the down warps with
+     * fewer groups than warps (I 128, 384), one a warp (1024), two a warp at GLM-5's shape */
+    run_moe_full(p, WEIGHT_NVFP4, 1, 32, 8, 256, 128, false, TOL_F32, true, &rng);
+    run_moe_full(p, WEIGHT_NVFP4, 3, 16, 4, 1024, 384, true, TOL_F32, true, &rng);
+    run_moe_full(p, WEIGHT_NVFP4, 1, 64, 8, 2048, 1024, false, TOL_F32, true, &rng);
+    run_moe_full(p, WEIGHT_NVFP4, 8, 16, 8, 1024, 256, false, TOL_F32, true, &rng);
+    run_moe_full(p, WEIGHT_NVFP4, 1, 16, 8, 6144, 2048, false, TOL_BF16, true, &rng);
     /* the same kernels with their weights through shared memory (the default from 2 tokens), and
      * more slots than the down kernel has warps (a warp stages a second and a third expert) */
     backend_cuda_set_moe_smem(&p->gpu, 1);

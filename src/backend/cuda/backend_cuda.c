@@ -99,6 +99,7 @@ static const struct backend_ops CUDA_OPS = {
     .router_route = cu_router_route,
     .norm_router_route = cu_norm_router_route,
     .moe_experts = cu_moe_experts,
+    .moe_experts_shared = cu_moe_experts_shared,
     .moe_mask_ids = cu_moe_mask_ids,
     .add = cu_add,
     .linear_multi = cu_linear_multi,

@@ -47,7 +47,7 @@ enum { CUDA_MAX_GRAPHS = 128 };
 /* The per-expert weight tables of one MoE layer in device memory: gate, up, down. */
 struct moe_table {
     const struct weight *key; /* the layer's gate array (host), identifies the layer */
-    int n_experts;
+    int n_experts;          /* entries a projection: the routed experts (+ 1 with the shared one) */
     struct cuda_wdev *host; /* (3 * n_experts) what dev holds, to detect a changed array */
     struct cuda_wdev *dev;  /* (3 * n_experts) device */
 };
@@ -130,7 +130,10 @@ int *cuda_sem_get(struct cuda_backend *c, size_t n);
 enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out, unsigned flags, struct err *err);
 enum status cu_weight_make(struct backend *be, const struct weight *shape, const struct weight_synth *s,
                            struct weight *out, unsigned flags, struct err *err);
-const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a);
+/* shared: NULL, or a shared expert's gate, up and down (the routed experts' shapes and format), table
+ * index n_experts */
+const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a,
+                                           const struct weight *const *shared);
 
 /* ---- cuda_graphs.c ---- */
 void cuda_graphs_drop(struct cuda_backend *c);
@@ -143,6 +146,9 @@ struct cuda_wdev cuda_wdev_of(const struct weight *w);
 void cu_linear(struct backend *be, const struct weight *w, const float *x, int m, float *y);
 void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m, float *const *ys);
 void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int32_t *ids, const float *weights, const struct moe_args *a, float *work, float *out);
+bool cu_moe_experts_shared(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
+                           const float *weights, const struct moe_args *a, const struct weight *const shared[3],
+                           float *work, float *out);
 
 /* ---- cuda_ops.c ---- */
 void cu_embed(struct backend *be, const struct weight *table, const int32_t *tokens, int n, float *out);

@@ -246,11 +246,11 @@ void cu_linear_multi(struct backend *be, int n_w, const struct weight *const *ws
  * two where one tile a warp would give more blocks than SMs, so that the down kernel's whole grid
  * can be resident beside gate/up's; one where two do not fit the budget. Its cp.async copies
  * need every expert's data 16-byte and scales 8-byte aligned (c->tmp: the table just built). */
-static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, int n_tokens)
+static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, int n_tokens, int n_table)
 {
     if (!c->moe_smem_min || n_tokens < c->moe_smem_min)
         return 0;
-    for (int e = 0; e < 3 * a->n_experts; e++)
+    for (int e = 0; e < 3 * n_table; e++)
         if ((uintptr_t)c->tmp[e].data % 16 || (uintptr_t)c->tmp[e].scale % 8)
             return 0;
     return cuda_moe_decode_mma_smem_tpw(a->d_model, a->d_expert, a->n_used, c->sm_count, c->smem_budget);
@@ -264,6 +264,7 @@ static int moe_smem_tpw(const struct cuda_backend *c, const struct moe_args *a, 
 struct moe_call {
     const struct cuda_wdev *table; /* the layer's device table (cuda_moe_table_get) */
     const struct moe_args *a;
+    int shared_e; /* the table's shared expert, a slot after the routed ones (pair kernel only); -1: none */
     const float *x;
     int n_tokens;
     const int32_t *ids;
@@ -379,8 +380,12 @@ bool cuda_launch_moe_pair_mma(void *backend, const void *call)
     struct cuda_backend *c = backend;
     const struct moe_call *m = call;
     const struct moe_args *a = m->a;
-    CHECK(c, cuda_moe_decode_mma(c->stream, m->table, a->n_experts, a->d_model, a->d_expert, m->x, m->n_tokens, m->ids,
-                                 m->weights, a->n_used, m->work, m->out, c->pdl, moe_smem_tpw(c, a, m->n_tokens)));
+    const int n_table = a->n_experts + (m->shared_e >= 0);
+    const int smem_tpw = moe_smem_tpw(c, a, m->n_tokens, n_table);
+    if (m->shared_e >= 0 && smem_tpw)
+        return false; /* the shared-memory form has no shared-expert slot */
+    CHECK(c, cuda_moe_decode_mma(c->stream, m->table, n_table, a->d_model, a->d_expert, m->x, m->n_tokens, m->ids,
+                                 m->weights, a->n_used, m->work, m->out, c->pdl, smem_tpw, m->shared_e));
     return true;
 }
 
@@ -422,11 +427,11 @@ void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int3
     if (n_tokens <= 0)
         return;
     ASSERT((int64_t)n_tokens * a->n_used < INT_MAX / 4);
-    const struct cuda_wdev *table = cuda_moe_table_get(c, a);
+    const struct cuda_wdev *table = cuda_moe_table_get(c, a, NULL);
     if (!table)
         return;
     const enum weight_format fmt = a->gate[0].format;
-    const struct moe_call call = {.table = table, .a = a, .x = x, .n_tokens = n_tokens, .ids = ids,
+    const struct moe_call call = {.table = table, .a = a, .shared_e = -1, .x = x, .n_tokens = n_tokens, .ids = ids,
                                   .weights = weights, .work = work, .out = out};
     if (a->up[0].format != fmt || a->down[0].format != fmt) {
         /* experts of mixed formats (no checkpoint we read has them): the portable grouped GEMM reads
@@ -444,6 +449,47 @@ void cu_moe_experts(struct backend *be, const float *x, int n_tokens, const int3
     }
     PANIC("cuda: no kernel of the plan takes %s experts at %d tokens (d_model %d, d_expert %d)",
           weight_format_name(fmt), n_tokens, a->d_model, a->d_expert);
+}
+
+/* Whether w has the shape [rows, cols] and format of the routed experts' projection w0. */
+static bool moe_shaped_like(const struct weight *w, const struct weight *w0)
+{
+    return w->format == w0->format && w->rows == w0->rows && w->cols == w0->cols;
+}
+
+/* The routed experts and the shared expert in the pair kernels' one pass: the shared expert is
+ * one more slot of every token (weight 1, added after the routed slots), where the plan runs the
+ * pair kernel at this many tokens in its register form. GLM-5 at one token: its shared expert
+ * (a routed expert's shape) costs an eighth of the pair kernels' time instead of four launches of
+ * its own. False, having launched nothing, otherwise. */
+bool cu_moe_experts_shared(struct backend *be, const float *x, int n_tokens, const int32_t *ids,
+                           const float *weights, const struct moe_args *a, const struct weight *const shared[3],
+                           float *work, float *out)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    if (n_tokens <= 0 || !moe_shaped_like(shared[0], &a->gate[0]) || !moe_shaped_like(shared[1], &a->up[0]) ||
+        !moe_shaped_like(shared[2], &a->down[0]) || a->up[0].format != a->gate[0].format ||
+        a->down[0].format != a->gate[0].format)
+        return false;
+    const enum weight_format fmt = a->gate[0].format;
+    const struct kernel_shape sh = {.format = fmt, .tokens = n_tokens, .n_weights = 1, .d_model = a->d_model,
+                                    .d_expert = a->d_expert, .n_used = a->n_used + 1, .n_experts = a->n_experts + 1};
+    const struct plan_dispatch *d = plan_dispatch_for(&c->plan, PLAN_OP_MOE_EXPERTS, n_tokens, fmt);
+    const struct kernel_desc *k = NULL;
+    for (int i = 0; i < d->n && !k; i++)
+        if (!d->kernels[i]->fits || d->kernels[i]->fits(&sh, c->smem_budget))
+            k = d->kernels[i];
+    /* the act rows of the extra slot must fit the caller's workspace */
+    if (!k || k->id != CK_MOE_PAIR_MMA ||
+        (size_t)n_tokens * (size_t)(a->n_used + 1) * (size_t)a->d_expert >
+            backend_moe_workspace_floats(n_tokens, a->n_used, a->d_model, a->d_expert))
+        return false;
+    const struct cuda_wdev *table = cuda_moe_table_get(c, a, shared);
+    if (!table)
+        return false;
+    const struct moe_call call = {.table = table, .a = a, .shared_e = a->n_experts, .x = x, .n_tokens = n_tokens,
+                                  .ids = ids, .weights = weights, .work = work, .out = out};
+    return cuda_launch_moe_pair_mma(c, &call);
 }
 
 /* ---------------------------------------------------------------- routing */

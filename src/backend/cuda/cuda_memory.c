@@ -235,11 +235,13 @@ static void wdev_from(struct cuda_wdev *d, const struct weight *w, const struct 
 
 /* The device table of args' expert weights, uploaded at the layer's first
  * call and reused after (the table changes only if the arrays do): gate, up, down (n_experts
- * entries each). */
+ * entries each; with shared, n_experts + 1 each, the shared expert last). */
 enum { MOE_TABLE_ROWS = 3 };
-const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a)
+const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct moe_args *a,
+                                           const struct weight *const *shared)
 {
-    size_t n = (size_t)a->n_experts, bytes = MOE_TABLE_ROWS * n * sizeof(struct cuda_wdev);
+    const size_t n_routed = (size_t)a->n_experts, n = n_routed + (shared != NULL);
+    const size_t bytes = MOE_TABLE_ROWS * n * sizeof(struct cuda_wdev);
     if (c->tmp_cap < MOE_TABLE_ROWS * n) {
         struct cuda_wdev *t = realloc(c->tmp, bytes);
         if (!t)
@@ -248,13 +250,14 @@ const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct 
         c->tmp_cap = MOE_TABLE_ROWS * n;
     }
     for (size_t e = 0; e < n; e++) {
-        wdev_from(&c->tmp[e], &a->gate[e], &a->gate[0]);
-        wdev_from(&c->tmp[n + e], &a->up[e], &a->up[0]);
-        wdev_from(&c->tmp[2 * n + e], &a->down[e], &a->down[0]);
+        const bool sh = e == n_routed;
+        wdev_from(&c->tmp[e], sh ? shared[0] : &a->gate[e], &a->gate[0]);
+        wdev_from(&c->tmp[n + e], sh ? shared[1] : &a->up[e], &a->up[0]);
+        wdev_from(&c->tmp[2 * n + e], sh ? shared[2] : &a->down[e], &a->down[0]);
     }
     struct moe_table *t = NULL;
     for (int i = 0; i < c->n_tables; i++)
-        if (c->tables[i].key == a->gate && c->tables[i].n_experts == a->n_experts)
+        if (c->tables[i].key == a->gate && c->tables[i].n_experts == (int)n)
             t = &c->tables[i];
     if (t && memcmp(t->host, c->tmp, bytes) == 0)
         return t->dev;
@@ -270,7 +273,7 @@ const struct cuda_wdev *cuda_moe_table_get(struct cuda_backend *c, const struct 
         t = &c->tables[c->n_tables];
         memset(t, 0, sizeof *t);
         t->key = a->gate;
-        t->n_experts = a->n_experts;
+        t->n_experts = (int)n;
         t->host = malloc(bytes);
         if (!t->host)
             PANIC("cuda: out of host memory");

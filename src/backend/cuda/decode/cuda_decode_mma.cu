@@ -68,7 +68,7 @@ __device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int
 template <bool SM>
 __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
-                           const int32_t *ids, int n_used, float *act)
+                           const int32_t *ids, int n_used, int shared_e, float *act)
 {
     extern __shared__ uint2 xf[];
     KT_BEGIN();
@@ -76,9 +76,11 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
     if (SM) /* one wave: no later block of this kernel needs the slots */
         pdl_trigger();
     KT_MARK(1);
-    const int pair = blockIdx.y;
+    /* a token's slots: its n_used routed experts, then the shared expert (table index shared_e)
+     * where there is one */
+    const int pair = blockIdx.y, slots = n_used + (shared_e >= 0), tok = pair / slots, slot = pair % slots;
     const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32;
-    const int e = ids[pair];
+    const int e = slot < n_used ? ids[(size_t)tok * n_used + slot] : shared_e;
     const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + wib) * 4;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
         int commits = 0;
         xfrag_zeros_init();
         xfrag_stage_around<4>(
-            xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
+            xf, x + (size_t)tok * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
             [&] { commits = rows8_stage_async(w, row, row < I, D, 0, G, area, MOE_SMEM_BATCH); });
         __syncthreads();
         KT_MARK(2);
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
         /* the first MOE_U weight groups in flight while x is staged, asked for after x */
         chunk16 pre[MOE_U];
         xfrag_zeros_init();
-        xfrag_stage_around<4>(xf, x + (size_t)(pair / n_used) * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
+        xfrag_stage_around<4>(xf, x + (size_t)tok * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
                               [&] { rows8_prefetch<MOE_U>(w, row, row < I, D, 0, G, pre); });
         __syncthreads();
         KT_MARK(2);
@@ -120,15 +122,19 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
  * (D / (8 TPW), tokens); warp j takes slots j, j + 8, ... for the block's TPW 8-row tiles, its
  * slot's activations staged once for all of them. More tiles a block where one tile a block would
  * be several short waves (GLM-5's D 6144: 768 blocks at 2 an SM): each block's staging of 8 slots'
- * activations (as many bytes as the weights a tile reads) and its start are paid once a TPW. */
+ * activations (as many bytes as the weights a tile reads) and its start are paid once a TPW.
+ * shared_e >= 0: the token's slot n_used is the shared expert (weight 1, added after the routed
+ * slots, as the forward adds its MLP); its K is split over the block's warps (slot n_used alone
+ * on one warp would double that warp's chain: GLM-5 has 8 routed slots for 8 warps), the
+ * warps' partials added in warp order. */
 template <int TPW>
 __global__ void __launch_bounds__(MD_THREADS, 2)
     moe_down_mma_kernel(const cuda_wdev *table, int n_experts, int64_t D, int64_t I, const float *act,
-                        const int32_t *ids, const float *weights, int n_used, float *out)
+                        const int32_t *ids, const float *weights, int n_used, int shared_e, float *out)
 {
     extern __shared__ uint2 xf[];
     __shared__ int order[MD_MAX_USED], s_ids[MD_MAX_USED];
-    __shared__ float part[TPW][MD_MAX_USED][8], s_w[MD_MAX_USED];
+    __shared__ float part[TPW][MD_MAX_USED][8], s_w[MD_MAX_USED], part_sh[TPW][MD_WARPS][8];
     KT_BEGIN();
     xfrag_zeros_init();
     const int t = blockIdx.y;
@@ -144,6 +150,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
     slots_load(ids, weights, t, n_used, s_ids, s_w, order);
     KT_MARK(1);
     uint2 *mine = xf + (size_t)wib * (size_t)(I / 4) * 2;
+    const int slots = n_used + (shared_e >= 0);
     for (int j = wib; j < n_used; j += MD_WARPS) {
         const int e = s_ids[j];
         const bool valid = e >= 0 && e < n_experts;
@@ -154,7 +161,7 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         }
         const cuda_wdev w = table[2 * n_experts + e];
         __syncwarp();
-        xfrag_stage_around<6>(mine, act + ((size_t)t * n_used + j) * (size_t)I, (int)I, lane, 32,
+        xfrag_stage_around<6>(mine, act + ((size_t)t * slots + j) * (size_t)I, (int)I, lane, 32,
                               [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, GI, pre); });
         __syncwarp();
         if (j == 0)
@@ -170,12 +177,35 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         if (j == 0)
             KT_MARK(3);
     }
+    if (shared_e >= 0) { /* this warp's share [g0, g1) of the shared expert's K */
+        const cuda_wdev w = table[2 * n_experts + shared_e];
+        const int g0 = GI * wib / MD_WARPS, g1 = GI * (wib + 1) / MD_WARPS;
+        __syncwarp();
+        xfrag_stage_around_span<2>(mine, act + ((size_t)t * slots + n_used) * (size_t)I, 32 * g0, 32 * g1, lane, 32,
+                                   [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, g0, g1, pre); });
+        __syncwarp();
+#pragma unroll
+        for (int tt = 0; tt < TPW; tt++) {
+            const int64_t row = n0 + 8 * tt + g;
+            if (tt > 0)
+                rows8_prefetch<UD>(w, row, row < D, I, g0, g1, pre);
+            const float2 r = rows8_dot_range<UD>(w, row, row < D, I, mine, g0, g1, pre);
+            slot_part_put(part_sh[tt], wib, r, true, 0x1p62f * w.scale2, wib == 0 ? w.bias : nullptr, n0 + 8 * tt,
+                          D, lane);
+        }
+    }
     pdl_trigger(); /* late: see pdl_trigger() */
     __syncthreads();
     KT_MARK(4);
     if (threadIdx.x < 8 * TPW && n0 + threadIdx.x < D) {
         const int tt = threadIdx.x / 8, r = threadIdx.x % 8;
-        const float o = slots_combine<8>(s_ids, s_w, order, part[tt], n_used, n_experts, r);
+        float o = slots_combine<8>(s_ids, s_w, order, part[tt], n_used, n_experts, r);
+        if (shared_e >= 0) {
+            float sh = 0.0f;
+            for (int k = 0; k < MD_WARPS; k++)
+                sh = __fadd_rn(sh, part_sh[tt][k][r]);
+            o = __fadd_rn(o, sh);
+        }
         out[(size_t)t * (size_t)D + n0 + threadIdx.x] = o;
     }
     KT_END(decode_mma, 1);
@@ -405,7 +435,7 @@ cudaError_t moe_smem_launch(cudaStream_t stream, const struct cuda_wdev *table, 
     const int rows_per_block = 4 * MG_WARPS;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
     e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<true>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
-                   d_expert, d_model, x, ids, n_used, act);
+                   d_expert, d_model, x, ids, n_used, -1, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);
@@ -426,7 +456,7 @@ int down_tiles_per_block(int64_t D, int n_tokens, size_t smem, cudaError_t *err)
     int best = 1;
     for (int f = 0; f < 3 && *err == cudaSuccess; f++) {
         const int tpw = forms[f];
-        void (*k)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int,
+        void (*k)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int, int,
                   float *) = tpw == 3 ? moe_down_mma_kernel<3> : tpw == 2 ? moe_down_mma_kernel<2> : moe_down_mma_kernel<1>;
         if (smem > 48 * 1024 &&
             (*err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess) {
@@ -449,10 +479,11 @@ int down_tiles_per_block(int64_t D, int n_tokens, size_t smem, cudaError_t *err)
     return best;
 }
 
-/* The register form (moe_gate_up_mma_kernel<false>, moe_down_mma_kernel). */
+/* The register form (moe_gate_up_mma_kernel<false>, moe_down_mma_kernel); shared_e >= 0: each
+ * token's shared expert as one more slot. */
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                            int64_t d_expert, const float *x, int n_tokens, const int32_t *ids, const float *weights,
-                           int n_used, float *act, float *out, int pdl)
+                           int n_used, int shared_e, float *act, float *out, int pdl)
 {
     /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
@@ -462,21 +493,21 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
                                  (int)smem1);
     if (e != cudaSuccess)
         return e;
-    void (*down)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int,
+    void (*down)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int, int,
                  float *) = nullptr;
     const int tpw = down_tiles_per_block(d_model, n_tokens, smem2, &e);
     if (e != cudaSuccess)
         return e;
     down = tpw == 3 ? moe_down_mma_kernel<3> : tpw == 2 ? moe_down_mma_kernel<2> : moe_down_mma_kernel<1>;
-    const int rows_per_block = 4 * MG_WARPS;
-    dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * n_used));
+    const int rows_per_block = 4 * MG_WARPS, slots = n_used + (shared_e >= 0);
+    dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * slots));
     e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<false>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
-                   d_expert, d_model, x, ids, n_used, act);
+                   d_expert, d_model, x, ids, n_used, shared_e, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);
     return launch_pdl(pdl != 0, down, g2, dim3(MD_THREADS), smem2, stream, table, n_experts, d_model, d_expert, act,
-                      ids, weights, n_used, out);
+                      ids, weights, n_used, shared_e, out);
 }
 
 } // namespace
@@ -484,11 +515,12 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
 extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts,
                                            int64_t d_model, int64_t d_expert, const float *x, int n_tokens,
                                            const int32_t *ids, const float *weights, int n_used, float *act,
-                                           float *out, int pdl, int smem_tpw)
+                                           float *out, int pdl, int smem_tpw, int shared_e)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
-    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED || (int64_t)n_tokens * n_used > 65535)
+    if (d_model % 128 || d_expert % 128 || n_used < 1 || n_used > MD_MAX_USED ||
+        (int64_t)n_tokens * (n_used + 1) > 65535 || shared_e >= n_experts || (shared_e >= 0 && smem_tpw))
         return cudaErrorInvalidValue;
     if (smem_tpw) {
         if (!cuda_moe_decode_mma_smem_fits(d_model, d_expert, n_used, smem_tpw, (size_t)-1))
@@ -496,6 +528,6 @@ extern "C" cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cud
         return moe_smem_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act,
                                out, pdl, smem_tpw);
     }
-    return moe_mma_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used, act, out,
-                          pdl);
+    return moe_mma_launch(stream, table, n_experts, d_model, d_expert, x, n_tokens, ids, weights, n_used,
+                          shared_e < 0 ? -1 : shared_e, act, out, pdl);
 }

@@ -52,20 +52,27 @@ __device__ __forceinline__ void xfrag_put(uint2 *xf2, int it, float2 a, float2 b
         make_uint4(bf16x2_of(h0, h4), bf16x2_of(v0 - h0, v4 - h4), bf16x2_of(h1, h5), bf16x2_of(v1 - h1, v5 - h5));
 }
 
-__device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, int tid0, int stride)
+/* Entries [lo, hi) of x's fragments (a chunk group g is entries [32 g, 32 g + 32), at the same
+ * places as in the whole-K layout), XB loads a thread in flight before their stores. */
+__device__ __forceinline__ void xfrag_stage_span(uint2 *xf, const float *x, int lo, int hi, int tid0, int stride)
 {
     constexpr int XB = 4;
-    for (int it0 = tid0; it0 < K / 4; it0 += XB * stride) {
+    for (int it0 = lo + tid0; it0 < hi; it0 += XB * stride) {
         float2 a[XB], b[XB]; /* x[k0], x[k0 + 1] and x[k0 + 4], x[k0 + 5] */
 #pragma unroll
         for (int i = 0; i < XB; i++)
-            if (it0 + i * stride < K / 4)
+            if (it0 + i * stride < hi)
                 xfrag_load(x, it0 + i * stride, a[i], b[i]);
 #pragma unroll
         for (int i = 0; i < XB; i++)
-            if (it0 + i * stride < K / 4)
+            if (it0 + i * stride < hi)
                 xfrag_put(xf, it0 + i * stride, a[i], b[i]);
     }
+}
+
+__device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, int tid0, int stride)
+{
+    xfrag_stage_span(xf, x, 0, K / 4, tid0, stride);
 }
 
 /* As xfrag_stage, with between() run after this thread's loads of x are issued and before their
@@ -74,24 +81,31 @@ __device__ __forceinline__ void xfrag_stage(uint2 *xf, const float *x, int K, in
  * come back only after them, so staging would wait out the weights' whole DRAM round trip and no
  * arithmetic would overlap the transfer (a block trace on the H200, docs/lab/journal.md). */
 template <int NIT, typename F>
-__device__ __forceinline__ void xfrag_stage_around(uint2 *xf, const float *x, int K, int tid0, int stride,
-                                                   F &&between)
+__device__ __forceinline__ void xfrag_stage_around_span(uint2 *xf, const float *x, int lo, int hi, int tid0,
+                                                        int stride, F &&between)
 {
-    if (K / 4 > NIT * stride) {
+    if (hi - lo > NIT * stride) {
         between();
-        xfrag_stage(xf, x, K, tid0, stride);
+        xfrag_stage_span(xf, x, lo, hi, tid0, stride);
         return;
     }
     float2 a[NIT], b[NIT];
 #pragma unroll
     for (int i = 0; i < NIT; i++)
-        if (tid0 + i * stride < K / 4)
-            xfrag_load(x, tid0 + i * stride, a[i], b[i]);
+        if (lo + tid0 + i * stride < hi)
+            xfrag_load(x, lo + tid0 + i * stride, a[i], b[i]);
     between();
 #pragma unroll
     for (int i = 0; i < NIT; i++)
-        if (tid0 + i * stride < K / 4)
-            xfrag_put(xf, tid0 + i * stride, a[i], b[i]);
+        if (lo + tid0 + i * stride < hi)
+            xfrag_put(xf, lo + tid0 + i * stride, a[i], b[i]);
+}
+
+template <int NIT, typename F>
+__device__ __forceinline__ void xfrag_stage_around(uint2 *xf, const float *x, int K, int tid0, int stride,
+                                                   F &&between)
+{
+    xfrag_stage_around_span<NIT>(xf, x, 0, K / 4, tid0, stride, between);
 }
 
 /* One chunk group's worth of zero A fragments for lanes 1..31's rows, in the kernel's static

@@ -46,10 +46,13 @@ int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64
  * each) in flight a warp. smem_tpw 1 or 2: instead, the form whose weights go through shared
  * memory by cp.async (few registers, every group in flight, each kernel triggering its dependent
  * after its wait), the down kernel's warps taking smem_tpw 8-row tiles each; its weights' data
- * must be 16-byte and their scales 8-byte aligned. 0: the register form. */
+ * must be 16-byte and their scales 8-byte aligned. 0: the register form. shared_e >= 0 (register
+ * form only): the table's expert shared_e is every token's shared expert, one more slot of weight 1
+ * added after the routed ones (act then holds n_tokens * (n_used + 1) rows); -1: none. */
 cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
                                 int64_t d_expert, const float *x, int n_tokens, const int32_t *ids,
-                                const float *weights, int n_used, float *act, float *out, int pdl, int smem_tpw);
+                                const float *weights, int n_used, float *act, float *out, int pdl, int smem_tpw,
+                                int shared_e);
 /* Whether cuda_gemv_mma takes these weights and rows within smem_budget. */
 int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int n_tokens, size_t smem_budget);
 /* y[j][t, :N[j]] = x[t, :K] W_j^T for j < n_w <= 3 NVFP4 weights and t < n_tokens <= 8, on bf16
