@@ -7,7 +7,8 @@
 #                                        checkpoint of tools/bench_gpu.sh in $SYNTH_DIR)
 # Environment: SKIP_LAUNCHES (3000), LAUNCHES (700: more than a step), BATCH (1), PROMPT_LEN (128),
 # DECODE (16), PRESET (qwen3-30b-a3b) and LAYERS (48) of the synthetic checkpoint, BENCH_ARGS (extra
-# bench flags). A GLM-5 layer: PRESET=glm5-slice LAYERS=2 BENCH_ARGS="--decode-context 2048"
+# bench flags), SYNTHETIC=1 (the preset's weights made on the device, no checkpoint written), IN_ORDER=1 (the
+# step's kernels listed as launched too). A GLM-5 layer: PRESET=glm5-slice LAYERS=2 BENCH_ARGS="--decode-context 2048"
 # SKIP_LAUNCHES=200 (SYNTH_DIR=/tmp/glm5-2: one dense + one MoE layer, 9.4 GB). STEP=last: the
 # window's last complete step instead of its first. Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
 # $OUT/profile_step.txt too. "One step" is the kernels from one embedding launch to the next, so
@@ -20,7 +21,10 @@ synth=${SYNTH_DIR:-/tmp/synth-30b-nvfp4}
 preset=${PRESET:-qwen3-30b-a3b}
 layers=${LAYERS:-48}
 want="$preset nvfp4 layers=$layers"
-if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
+model=(--model "$synth")
+if [ -n "${SYNTHETIC:-}" ]; then # weights made on the device: no checkpoint on disk
+    model=(--synthetic "$preset" --synthetic-layers "$layers")
+elif ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
     rm -rf "$synth" && mkdir -p "$synth"
     "$build/make_synth_checkpoint" --out "$synth" --preset "$preset" --layers "$layers" --format nvfp4 >"$logs/synth.log" 2>&1 ||
         { echo "profile_step: checkpoint failed"; exit 1; }
@@ -28,7 +32,7 @@ if ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; th
 fi
 MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none --launch-skip "${SKIP_LAUNCHES:-3000}" \
     --launch-count "${LAUNCHES:-700}" --metrics gpu__time_duration.sum --csv \
-    "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" ${BENCH_ARGS:-} \
+    "$build/moeserve" bench "${model[@]}" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" ${BENCH_ARGS:-} \
     >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
 python3 - "$logs/ncu_step.csv" <<'PY' | tee "$logs/profile_step.txt"
 import csv, os, sys
@@ -57,4 +61,8 @@ print("%-70s %6s %9s %8s %6s" % ("kernel", "count", "total us", "us each", "%"))
 for n, (c, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
     print("%-70s %6d %9.1f %8.2f %6.1f" % (n, c, t, t / c, 100 * t / tot))
 print("sum: %.1f us over %d kernels" % (tot, sum(c for c, _ in per.values())))
+if os.environ.get("IN_ORDER"):  # the step's kernels as launched
+    print("in launch order:")
+    for n, us in seq:
+        print("  %8.2f  %s" % (us, n))
 PY
