@@ -21,8 +21,8 @@ export const OpenAI = require('openai');
 // forwards SIGTERM to the ranks, so stop() works the same.
 const RANKS = Number(process.env.MOESERVE_E2E_RANKS ?? 1);
 
-export async function startServer(extraArgs = []) {
-  const args = ['serve', '--model', MODEL_DIR, '--port', '0', ...extraArgs];
+export async function startServer(extraArgs = [], modelDir = MODEL_DIR) {
+  const args = ['serve', '--model', modelDir, '--port', '0', ...extraArgs];
   const [cmd, argv] = RANKS > 1
     ? ['mpirun', ['--oversubscribe', '-np', String(RANKS), BIN, ...args, '--tensor-parallel', String(RANKS)]]
     : [BIN, args];

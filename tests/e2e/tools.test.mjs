@@ -1,0 +1,135 @@
+// tools.test.mjs — tool calls through the official openai client: a tools request's answer parsed into
+// tool_calls, a stream's deltas adding up to the same call, a tool-call history rendered as
+// transformers renders it and answered, tool_choice, and the malformed requests refused.
+//
+// The model is tests/e2e/tool_model.mjs's rigged checkpoint (Qwen3's chat template, a lookup table
+// for weights): its answers are known, so what is checked is the server's parsing and rendering.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import { SRC, postJSON, startServer } from './helpers.mjs';
+import { WANT, makeToolModel } from './tool_model.mjs';
+
+const MODEL = 'moeserve-tools';
+const TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'Get the current weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
+                  required: ['city'] },
+  },
+}];
+const ASK = [{ role: 'user', content: "What's the weather in Paris?" }];
+
+describe('tool calls (a checkpoint rigged to write them)', () => {
+  let srv, client, dir;
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moeserve-tools-'));
+    srv = await startServer(['--max-context', '2048', '--max-tokens', '512'], makeToolModel(path.join(dir, MODEL)));
+    client = srv.client();
+  });
+  after(async () => {
+    const code = await srv.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+    assert.equal(code, 0, `server exit code\n${srv.stderr()}`);
+  });
+
+  test('a tools request: message.tool_calls parsed, content and reasoning apart, finish_reason tool_calls', async () => {
+    assert.match(srv.stderr(), /tool calls are read as qwen3's/);
+    const r = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, n: 2 });
+    for (const c of r.choices) {
+      const m = c.message;
+      assert.equal(c.finish_reason, 'tool_calls');
+      assert.equal(m.content, WANT.content);
+      assert.equal(m.reasoning_content, WANT.reasoning);
+      assert.equal(m.tool_calls.length, 1);
+      const call = m.tool_calls[0];
+      assert.equal(call.type, 'function');
+      assert.match(call.id, /^call_[0-9a-f]{24}\d\d$/);
+      assert.equal(call.function.name, WANT.name);
+      assert.equal(call.function.arguments, WANT.arguments); // the model's text, as written
+      assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris', unit: 'celsius' });
+    }
+    assert.notEqual(r.choices[0].message.tool_calls[0].id, r.choices[1].message.tool_calls[0].id);
+  });
+
+  test('streamed: delta.tool_calls (id and name first, arguments in pieces) add up to the same call', async () => {
+    const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, stream: true });
+    const calls = [];
+    let content = '', reasoning = '', finish = null, pieces = 0;
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (!c) continue;
+      content += c.delta.content ?? '';
+      reasoning += c.delta.reasoning_content ?? '';
+      for (const d of c.delta.tool_calls ?? []) {
+        if (!calls[d.index]) {
+          assert.ok(d.id && d.type === 'function' && d.function.name, 'the first delta names the call');
+          calls[d.index] = { id: d.id, name: d.function.name, arguments: '' };
+        } else {
+          assert.equal(d.id, undefined);
+        }
+        calls[d.index].arguments += d.function.arguments ?? '';
+        pieces++;
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(content, WANT.content);
+    assert.equal(reasoning, WANT.reasoning);
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].name, WANT.name);
+    assert.equal(calls[0].arguments, WANT.arguments);
+    assert.ok(pieces >= 2, `the arguments came in ${pieces} delta(s)`);
+  });
+
+  test('a history with tool calls and results renders as transformers renders it, and is answered', async () => {
+    // transformers' rendering of a chat with tools and a tool-call history (Qwen3's template)
+    const golden = fs.readFileSync(path.join(SRC, 'tests/golden/tokenizers/qwen3/chats.jsonl'), 'utf8').split('\n')
+      .filter(Boolean).map((l) => JSON.parse(l)).find((c) => c.tools && c.add_generation_prompt &&
+        c.messages.some((m) => m.tool_calls));
+    assert.ok(golden, 'the golden chat with tool calls');
+    // as an OpenAI client sends it: arguments as JSON text
+    const messages = golden.messages.map((m) => (m.tool_calls ? {
+      ...m, content: null,
+      tool_calls: m.tool_calls.map((t) => ({ ...t, function: { ...t.function, arguments: JSON.stringify(t.function.arguments) } })),
+    } : m));
+    const served = await postJSON(`${srv.url}/tokenize`, { model: MODEL, messages, tools: golden.tools });
+    const want = await postJSON(`${srv.url}/tokenize`, { model: MODEL, prompt: golden.rendered });
+    assert.equal(served.status, 200, served.text);
+    assert.deepEqual(served.json.tokens, want.json.tokens);
+    // answered: without thinking the rigged model answers in text
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools: golden.tools,
+      chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(r.choices[0].message.content, WANT.answer);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].message.tool_calls, undefined);
+  });
+
+  test('tool_choice: none shows no tools and parses nothing; required and named are refused for now', async () => {
+    const none = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'none' });
+    assert.equal(none.choices[0].message.tool_calls, undefined);
+    assert.equal(none.choices[0].finish_reason, 'stop');
+    assert.match(none.choices[0].message.content, /<tool_call>/); // the text as written
+    const withTools = await postJSON(`${srv.url}/tokenize`, { model: MODEL, messages: ASK, tools: TOOLS });
+    const noTools = await postJSON(`${srv.url}/tokenize`, { model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'none' });
+    assert.ok(withTools.json.count > noTools.json.count + 50, 'tool_choice none renders no tools');
+    const auto = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'auto' });
+    assert.equal(auto.choices[0].message.tool_calls.length, 1);
+    const refused = [
+      [{ tool_choice: 'required' }, 'tool_choice'],
+      [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice'],
+      [{ tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
+      [{ tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0].function.name'],
+      [{ tools: [{ type: 'retrieval' }] }, 'tools[0]'],
+      [{ messages: [...ASK, { role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
+        'messages[1].tool_calls[0].function.arguments'],
+    ];
+    for (const [extra, param] of refused)
+      await assert.rejects(client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, ...extra }),
+        (e) => e.status === 400 && e.param === param, JSON.stringify(extra));
+  });
+});
