@@ -38,6 +38,8 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
         return err_set(err, STATUS_INVALID, "request: the prompt is empty");
     if (p->max_new < (p->prompt_logprobs ? 0 : 1))
         return err_set(err, STATUS_INVALID, "request: max_new must be >= 1 (got %d)", p->max_new);
+    if (p->grammar && !p->grammar_vocab)
+        return err_set(err, STATUS_INVALID, "request: a grammar without the vocabulary's bytes");
     if (p->top_logprobs > SCHED_MAX_TOP_LOGPROBS)
         return err_set(err, STATUS_INVALID, "request: at most %d top log-probabilities (got %d)",
                        SCHED_MAX_TOP_LOGPROBS, p->top_logprobs);
@@ -47,6 +49,7 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
     size_t nm = (size_t)(p->max_new > 0 ? p->max_new : 1), top = p->top_logprobs > 0 ? (size_t)p->top_logprobs : 0;
     r->n_prompt = n_prompt;
     r->p = *p;
+    grammar_ref(r->p.grammar); /* put by sched_req_put */
     r->prompt = malloc((size_t)n_prompt * sizeof *r->prompt);
     r->tokens = malloc(((size_t)n_prompt + nm) * sizeof *r->tokens);
     r->out_ids = malloc(nm * sizeof *r->out_ids);
@@ -97,6 +100,10 @@ void sched_req_put(struct sched_req *r)
         return;
     ASSERT(r->seq.n_blocks == 0); /* the scheduler released the KV blocks */
     sampler_free(&r->smp);
+    if (r->tm)
+        token_mask_free(r->tm);
+    free(r->tm);
+    grammar_put(r->p.grammar);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->prompt);
@@ -354,6 +361,10 @@ static void admit(struct scheduler *sch)
         }
         if (!st && r->admit_order == 0 && !(st = sampler_init(&r->smp, &r->p.sampling, sch->vocab, &err)))
             sampler_observe_prompt(&r->smp, r->prompt, r->n_prompt);
+        if (!st && r->admit_order == 0 && r->p.grammar && !(r->tm = calloc(1, sizeof *r->tm)))
+            st = err_set(&err, STATUS_NOMEM, "out of memory for the grammar's state");
+        if (!st && r->admit_order == 0 && r->p.grammar)
+            st = token_mask_init(r->tm, r->p.grammar_vocab, r->p.grammar, &err);
         if (st) {
             req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
             continue;
@@ -495,7 +506,7 @@ static bool is_stop_id(const struct sched_params *p, int32_t tok)
 /* Whether r's next token must be chosen here: logit processors, min-p, or min_tokens still masking. */
 static bool needs_host(const struct sched_req *r)
 {
-    return sampler_needs_host(&r->p.sampling) || r->n_out < r->p.min_new;
+    return sampler_needs_host(&r->p.sampling) || r->n_out < r->p.min_new || r->tm;
 }
 
 /* Before min_tokens: the tokens that would end the request cannot be drawn. */
@@ -520,14 +531,21 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
     int32_t tok = drawn;
     if (drawn < 0) {
         mask_enders(sch, r, row);
+        if (r->tm && !token_mask_compute(r->tm, &err)) /* only what keeps the grammar alive */
+            token_mask_apply(r->tm, row);
         sampler_apply(&r->smp, row);
     }
-    if (drawn < 0 && sampler_sample(&r->smp, row, &tok, &err)) {
+    if (drawn < 0 && (err.msg[0] || sampler_sample(&r->smp, row, &tok, &err))) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
         return;
     }
-    if ((!r->p.ignore_eos && is_eos(&sch->s->desc, tok)) || is_stop_id(&r->p, tok)) {
+    if (r->tm && token_mask_accept(r->tm, tok, &err)) {
+        running_remove(sch, r);
+        req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
+        return;
+    }
+    if (((!r->p.ignore_eos || r->tm) && is_eos(&sch->s->desc, tok)) || is_stop_id(&r->p, tok)) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_STOP, NULL);
         return;
@@ -548,7 +566,10 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     sch->counters.generated_tokens++;
-    if (r->n_out == r->p.max_new || r->n_tokens >= sch->o.max_context) {
+    if (r->tm && token_mask_done(r->tm)) { /* the grammar is complete and nothing can follow */
+        running_remove(sch, r);
+        req_finish(sch, r, SCHED_FINISH_STOP, NULL);
+    } else if (r->n_out == r->p.max_new || r->n_tokens >= sch->o.max_context) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_LENGTH, NULL);
     }

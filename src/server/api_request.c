@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "engine/grammar.h"
+#include "server/api_format.h"
 
 enum status api_error_set(struct api_error *e, int http_status, const char *type, const char *param,
                           const char *code, const char *fmt, ...)
@@ -595,7 +597,7 @@ static const struct {
     enum neutral ok;
 } UNSUPPORTED[] = {
     {"functions", NEUTRAL_EMPTY},
-    {"function_call", NEUTRAL_NONE},    {"response_format", NEUTRAL_TEXT},
+    {"function_call", NEUTRAL_NONE},
     {"suffix", NEUTRAL_EMPTY},          {"best_of", NEUTRAL_ONE},
     {"prompt_logprobs", NEUTRAL_EMPTY},
     {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
@@ -811,7 +813,7 @@ static enum status parse_responses(const struct json *body, struct api_request *
         if (j && !asks_nothing(j, NEUTRAL_EMPTY))
             asks = RESPONSES_UNSUPPORTED[i];
     }
-    if (!asks && fmt && !(json_is_string(json_get(fmt, "type")) && strcmp(json_string(json_get(fmt, "type")), "text") == 0))
+    if (!asks && fmt && !api_format_takes(fmt)) /* text, json_object, json_schema: api_format.c */
         asks = "text";
     if (!asks && tc && !(json_is_string(tc) && (strcmp(json_string(tc), "none") == 0 || strcmp(json_string(tc), "auto") == 0)))
         asks = "tool_choice";
@@ -858,6 +860,8 @@ enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, c
         st = parse_responses(root, rq, lenient, e);
     else if (!(st = parse_fields(root, rq, e)) && !(st = parse_tools(root, rq, lenient, e)))
         st = check_unsupported(root, rq, lenient, e);
+    if (!st)
+        st = api_format_parse(root, rq, e);
     json_free(root);
     if (st) {
         api_request_free(rq);
@@ -877,6 +881,7 @@ void api_request_free(struct api_request *rq)
         free(rq->messages[i].extra);
     }
     free(rq->tools);
+    grammar_put(rq->grammar);
     free(rq->messages);
     for (int i = 0; i < rq->n_stop; i++)
         free(rq->stop[i]);
@@ -891,6 +896,7 @@ void api_request_free(struct api_request *rq)
 enum status api_request_copy_one(const struct api_request *src, int prompt, struct api_request *dst, struct api_error *e)
 {
     *dst = *src; /* the plain fields; every owned pointer is replaced below */
+    grammar_ref(dst->grammar); /* shared: the copy owns a reference */
     dst->model = dst->prompt_text = dst->template_kwargs = dst->chat_template = dst->tools = NULL;
     dst->prompt_ids = NULL;
     dst->more = NULL;

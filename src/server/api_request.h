@@ -23,6 +23,8 @@
 
 #include "base/status.h"
 
+struct grammar;
+
 #define API_MAX_STOP 4 /* OpenAI's limit on stop sequences */
 #define API_MAX_BIAS 300     /* logit_bias entries (OpenAI's limit; = SAMPLER_MAX_BIAS) */
 #define API_MAX_STOP_IDS 64  /* stop_token_ids (= SCHED_MAX_STOP_IDS) */
@@ -115,14 +117,16 @@ struct api_request {
     char *tools;                 /* chat: the tools as JSON text (a checked, non-empty array), owned, or NULL */
     enum api_tool_choice tool_choice;
     char tool_name[API_MAX_TOOL_NAME + 1]; /* NAMED: the function */
+    struct grammar *grammar;     /* response_format / text.format json_object or json_schema, compiled
+                                    (server/api_format.h): a reference, owned; NULL: free text */
     char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */
 };
 
 /* Parses body[0..len). On failure returns STATUS_INVALID with e filled
  * (status 400) and *rq zeroed. A field OpenAI (or vLLM) defines that this server does not
- * implement (response_format, suffix, best_of, functions, ...) is refused with 400 naming
+ * implement (suffix, best_of, functions, ...) is refused with 400 naming
  * it when its value asks for something (anything but its no-op: null, false, 0, "", [], {},
- * best_of 1, function_call "none", response_format {"type": "text"}), so that no answer silently
+ * best_of 1, function_call "none"), so that no answer silently
  * ignores it. tool_choice "required" and named need constrained decoding: refused (lenient: auto). */
 enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
                               struct api_error *e);

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "base/version.h"
+#include "server/api_format.h"
 #include "server/api_response.h"
 
 enum { REFUSE_UNREAD_FACTOR = 16 }; /* bodies declared over 16x the limit are not even read */
@@ -478,6 +479,8 @@ enum status server_start(struct server *srv, const struct server_opts *o, const 
     pthread_mutex_init(&srv->conn_mu, NULL);
     metrics_init(&srv->metrics);
     metrics_set_model(&srv->metrics, o->model_name);
+    if (m->pm.tok && m->sch && m->sch->s) /* ~0.1 s for a 150k vocabulary */
+        srv->grammar_vocab = api_format_vocab_new(m->pm.tok, &m->sch->s->desc);
     srv->created = (long)time(NULL);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -557,6 +560,7 @@ void server_stop(struct server *srv)
     atomic_store(&srv->stopping, true);
     MHD_stop_daemon(srv->daemon);
     metrics_free(&srv->metrics);
+    api_format_vocab_free(srv->grammar_vocab);
     free(srv->clients);
     pthread_mutex_destroy(&srv->conn_mu);
     memset(srv, 0, sizeof *srv);

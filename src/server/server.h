@@ -81,6 +81,7 @@ struct server {
     pthread_mutex_t conn_mu;   /* guards n_open and clients */
     int n_open;                /* connections open now */
     struct server_client *clients; /* (SERVER_CLIENT_SLOTS) open connections per client address, owned */
+    struct token_vocab *grammar_vocab; /* bytes per id for structured output (api_format.h), owned; NULL: off */
     atomic_ullong n_ids;       /* request ids and default seeds */
     uint64_t salt;             /* makes ids differ between runs */
     long created;              /* unix time at start */

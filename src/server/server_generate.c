@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "server/reasoning.h"
 #include "base/timer.h"
+#include "server/api_format.h"
 #include "server/api_response.h"
 #include "server/server_internal.h"
 #include "server/text_stream.h"
@@ -833,6 +834,10 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     memcpy(sp.sampling.bias, rq->bias, (size_t)rq->n_bias * sizeof rq->bias[0]);
     sp.n_stop_ids = rq->n_stop_ids;
     memcpy(sp.stop_ids, rq->stop_ids, (size_t)rq->n_stop_ids * sizeof rq->stop_ids[0]);
+    if ((st = api_format_bind(rq, srv->grammar_vocab, &sp, e))) {
+        tok_ids_free(&ids);
+        return st;
+    }
     g->created = (long)time(NULL);
     if (rq->kind == API_RESPONSES) { /* the Responses API's id forms */
         snprintf(g->id, sizeof g->id, "resp_%016llx%08llx", (unsigned long long)rnd, (unsigned long long)n & 0xffffffffull);
