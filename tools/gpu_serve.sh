@@ -44,8 +44,23 @@ ta, tb, tc, tl = (x['choices'][0]['text'] for x in (a, b, c, l))
 lp = l['choices'][0]['logprobs']
 print('seed 7 twice %s, seed 8 %s, with logprobs %s (%d entries)' % ('same' if ta == tb else 'DIFFER', 'differs' if tc != ta else 'SAME',
       'same text' if tl == ta else 'other text', len(lp['token_logprobs'])))" "$a" "$b" "$c" "$l" 2>&1 | tail -1)")
+# where the scheduler thread's steps go (issue 27's overlap): per step, in the forward and outside it, and
+# the decode graphs the server captured (sizes padded up to plan_decode_graph_sizes)
+metric() { curl -s "$url/metrics" | awk -v m="$1" '$1 == m {print $2; exit}'; }
+for c in 1 16 64; do
+    f0=$(metric moeserve_engine_forward_seconds_total) h0=$(metric moeserve_engine_host_seconds_total)
+    s0=$(metric moeserve_engine_steps_total)
+    "$d/moeserve" bench serve --url "$url" --concurrency $c --requests $((c * 4)) --input-len 16 --output-len 128 \
+        >/dev/null 2>&1
+    f1=$(metric moeserve_engine_forward_seconds_total) h1=$(metric moeserve_engine_host_seconds_total)
+    s1=$(metric moeserve_engine_steps_total)
+    rows+=("steps c$c: $(python3 -c "
+f, h, s = $f1 - $f0, $h1 - $h0, max($s1 - $s0, 1)
+print('%d steps, forward %.0f us, host %.0f us a step (host %.1f%%)' % (s, f / s * 1e6, h / s * 1e6, 100 * h / max(f + h, 1e-9)))")")
+done
 kill -TERM $sp
 wait $sp
+rows+=("decode graphs: $(grep -c 'decode graph of' "$out/serve.err") captured; last: $(grep 'decode graph of' "$out/serve.err" | tail -1 | sed 's/.*captured: //')")
 rows+=("server log: $(grep -c 'cancelled' "$out/serve.err") cancelled, $(grep -ci 'error' "$out/serve.err") error lines")
 "$d/moeserve" bench --backend cuda --synthetic qwen3-30b-a3b --batch 1,16,64 --prompt-len 512 --decode-context 16 \
     --decode 128 --json >"$out/engine.json" 2>"$out/engine.err"
