@@ -137,21 +137,35 @@ static void layout_print(const struct shard_part *parts, int n, const struct mod
                "", parts[i].why);
 }
 
-/* The collectives of one step over the ranks at a few token counts: what each moves, and how the
- * GPU ranks choose the all-reduce's form (measured at start-up, so a plan made without the GPUs
- * cannot name it). */
+/* The collectives of one step over the ranks at a few token counts: what each moves, which are
+ * fused with the residual add and the next RMSNorm, and how the GPU ranks choose the all-reduce's
+ * form (measured at start-up, so a plan made without the GPUs cannot name it). By heads: an
+ * all-reduce a half-layer, each but the last with the add and the next norm in one comm op
+ * (engine/forward.c forward_reduce). Data-parallel attention: per layer the FFN's all-gather of
+ * every rank's rows (the step's tokens spread over the ranks, padded to the largest share) and
+ * its reduce-scatter, then one all-gather of the residual rows for the lm_head; nothing fused. */
 static const int STEP_TOKENS[] = {1, 8, 64, 512};
 
 static struct json *collectives_json(const struct model_desc *d, const struct model_shard *sh)
 {
     struct json *a = json_new_array();
-    const size_t vocab_share = (size_t)model_shard_vocab(d, sh).n;
+    const size_t vocab_share = (size_t)model_shard_vocab(d, sh).n, D = (size_t)d->d_model;
     for (size_t i = 0; i < sizeof STEP_TOKENS / sizeof STEP_TOKENS[0]; i++) {
-        const size_t t = (size_t)STEP_TOKENS[i];
+        const size_t t = (size_t)STEP_TOKENS[i], share = (t + (size_t)sh->size - 1) / (size_t)sh->size;
         struct json *e = json_new_object();
         json_add(e, "tokens", json_new_number((double)t));
-        json_add(e, "all_reduce_count", json_new_number(2.0 * d->n_layers));
-        json_add(e, "all_reduce_bytes", json_new_number((double)(t * (size_t)d->d_model * sizeof(float))));
+        if (sh->data_parallel_attention) {
+            json_add(e, "all_reduce_count", json_new_number(0));
+            json_add(e, "all_gather_count", json_new_number(d->n_layers + 1.0));
+            json_add(e, "reduce_scatter_count", json_new_number(d->n_layers));
+            json_add(e, "rank_rows", json_new_number((double)share));
+            json_add(e, "all_gather_bytes_per_rank", json_new_number((double)(share * D * sizeof(float))));
+            json_add(e, "fused_add_rmsnorm_count", json_new_number(0));
+        } else {
+            json_add(e, "all_reduce_count", json_new_number(2.0 * d->n_layers));
+            json_add(e, "all_reduce_bytes", json_new_number((double)(t * D * sizeof(float))));
+            json_add(e, "fused_add_rmsnorm_count", json_new_number(2.0 * d->n_layers - 1));
+        }
         json_add(e, "logits_all_gather_bytes_per_rank", json_new_number((double)(vocab_share * sizeof(float))));
         json_append(a, e);
     }
@@ -161,6 +175,20 @@ static struct json *collectives_json(const struct model_desc *d, const struct mo
 static void collectives_print(const struct model_desc *d, const struct model_shard *sh)
 {
     const size_t vocab_share = (size_t)model_shard_vocab(d, sh).n;
+    if (sh->data_parallel_attention) {
+        printf("  collectives of a step (data-parallel attention): per layer an all-gather of the FFN's input rows "
+               "and a reduce-scatter of its output (each rank's rows x %d floats, padded to the largest rank's), "
+               "then an all-gather of the residual rows for the lm_head and the logits' all-gather of %zu floats "
+               "a row a rank; none fused with a norm (each rank norms its own rows)\n",
+               d->d_model, vocab_share);
+        for (size_t i = 0; i < sizeof STEP_TOKENS / sizeof STEP_TOKENS[0]; i++) {
+            const int share = (STEP_TOKENS[i] + sh->size - 1) / sh->size;
+            printf("    %4d tokens: %d rows a rank, all-gather of %.1f KiB a rank, %d all-gathers + %d "
+                   "reduce-scatters\n", STEP_TOKENS[i], share, (double)share * d->d_model * sizeof(float) / 1024.0,
+                   d->n_layers + 1, d->n_layers);
+        }
+        return;
+    }
     printf("  collectives of a step: %d all-reduces (one a half-layer) of tokens x %d floats, the logits' "
            "all-gather of %zu floats a row a rank\n",
            2 * d->n_layers, d->d_model, vocab_share);
@@ -169,6 +197,12 @@ static void collectives_print(const struct model_desc *d, const struct model_sha
         printf("    %4d tokens: all-reduce of %.1f KiB%s\n", STEP_TOKENS[i], kib,
                kib * 1024.0 > 16.0 * 1048576.0 ? " (above the P2P table: NCCL)" : "");
     }
+    printf("  fused: %d of the %d all-reduces with the residual add and the next RMSNorm (all but the last "
+           "layer's FFN, whose norm is the final one, per logit row): one P2P one-shot kernel at the sizes the "
+           "start-up table runs one-shot; elsewhere the all-reduce (NCCL or two-shot) then the add+norm kernel "
+           "(CPU ranks: MPI's all-reduce then add+norm, the same bits as apart); before a MoE router on GPU ranks "
+           "only at one-shot sizes (else the norm+router kernel keeps the norm)\n",
+           2 * d->n_layers - 1, 2 * d->n_layers);
     printf("  the all-reduce's form per size (NCCL, P2P one-shot, two-shot): measured by the GPU ranks at start-up\n"
            "  where every pair of their GPUs can reach each other (cudaDeviceCanAccessPeer), else NCCL alone; the "
            "ranks log the table, `bench --allreduce --tensor-parallel N` prints it\n");
@@ -203,7 +237,7 @@ static void graphs_print(int max_seqs, int max_rows)
  * the command's exit code (errors logged). */
 static int plan_build_print(const struct device_caps *caps, const char *dir, bool weights_given,
                             struct plan_weights *w, size_t budget, bool json, struct model_shard *shard,
-                            bool ep_given, int max_seqs)
+                            bool ep_given, int max_seqs, int max_context, int dpa)
 {
     /* the forward's rule (engine/forward.c): graphs of up to FORWARD_MAX_GRAPH_ROWS rows */
     const int graph_rows = max_seqs < FORWARD_MAX_GRAPH_ROWS ? max_seqs : FORWARD_MAX_GRAPH_ROWS;
@@ -216,13 +250,37 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
     struct model_desc d;
     struct plan_shapes shapes;
     memset(&d, 0, sizeof d);
-    if (dir && load_model(dir, weights_given, &d, &shapes, w, shard)) {
+    /* first as data-parallel attention, which needs no head to divide, when it may be chosen; the
+     * layout by heads is loaded below where the rule (or the user) keeps it */
+    struct model_shard first = *shard;
+    first.data_parallel_attention = shard->size > 1 && dpa >= 0;
+    if (dir && load_model(dir, weights_given, &d, &shapes, w, &first)) {
         model_desc_free(&d);
         return 1;
     }
     const char *ep_why = "--expert-parallel";
     if (dir && shard->size > 1 && !ep_given) { /* the session's own choice (model_session.c) */
         shard->expert_parallel = model_shard_choose_experts(&d, shard->size, w->experts, &ep_why);
+    }
+    /* the attention's layout: the session's rule for --max-seqs sequences of --max-context / 2 tokens
+     * (a bf16 latent cache), unless --data-parallel-attention says */
+    char attn_why[400];
+    snprintf(attn_why, sizeof attn_why, "--data-parallel-attention %s", dpa > 0 ? "on" : "off");
+    if (dir && shard->size > 1 && dpa >= 0) {
+        bool on = dpa > 0;
+        if (!dpa)
+            on = model_shard_choose_attention(&d, shard->size, max_seqs, max_context / 2,
+                                              model_shard_elem_bytes(w->attn), model_shard_cache_elem_bytes(&d, 2.0),
+                                              attn_why, sizeof attn_why);
+        shard->data_parallel_attention = on;
+    }
+    if (dir && first.data_parallel_attention != shard->data_parallel_attention) { /* by heads after all */
+        model_desc_free(&d);
+        memset(&d, 0, sizeof d);
+        if (load_model(dir, true, &d, &shapes, w, shard)) {
+            model_desc_free(&d);
+            return 1;
+        }
     }
     struct shard_part parts[12];
     const int n_parts = dir && shard->size > 1 ? model_shard_layout(&d, shard, parts, 12) : 0;
@@ -247,6 +305,8 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
         if (n_parts) {
             struct json *l = layout_json(parts, n_parts, shard);
             json_add(l, "experts_why", json_new_string(ep_why));
+            json_add(l, "data_parallel_attention", json_new_bool(shard->data_parallel_attention));
+            json_add(l, "attention_why", json_new_string(attn_why));
             json_add(l, "collectives", collectives_json(&d, shard));
             json_add(j, "layout", l);
         }
@@ -258,6 +318,7 @@ static int plan_build_print(const struct device_caps *caps, const char *dir, boo
         if (n_parts) {
             layout_print(parts, n_parts, shard);
             printf("  routed experts: %s\n", ep_why);
+            printf("  attention: %s\n", attn_why);
             collectives_print(&d, shard);
         }
     }
@@ -284,6 +345,11 @@ int cmd_plan(int argc, char **argv)
         {.name = "tensor-parallel", .metavar = "N", .help = "with --model: plan one of N ranks and print the layout"},
         {.name = "expert-parallel", .help = "with --tensor-parallel: routed experts by expert"},
         {.name = "max-seqs", .metavar = "N", .help = "a server's --max-seqs: its decode graph sizes (default 64)"},
+        {.name = "max-context", .metavar = "N", .help = "with --tensor-parallel: tokens a sequence may reach (default "
+                                                        "4096); the attention's layout assumes half on average"},
+        {.name = "data-parallel-attention", .metavar = "WHEN",
+         .help = "with --tensor-parallel: on, off or auto (default: data-parallel where --max-seqs sequences read "
+                 "fewer bytes a rank that way)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     struct err err = {0};
@@ -295,7 +361,7 @@ int cmd_plan(int argc, char **argv)
                  "expected bound and why.\nProfiles: %s.",
                  plan_profile_names());
         cli_print_help("moeserve plan [--model DIR] [--device N | --profile NAME] [--smem-budget BYTES] "
-                       "[--weights FORMAT] [--tensor-parallel N [--expert-parallel]] [--max-seqs N] [--kernels] [--json]",
+                       "[--weights FORMAT] [--tensor-parallel N [--expert-parallel] [--data-parallel-attention WHEN]] [--max-seqs N] [--kernels] [--json]",
                        about, opts, n);
         return 0;
     }
@@ -314,8 +380,14 @@ int cmd_plan(int argc, char **argv)
         LOG_ERROR("plan: --device and --profile exclude each other");
         return 2;
     }
-    long device = 0, budget = 0, tp = 1, max_seqs = 64;
+    long device = 0, budget = 0, tp = 1, max_seqs = 64, max_context = 4096;
+    const char *dpa = cli_get(opts, n, "data-parallel-attention", "auto");
+    if (strcmp(dpa, "auto") != 0 && strcmp(dpa, "on") != 0 && strcmp(dpa, "off") != 0) {
+        LOG_ERROR("plan: --data-parallel-attention: expected on, off or auto, got \"%s\"", dpa);
+        return 2;
+    }
     if (cli_int(opts, n, "device", 0, 1023, &device, &err) || cli_int(opts, n, "max-seqs", 1, 4096, &max_seqs, &err) ||
+        cli_int(opts, n, "max-context", 1, 1L << 24, &max_context, &err) ||
         cli_int(opts, n, "smem-budget", 1, 1L << 30, &budget, &err) ||
         cli_int(opts, n, "tensor-parallel", 1, 4096, &tp, &err)) {
         LOG_ERROR("plan: %s", err.msg);
@@ -341,5 +413,6 @@ int cmd_plan(int argc, char **argv)
     if (rc)
         return rc;
     return plan_build_print(&caps, cli_get(opts, n, "model", NULL), wopt != NULL, &w, (size_t)budget,
-                            cli_flag(opts, n, "json"), &shard, shard.expert_parallel, (int)max_seqs);
+                            cli_flag(opts, n, "json"), &shard, shard.expert_parallel, (int)max_seqs, (int)max_context,
+                            strcmp(dpa, "on") == 0 ? 1 : strcmp(dpa, "off") == 0 ? -1 : 0);
 }

@@ -24,17 +24,6 @@ static void session_ranks(const struct session_opts *o, int *rank, int *size)
         *rank = o->comm->rank, *size = o->comm->size;
 }
 
-/* Bytes a KV cache element of the attention's rows takes (the data-parallel rule's KV figures). */
-static double session_cache_elem_bytes(const struct model_desc *d, enum kv_dtype latent)
-{
-    bool mla = false;
-    for (int l = 0; l < d->n_layers; l++)
-        mla |= d->layers[l].attn == ATTN_MLA;
-    if (!mla)
-        return 4.0; /* GQA K and V are f32 */
-    return latent == KV_DTYPE_F32 ? 4.0 : latent == KV_DTYPE_FP8 ? 656.0 / 576.0 : 2.0;
-}
-
 /* The attention's layout over the ranks: the user's, else the planner's rule for this session's
  * batch (max_seqs sequences) and mean context (max_context / 2), logged with its reason. */
 static void session_attention_layout(struct model_session *s, const struct session_opts *o, int size, int max_seqs,
@@ -50,9 +39,10 @@ static void session_attention_layout(struct model_session *s, const struct sessi
     struct plan_weights pw;
     model_plan_weights(&s->desc, &s->qc, &pw);
     char why[400];
-    s->shard.data_parallel_attention =
-        model_shard_choose_attention(&s->desc, size, max_seqs, max_context / 2, model_shard_elem_bytes(pw.attn),
-                                     session_cache_elem_bytes(&s->desc, latent), why, sizeof why);
+    const double latent_bytes = latent == KV_DTYPE_F32 ? 4.0 : latent == KV_DTYPE_FP8 ? 656.0 / 576.0 : 2.0;
+    s->shard.data_parallel_attention = model_shard_choose_attention(
+        &s->desc, size, max_seqs, max_context / 2, model_shard_elem_bytes(pw.attn),
+        model_shard_cache_elem_bytes(&s->desc, latent_bytes), why, sizeof why);
     if (s->shard.data_parallel_attention)
         LOG_INFO("attention data-parallel over %d ranks: %s", size, why);
     else

@@ -32,12 +32,13 @@ enum status model_shard_check(const struct model_desc *d, const struct model_sha
     if (s->data_parallel_attention)
         goto ffn; /* whole heads on every rank */
     if (d->n_heads % n)
-        return err_set(err, STATUS_UNSUPPORTED, "%s: %d attention heads do not divide over %d ranks",
+        return err_set(err, STATUS_UNSUPPORTED, "%s: %d attention heads do not divide over %d ranks (--data-parallel-attention on keeps them "
+                       "whole)",
                        model_family_name(d->family), d->n_heads, n);
     if (!desc_has_mla(d) && d->n_kv_heads % n && n % d->n_kv_heads)
         return err_set(err, STATUS_UNSUPPORTED,
                        "%s: %d kv heads over %d ranks: neither divides the other (each rank needs whole kv "
-                       "heads, or one kv head for all its q heads)",
+                       "heads, or one kv head for all its q heads; or --data-parallel-attention on)",
                        model_family_name(d->family), d->n_kv_heads, n);
 ffn:
     if (desc_has(d, FFN_DENSE) && d->d_ff % n)
@@ -176,6 +177,11 @@ double model_shard_elem_bytes(enum weight_format f)
     }
 }
 
+double model_shard_cache_elem_bytes(const struct model_desc *d, double latent_elem_bytes)
+{
+    return desc_has_mla(d) ? latent_elem_bytes : 4.0; /* GQA K and V are f32 */
+}
+
 struct shard_attn_cost model_shard_attn_cost(const struct model_desc *d, int size, int batch, int context,
                                              double attn_weight_bytes, double cache_elem_bytes)
 {
@@ -242,9 +248,8 @@ int model_shard_layout(const struct model_desc *d, const struct model_shard *s, 
     const struct shard_range h = model_shard_heads(d, s);
     if (s->data_parallel_attention) {
         n = add_part(parts, n, max, desc_has_mla(d) ? "attention (MLA)" : "attention (GQA)", "data-parallel",
-                     "each rank attends for its own sequences (rank 0 assigns them, balanced): a sequence's KV "
-                     "cache rows are written and read on one rank only; the weights replicated; no all-reduce "
-                     "after o_proj: the FFN's input is the ranks' tokens all-gathered, its output reduce-scattered",
+                     "each rank attends for its own sequences (rank 0 assigns them): their KV rows on one rank "
+                     "only; no all-reduce after o_proj: the FFN gathers the ranks' rows, reduce-scatters back",
                      "all %d heads, weights replicated (%.2f MiB a layer in bf16 on every rank); KV cache: its "
                      "sequences", d->n_heads, attn_params(d) * 2.0 / 1048576.0);
         if (desc_has_mla(d) && d->index_n_heads > 0)

@@ -24,7 +24,8 @@
  * defines: struct model_shard, struct shard_range, struct shard_part, model_shard_check(),
  *          model_shard_desc(), model_shard_heads(), model_shard_kv_heads(), model_shard_width(),
  *          model_shard_vocab(), model_shard_experts(), model_shard_choose_experts(),
- *          struct shard_attn_cost, model_shard_elem_bytes(), model_shard_attn_cost(), model_shard_choose_attention(), model_shard_layout()
+ *          struct shard_attn_cost, model_shard_elem_bytes(), model_shard_cache_elem_bytes(),
+ *          model_shard_attn_cost(), model_shard_choose_attention(), model_shard_layout()
  */
 #ifndef MOESERVE_MODEL_MODEL_SHARD_H
 #define MOESERVE_MODEL_MODEL_SHARD_H
@@ -86,6 +87,9 @@ struct shard_attn_cost {
 };
 /* Bytes a weight element of format f takes, its scales included (bf16 2, fp8 1, nvfp4 0.5625). */
 double model_shard_elem_bytes(enum weight_format f);
+/* Bytes a KV cache element of d's attention takes: latent_elem_bytes for a model with MLA layers
+ * (the latent's type: bf16 2, f32 4, fp8 656 / 576), GQA's f32 K and V otherwise. */
+double model_shard_cache_elem_bytes(const struct model_desc *d, double latent_elem_bytes);
 /* attn_weight_bytes: bytes a weight element of the attention's format takes (bf16 2, fp8 1, nvfp4
  * 0.5625); cache_elem_bytes: a KV cache element's (bf16 2, f32 4). */
 struct shard_attn_cost model_shard_attn_cost(const struct model_desc *d, int size, int batch, int context,

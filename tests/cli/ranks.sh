@@ -3,7 +3,9 @@
 # equals the one-rank logits (<= 1e-5 relative) for qwen3_moe, glm4_moe and glm_moe_dsa fixtures
 # (BF16 and NVFP4); a model that does not divide, a rank count that is not --tensor-parallel's and
 # --tensor-parallel without mpirun are refused with messages that say so; `--synthetic tiny` (weights
-# made by each rank) on 2 ranks equals one rank.
+# made by each rank) on 2 ranks equals one rank. A batch of several sequences on 2 and 4 ranks, by
+# heads and with data-parallel attention, equals one rank; generate's text too; the plan's attention
+# layout by batch size and its collectives (which are fused with the add + norm).
 # Usage: ranks.sh MOESERVE SRC_DIR WORK_DIR
 set -u
 bin=$1 src=$2 work=$3
@@ -67,6 +69,61 @@ for case in models/qwen3_basic:2,4 models/glm4_basic:2,4 dsa/dsa_basic:2,4 dsa/d
             done
         done
     done
+done
+# a batch of several sequences (logits --seq-lens: 4 sequences of 5, 3, 7 and 4 tokens, positions from 0
+# each) = one rank's: attention by heads, and data-parallel attention (each rank attends for its own
+# sequences, the FFN over every rank's rows), with the TP and the EP experts; one sequence on 2
+# data-parallel ranks (rank 1 attends for none: it only takes part in the FFN) = the one-rank run
+lens=5,3,7,4
+for case in models/qwen3_basic:2,4 models/glm4_basic:2,4 dsa/dsa_basic:2,4 dsa/dsa_bias_mtp_long:2,4 \
+    quant/qwen3_basic_nvfp4:2 quant/dsa_basic_nvfp4:2; do
+    m=$src/tests/golden/${case%%:*} name=$(basename "${case%%:*}")
+    one=$work/$name.seqs.1.bin
+    if ! "$bin" logits --model "$m" --tokens $tokens --seq-lens $lens --out "$one" --kv-cache-dtype f32 \
+        >"$work/$name.seqs.1.log" 2>&1; then
+        bad "$name: one rank, $lens: $(tail -1 "$work/$name.seqs.1.log")"
+        continue
+    fi
+    for n in ${case##*:}; do
+        n=${n//,/ }
+        for k in $n; do
+            for layout in heads.tp dp.tp dp.ep; do
+                flags="--data-parallel-attention off"
+                [ "${layout%%.*}" = dp ] && flags="--data-parallel-attention on"
+                [ "${layout##*.}" = ep ] && flags="$flags --expert-parallel"
+                [ "${layout%%.*}" = heads ] && [ "$k" = 4 ] && continue # by heads over 4: the cases above
+                out=$work/$name.seqs.$k.$layout.bin
+                rm -f "$out"
+                if ! timeout 120 "${MPIRUN[@]}" -np "$k" "$bin" logits --model "$m" --tokens $tokens --seq-lens $lens \
+                    --out "$out" --kv-cache-dtype f32 --tensor-parallel "$k" $flags >"$work/$name.seqs.$k.$layout.log" 2>&1; then
+                    bad "$name: $k ranks ($layout), $lens failed: $(grep -m1 -i error "$work/$name.seqs.$k.$layout.log")"
+                    continue
+                fi
+                r=$(rel "$one" "$out")
+                if [ "$r" != size ] && python3 -c "import sys; sys.exit(0 if float('$r') <= 1e-5 else 1)"; then
+                    ok "$name: $k ranks ($layout), sequences $lens = one rank (rel $r)"
+                else
+                    bad "$name: $k ranks ($layout), sequences $lens differ from one rank (rel $r)"
+                fi
+            done
+        done
+    done
+done
+for name in qwen3_basic dsa_basic; do
+    m=$src/tests/golden/models/$name
+    [ -d "$m" ] || m=$src/tests/golden/dsa/$name
+    out=$work/$name.dp.one.bin
+    if timeout 120 "${MPIRUN[@]}" -np 2 "$bin" logits --model "$m" --tokens $tokens --out "$out" --kv-cache-dtype f32 \
+        --tensor-parallel 2 --data-parallel-attention on >"$work/$name.dp.one.log" 2>&1; then
+        r=$(rel "$work/$name.1.bin" "$out")
+        if [ "$r" != size ] && python3 -c "import sys; sys.exit(0 if float('$r') <= 1e-5 else 1)"; then
+            ok "$name: one sequence on 2 data-parallel ranks (rank 1 idle in attention) = one rank (rel $r)"
+        else
+            bad "$name: one sequence on 2 data-parallel ranks differs from one rank (rel $r)"
+        fi
+    else
+        bad "$name: one sequence on 2 data-parallel ranks failed: $(grep -m1 -i error "$work/$name.dp.one.log")"
+    fi
 done
 # synthetic weights (bench --synthetic): each rank makes its share from the element's place in the whole
 # tensor, so 2 ranks of `--synthetic tiny` are the one-rank model, TP and EP, NVFP4 and BF16
@@ -143,6 +200,25 @@ if pgrep -f "moeserve logits --backend cuda" >/dev/null; then
 else
     ok "no GPU rank left running after the refusals"
 fi
+expect "--data-parallel-attention maybe" "data-parallel-attention: expected on, off or auto" \
+    "${MPIRUN[@]}" -np 2 "$bin" logits --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" --tensor-parallel 2 \
+    --data-parallel-attention maybe
+expect "--data-parallel-attention on, one rank" "needs more than one rank" \
+    "$bin" logits --model "$m/qwen3_basic" --tokens 1,2 --out "$work/x.bin" --data-parallel-attention on
+expect "--seq-lens that do not sum to the tokens" "the lengths sum to 4, --tokens has 2" \
+    "$bin" logits --model "$m/qwen3_basic" --tokens 1,2 --seq-lens 1,3 --out "$work/x.bin"
+# generate: a prompt's prefill, then decode steps that read the rows each rank wrote (greedy): 2 ranks,
+# by heads and data-parallel, print the one-rank text
+g1=$("$bin" generate --prompt "In the beginning" -n 32 2>"$work/gen.1.log")
+for dpa in off on; do
+    g2=$("${MPIRUN[@]}" -np 2 "$bin" generate --prompt "In the beginning" -n 32 --tensor-parallel 2 \
+        --data-parallel-attention $dpa 2>"$work/gen.$dpa.log")
+    if [ -n "$g1" ] && [ "$g1" = "$g2" ]; then
+        ok "generate 32 tokens, 2 ranks (data-parallel attention $dpa) = one rank's text"
+    else
+        bad "generate, 2 ranks (data-parallel attention $dpa): \"$g2\" vs \"$g1\" $(grep -m1 -i error "$work/gen.$dpa.log")"
+    fi
+done
 # a rank killed mid-decode: the job ends within 30 s with a message naming it, no rank left waiting
 t0=$(date +%s)
 "${MPIRUN[@]}" -np 2 "$bin" generate --prompt "In the beginning" -n 20000 --max-context 20010 --allow-long-context \
@@ -184,16 +260,52 @@ else
 fi
 # the layout the planner prints: the MLA model by heads with the latent replicated; NVFP4 experts too
 # narrow for their scale blocks over 4 ranks go by expert, saying why
-j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 2 --json 2>/dev/null)
+j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 2 --max-seqs 1 --json 2>/dev/null)
 if echo "$j" | python3 -c "
 import json, sys
 l = json.load(sys.stdin)['layout']; p = {x['part']: x for x in l['parts']}
-assert l['ranks'] == 2 and not l['expert_parallel'], l
+assert l['ranks'] == 2 and not l['expert_parallel'] and not l['data_parallel_attention'], l
+assert 'some rank would attend for none' in l['attention_why'], l
 assert p['attention (MLA)']['split'] == 'by heads' and 'replicated' in p['attention (MLA)']['rank0'], p
-assert p['routed experts']['split'].startswith('by width'), p"; then
-    ok "plan --tensor-parallel 2: the MLA layout (heads split, latent replicated, experts by width)"
+assert p['routed experts']['split'].startswith('by width'), p
+c = l['collectives'][0]
+assert c['all_reduce_count'] == 6 and c['fused_add_rmsnorm_count'] == 5, c"; then
+    ok "plan --tensor-parallel 2 --max-seqs 1: the MLA layout (heads split, latent replicated, experts by width; 5 of 6 all-reduces fused with add+norm)"
 else
     bad "plan --tensor-parallel 2: layout of dsa_basic: $(echo "$j" | head -c 300)"
+fi
+# large batches: the rule picks data-parallel attention for the MLA model (64 sequences of 2048 tokens:
+# the latent rows every rank reads by heads outweigh the replicated weights), with its collectives;
+# 4 heads over 8 ranks too (data-parallel needs no head to divide); GQA with kv heads >= ranks: never
+j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 2 --max-seqs 64 --json 2>/dev/null)
+if echo "$j" | python3 -c "
+import json, sys
+l = json.load(sys.stdin)['layout']; p = {x['part']: x for x in l['parts']}
+assert l['data_parallel_attention'] and l['attention_why'].endswith(': data-parallel'), l
+assert p['attention (MLA)']['split'] == 'data-parallel' and 'replicated' in p['attention (MLA)']['rank0'], p
+c = l['collectives'][2]
+assert c['all_reduce_count'] == 0 and c['all_gather_count'] == 4 and c['reduce_scatter_count'] == 3, c
+assert c['rank_rows'] == 32, c"; then
+    ok "plan --tensor-parallel 2 --max-seqs 64: data-parallel attention for the MLA model, saying why"
+else
+    bad "plan --tensor-parallel 2 --max-seqs 64: dsa_basic: $(echo "$j" | head -c 400)"
+fi
+j=$("$bin" plan --profile h200 --model "$src/tests/golden/dsa/dsa_basic" --tensor-parallel 8 --max-seqs 64 --json 2>/dev/null)
+if echo "$j" | python3 -c "
+import json, sys
+l = json.load(sys.stdin)['layout']; assert l['ranks'] == 8 and l['data_parallel_attention'], l"; then
+    ok "plan --tensor-parallel 8: 4 heads over 8 ranks, data-parallel attention"
+else
+    bad "plan --tensor-parallel 8: dsa_basic: $(echo "$j" | head -c 300)"
+fi
+j=$("$bin" plan --profile h200 --model "$src/tests/golden/models/glm4_basic" --tensor-parallel 2 --max-seqs 256 --json 2>/dev/null)
+if echo "$j" | python3 -c "
+import json, sys
+l = json.load(sys.stdin)['layout']; assert not l['data_parallel_attention'], l
+assert l['attention_why'].endswith(': by heads'), l"; then
+    ok "plan --tensor-parallel 2 --max-seqs 256: GQA attention stays by heads"
+else
+    bad "plan --tensor-parallel 2 --max-seqs 256: glm4_basic: $(echo "$j" | head -c 300)"
 fi
 j=$("$bin" plan --profile h200 --model "$src/tests/golden/quant/qwen3_basic_nvfp4" --tensor-parallel 4 --json 2>/dev/null)
 if echo "$j" | python3 -c "

@@ -1,7 +1,8 @@
 /* test_model_shard.c — one rank's share of a model (model/model_shard.h) and the weight slices it
  * binds (format/weight.h): every slice, dequantised row by row, equals the same rows or
  * in-features of the whole weight in every format; splits off a format's scale blocks are refused;
- * heads, kv heads, widths, experts and the vocabulary divide as the layout says. */
+ * heads, kv heads, widths, experts and the vocabulary divide as the layout says; data-parallel
+ * attention keeps the heads whole and is chosen by its rule. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,12 +152,59 @@ static void test_ranges_and_local_desc(void **state)
     assert_int_equal(model_shard_vocab(&d, &s).n, 322); /* 322 does not divide: the lm_head replicated */
 }
 
+/* Data-parallel attention: whole heads on every rank (6 heads over 4 ranks too), the FFN still split;
+ * the rule picks it for MLA at large batches, never for GQA whose kv heads split evenly (each rank
+ * reads the same KV bytes either way and the weights cost more), nor with fewer sequences than ranks. */
+static void test_data_parallel_attention(void **state)
+{
+    (void)state;
+    struct layer_desc l[2];
+    struct model_desc d = toy(6, 2, 96, 32, 8, 320, l);
+    struct err err = {0};
+    struct model_shard s = {.rank = 1, .size = 4, .data_parallel_attention = true};
+    assert_int_equal(model_shard_check(&d, &s, &err), STATUS_OK);
+    assert_int_equal(model_shard_heads(&d, &s).n, 6);
+    assert_int_equal(model_shard_kv_heads(&d, &s).n, 2);
+    struct model_desc local;
+    assert_int_equal(model_shard_desc(&d, &s, &local, &err), STATUS_OK);
+    assert_int_equal(local.n_heads, 6);
+    assert_int_equal(local.n_kv_heads, 2);
+    assert_int_equal(local.d_ff, 24);
+    assert_int_equal(local.d_expert, 8);
+    model_desc_free(&local);
+    struct shard_part parts[12];
+    const int n = model_shard_layout(&d, &s, parts, 12);
+    assert_true(n > 0);
+    assert_string_equal(parts[0].split, "data-parallel");
+    assert_non_null(strstr(parts[0].per_rank, "replicated"));
+    /* the rule: GQA with kv heads >= ranks never (same KV bytes a rank, the weights whole) */
+    char why[400];
+    d = toy(8, 4, 96, 32, 8, 320, l);
+    assert_false(model_shard_choose_attention(&d, 4, 256, 4096, 2.0, 4.0, why, sizeof why));
+    assert_non_null(strstr(why, "by heads"));
+    /* MLA (a GLM-5-like layer in miniature): data-parallel once the latent rows outweigh the weights */
+    struct layer_desc ml[2] = {{.attn = ATTN_MLA, .ffn = FFN_DENSE}, {.attn = ATTN_MLA, .ffn = FFN_MOE}};
+    struct model_desc m = {.family = MODEL_GLM_MOE_DSA, .vocab_size = 320, .d_model = 1024, .n_layers = 2,
+                           .n_heads = 16, .n_kv_heads = 16, .head_dim = 64, .d_ff = 96, .d_expert = 32,
+                           .n_experts = 8, .n_experts_used = 2, .q_lora_rank = 256, .kv_lora_rank = 128,
+                           .qk_nope_head_dim = 32, .qk_rope_head_dim = 16, .v_head_dim = 32, .layers = ml};
+    const struct shard_attn_cost c = model_shard_attn_cost(&m, 4, 64, 2048, 2.0, 2.0);
+    assert_true(c.weights_dp > c.weights_tp * 3.99 && c.weights_dp < c.weights_tp * 4.01);
+    assert_true(c.cache_tp > c.cache_dp * 3.99 && c.cache_tp < c.cache_dp * 4.01); /* the latent: read by all */
+    assert_true(model_shard_choose_attention(&m, 4, 64, 2048, 2.0, 2.0, why, sizeof why));
+    assert_non_null(strstr(why, ": data-parallel"));
+    assert_false(model_shard_choose_attention(&m, 4, 1, 16, 2.0, 2.0, why, sizeof why)); /* fewer seqs than ranks */
+    assert_false(model_shard_choose_attention(&m, 4, 4, 1, 2.0, 2.0, why, sizeof why));  /* weights outweigh 1 row */
+    assert_false(model_shard_choose_attention(&m, 1, 64, 2048, 2.0, 2.0, why, sizeof why));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slices_equal_the_whole),
         cmocka_unit_test(test_splits_off_the_blocks_are_refused),
         cmocka_unit_test(test_ranges_and_local_desc),
+        cmocka_unit_test(test_data_parallel_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
