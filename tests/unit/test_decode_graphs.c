@@ -5,9 +5,10 @@
  * batch of the next graph size gives the same logits as run alone (bit for bit, batch-invariant
  * CPU), and its padding rows write only the cache's pad block: every other block of the cache,
  * filled with the same random rows in both runs, ends equal, while the pad block's first slot
- * was written (and only it).
- * Also the list of sizes itself (plan_decode_graph_sizes): ascending from 1 to max_rows, small,
- * each batch padded by at most 7 rows up to 64 and at most a fifth of its size above.
+ * was written (and only it). The same through the scheduler: tokens and log-probabilities equal
+ * while decode steps shrink as requests end, every KV block back. Also the list of sizes itself
+ * (plan_decode_graph_sizes): ascending from 1 to max_rows, small, each batch padded by at most 7
+ * rows up to 64 and at most a fifth of its size above.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +22,7 @@
 
 #include "base/log.h"
 #include "engine/model_session.h"
+#include "engine/scheduler.h"
 #include "plan/plan.h"
 
 static char g_model[4096];
@@ -208,6 +210,56 @@ static void test_no_pad_at_a_size(void **state)
     model_session_close(&s);
 }
 
+/* Through the scheduler: 6 requests of different prompt and output lengths (decode steps of 6, 5,
+ * .. 1 rows as they end, most padded), greedy with log-probabilities, give the same tokens and
+ * numbers with padding as without, and every KV block comes back. */
+static void run_sched(bool pad, int32_t out[6][24], float lp[6][24])
+{
+    struct model_session s;
+    open_session(&s);
+    s.fwd.pad_decode = pad;
+    struct scheduler sch;
+    struct scheduler_opts o = {.no_prefix_cache = true};
+    struct err err = {0};
+    if (scheduler_init(&sch, &s, &o, &err))
+        fail_msg("%s", err.msg);
+    struct sched_req *r[6];
+    for (int i = 0; i < 6; i++) {
+        int32_t prompt[40];
+        for (int j = 0; j < 3 + 7 * i; j++)
+            prompt[j] = 10 + (i * 97 + j * 13) % 4000;
+        struct sched_params sp = {.max_new = 4 + 4 * i, .ignore_eos = true, .top_logprobs = 0,
+                                  .sampling = {.temperature = 0, .top_p = 1}};
+        if (sched_req_create(&r[i], prompt, 3 + 7 * i, &sp, &err) || scheduler_submit(&sch, r[i], &err))
+            fail_msg("%s", err.msg);
+    }
+    while (scheduler_step(&sch))
+        ;
+    struct scheduler_stats st;
+    scheduler_get_stats(&sch, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(s.kv.n_free, s.kv.n_blocks);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(r[i]->n_out, 4 + 4 * i);
+        memcpy(out[i], r[i]->out_ids, (size_t)r[i]->n_out * sizeof **out);
+        memcpy(lp[i], r[i]->out_logprob, (size_t)r[i]->n_out * sizeof **lp);
+        sched_req_put(r[i]);
+    }
+    scheduler_free(&sch);
+    model_session_close(&s);
+}
+
+static void test_scheduler_padded(void **state)
+{
+    (void)state;
+    static int32_t a[6][24], b[6][24];
+    static float la[6][24], lb[6][24];
+    run_sched(false, a, la);
+    run_sched(true, b, lb);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(la, lb, sizeof la);
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
@@ -218,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_pad_3_to_4),
         cmocka_unit_test(test_pad_5_to_8),
         cmocka_unit_test(test_no_pad_at_a_size),
+        cmocka_unit_test(test_scheduler_padded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
