@@ -342,7 +342,7 @@ static int two_digits(struct jc *c, const char *const *alts, int n)
 
 static int date_body(struct jc *c)
 {
-    static const char *const month[] = {"0019", "1102"}, *const day[] = {"0019", "1229", "3301"};
+    static const char *const month[] = {"0019", "1102"}, *const day[] = {"0019", "1209", "3301"};
     int r = gram_rule(&c->b);
     int a = gram_alt(&c->b, r);
     push_n(c, a, cls_range('0', '9'), 4);
@@ -355,7 +355,7 @@ static int date_body(struct jc *c)
 
 static int time_body(struct jc *c)
 {
-    static const char *const hour[] = {"0109", "2203"}, *const min[] = {"0559"};
+    static const char *const hour[] = {"0109", "2203"}, *const min[] = {"0509"};
     struct gram_builder *b = &c->b;
     int hh = two_digits(c, hour, 2), mm = two_digits(c, min, 1);
     int frac = gram_rule(b);
