@@ -44,6 +44,12 @@ constexpr int TOK_TILE = 8;      /* tokens per absorb / expand block */
 constexpr int EXPAND_WARPS = 8;
 constexpr int MERGE_COLS = 128; /* latent columns a merge block */
 constexpr int STORE_THREADS = 256;
+/* One token: the weight rows an absorb thread (nope / 32 of them) or the words an expand lane
+ * (R / 256 for each of its RPW rows) reads, loaded before q / o_lat is staged and before the wait
+ * on the kernel that wrote it: the block then pays one DRAM round trip, overlapped with that
+ * kernel's tail, instead of one per unrolled pair of loads after an L2 round trip. */
+constexpr int ABSORB_PRE_ROWS = 8;  /* nope <= 256 */
+constexpr int EXPAND_PRE_ITERS = 2; /* R <= 512 */
 
 struct mla_shape {
     int H, nope, rope, v, R;
@@ -97,6 +103,24 @@ __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape 
     const int c0 = blockIdx.y * ABSORB_COLS + cg * 8, t0 = blockIdx.z * NT;
     const int nt = n_tokens - t0 < NT ? n_tokens - t0 : NT;
     const int qd = s.nope + s.rope, ad = s.R + s.rope;
+    const int64_t row0 = (int64_t)h * (s.nope + s.v);
+    const bool whole = s.R % 8 == 0 && c0 + 8 <= s.R;
+    const bool pre = NT == 1 && whole && s.nope <= 32 * ABSORB_PRE_ROWS;
+    float wpre[NT == 1 ? ABSORB_PRE_ROWS : 1][8];
+    if constexpr (NT == 1)
+        if (pre)
+#pragma unroll
+            for (int r = 0; r < ABSORB_PRE_ROWS; r++) {
+                const int i = slice + 32 * r;
+                if (i < s.nope) {
+                    w_load8<FMT>(w, row0 + i, c0, s.R, wpre[r]);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        if constexpr (FMT == WEIGHT_NVFP4)
+                            wpre[r][e] = __fmul_rn(wpre[r][e], w.scale2); /* as w_value */
+                }
+            }
+    pdl_wait();
     for (int i = threadIdx.x; i < nt * s.nope; i += blockDim.x) {
         int tt = i / s.nope, d = i % s.nope;
         qn[i] = q[((size_t)(t0 + tt) * s.H + h) * qd + d];
@@ -113,9 +137,18 @@ __global__ void __launch_bounds__(256) mla_absorb_kernel(cuda_wdev w, mla_shape 
 #pragma unroll
         for (int e = 0; e < 8; e++)
             acc[tt][e] = 0.0f;
-    const int64_t row0 = (int64_t)h * (s.nope + s.v);
-    const bool whole = s.R % 8 == 0 && c0 + 8 <= s.R;
-    if (c0 < s.R)
+    if constexpr (NT == 1) {
+        if (pre) /* the same sums in the same order as the loop below */
+#pragma unroll
+            for (int r = 0; r < ABSORB_PRE_ROWS; r++) {
+                const int i = slice + 32 * r;
+                if (i < s.nope)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[0][e] = fmaf(qn[i], wpre[r][e], acc[0][e]);
+            }
+    }
+    if (c0 < s.R && !pre)
 #pragma unroll 2
         for (int i = slice; i < s.nope; i += 32) {
             float wv[8];
@@ -175,6 +208,24 @@ __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
     const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int j0 = (blockIdx.y * EXPAND_WARPS + warp) * RPW, t0 = blockIdx.z * NT;
     const int nt = n_tokens - t0 < NT ? n_tokens - t0 : NT;
+    const int64_t row = (int64_t)h * (s.nope + s.v) + s.nope + j0;
+    const bool pre = NT == 1 && s.R % 8 == 0 && s.R <= 256 * EXPAND_PRE_ITERS && j0 < s.v;
+    float wpre[NT == 1 ? EXPAND_PRE_ITERS : 1][RPW][8];
+    if constexpr (NT == 1)
+        if (pre)
+#pragma unroll
+            for (int it = 0; it < EXPAND_PRE_ITERS; it++)
+#pragma unroll
+                for (int r = 0; r < RPW; r++) {
+                    const int c0 = lane * 8 + 256 * it;
+                    if (c0 < s.R && j0 + r < s.v)
+                        w_load8<FMT>(w, row + r, c0, s.R, wpre[it][r]);
+                    else
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            wpre[it][r][i] = 0.0f;
+                }
+    pdl_wait();
     for (int i = threadIdx.x; i < nt * s.R; i += blockDim.x) {
         int tt = i / s.R, c = i % s.R;
         ol[i] = o_lat[((size_t)(t0 + tt) * s.H + h) * s.R + c];
@@ -188,8 +239,25 @@ __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
 #pragma unroll
         for (int tt = 0; tt < NT; tt++)
             acc[r][tt] = 0.0f;
-    const int64_t row = (int64_t)h * (s.nope + s.v) + s.nope + j0;
-    if (s.R % 8 == 0) {
+    if constexpr (NT == 1) {
+        if (pre) /* the loop below's sums, in its order */
+#pragma unroll
+            for (int it = 0; it < EXPAND_PRE_ITERS; it++) {
+                const int c0 = lane * 8 + 256 * it;
+                if (c0 >= s.R)
+                    continue;
+#pragma unroll
+                for (int r = 0; r < RPW; r++)
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        float x = wpre[it][r][i];
+                        if constexpr (FMT == WEIGHT_NVFP4)
+                            x = __fmul_rn(x, w.scale2);
+                        acc[r][0] = fmaf(x, ol[c0 + i], acc[r][0]);
+                    }
+            }
+    }
+    if (!pre && s.R % 8 == 0) {
         /* 8 consecutive columns a lane: one 4-byte NVFP4 word (8-32 bytes in the other formats) */
 #pragma unroll 2
         for (int c0 = lane * 8; c0 < s.R; c0 += 256) {
@@ -216,7 +284,7 @@ __global__ void mla_expand_kernel(cuda_wdev w, mla_shape s, int n_tokens, const 
                             acc[r][tt] = fmaf(x, ol[tt * s.R + c0 + i], acc[r][tt]);
                 }
         }
-    } else {
+    } else if (!pre) {
         for (int c = lane; c < s.R; c += 32)
 #pragma unroll
             for (int r = 0; r < RPW; r++) {
@@ -433,40 +501,40 @@ __global__ void __launch_bounds__(MERGE_COLS) mla_merge_kernel(const float *part
 
 template <int FMT, int NT>
 cudaError_t launch_absorb_nt(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens, const float *q,
-                             float *q_abs)
+                             float *q_abs, int pdl)
 {
     dim3 grid((unsigned)s.H, (unsigned)((s.R + ABSORB_COLS - 1) / ABSORB_COLS), (unsigned)((n_tokens + NT - 1) / NT));
     size_t smem = ((size_t)NT * s.nope + (size_t)ABSORB_WARPS * NT * ABSORB_COLS) * sizeof(float);
-    mla_absorb_kernel<FMT, NT><<<grid, ABSORB_WARPS * 32, smem, stream>>>(w, s, n_tokens, q, q_abs);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, mla_absorb_kernel<FMT, NT>, grid, dim3(ABSORB_WARPS * 32), smem, stream, w, s,
+                      n_tokens, q, q_abs);
 }
 
 /* One token (decode at batch 1) gets its own token tile: the same sums, without 7 empty slots. */
 template <int FMT>
 cudaError_t launch_absorb(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens, const float *q,
-                          float *q_abs)
+                          float *q_abs, int pdl)
 {
-    return n_tokens == 1 ? launch_absorb_nt<FMT, 1>(stream, w, s, n_tokens, q, q_abs)
-                         : launch_absorb_nt<FMT, TOK_TILE>(stream, w, s, n_tokens, q, q_abs);
+    return n_tokens == 1 ? launch_absorb_nt<FMT, 1>(stream, w, s, n_tokens, q, q_abs, pdl)
+                         : launch_absorb_nt<FMT, TOK_TILE>(stream, w, s, n_tokens, q, q_abs, pdl);
 }
 
 template <int FMT, int NT, int RPW>
 cudaError_t launch_expand_nt(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens,
-                             const float *o_lat, float *out)
+                             const float *o_lat, float *out, int pdl)
 {
     dim3 grid((unsigned)s.H, (unsigned)((s.v + EXPAND_WARPS * RPW - 1) / (EXPAND_WARPS * RPW)),
               (unsigned)((n_tokens + NT - 1) / NT));
     size_t smem = (size_t)NT * s.R * sizeof(float);
-    mla_expand_kernel<FMT, NT, RPW><<<grid, EXPAND_WARPS * 32, smem, stream>>>(w, s, n_tokens, o_lat, out);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, mla_expand_kernel<FMT, NT, RPW>, grid, dim3(EXPAND_WARPS * 32), smem, stream, w, s,
+                      n_tokens, o_lat, out);
 }
 
 template <int FMT>
 cudaError_t launch_expand(cudaStream_t stream, const cuda_wdev &w, const mla_shape &s, int n_tokens,
-                          const float *o_lat, float *out)
+                          const float *o_lat, float *out, int pdl)
 {
-    return n_tokens == 1 ? launch_expand_nt<FMT, 1, 4>(stream, w, s, n_tokens, o_lat, out)
-                         : launch_expand_nt<FMT, TOK_TILE, 1>(stream, w, s, n_tokens, o_lat, out);
+    return n_tokens == 1 ? launch_expand_nt<FMT, 1, 4>(stream, w, s, n_tokens, o_lat, out, pdl)
+                         : launch_expand_nt<FMT, TOK_TILE, 1>(stream, w, s, n_tokens, o_lat, out, pdl);
 }
 
 bool mla_shape_ok(const struct mla_dims *m, int n_tokens)
@@ -499,7 +567,8 @@ extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_la
 }
 
 extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                                         const struct mla_dims *m, const float *q, int n_tokens, float *q_abs)
+                                         const struct mla_dims *m, const float *q, int n_tokens, float *q_abs,
+                                         int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
@@ -507,17 +576,18 @@ extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format
         return cudaErrorInvalidValue;
     mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
     switch (fmt) {
-    case WEIGHT_F32: return launch_absorb<WEIGHT_F32>(stream, *w, s, n_tokens, q, q_abs);
-    case WEIGHT_BF16: return launch_absorb<WEIGHT_BF16>(stream, *w, s, n_tokens, q, q_abs);
-    case WEIGHT_F16: return launch_absorb<WEIGHT_F16>(stream, *w, s, n_tokens, q, q_abs);
-    case WEIGHT_FP8_BLOCK: return launch_absorb<WEIGHT_FP8_BLOCK>(stream, *w, s, n_tokens, q, q_abs);
-    case WEIGHT_NVFP4: return launch_absorb<WEIGHT_NVFP4>(stream, *w, s, n_tokens, q, q_abs);
+    case WEIGHT_F32: return launch_absorb<WEIGHT_F32>(stream, *w, s, n_tokens, q, q_abs, pdl);
+    case WEIGHT_BF16: return launch_absorb<WEIGHT_BF16>(stream, *w, s, n_tokens, q, q_abs, pdl);
+    case WEIGHT_F16: return launch_absorb<WEIGHT_F16>(stream, *w, s, n_tokens, q, q_abs, pdl);
+    case WEIGHT_FP8_BLOCK: return launch_absorb<WEIGHT_FP8_BLOCK>(stream, *w, s, n_tokens, q, q_abs, pdl);
+    case WEIGHT_NVFP4: return launch_absorb<WEIGHT_NVFP4>(stream, *w, s, n_tokens, q, q_abs, pdl);
     default: return cudaErrorInvalidValue;
     }
 }
 
 extern "C" cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                                         const struct mla_dims *m, const float *o_lat, int n_tokens, float *out)
+                                         const struct mla_dims *m, const float *o_lat, int n_tokens, float *out,
+                                         int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
@@ -525,11 +595,11 @@ extern "C" cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format
         return cudaErrorInvalidValue;
     mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
     switch (fmt) {
-    case WEIGHT_F32: return launch_expand<WEIGHT_F32>(stream, *w, s, n_tokens, o_lat, out);
-    case WEIGHT_BF16: return launch_expand<WEIGHT_BF16>(stream, *w, s, n_tokens, o_lat, out);
-    case WEIGHT_F16: return launch_expand<WEIGHT_F16>(stream, *w, s, n_tokens, o_lat, out);
-    case WEIGHT_FP8_BLOCK: return launch_expand<WEIGHT_FP8_BLOCK>(stream, *w, s, n_tokens, o_lat, out);
-    case WEIGHT_NVFP4: return launch_expand<WEIGHT_NVFP4>(stream, *w, s, n_tokens, o_lat, out);
+    case WEIGHT_F32: return launch_expand<WEIGHT_F32>(stream, *w, s, n_tokens, o_lat, out, pdl);
+    case WEIGHT_BF16: return launch_expand<WEIGHT_BF16>(stream, *w, s, n_tokens, o_lat, out, pdl);
+    case WEIGHT_F16: return launch_expand<WEIGHT_F16>(stream, *w, s, n_tokens, o_lat, out, pdl);
+    case WEIGHT_FP8_BLOCK: return launch_expand<WEIGHT_FP8_BLOCK>(stream, *w, s, n_tokens, o_lat, out, pdl);
+    case WEIGHT_NVFP4: return launch_expand<WEIGHT_NVFP4>(stream, *w, s, n_tokens, o_lat, out, pdl);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -24,10 +24,11 @@ extern "C" {
 cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv, const float *w,
                            float eps, const float *idx_k, int n_tokens, const int32_t *slots);
 /* backend_ops.mla_absorb_q / mla_expand_o with kv_b_proj (format fmt) as w. */
+/* pdl: launched as a dependent of the kernel before it (it reads kv_b before its wait). */
 cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                              const struct mla_dims *m, const float *q, int n_tokens, float *q_abs);
+                              const struct mla_dims *m, const float *q, int n_tokens, float *q_abs, int pdl);
 cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                              const struct mla_dims *m, const float *o_lat, int n_tokens, float *out);
+                              const struct mla_dims *m, const float *o_lat, int n_tokens, float *out, int pdl);
 /* Latent attention tile: rows = heads of one token per block, keys per step; stages 1:
  * queries, accumulators and keys in shared memory, 0: read from global memory. */
 struct cuda_mla_cfg {
