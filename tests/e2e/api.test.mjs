@@ -206,7 +206,7 @@ describe('openai client against moeserve serve', () => {
     const base = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 };
     const cases = [
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }, 'tools'],
-      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'integer', minimum: 1 } } } }, 'response_format'],
       [{ echo: true }, 'echo'], // chat has no echo
     ];
     for (const [extra, param] of cases)

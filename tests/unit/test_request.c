@@ -158,7 +158,8 @@ static void test_unsupported_fields(void **state)
     expect_error(H, HB("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\""),
                  400, "tool_choice");
     expect_error(H, HB("\"functions\": [{\"name\": \"f\"}]"), 400, "functions");
-    expect_error(H, HB("\"response_format\": {\"type\": \"json_object\"}"), 400, "response_format");
+    expect_error(H, HB("\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", "
+                       "\"schema\": {\"type\": \"integer\", \"minimum\": 1}}}"), 400, "response_format");
     expect_error(H, HB("\"response_format\": {\"type\": \"bogus\"}"), 400, "response_format");
     expect_error(H, HB("\"echo\": true"), 400, "echo"); /* completions only */
     expect_error(C, CB("\"echo\": true, \"stream\": true"), 400, "echo");
@@ -381,7 +382,7 @@ static void test_responses_request(void **state)
     expect_error(R, "{\"model\": \"m\"}", 400, "input");
     expect_error(R, RB("\"tools\": [{\"type\": \"web_search\"}]"), 400, "tools");
     expect_error(R, RB("\"previous_response_id\": \"resp_1\""), 400, "previous_response_id");
-    expect_error(R, RB("\"text\": {\"format\": {\"type\": \"json_object\"}}"), 400, "text");
+    expect_error(R, RB("\"text\": {\"format\": {\"type\": \"regex\"}}"), 400, "text"); /* json_object / json_schema: test_api_format */
     expect_error(R, RB("\"truncation\": \"auto\""), 400, "truncation");
     expect_error(R, RB("\"reasoning\": {\"effort\": \"high\"}"), 400, "reasoning");
     expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"function_call_output\", \"output\": \"1\"}]}", 400, "input[0]");
