@@ -3,14 +3,14 @@
 # weights made on the device (`bench --synthetic glm5-slice`: no checkpoint written, so a call
 # spends its time on the runs). For each round and each pack of PACKS, the 2- and 4-layer slices
 # at BATCHES with DECODE_CONTEXT random cache rows; a MoE layer = (ms(4) - ms(2)) / 2. Before the
-# benches, the last pack's checks: TESTS (op test families, "moe" = test_ops_moe_cuda) with
-# MOESERVE_OPS_FILTER=$OPS_FILTER, and the goldens at both budgets; then (PROFILE=1) a
+# benches, the last pack's checks: TESTS (op test families, "moe" = test_ops_moe_cuda, "moe:NAME"
+# with MOESERVE_OPS_FILTER=NAME), and the goldens at both budgets; then (PROFILE=1) a
 # kernel-by-kernel profile of one batch-1 step of the last pack's 2-layer slice, in launch order.
 # A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib"]
 #   PACKS="base new" [ROUNDS=2] [BATCHES=1,64] [DECODE_CONTEXT=2048] [KV=bf16] [SMEM=]
-#   [TESTS="moe"] [OPS_FILTER=] [GOLDENS=1] [PROFILE=1] tools/gpu_glm5_b1.sh
+#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [PROFILE=1] tools/gpu_glm5_b1.sh
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_glm5_b1}
@@ -30,9 +30,11 @@ run() { # run NAME LOG ENV... COMMAND...
     local rc=$?
     rows+=("$(printf '%-40s rc %-3s %4ss  %s failed' "$name" "$rc" $((SECONDS - t0)) "$(grep -cE '^\[  FAILED  \]' "$out/$log")")")
 }
-for t in ${TESTS:-}; do
+for tf in ${TESTS:-}; do # FAMILY or FAMILY:FILTER
+    t=${tf%%:*} f=
+    [ "$t" != "$tf" ] && f=${tf#*:}
     [ -x "$last/tests/test_ops_${t}_cuda" ] || { rows+=("no test_ops_${t}_cuda in the pack"); continue; }
-    run "op tests $t" "ops_$t.log" MOESERVE_OPS_FILTER="${OPS_FILTER:-}" timeout 300 "$last/tests/test_ops_${t}_cuda"
+    run "op tests $tf" "ops_$t.log" MOESERVE_OPS_FILTER="$f" timeout 300 "$last/tests/test_ops_${t}_cuda"
 done
 if [ "${GOLDENS:-1}" = 1 ] && [ -x "$last/tests/test_golden_cuda" ]; then
     run "goldens" golden.log timeout 150 "$last/tests/test_golden_cuda"
