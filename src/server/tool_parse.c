@@ -443,6 +443,12 @@ static bool glm_step(struct tool_parse *p, char c)
             return next == S_OUT ? (p->n_buf -= strlen(CLOSE), give_back(p) && content(p, CLOSE, strlen(CLOSE)))
                                  : give_back(p);
         }
+        for (size_t i = a; i < b; i++) /* a name is one line of text without tags */
+            if ((unsigned char)p->buf[i] < 0x20 || p->buf[i] == '<' || p->buf[i] == '>') {
+                if (next == S_OUT)
+                    p->n_buf -= strlen(CLOSE);
+                return give_back(p) && (next != S_OUT || content(p, CLOSE, strlen(CLOSE)));
+            }
         if (!call_open(p, p->buf + a, b - a))
             return false;
         if (next == S_OUT) {

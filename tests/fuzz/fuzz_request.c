@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "server/api_request.h"
 #include "server/api_response.h"
 
@@ -43,8 +44,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(rq.model != NULL);
         if (kind != API_COMPLETIONS) {
             FUZZ_CHECK(rq.n_messages > 0 && rq.messages);
-            for (int i = 0; i < rq.n_messages; i++)
+            for (int i = 0; i < rq.n_messages; i++) {
                 FUZZ_CHECK(rq.messages[i].role && rq.messages[i].content);
+                struct json *x = NULL; /* what the template gets beside them: an object */
+                if (rq.messages[i].extra) {
+                    const char *t = rq.messages[i].extra;
+                    FUZZ_CHECK(json_parse(t, strlen(t), "extra", &x, NULL) == STATUS_OK && json_is_object(x));
+                    json_free(x);
+                }
+            }
+            struct json *t = NULL; /* tools: a non-empty array, or none */
+            FUZZ_CHECK(!rq.tools || (json_parse(rq.tools, strlen(rq.tools), "tools", &t, NULL) == STATUS_OK &&
+                                     json_array_size(t) > 0 && json_array_size(t) <= API_MAX_TOOLS));
+            json_free(t);
+            FUZZ_CHECK(kind != API_CHAT || rq.tools || rq.tool_choice == API_TOOL_NONE);
         } else {
             FUZZ_CHECK((rq.prompt_text != NULL) != (rq.prompt_ids != NULL));
             FUZZ_CHECK(rq.n_more >= 0 && rq.n_more < API_MAX_PROMPTS && rq.n >= 1 && rq.n <= API_MAX_CHOICES);

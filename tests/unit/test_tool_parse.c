@@ -175,6 +175,8 @@ static void test_glm45(void **state)
     check(G, "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n<arg_key>b</arg_key>\n<arg_value>2", "",
           "f|{\"a\": 1}|0", NULL);
     check(G, "<tool_call>f", "<tool_call>f", NULL);
+    check(G, "<tool_call>two\tnames\n</tool_call>", "<tool_call>two\tnames\n</tool_call>", NULL); /* not a name */
+    check(G, "<tool_call>a>b</tool_call>x", "<tool_call>a>b</tool_call>x", NULL);
     check(G, "<tool_call></tool_call>", "<tool_call></tool_call>", NULL);
     check(G, "a <tool_call", "a <tool_call", NULL);
 }
