@@ -170,11 +170,12 @@ enum status cli_ranks_open(struct cli_ranks *r, const struct cli_opt *opts, int 
     const char *coll = cli_get(opts, n_opts, "collectives", "auto");
     if (strcmp(coll, "auto") != 0 && strcmp(coll, "nccl") != 0)
         return err_set(err, STATUS_INVALID, "--collectives: expected auto or nccl, got \"%s\"", coll);
-    so->collectives_nccl = strcmp(coll, "nccl") == 0;
+    so->collectives_nccl = r->collectives_nccl = strcmp(coll, "nccl") == 0;
     const char *dpa = cli_get(opts, n_opts, "data-parallel-attention", "auto");
     if (strcmp(dpa, "auto") != 0 && strcmp(dpa, "on") != 0 && strcmp(dpa, "off") != 0)
         return err_set(err, STATUS_INVALID, "--data-parallel-attention: expected on, off or auto, got \"%s\"", dpa);
-    so->data_parallel_attention = strcmp(dpa, "on") == 0 ? 1 : strcmp(dpa, "off") == 0 ? -1 : 0;
+    r->data_parallel_attention = strcmp(dpa, "on") == 0 ? 1 : strcmp(dpa, "off") == 0 ? -1 : 0;
+    so->data_parallel_attention = r->data_parallel_attention;
     if (!cli_get(opts, n_opts, "tensor-parallel", NULL))
         tp = 1;
     const bool cuda = so->backend && strcmp(so->backend, "cuda") == 0;

@@ -25,6 +25,8 @@
 struct cli_ranks {
     struct comm comm;     /* CPU ranks: MPI_COMM_WORLD; else the single communicator */
     bool expert_parallel;
+    int data_parallel_attention; /* as session_opts.data_parallel_attention (--data-parallel-attention) */
+    bool collectives_nccl;       /* --collectives nccl */
     /* GPU ranks this process started (the cuda backend, --tensor-parallel N without mpirun): rank 0
      * forks ranks 1 .. N-1, each on its own GPU, joined over NCCL by the session */
     uint8_t nccl_id[128];

@@ -342,7 +342,9 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
                               .smem_budget = smem_budget, .attention_precision = a->attention_precision,
                               .kv_cache_dtype = a->kv_cache_dtype,
                               .batch_invariant = a->batch_invariant, .comm = st->ranks.comm.ops ? &st->ranks.comm : NULL,
-                              .expert_parallel = st->ranks.expert_parallel, .synthetic = a->synth.synthetic,
+                              .expert_parallel = st->ranks.expert_parallel,
+                              .data_parallel_attention = st->ranks.data_parallel_attention,
+                              .collectives_nccl = st->ranks.collectives_nccl, .synthetic = a->synth.synthetic,
                               .synthetic_bf16 = a->synth.synthetic_bf16, .synthetic_layers = a->synth.synthetic_layers};
     if (st->ranks.size > 1) { /* GPU ranks this command started (cli_ranks.h) */
         so.nccl_id = st->ranks.nccl_id;

@@ -18,13 +18,16 @@ const require = createRequire(path.join(SRC, 'tests/npm/package.json'));
 export const OpenAI = require('openai');
 
 // MOESERVE_E2E_RANKS=N: the server as N CPU ranks under mpirun (--tensor-parallel N); mpirun
-// forwards SIGTERM to the ranks, so stop() works the same.
+// forwards SIGTERM to the ranks, so stop() works the same. MOESERVE_E2E_RANK_ARGS: more options of
+// the ranks (e.g. --data-parallel-attention on), split at spaces.
 const RANKS = Number(process.env.MOESERVE_E2E_RANKS ?? 1);
+const RANK_ARGS = (process.env.MOESERVE_E2E_RANK_ARGS ?? '').split(' ').filter(Boolean);
 
 export async function startServer(extraArgs = [], modelDir = MODEL_DIR) {
   const args = ['serve', '--model', modelDir, '--port', '0', ...extraArgs];
   const [cmd, argv] = RANKS > 1
-    ? ['mpirun', ['--oversubscribe', '-np', String(RANKS), BIN, ...args, '--tensor-parallel', String(RANKS)]]
+    ? ['mpirun', ['--oversubscribe', '-np', String(RANKS), BIN, ...args, '--tensor-parallel', String(RANKS),
+                  ...RANK_ARGS]]
     : [BIN, args];
   const proc = spawn(cmd, argv, {
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -4,7 +4,8 @@
  * stand-in takes NCCL's place in the measurement. Checked: the set-up maps the peer and measures
  * every size class on both ranks, both ranks hold the same table (so they always run the same
  * form), the dispatch by the table sums exactly as the CPU (rank order) with one-shot and
- * two-shot, NCCL's sizes are left to NCCL, and the same all-reduce captured into a CUDA graph
+ * two-shot, NCCL's sizes are left to NCCL, the fused all-reduce + residual add + RMSNorm runs at
+ * the one-shot sizes only (h exact, x its norm), and the same all-reduce captured into a CUDA graph
  * and replayed gives the sums of each replay's inputs. Two contexts on one GPU are time-sliced:
  * the times are not speed figures. Skips without a GPU.
  */
@@ -130,6 +131,61 @@ static int run_rank(int rank, int wfd, int rfd)
         if (rank == 0)
             printf("    %7zu floats: %s%s\n", n, taken ? "P2P, " : "left to NCCL", taken ? (wrong ? "WRONG" : "= the CPU's sum") : "");
         bad += wrong || taken != want_taken;
+    }
+    /* the fused all-reduce + residual add + RMSNorm (what the forward's comm_all_reduce_add_rmsnorm
+     * runs on GPU ranks): taken at a one-shot size, h = h + the CPU's sum bit for bit, x = its norm;
+     * left to the caller (NCCL or two-shot, then the add+norm kernel) at a two-shot size */
+    {
+        const int rows = 3, dims[2] = {256, 4096}; /* 3 KiB: one-shot; 48 KiB: two-shot */
+        const float eps = 1e-6f;
+        for (int k = 0; k < 2; k++) {
+            const int dim = dims[k];
+            const size_t nn = (size_t)rows * (size_t)dim;
+            float *hh = malloc(nn * 4), *h0 = malloc(nn * 4), *dl = malloc(nn * 4), *xx = malloc(nn * 4);
+            float *wh = malloc((size_t)dim * 4);
+            float *d_h = be.ops->alloc(&be, nn * 4), *d_dl = be.ops->alloc(&be, nn * 4), *d_x = be.ops->alloc(&be, nn * 4);
+            float *d_w = be.ops->alloc(&be, (size_t)dim * 4);
+            for (size_t i = 0; i < nn; i++)
+                h0[i] = input(7, i) * 0.25f, dl[i] = input(rank, i);
+            for (int i = 0; i < dim; i++)
+                wh[i] = 0.5f + 0.1f * (float)(i % 7);
+            be.ops->upload(&be, d_h, h0, nn * 4);
+            be.ops->upload(&be, d_dl, dl, nn * 4);
+            be.ops->upload(&be, d_w, wh, (size_t)dim * 4);
+            const bool want = cuda_p2p_fuses_add_rmsnorm(&p, nn);
+            const bool taken = cuda_p2p_all_reduce_add_rmsnorm(&p, d_dl, d_h, d_w, rows, dim, eps, d_x);
+            int wrong = taken != want || want != (k == 0);
+            if (taken) {
+                be.ops->download(&be, hh, d_h, nn * 4);
+                be.ops->download(&be, xx, d_x, nn * 4);
+                double worst = 0, top = 0;
+                for (int r = 0; r < rows; r++) {
+                    double ss = 0;
+                    for (int i = 0; i < dim; i++) {
+                        const size_t j = (size_t)r * (size_t)dim + (size_t)i;
+                        const float sum = input(0, j) + input(1, j), v = h0[j] + sum;
+                        wrong += memcmp(&v, &hh[j], 4) != 0;
+                        ss += (double)v * v;
+                    }
+                    const double inv = 1.0 / sqrt(ss / dim + eps);
+                    for (int i = 0; i < dim; i++) {
+                        const size_t j = (size_t)r * (size_t)dim + (size_t)i;
+                        const double want_x = (double)hh[j] * inv * wh[i];
+                        worst = fmax(worst, fabs(want_x - xx[j]));
+                        top = fmax(top, fabs(want_x));
+                    }
+                }
+                wrong += !(worst <= 1e-5 * top);
+                if (rank == 0)
+                    printf("    fused add+norm %d x %d: P2P one-shot, h %s, x rel %.1e\n", rows, dim,
+                           wrong ? "WRONG" : "= h + the CPU's sum", worst / top);
+            } else if (rank == 0) {
+                printf("    fused add+norm %d x %d: %s\n", rows, dim, wrong ? "WRONG (taken/not)" : "left to the caller");
+            }
+            bad += wrong;
+            be.ops->free(&be, d_h), be.ops->free(&be, d_dl), be.ops->free(&be, d_x), be.ops->free(&be, d_w);
+            free(hh), free(h0), free(dl), free(xx), free(wh);
+        }
     }
     /* captured once, replayed with new inputs */
     const size_t n = 1000;
