@@ -546,6 +546,10 @@ static void expand(struct grammar_matcher *m, struct gm_state *to, int32_t step_
             return;
         }
         if (e == GE_END) {
+            if (parent == GM_BOUNDARY) {
+                to->exposed = true;
+                return;
+            }
             if (parent < 0) {
                 to->accept = true;
                 return;
@@ -578,10 +582,10 @@ bool grammar_matcher_step(struct grammar_matcher *m, const struct gm_state *from
     to->end = m->n_tops;
     if (m->failed) {
         to->end = to->begin;
-        to->accept = false;
+        to->accept = to->exposed = false;
         return false;
     }
-    return to->end > to->begin || to->accept;
+    return to->end > to->begin || to->accept || to->exposed;
 }
 
 struct gm_mark grammar_matcher_mark(const struct grammar_matcher *m)
@@ -723,12 +727,89 @@ size_t grammar_matcher_key(const struct grammar_matcher *m, const struct gm_stat
             key[n] = (v);                                                                                              \
         n++;                                                                                                           \
     } while (0)
-    KEY_PUT(st->accept ? 1 : 0);
+    KEY_PUT((st->accept ? 1 : 0) | (st->exposed ? 2 : 0));
     for (int32_t i = st->begin; i < st->end; i++) {
-        KEY_PUT(-1); /* stacks are separated by -1 (positions are >= 0) */
-        for (int32_t x = m->tops[i]; x >= 0; x = m->nodes[x].parent)
+        KEY_PUT(-1); /* stacks are separated by -1 (positions are >= 0), a cut marked by -2 */
+        int32_t x = m->tops[i];
+        for (; x >= 0; x = m->nodes[x].parent)
             KEY_PUT(m->nodes[x].pos);
+        if (x == GM_BOUNDARY)
+            KEY_PUT(-2);
     }
 #undef KEY_PUT
     return n;
+}
+
+int32_t grammar_matcher_common_frame(const struct grammar_matcher *m)
+{
+    const struct gm_state *c = &m->cur;
+    if (c->end <= c->begin)
+        return -1;
+    /* the first stack's frames below its top; every other stack must meet them: the deepest
+     * meeting point is the frame all share nearest the tops */
+    enum { MAX_CHAIN = 4096 };
+    int32_t chain[MAX_CHAIN];
+    int n = 0;
+    for (int32_t x = m->nodes[m->tops[c->begin]].parent; x >= 0 && n < MAX_CHAIN; x = m->nodes[x].parent)
+        chain[n++] = x;
+    if (n == 0 || n == MAX_CHAIN)
+        return -1;
+    int deepest = 0;
+    for (int32_t i = c->begin + 1; i < c->end; i++) {
+        int at = -1;
+        for (int32_t x = m->nodes[m->tops[i]].parent; x >= 0 && at < 0; x = m->nodes[x].parent)
+            for (int k = 0; k < n; k++)
+                if (chain[k] == x) {
+                    at = k;
+                    break;
+                }
+        if (at < 0)
+            return -1;
+        if (at > deepest)
+            deepest = at;
+    }
+    return chain[deepest];
+}
+
+/* A copy of frame x with `cut` replaced by the boundary; copies are memoised in map (old ids,
+ * new ids, *n of them) so stacks stay shared. */
+static int32_t copy_above(struct grammar_matcher *m, int32_t x, int32_t cut, int32_t *map_old, int32_t *map_new, int *n,
+                          int cap)
+{
+    if (x == cut)
+        return GM_BOUNDARY;
+    if (x < 0)
+        return x; /* cannot happen for cut = the common frame; kept for safety */
+    for (int i = 0; i < *n; i++)
+        if (map_old[i] == x)
+            return map_new[i];
+    int32_t parent = copy_above(m, m->nodes[x].parent, cut, map_old, map_new, n, cap);
+    if (parent < GM_BOUNDARY || m->failed)
+        return -3;
+    int32_t id = node_new(m, m->nodes[x].pos, parent);
+    if (id >= 0 && *n < cap) {
+        map_old[*n] = x;
+        map_new[*n] = id;
+        (*n)++;
+    }
+    return id < 0 ? -3 : id;
+}
+
+bool grammar_matcher_truncate(struct grammar_matcher *m, int32_t cut, struct gm_state *to)
+{
+    const struct gm_state c = m->cur;
+    *to = (struct gm_state){.begin = m->n_tops, .end = m->n_tops, .next = c.next};
+    /* the frames between the tops and the cut: few (the common frame is near the tops) */
+    enum { MAP = 1024 };
+    int32_t map_old[MAP], map_new[MAP];
+    int n = 0;
+    for (int32_t i = c.begin; i < c.end; i++) {
+        int32_t id = copy_above(m, m->tops[i], cut, map_old, map_new, &n, MAP);
+        if (id < 0 || !grow32(m, (void **)&m->tops, &m->cap_tops, m->n_tops + 1, sizeof *m->tops))
+            return false;
+        m->tops[m->n_tops++] = id;
+    }
+    to->end = m->n_tops;
+    to->exposed = c.accept; /* an empty path to the bottom passes the cut */
+    return true;
 }

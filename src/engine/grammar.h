@@ -105,15 +105,18 @@ size_t grammar_n_elems(const struct grammar *g);
 /* ---- matcher ---- */
 
 /* A frame: pos indexes the grammar's elements (a byte class on a top frame, the element after a
- * reference on the others); parent is the frame below (-1: the bottom). */
+ * reference on the others); parent is the frame below (-1: the bottom; GM_BOUNDARY: a cut, see
+ * grammar_matcher_truncate). */
+enum { GM_BOUNDARY = -2 };
 struct gm_node {
     int32_t pos, parent;
 };
 /* A set of stacks: their top frames tops[begin..end) in the matcher's buffer; accept: the input
- * so far is a whole sentence; next: the union of the tops' classes (the bytes that can follow). */
+ * so far is a whole sentence; exposed (truncated states only): a stack popped through the cut, so
+ * what lies below it may go on; next: the union of the tops' classes (the bytes that can follow). */
 struct gm_state {
     int32_t begin, end;
-    bool accept;
+    bool accept, exposed;
     struct gram_class next;
 };
 struct grammar_matcher {
@@ -148,6 +151,16 @@ struct gm_mark grammar_matcher_mark(const struct grammar_matcher *m);
 void grammar_matcher_rewind(struct grammar_matcher *m, struct gm_mark mk);
 /* to = from after byte b; false (to empty) when b cannot follow from or a bound was hit. */
 bool grammar_matcher_step(struct grammar_matcher *m, const struct gm_state *from, uint8_t b, struct gm_state *to);
+/* The frame every stack of m->cur passes through nearest their tops (below each top), or -1
+ * when the stacks share none. */
+int32_t grammar_matcher_common_frame(const struct grammar_matcher *m);
+/* to = m->cur with frame `cut` and everything below it replaced by GM_BOUNDARY (new frames on the
+ * scratch stack): what the stacks do above the cut. Stepping it behaves as m->cur until a stack
+ * pops through the cut, which makes the state exposed instead of following the frames below; so
+ * a byte string a truncated walk accepts without exposure is accepted by m->cur, and one that
+ * m->cur accepts is accepted by the truncated walk or passes an exposed state. cut must be
+ * grammar_matcher_common_frame(m). */
+bool grammar_matcher_truncate(struct grammar_matcher *m, int32_t cut, struct gm_state *to);
 /* State st's stacks by content (not node ids), written to key[0..cap): equal keys, equal states
  * (token masks are cached by it). Returns the length the whole key needs (more than cap: cut). */
 size_t grammar_matcher_key(const struct grammar_matcher *m, const struct gm_state *st, int32_t *key, size_t cap);

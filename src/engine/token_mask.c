@@ -41,6 +41,8 @@ struct token_mask_entry {
     size_t key_len;
     uint32_t *bits; /* (words) owned */
     int n_allowed;
+    int32_t *exposed; /* (n_exposed) tcache: the trie nodes where the cut was met, in preorder, owned */
+    int n_exposed;
 };
 
 static size_t mask_words(int vocab)
@@ -56,6 +58,7 @@ void token_vocab_free(struct token_vocab *tv)
     free(tv->node_byte);
     free(tv->node_end);
     free(tv->node_tok);
+    free(tv->node_parent);
     free(tv->tok_next);
     free(tv->eos);
     memset(tv, 0, sizeof *tv);
@@ -84,8 +87,9 @@ static enum status build_trie(struct token_vocab *tv, struct err *err)
     tv->node_byte = malloc(cap);
     tv->node_end = malloc(cap * sizeof *tv->node_end);
     tv->node_tok = malloc(cap * sizeof *tv->node_tok);
+    tv->node_parent = malloc(cap * sizeof *tv->node_parent);
     int32_t *path = malloc(((size_t)tv->max_len + 1) * sizeof *path);
-    if (!ids || !tv->node_byte || !tv->node_end || !tv->node_tok || !path) {
+    if (!ids || !tv->node_byte || !tv->node_end || !tv->node_tok || !tv->node_parent || !path) {
         free(ids), free(path);
         return err_set(err, STATUS_NOMEM, "token masks: out of memory for the vocabulary trie");
     }
@@ -98,6 +102,7 @@ static enum status build_trie(struct token_vocab *tv, struct err *err)
     int32_t nn = 1, depth = 0;
     tv->node_byte[0] = 0;
     tv->node_tok[0] = -1;
+    tv->node_parent[0] = -1;
     path[0] = 0;
     const uint8_t *prev = NULL;
     size_t prev_len = 0;
@@ -113,6 +118,7 @@ static enum status build_trie(struct token_vocab *tv, struct err *err)
         for (size_t k = l; k < len; k++) {
             tv->node_byte[nn] = s[k];
             tv->node_tok[nn] = -1;
+            tv->node_parent[nn] = path[depth];
             path[++depth] = nn++;
         }
         int32_t at = path[depth];
@@ -199,8 +205,9 @@ enum status token_mask_init(struct token_mask *tm, const struct token_vocab *tv,
     size_t w = mask_words(tv->vocab);
     tm->bits = calloc(w, sizeof *tm->bits);
     tm->cache = calloc(TOKEN_MASK_CACHE, sizeof *tm->cache);
+    tm->tcache = calloc(TOKEN_MASK_CACHE, sizeof *tm->tcache);
     tm->dfa = calloc(1, sizeof *tm->dfa);
-    if (!tm->bits || !tm->cache || !tm->dfa) {
+    if (!tm->bits || !tm->cache || !tm->tcache || !tm->dfa) {
         token_mask_free(tm);
         return err_set(err, STATUS_NOMEM, "token masks: out of memory");
     }
@@ -213,7 +220,11 @@ void token_mask_free(struct token_mask *tm)
     free(tm->bits);
     for (int i = 0; tm->cache && i < TOKEN_MASK_CACHE; i++)
         free(tm->cache[i].key), free(tm->cache[i].bits);
+    for (int i = 0; tm->tcache && i < TOKEN_MASK_CACHE; i++)
+        free(tm->tcache[i].key), free(tm->tcache[i].bits), free(tm->tcache[i].exposed);
     free(tm->cache);
+    free(tm->tcache);
+    free(tm->exposed);
     if (tm->dfa)
         free(tm->dfa->s), free(tm->dfa->keys), free(tm->dfa->hash);
     free(tm->dfa);
@@ -349,6 +360,156 @@ static int count_bits(const uint32_t *bits, size_t w)
     return n;
 }
 
+static void dfa_reset(struct token_mask_dfa *d)
+{
+    d->n = 0, d->n_keys = 0, d->failed = false;
+    for (int32_t i = 0; i < d->hcap; i++)
+        d->hash[i] = -1;
+}
+
+static bool exposed_push(struct token_mask *tm, int32_t node)
+{
+    if (tm->n_exposed == tm->cap_exposed) {
+        int nc = tm->cap_exposed ? 2 * tm->cap_exposed : 256;
+        int32_t *q = realloc(tm->exposed, (size_t)nc * sizeof *q);
+        if (!q)
+            return false;
+        tm->exposed = q, tm->cap_exposed = nc;
+    }
+    tm->exposed[tm->n_exposed++] = node;
+    return true;
+}
+
+/* walk() for a truncated state: ids the stacks above the cut take alone go into bits; a node
+ * where a stack pops through the cut is recorded (its subtree is the whole state's to decide). */
+static void walk_truncated(struct token_mask *tm, int32_t node, int32_t sid)
+{
+    const struct token_vocab *tv = tm->tv;
+    struct token_mask_dfa *d = tm->dfa;
+    const int32_t end = tv->node_end[node];
+    for (int32_t ch = node + 1; ch < end; ch = tv->node_end[ch]) {
+        const uint8_t b = tv->node_byte[ch];
+        int32_t nx = d->s[sid].next[b];
+        if (nx == -2)
+            nx = dfa_step(tm, sid, b);
+        if (nx < 0)
+            continue;
+        if (d->s[nx].st.exposed) {
+            if (!exposed_push(tm, ch))
+                d->failed = true;
+            continue;
+        }
+        for (int32_t id = tv->node_tok[ch]; id >= 0; id = tv->tok_next[id])
+            tm->bits[id >> 5] |= 1u << (id & 31);
+        if (tv->node_end[ch] > ch + 1 && d->s[nx].st.end > d->s[nx].st.begin)
+            walk_truncated(tm, ch, nx);
+    }
+}
+
+/* Finds (or walks and stores) the truncated part of the current state's mask: tm->bits gets the
+ * ids decided above the cut, tm->exposed the nodes left to the whole state. */
+static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
+{
+    struct token_mask_dfa *d = tm->dfa;
+    struct gm_state tr;
+    size_t kn = 0;
+    if (!grammar_matcher_truncate(&tm->m, cut, &tr) || !tm_key(tm, &tr, &kn))
+        return STATUS_NOMEM;
+    tm->n_exposed = 0;
+    for (int i = 0; i < TOKEN_MASK_CACHE; i++) {
+        struct token_mask_entry *e = &tm->tcache[i];
+        if (e->key && e->key_len == kn && memcmp(e->key, tm->key, kn * sizeof *tm->key) == 0) {
+            memcpy(tm->bits, e->bits, w * sizeof *tm->bits);
+            for (int k = 0; k < e->n_exposed; k++)
+                if (!exposed_push(tm, e->exposed[k]))
+                    return STATUS_NOMEM;
+            tm->n_trunc_cached++;
+            return STATUS_OK;
+        }
+    }
+    struct token_mask_entry *e = &tm->tcache[tm->tcache_next];
+    tm->tcache_next = (tm->tcache_next + 1) % TOKEN_MASK_CACHE;
+    free(e->key);
+    free(e->exposed);
+    e->exposed = NULL;
+    e->key = malloc(kn * sizeof *e->key); /* the key scratch is reused by the walk: saved first */
+    if (!e->key)
+        return STATUS_NOMEM;
+    memcpy(e->key, tm->key, kn * sizeof *e->key);
+    e->key_len = kn;
+    dfa_reset(d);
+    bool fresh = false;
+    int32_t root = dfa_intern(tm, &tr, kn, &fresh);
+    if (root < 0)
+        return STATUS_NOMEM;
+    if (tr.exposed) {
+        if (!exposed_push(tm, 0))
+            return STATUS_NOMEM;
+    } else {
+        walk_truncated(tm, 0, root);
+    }
+    if (!e->bits)
+        e->bits = malloc(w * sizeof *e->bits);
+    e->exposed = malloc((size_t)(tm->n_exposed ? tm->n_exposed : 1) * sizeof *e->exposed);
+    if (d->failed || !e->bits || !e->exposed) {
+        free(e->key);
+        e->key = NULL;
+        return d->failed ? STATUS_NOMEM : STATUS_OK;
+    }
+    memcpy(e->bits, tm->bits, w * sizeof *e->bits);
+    memcpy(e->exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *e->exposed);
+    e->n_exposed = tm->n_exposed;
+    return STATUS_OK;
+}
+
+/* tm->bits for m->cur. Where the stacks share a frame near their tops, the part above it
+ * (independent of what encloses it: the same string rule in another property) comes from the
+ * truncated cache or one walk, and only the subtrees where a stack leaves through that frame are
+ * walked with the whole state. */
+static enum status mask_walk(struct token_mask *tm, size_t w)
+{
+    const struct token_vocab *tv = tm->tv;
+    struct token_mask_dfa *d = tm->dfa;
+    const int32_t cut = grammar_matcher_common_frame(&tm->m);
+    tm->n_exposed = 0;
+    if (cut >= 0) {
+        enum status st = truncated_part(tm, cut, w);
+        if (st)
+            return st;
+    } else if (!exposed_push(tm, 0)) { /* no cut: the whole trie with the whole state */
+        return STATUS_NOMEM;
+    }
+    dfa_reset(d);
+    size_t kn = 0;
+    bool fresh = false;
+    int32_t root = tm_key(tm, &tm->m.cur, &kn) ? dfa_intern(tm, &tm->m.cur, kn, &fresh) : -1;
+    if (root < 0)
+        return STATUS_NOMEM;
+    int32_t done_end = -1;             /* nodes below done_end's subtree root are covered */
+    uint8_t path[1024];
+    for (int i = 0; i < tm->n_exposed; i++) {
+        const int32_t u = tm->exposed[i];
+        if (u < done_end)
+            continue;
+        int n = 0;
+        for (int32_t x = u; x > 0 && n < (int)sizeof path; x = tv->node_parent[x])
+            path[n++] = tv->node_byte[x];
+        int32_t sid = root;
+        for (int k = n - 1; k >= 0 && sid >= 0; k--) {
+            int32_t nx = d->s[sid].next[path[k]];
+            sid = nx == -2 ? dfa_step(tm, sid, path[k]) : nx;
+        }
+        if (sid < 0)
+            continue; /* the whole state refuses the path too */
+        for (int32_t id = u > 0 ? tv->node_tok[u] : -1; id >= 0; id = tv->tok_next[id])
+            tm->bits[id >> 5] |= 1u << (id & 31);
+        if (tv->node_end[u] > u + 1 && d->s[sid].st.end > d->s[sid].st.begin)
+            walk(tm, u, sid);
+        done_end = tv->node_end[u];
+    }
+    return d->failed ? STATUS_NOMEM : STATUS_OK;
+}
+
 enum status token_mask_compute(struct token_mask *tm, struct err *err)
 {
     const size_t w = mask_words(tm->tv->vocab);
@@ -368,17 +529,10 @@ enum status token_mask_compute(struct token_mask *tm, struct err *err)
         }
     }
     memset(tm->bits, 0, w * sizeof *tm->bits);
-    struct token_mask_dfa *d = tm->dfa;
-    d->n = 0, d->n_keys = 0, d->failed = false;
-    for (int32_t i = 0; i < d->hcap; i++)
-        d->hash[i] = -1;
     struct gm_mark mk = grammar_matcher_mark(&tm->m);
-    bool fresh = false;
-    int32_t root = dfa_intern(tm, &tm->m.cur, kn, &fresh);
-    if (root >= 0)
-        walk(tm, 0, root);
+    enum status st = mask_walk(tm, w);
     grammar_matcher_rewind(&tm->m, mk);
-    if (root < 0 || d->failed)
+    if (st)
         return err_set(err, STATUS_NOMEM, "token masks: out of memory");
     if (tm->m.failed)
         return err_set(err, STATUS_INVALID, "grammar: the output is too ambiguous to follow (more than %d ways)",

@@ -38,6 +38,7 @@ struct token_vocab {
     uint8_t *node_byte;         /* (n_nodes) the byte on the edge into the node (root: 0) */
     int32_t *node_end;          /* (n_nodes) one past the node's subtree */
     int32_t *node_tok;          /* (n_nodes) the first id whose bytes end here, -1: none */
+    int32_t *node_parent;       /* (n_nodes) the node above (root: -1) */
     int32_t *tok_next;          /* (vocab) the next id with the same bytes, -1: none */
     int32_t *eos;               /* (n_eos) owned */
     int n_eos;
@@ -60,12 +61,17 @@ struct token_mask {
     struct grammar_matcher m;
     uint32_t *bits;             /* ((vocab + 31) / 32) the mask token_mask_compute made: bit id = allowed */
     int n_allowed;              /* ids set in bits */
-    struct token_mask_entry *cache; /* (TOKEN_MASK_CACHE) owned */
+    struct token_mask_entry *cache; /* (TOKEN_MASK_CACHE) masks by whole state, owned */
+    struct token_mask_entry *tcache; /* (TOKEN_MASK_CACHE) by the state above its common frame, owned */
+    int tcache_next;
+    int32_t *exposed;           /* (cap_exposed) scratch: trie nodes where a truncated walk met the cut */
+    int n_exposed, cap_exposed;
     int cache_next;             /* the entry replaced next (round robin) */
     struct token_mask_dfa *dfa; /* a walk's automaton of matcher states, owned */
     int32_t *key;               /* (key_cap) scratch for a state's key */
     size_t key_cap;
     uint64_t n_computed, n_cached; /* masks walked, masks taken from the cache */
+    uint64_t n_trunc_cached;       /* walked masks whose part above the common frame came from tcache */
 };
 /* A constraint to grammar g (a reference is taken) over tv's vocabulary. */
 enum status token_mask_init(struct token_mask *tm, const struct token_vocab *tv, struct grammar *g, struct err *err);
