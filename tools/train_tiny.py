@@ -11,11 +11,16 @@ for validation.
 2. A qwen3_moe model: hidden 256, 4 layers, 4 heads (2 KV, head_dim 64),
    16 experts top-2 of width 256, vocab 4096 (~16M parameters), trained with
    AdamW, bf16 autocast, cosine schedule, router load-balancing loss; fixed seed.
+   A share of each batch (--chat-frac) is ChatML conversations made from the training chapters
+   (a user greets, asks for a verse on a word, for a passage of a chapter or for a verse's
+   continuation; the assistant answers in KJV text and ends with <|im_end|>), so that a chat
+   request gets an answer instead of an immediate end of turn. The tokenizer is trained on the
+   chapters alone, as before, so it does not change.
 3. Saves the BF16 checkpoint (shards < 15 MB), tokenizer.json,
    tokenizer_config.json (ChatML chat template), generation_config.json,
    val.txt, and train_log.json with training and validation loss.
 
-Usage: python3 tools/train_tiny.py KJV_TXT OUTDIR [--steps N]
+Usage: python3 tools/train_tiny.py KJV_TXT OUTDIR [--steps N] [--chat-frac F]
 """
 import argparse
 import json
@@ -40,8 +45,8 @@ SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-def read_chapters(path):
-    """`bible` output: 'Book N' headings, then '  V text' verses wrapped at 80 columns."""
+def read_verses(path):
+    """`bible` output: 'Book N' headings, then '  V text' verses wrapped at 80 columns: [(title, verses)]."""
     chapters, cur, title = [], [], None
     for line in open(path, encoding="utf-8", errors="replace"):
         line = line.rstrip("\n")
@@ -55,11 +60,63 @@ def read_chapters(path):
             cur[-1] += " " + line.strip()
     if title is not None and cur:
         chapters.append((title, cur))
+    return chapters
+
+
+def chapter_docs(chapters):
     docs = []
     for title, verses in chapters:
         paras = [" ".join(verses[i:i + 4]) for i in range(0, len(verses), 4)]
         docs.append(title + "\n\n" + "\n\n".join(paras) + "\n")
     return docs
+
+
+GREETINGS = ["Hello", "Hello!", "Hi", "Hi there", "Hey", "Good morning", "Good evening", "Hello, who are you?",
+             "Hi! How are you?", "Greetings", "Can you help me?", "Say something.", "Tell me something."]
+SYSTEMS = ["You are a helpful assistant.", "You answer in the words of the King James Bible.",
+           "You are a quiet scholar of scripture."]
+
+
+def chat(rng, user, answer):
+    """One ChatML conversation as the shipped template renders it, the answer closed by <|im_end|>."""
+    sys_part = ""
+    if rng.random() < 0.3:
+        sys_part = "<|im_start|>system\n" + rng.choice(SYSTEMS) + "<|im_end|>\n"
+    return (sys_part + "<|im_start|>user\n" + user.strip() + "<|im_end|>\n<|im_start|>assistant\n" + answer.strip() +
+            "<|im_end|>\n")
+
+
+def chat_samples(chapters, n, seed):
+    """n conversations from these chapters: greetings, a verse on a word, a chapter's opening, a
+    verse's continuation."""
+    rng = random.Random(seed)
+    verses = [(t, v) for t, vs in chapters for v in vs if len(v.split()) >= 8]
+    by_word = {}
+    for t, v in verses:
+        for w in set(re.findall(r"[A-Za-z]{5,}", v)):
+            by_word.setdefault(w.lower(), []).append(v)
+    words = [w for w, vs in by_word.items() if len(vs) >= 3]
+    out = []
+    for _ in range(n):
+        kind = rng.randrange(5)
+        t, v = rng.choice(verses)
+        if kind == 0:
+            out.append(chat(rng, rng.choice(GREETINGS), v))
+        elif kind == 1:
+            w = rng.choice(words)
+            ask = rng.choice(["Give me a verse about {}.", "What does the Bible say about {}?", "Tell me of {}.",
+                              "A verse on {}, please."]).format(w)
+            out.append(chat(rng, ask, rng.choice(by_word[w])))
+        elif kind == 2:
+            title, vs = rng.choice(chapters)
+            ask = rng.choice(["Read me {}.", "Quote {}.", "How does {} begin?", "Recite {}."]).format(title)
+            out.append(chat(rng, ask, " ".join(vs[:rng.randint(1, 3)])))
+        else:
+            ws = v.split()
+            cut = rng.randint(3, len(ws) - 3)
+            ask = (rng.choice(["Continue: ", "Finish this verse: ", "What comes next? ", ""]) + " ".join(ws[:cut]))
+            out.append(chat(rng, ask, " ".join(ws[cut:])))
+    return out
 
 
 def train_tokenizer(texts, vocab_size):
@@ -81,11 +138,13 @@ def main():
     ap.add_argument("outdir")
     ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--chat-frac", type=float, default=0.25, help="share of each batch's rows from conversations")
     args = ap.parse_args()
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     os.makedirs(args.outdir, exist_ok=True)
-    docs = read_chapters(args.corpus)
+    chapters = read_verses(args.corpus)
+    docs = chapter_docs(chapters)
     n_val = max(1, len(docs) // 20)
     train_docs, val_docs = docs[:-n_val], docs[-n_val:]
     with open(os.path.join(args.outdir, "val.txt"), "w") as f:
@@ -105,6 +164,9 @@ def main():
 
     train_ids, val_ids = encode_docs(train_docs), encode_docs(val_docs)
     print(f"corpus: {len(docs)} chapters, train {len(train_ids)} tokens, val {len(val_ids)} tokens")
+    convs = chat_samples(chapters[:-n_val], 40000, args.seed)
+    chat_ids = torch.tensor([i for c in convs for i in tok.encode(c).ids + [eot]], dtype=torch.long)
+    print(f"chat: {len(convs)} conversations, {len(chat_ids)} tokens; sample:\n{convs[0]}")
 
     cfg = AutoConfig.for_model(
         "qwen3_moe", vocab_size=tok.get_vocab_size(), hidden_size=256, num_hidden_layers=4,
@@ -129,10 +191,13 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     g = torch.Generator().manual_seed(args.seed)
 
+    n_chat = int(round(batch * args.chat_frac))
+
     def get_batch(data):
-        ix = torch.randint(0, len(data) - seq - 1, (batch,), generator=g)
-        x = torch.stack([data[i:i + seq] for i in ix]).to(dev)
-        return x
+        ix = torch.randint(0, len(data) - seq - 1, (batch - n_chat,), generator=g)
+        iy = torch.randint(0, len(chat_ids) - seq - 1, (n_chat,), generator=g)
+        rows = [data[i:i + seq] for i in ix] + [chat_ids[i:i + seq] for i in iy]
+        return torch.stack(rows).to(dev)
 
     @torch.no_grad()
     def val_loss():
@@ -183,6 +248,7 @@ def main():
                                                                 "single_word": False} for s in SPECIALS}}
     json.dump(tcfg, open(os.path.join(args.outdir, "tokenizer_config.json"), "w"), indent=2)
     final = dict(params=n_params, steps=args.steps, batch=batch, seq=seq, train_tokens=len(train_ids),
+                 chat_frac=args.chat_frac, chat_tokens=len(chat_ids),
                  val_tokens=len(val_ids), final_train_loss=log[-1]["train_loss"], best_val_loss=best[0], best_step=best[1],
                  val_ppl_bf16_autocast=math.exp(best[0]), seconds=time.time() - t0,
                  torch=torch.__version__, seed=args.seed, log=log)
@@ -193,6 +259,12 @@ def main():
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=40, do_sample=False)
     print("sample:", tok.decode(out[0].tolist()))
+    for user in ["Hello", "Give me a verse about mercy."]:
+        prompt = "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+        ids = torch.tensor([tok.encode(prompt).ids], device=dev)
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=40, do_sample=False, eos_token_id=[eot, im_end])
+        print(f"chat {user!r}:", tok.decode(out[0, ids.shape[1]:].tolist()))
 
 
 if __name__ == "__main__":
