@@ -451,16 +451,20 @@ static bool forward_reduce(struct forward *f, const float *w, int n, bool router
 }
 
 /* Data-parallel attention's FFN half (engine/forward_dp.h): this rank's normed rows in f->x join
- * every rank's (t_max rows each, padded), this rank's FFN share runs over all of them, and the
- * partial sums of its own rows come back into f->delta, whole. */
+ * every rank's (t_max rows each, padded), this rank's FFN share runs over all of them in passes of
+ * at most max_tokens rows (the FFN's buffers stay one rank's size; its rows are independent), and
+ * the partial sums of its own rows come back into f->delta, whole. */
 static void forward_dp_ffn(struct forward *f, int l)
 {
     struct forward_dp *dp = f->dp;
-    const size_t rows = (size_t)dp->t_max, D = (size_t)f->d->d_model;
+    const size_t rows = (size_t)dp->t_max, D = (size_t)f->d->d_model, all = rows * (size_t)f->comm->size;
     float *x = f->x, *delta = f->delta;
     comm_all_gather_rows(f->comm, x, dp->xg, rows * D);
-    f->x = dp->xg, f->delta = dp->dg;
-    forward_ffn(f, l, (int)rows * f->comm->size, false);
+    for (size_t o = 0; o < all; o += (size_t)f->max_tokens) {
+        const size_t k = all - o < (size_t)f->max_tokens ? all - o : (size_t)f->max_tokens;
+        f->x = dp->xg + o * D, f->delta = dp->dg + o * D;
+        forward_ffn(f, l, (int)k, false);
+    }
     f->x = x, f->delta = delta;
     comm_reduce_scatter_sum(f->comm, dp->dg, delta, rows * D);
 }

@@ -166,18 +166,29 @@ void forward_mla_attention(struct forward *f, int n, int l)
     int nope = d->qk_nope_head_dim, rope = d->qk_rope_head_dim;
     ASSERT(m && kv->latent);
 
+    /* the projections of x: c_q, the latent row, the indexer key (one pass where the backend
+     * takes several weights sharing their input: at one token each is a short launch) */
+    {
+        const struct weight *ws[3] = {&lw->q_a, &lw->kv_a, &lw->idx_wk};
+        float *ys[3] = {m->cq, m->ckv, m->idx_k};
+        const int n_w = lw->has_indexer ? 3 : 2;
+        if (be->ops->linear_multi) {
+            be->ops->linear_multi(be, n_w, ws, f->x, n, ys);
+        } else {
+            for (int j = 0; j < n_w; j++)
+                be->ops->linear(be, ws[j], f->x, n, ys[j]);
+        }
+    }
+
     /* queries: c_q (kept for the indexer), then per-head q with its rope dims rotated */
-    be->ops->linear(be, &lw->q_a, f->x, n, m->cq);
     be->ops->rmsnorm(be, m->cq, lw->q_a_norm, n, d->q_lora_rank, MLA_LATENT_EPS, m->cq);
     be->ops->linear(be, &lw->q_b, m->cq, n, m->q);
     mla_rope(f, m->q, n, H, nope + rope, nope);
 
     /* this token's latent row and indexer key, into the cache */
-    be->ops->linear(be, &lw->kv_a, f->x, n, m->ckv);
     mla_rope(f, m->ckv, n, 1, R + rope, R);
     if (lw->has_indexer) {
         int DI = d->index_head_dim;
-        be->ops->linear(be, &lw->idx_wk, f->x, n, m->idx_k);
         be->ops->layernorm(be, m->idx_k, lw->idx_k_norm_w, lw->idx_k_norm_b, n, DI, DSA_KEY_NORM_EPS, m->idx_k);
         mla_rope(f, m->idx_k, n, 1, DI, 0);
     }
