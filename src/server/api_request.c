@@ -502,8 +502,17 @@ static enum status parse_chat_template(const struct json *body, struct api_reque
 }
 
 /* tools: a list of {type: "function", function: {name, description?, parameters?, strict?}},
- * kept as JSON text for the template (and the call parser: parameter types); tool_choice. */
-static enum status parse_tools(const struct json *body, struct api_request *rq, bool lenient, struct api_error *e)
+ * kept as JSON text for the template (and the call parser: parameter types); tool_choice (required
+ * and named are constrained decoding: the server compiles their grammar, which needs the model's
+ * call format). */
+/* response_format {"type": "text"}: no constraint. */
+static bool asks_nothing_format(const struct json *f)
+{
+    const struct json *t = json_get(f, "type");
+    return json_is_string(t) && strcmp(json_string(t), "text") == 0;
+}
+
+static enum status parse_tools(const struct json *body, struct api_request *rq, struct api_error *e)
 {
     const struct json *tools = field(body, "tools"), *tc = field(body, "tool_choice");
     if (tools && json_is_array(tools) && !json_child(tools))
@@ -573,17 +582,10 @@ static enum status parse_tools(const struct json *body, struct api_request *rq, 
     }
     if (!tools && rq->tool_choice != API_TOOL_NONE)
         return bad(e, "tool_choice", "'%s' needs 'tools'%s", "");
-    if (rq->tool_choice == API_TOOL_REQUIRED || rq->tool_choice == API_TOOL_NAMED) {
-        /* a forced call needs constrained decoding (engine/grammar.h), not wired to tool calls yet */
-        if (!lenient)
-            return api_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_parameter",
-                                 "'tool_choice' %s needs constrained decoding, which this server does not apply to "
-                                 "tool calls yet: use \"auto\" (serve --lenient takes it as auto)",
-                                 rq->tool_choice == API_TOOL_REQUIRED ? "\"required\"" : "naming a function");
-        size_t at = strlen(rq->ignored);
-        snprintf(rq->ignored + at, sizeof rq->ignored - at, "%stool_choice", at ? ", " : "");
-        rq->tool_choice = API_TOOL_AUTO;
-    }
+    if ((rq->tool_choice == API_TOOL_REQUIRED || rq->tool_choice == API_TOOL_NAMED) && field(body, "response_format") &&
+        !asks_nothing_format(field(body, "response_format")))
+        return bad(e, "tool_choice", "'%s' forcing a call and 'response_format' both constrain the answer: one at a "
+                   "time%s", "");
     if (tools && !(rq->tools = json_print(tools, false)))
         return oom(e);
     return STATUS_OK;
@@ -858,7 +860,7 @@ enum status api_request_parse_opts(struct api_request *rq, enum api_kind kind, c
                            "the key \"%.100s\" appears twice in one object (which one counts is ambiguous)", dup);
     else if (kind == API_RESPONSES)
         st = parse_responses(root, rq, lenient, e);
-    else if (!(st = parse_fields(root, rq, e)) && !(st = parse_tools(root, rq, lenient, e)))
+    else if (!(st = parse_fields(root, rq, e)) && !(st = parse_tools(root, rq, e)))
         st = check_unsupported(root, rq, lenient, e);
     if (!st)
         st = api_format_parse(root, rq, e);

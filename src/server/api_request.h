@@ -127,7 +127,8 @@ struct api_request {
  * implement (suffix, best_of, functions, ...) is refused with 400 naming
  * it when its value asks for something (anything but its no-op: null, false, 0, "", [], {},
  * best_of 1, function_call "none"), so that no answer silently
- * ignores it. tool_choice "required" and named need constrained decoding: refused (lenient: auto). */
+ * ignores it. tool_choice "required" and named are kept: the server compiles their grammar
+ * (server/tool_grammar.h), which needs the model's call format. */
 enum status api_request_parse(struct api_request *rq, enum api_kind kind, const char *body, size_t len,
                               struct api_error *e);
 /* The same; lenient: those fields are listed in rq->ignored instead of refused (serve --lenient). */

@@ -24,6 +24,7 @@
 #include "server/api_response.h"
 #include "server/server_internal.h"
 #include "server/text_stream.h"
+#include "server/tool_grammar.h"
 #include "server/tool_parse.h"
 
 enum { WAIT_SLICE_MS = 50, STREAM_BLOCK = 16 * 1024 };
@@ -775,6 +776,17 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
                                  "still renders the history");
         if (json_parse(rq->tools, strlen(rq->tools), "tools", &g->tools, NULL))
             return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        /* "required" or a named function: the answer is constrained to one call (bound with the
+           response_format grammars below; the parser refused both together) */
+        if (rq->tool_choice == API_TOOL_REQUIRED || rq->tool_choice == API_TOOL_NAMED) {
+            struct grammar *gr = NULL;
+            enum status gs = tool_grammar_compile(srv->o.tool_format, g->tools,
+                                                  rq->tool_choice == API_TOOL_NAMED ? rq->tool_name : NULL, &gr, e);
+            if (gs)
+                return gs;
+            grammar_put(g->rq.grammar);
+            g->rq.grammar = gr;
+        }
     }
     struct tok_ids ids = {0};
     enum status st = prompt_build(&srv->m.pm, rq, &ids, e);

@@ -109,7 +109,7 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
     assert.equal(r.choices[0].message.tool_calls, undefined);
   });
 
-  test('tool_choice: none shows no tools and parses nothing; required and named are refused for now', async () => {
+  test('tool_choice: none shows no tools and parses nothing; auto; malformed requests refused', async () => {
     const none = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'none' });
     assert.equal(none.choices[0].message.tool_calls, undefined);
     assert.equal(none.choices[0].finish_reason, 'stop');
@@ -120,9 +120,10 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
     const auto = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'auto' });
     assert.equal(auto.choices[0].message.tool_calls.length, 1);
     const refused = [
-      [{ tool_choice: 'required' }, 'tool_choice'],
-      [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, 'tool_choice'],
       [{ tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
+      [{ tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice'],
+      [{ tool_choice: 'required', tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object',
+        properties: { n: { type: 'integer', minimum: 3 } } } } }] }, 'tools'], // a keyword outside the subset
       [{ tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0].function.name'],
       [{ tools: [{ type: 'retrieval' }] }, 'tools[0]'],
       [{ messages: [...ASK, { role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
@@ -131,5 +132,46 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
     for (const [extra, param] of refused)
       await assert.rejects(client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, ...extra }),
         (e) => e.status === 400 && e.param === param, JSON.stringify(extra));
+  });
+
+  test('tool_choice required and named: the answer is constrained to one call whose arguments fit the schema', async () => {
+    // The rigged model would think first; under the constraint every token it prefers is masked, so
+    // the call is written by the grammar alone: greedy (temperature 0) takes the lowest allowed id
+    // among equal logits; enums keep it short.
+    const enumTool = (name, key, values) => ({ type: 'function', function: { name, parameters: {
+      type: 'object', properties: { [key]: { type: 'string', enum: values } }, required: [key], additionalProperties: false } } });
+    const tools = [enumTool('set_unit', 'unit', ['celsius', 'fahrenheit']), enumTool('set_mode', 'mode', ['fast', 'slow'])];
+    const check = (m, names) => {
+      assert.equal(m.tool_calls.length, 1);
+      const call = m.tool_calls[0];
+      assert.ok(names.includes(call.function.name), call.function.name);
+      const tool = tools.find((t) => t.function.name === call.function.name).function.parameters;
+      const args = JSON.parse(call.function.arguments);
+      const key = Object.keys(tool.properties)[0];
+      assert.deepEqual(Object.keys(args), [key]);
+      assert.ok(tool.properties[key].enum.includes(args[key]), call.function.arguments);
+      return call;
+    };
+    for (const [choice, names] of [['required', ['set_unit', 'set_mode']],
+                                   [{ type: 'function', function: { name: 'set_unit' } }, ['set_unit']]]) {
+      const r = await client.chat.completions.create({ model: MODEL, messages: ASK, tools, tool_choice: choice, max_tokens: 400,
+        temperature: 0 });
+      assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0]));
+      assert.equal(r.choices[0].message.content, null);
+      const whole = check(r.choices[0].message, names);
+      // streamed: the same call
+      const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools, tool_choice: choice,
+        max_tokens: 400, temperature: 0, stream: true });
+      let name = '', args = '', finish = null;
+      for await (const chunk of stream) {
+        const c = chunk.choices[0];
+        if (!c) continue;
+        for (const d of c.delta.tool_calls ?? []) { name += d.function.name ?? ''; args += d.function.arguments ?? ''; }
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+      assert.equal(finish, 'tool_calls');
+      assert.equal(name, whole.function.name);
+      assert.equal(args, whole.function.arguments);
+    }
   });
 });

@@ -154,8 +154,9 @@ static void test_unsupported_fields(void **state)
     enum api_kind C = API_COMPLETIONS, H = API_CHAT;
 #define CB(x) "{\"model\": \"m\", \"prompt\": \"a\", " x "}"
 #define HB(x) "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], " x "}"
-    /* a forced call needs constrained decoding (not wired to tool calls yet) */
-    expect_error(H, HB("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\""),
+    /* a forced call and response_format would be two constraints */
+    expect_error(H, HB("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", "
+                       "\"response_format\": {\"type\": \"json_object\"}"),
                  400, "tool_choice");
     expect_error(H, HB("\"functions\": [{\"name\": \"f\"}]"), 400, "functions");
     expect_error(H, HB("\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", "
@@ -223,10 +224,14 @@ static void test_tools_fields(void **state)
     assert_int_equal(api_request_parse(&rq, H, none, strlen(none), &e), STATUS_OK);
     assert_int_equal(rq.tool_choice, API_TOOL_NONE);
     api_request_free(&rq);
-    const char *lenient = TB("\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}");
-    assert_int_equal(api_request_parse_opts(&rq, H, lenient, strlen(lenient), true, &e), STATUS_OK);
-    assert_int_equal(rq.tool_choice, API_TOOL_AUTO);
-    assert_string_equal(rq.ignored, "tool_choice");
+    const char *named = TB("\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}");
+    assert_int_equal(api_request_parse(&rq, H, named, strlen(named), &e), STATUS_OK);
+    assert_int_equal(rq.tool_choice, API_TOOL_NAMED);
+    assert_string_equal(rq.tool_name, "get_weather");
+    api_request_free(&rq);
+    const char *required = TB("\"tool_choice\": \"required\"");
+    assert_int_equal(api_request_parse(&rq, H, required, strlen(required), &e), STATUS_OK);
+    assert_int_equal(rq.tool_choice, API_TOOL_REQUIRED);
     api_request_free(&rq);
     expect_error(H, TB("\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"other\"}}"), 400, "tool_choice");
     expect_error(H, TB("\"tool_choice\": \"sometimes\""), 400, "tool_choice");
