@@ -31,27 +31,12 @@ void forward_dp_free(struct forward *f)
     f->dp = NULL;
 }
 
-/* Replaces *p by a buffer of `bytes` (the FFN's, for every rank's rows). */
-static bool dp_regrow(struct forward *f, void **p, size_t bytes)
-{
-    if (*p)
-        f->be->ops->free(f->be, *p);
-    *p = f->be->ops->alloc(f->be, bytes);
-    return *p != NULL;
-}
-
 enum status forward_dp_init(struct forward *f, struct err *err)
 {
     if (!f->comm)
         return err_set(err, STATUS_INVALID, "data-parallel attention needs ranks");
     const struct model_desc *d = f->d;
     const size_t R = (size_t)f->comm->size * (size_t)f->max_tokens, T = (size_t)f->max_tokens, D = (size_t)d->d_model;
-    const size_t E = (size_t)(d->n_experts ? d->n_experts : 1), K = (size_t)(d->n_experts_used ? d->n_experts_used : 1);
-    size_t F = (size_t)d->d_ff;
-    if ((size_t)d->d_expert * (size_t)d->n_shared_experts > F)
-        F = (size_t)d->d_expert * (size_t)d->n_shared_experts;
-    if ((size_t)d->d_expert > F)
-        F = (size_t)d->d_expert;
     struct forward_dp *dp = calloc(1, sizeof *dp);
     if (!dp)
         return err_set(err, STATUS_NOMEM, "forward: out of host memory");
@@ -74,24 +59,10 @@ enum status forward_dp_init(struct forward *f, struct err *err)
         forward_dp_free(f);
         return err_set(err, STATUS_NOMEM, "forward: out of host memory");
     }
-    /* the FFN runs over every rank's rows: its buffers grow to R rows */
-    struct {
-        void **p;
-        size_t bytes;
-    } bufs[] = {
-        {(void **)&dp->xg, R * D * 4},
-        {(void **)&dp->dg, R * D * 4},
-        {(void **)&f->tmp, R * D * 4},
-        {(void **)&f->gate, R * F * 4},
-        {(void **)&f->up, R * F * 4},
-        {(void **)&f->router, R * E * 4},
-        {(void **)&f->route_w, R * K * 4},
-        {(void **)&f->route_ids, R * K * 4},
-        {(void **)&f->moe_work,
-         backend_moe_workspace_floats((int)R, (int)K, d->d_model, d->d_expert ? d->d_expert : 1) * 4},
-    };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && ok; i++)
-        ok = dp_regrow(f, bufs[i].p, bufs[i].bytes);
+    /* every rank's rows, in and out of the FFN (which runs over them max_tokens rows at a time) */
+    dp->xg = f->be->ops->alloc(f->be, R * D * sizeof(float));
+    dp->dg = f->be->ops->alloc(f->be, R * D * sizeof(float));
+    ok = dp->xg && dp->dg;
     if (ok) {
         /* a rank's rows past its count go into the gathers as padding: finite (zero) from the start,
          * later the rows of an earlier pass; the FFN's rows are independent, so they touch nothing */
@@ -100,9 +71,9 @@ enum status forward_dp_init(struct forward *f, struct err *err)
     }
     free(zeros);
     if (!ok) {
-        forward_dp_free(f); /* forward_free frees the regrown FFN buffers */
-        return err_set(err, STATUS_NOMEM, "forward: cannot allocate the FFN's buffers for %zu rows (%d ranks' "
-                       "tokens) on %s", R, f->comm->size, f->be->ops->name);
+        forward_dp_free(f);
+        return err_set(err, STATUS_NOMEM, "forward: cannot allocate 2 x %zu rows of %zu floats (%d ranks' tokens) "
+                       "on %s", R, D, f->comm->size, f->be->ops->name);
     }
     return STATUS_OK;
 }

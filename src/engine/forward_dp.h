@@ -5,7 +5,8 @@
  * (engine/ranks.c broadcasts it with each sequence's rank); each rank takes its part: its
  * sequences' rows, in batch order (forward_dp_split). Around each FFN the forward gathers every
  * rank's normed rows, padded to the largest rank's count (t_max), runs the FFN share over all of
- * them and reduce-scatters the partial sums back, so that each rank's rows come home whole; after
+ * them (max_tokens rows at a time: its buffers stay a rank's size) and reduce-scatters the partial
+ * sums back, so that each rank's rows come home whole; after
  * the last layer the residual rows are gathered once more for the lm_head, whose logit rows are
  * the gathered rows' places (rank r's k-th row is row r * t_max + k).
  *
@@ -39,8 +40,8 @@ struct forward_dp {
                                     as places in xg, its tokens_out and sample the pass's */
 };
 
-/* Takes data-parallel attention's buffers and grows the FFN's to every rank's rows (ranks x
- * max_tokens): after forward_init and f->comm set. */
+/* Takes data-parallel attention's buffers (every rank's rows: 2 x ranks x max_tokens x d_model
+ * floats): after forward_init and f->comm set. */
 enum status forward_dp_init(struct forward *f, struct err *err);
 /* Safe when f->dp is NULL. */
 void forward_dp_free(struct forward *f);

@@ -235,9 +235,10 @@ static enum status session_open(struct model_session *s, const char *dir, const 
             if ((st = forward_dp_init(&s->fwd, err)))
                 goto fail;
             /* the memory figure the layout costs: the whole attention on every rank */
-            LOG_INFO("data-parallel attention: %.1f MiB of attention weights on every rank (replicated), the "
-                     "FFN's activations sized for %d ranks' rows",
-                     (double)s->w.kinds[WK_ATTENTION].bytes / 1048576.0, s->shard.size);
+            LOG_INFO("data-parallel attention: %.1f MiB of attention weights on every rank (replicated), %.1f "
+                     "MiB for %d ranks' gathered rows",
+                     (double)s->w.kinds[WK_ATTENTION].bytes / 1048576.0,
+                     2.0 * s->shard.size * def.max_tokens * (double)s->desc.d_model * 4 / 1048576.0, s->shard.size);
         }
     }
     /* every all-reduce followed by a norm goes with its residual add and that norm in one comm op
