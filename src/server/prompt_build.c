@@ -38,8 +38,8 @@ static bool add_members(struct json *obj, const char *extra)
     return ok;
 }
 
-static enum status render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text,
-                               size_t *len, struct api_error *e)
+enum status prompt_render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text, size_t *len,
+                               struct api_error *e)
 {
     if (!pm->tmpl && !rq->chat_template)
         return api_error_set(e, 400, "invalid_request_error", "messages", NULL,
@@ -114,7 +114,7 @@ enum status prompt_build(const struct prompt_model *pm, const struct api_request
     size_t len = 0;
     const char *text = rq->prompt_text;
     if (rq->kind == API_CHAT || rq->kind == API_RESPONSES) {
-        enum status st = render_chat(pm, rq, &chat, &len, e);
+        enum status st = prompt_render_chat(pm, rq, &chat, &len, e);
         if (st)
             return st;
         text = chat;

@@ -8,7 +8,7 @@
  * are taken as they are after a range check. Failures are the client's (400)
  * except running out of memory (500).
  *
- * defines: struct prompt_model, prompt_build()
+ * defines: struct prompt_model, prompt_render_chat(), prompt_build()
  */
 #ifndef MOESERVE_SERVER_PROMPT_BUILD_H
 #define MOESERVE_SERVER_PROMPT_BUILD_H
@@ -25,6 +25,12 @@ struct prompt_model {
     int vocab;                          /* the model's, bounds token-id prompts */
 };
 
+/* Chat (and the Responses API): the text the template renders for rq, which prompt_build then
+ * tokenizes: the messages (with their tool calls, tool_call_id, ...), the tools unless
+ * tool_choice is "none" (the model is not offered them), chat_template_kwargs, the generation
+ * prompt. *text is malloc'ed, NUL-terminated; *len excludes the NUL. */
+enum status prompt_render_chat(const struct prompt_model *pm, const struct api_request *rq, char **text, size_t *len,
+                               struct api_error *e);
 /* Appends the prompt's ids to *ids (empty on entry). */
 enum status prompt_build(const struct prompt_model *pm, const struct api_request *rq, struct tok_ids *ids,
                          struct api_error *e);
