@@ -11,6 +11,8 @@
 // token: "\n" (the end of Qwen3's "<|im_start|>assistant\n") starts THINK_AND_CALL, "\n\n" (the end
 // of "<think>\n\n</think>\n\n" that enable_thinking false appends) starts ANSWER. The pieces split
 // the tags across tokens, so the server's held-back tag handling is exercised.
+// makeToolModel(dir, 'glm45') makes the same with GLM-4.5's template (tests/golden/templates) and
+// its role tokens; after "<|assistant|>" it writes GLM_THINK_AND_CALL, GLM-4.5's call format.
 // It is a test fixture, not a model: nothing here is learned.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -33,6 +35,16 @@ export const THINK_AND_CALL = [
   'call>',
 ];
 export const ANSWER = ['It is 18 degrees and cloudy in Paris.'];
+export const GLM_THINK_AND_CALL = [
+  '<think>',
+  'The user asks for the weather.',
+  '</think>',
+  '\nLet me look that up.<tool',
+  '_call>get_weather\n<arg_',
+  'key>city</arg_key>\n<arg_value>Par',
+  'is</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_',
+  'value>\n</tool_call>',
+];
 // What the server should make of them.
 export const WANT = {
   reasoning: '\nThe user asks for the weather; I will call the tool.\n',
@@ -41,8 +53,13 @@ export const WANT = {
   arguments: '{"city": "Paris", "unit": "celsius"}',
   answer: 'It is 18 degrees and cloudy in Paris.',
 };
+export const WANT_GLM = { reasoning: 'The user asks for the weather.', content: 'Let me look that up.',
+                          name: 'get_weather', arguments: '{"city": "Paris", "days": 3}' };
 
 const EXTRA_TAGS = ['<tool_call>', '</tool_call>']; // so that the server picks the qwen3 format
+// GLM-4.5's role tokens (special, as in its vocabulary) and the tags that make the server pick glm45
+const GLM_SPECIAL = ['[gMASK]', '<sop>', '<|system|>', '<|user|>', '<|assistant|>', '<|observation|>'];
+const GLM_TAGS = ['<tool_call>', '</tool_call>', '<arg_key>', '</arg_key>', '<arg_value>', '</arg_value>'];
 const NL = 201, NLNL = 328; // moeserve-tiny's ids of "\n" and "\n\n" (checked below)
 const EOS = 0;
 const H = 64, HD = 64, E = 2, I_MOE = 32;
@@ -72,8 +89,9 @@ function writeSafetensors(file, tensors) {
   fs.writeFileSync(file, Buffer.concat([len, h, ...blobs]));
 }
 
-// Writes the checkpoint into dir (created); returns dir.
-export function makeToolModel(dir) {
+// Writes the checkpoint into dir (created); returns dir. family: 'qwen3' or 'glm45'.
+export function makeToolModel(dir, family = 'qwen3') {
+  const glm = family === 'glm45';
   fs.mkdirSync(dir, { recursive: true });
   const tok = JSON.parse(fs.readFileSync(path.join(TINY, 'tokenizer.json'), 'utf8'));
   const vocab = tok.model.vocab;
@@ -82,16 +100,19 @@ export function makeToolModel(dir) {
   let next = Object.keys(vocab).length;
   for (const t of tok.added_tokens) next = Math.max(next, t.id + 1);
   const ids = new Map();
-  for (const content of [...THINK_AND_CALL, ...ANSWER, ...EXTRA_TAGS]) {
+  const pieces = glm ? [...GLM_THINK_AND_CALL, ...GLM_TAGS] : [...THINK_AND_CALL, ...ANSWER, ...EXTRA_TAGS];
+  for (const content of [...(glm ? GLM_SPECIAL : []), ...pieces]) {
+    if (ids.has(content)) continue;
     ids.set(content, next);
     tok.added_tokens.push({ id: next++, content, single_word: false, lstrip: false, rstrip: false,
-                            normalized: false, special: false });
+                            normalized: false, special: GLM_SPECIAL.includes(content) });
   }
   const V = Math.ceil(next / 64) * 64;
   fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
 
   const cfg = JSON.parse(fs.readFileSync(path.join(TINY, 'tokenizer_config.json'), 'utf8'));
-  cfg.chat_template = JSON.parse(fs.readFileSync(QWEN3_CONFIG, 'utf8')).chat_template;
+  cfg.chat_template = glm ? fs.readFileSync(path.join(SRC, 'tests/golden/templates/glm45_chat_template.jinja'), 'utf8')
+    : JSON.parse(fs.readFileSync(QWEN3_CONFIG, 'utf8')).chat_template;
   cfg.model_max_length = 4096;
   fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg, null, 1));
 
@@ -106,7 +127,8 @@ export function makeToolModel(dir) {
   }, null, 1));
 
   // the lookup table: token -> its successor
-  const chains = [[NL, ...THINK_AND_CALL.map((c) => ids.get(c)), EOS], [NLNL, ...ANSWER.map((c) => ids.get(c)), EOS]];
+  const chains = glm ? [[ids.get('<|assistant|>'), ...GLM_THINK_AND_CALL.map((c) => ids.get(c)), EOS]]
+    : [[NL, ...THINK_AND_CALL.map((c) => ids.get(c)), EOS], [NLNL, ...ANSWER.map((c) => ids.get(c)), EOS]];
   const edges = [];
   for (const ch of chains) for (let i = 0; i + 1 < ch.length; i++) edges.push([ch[i], ch[i + 1]]);
   if (edges.length > H) throw new Error('more rigged tokens than hidden dimensions');

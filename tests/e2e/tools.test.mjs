@@ -11,7 +11,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import { SRC, postJSON, startServer } from './helpers.mjs';
-import { WANT, makeToolModel } from './tool_model.mjs';
+import { WANT, WANT_GLM, makeToolModel } from './tool_model.mjs';
 
 const MODEL = 'moeserve-tools';
 const TOOLS = [{
@@ -173,5 +173,49 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
       assert.equal(name, whole.function.name);
       assert.equal(args, whole.function.arguments);
     }
+  });
+});
+
+describe('tool calls in GLM-4.5\'s format (the rigged checkpoint with GLM-4.5\'s template)', () => {
+  let srv, client, dir;
+  const GLM_TOOLS = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+    properties: { city: { type: 'string' }, days: { type: 'integer' } } } } }];
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moeserve-tools-glm-'));
+    srv = await startServer(['--max-context', '2048'], makeToolModel(path.join(dir, MODEL), 'glm45'));
+    client = srv.client();
+  });
+  after(async () => {
+    const code = await srv.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+    assert.equal(code, 0, `server exit code\n${srv.stderr()}`);
+  });
+
+  test('glm45 chosen from the vocabulary; <arg_key>/<arg_value> pairs become JSON arguments (types from the schema)', async () => {
+    assert.match(srv.stderr(), /tool calls are read as glm45's/);
+    const r = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: GLM_TOOLS });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(m.reasoning_content, WANT_GLM.reasoning);
+    assert.equal(m.content, WANT_GLM.content);
+    assert.equal(m.tool_calls.length, 1);
+    assert.equal(m.tool_calls[0].function.name, WANT_GLM.name);
+    assert.equal(m.tool_calls[0].function.arguments, WANT_GLM.arguments);
+    // streamed: the same call, its arguments one pair at a time
+    const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: GLM_TOOLS, stream: true });
+    let name = '', args = '', content = '', pieces = 0;
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (!c) continue;
+      content += c.delta.content ?? '';
+      for (const d of c.delta.tool_calls ?? []) { name += d.function.name ?? ''; args += d.function.arguments ?? ''; pieces++; }
+    }
+    assert.equal(content, WANT_GLM.content);
+    assert.equal(name, WANT_GLM.name);
+    assert.equal(args, WANT_GLM.arguments);
+    assert.ok(pieces >= 2, `${pieces} delta(s)`);
+    // a call cannot be forced in this format (its arguments are not JSON)
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: ASK, tools: GLM_TOOLS, tool_choice: 'required' }),
+      (e) => e.status === 400 && e.param === 'tool_choice');
   });
 });
