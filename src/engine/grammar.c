@@ -387,6 +387,7 @@ enum status gram_builder_finish(struct gram_builder *b, int root, struct grammar
         st = err_set(err, STATUS_NOMEM, "out of memory finishing a grammar");
         goto out;
     }
+    atomic_init(&g->refs, 1); /* so that grammar_put frees it on the error paths below */
     find_productive(b, prod);
     if (!prod[root]) {
         st = err_set(err, STATUS_INVALID, "the grammar matches no finite text (a required part refers to itself)");
@@ -400,7 +401,6 @@ enum status gram_builder_finish(struct gram_builder *b, int root, struct grammar
         goto out;
     }
     /* lay out: [ref root, end], then each rule's productive alternatives */
-    atomic_init(&g->refs, 1);
     g->n_rules = b->n_rules;
     g->elems = malloc((b->n_elems + 2) * sizeof *g->elems);
     g->rule_alt_off = malloc(((size_t)b->n_rules + 1) * sizeof *g->rule_alt_off);

@@ -249,6 +249,8 @@ static int value_rule(struct jc *c);
 /* "{" ws (member ("," ws member)*)? "}" with member = string ws ":" ws value ws; any keys. */
 static int object_any_rule(struct jc *c)
 {
+    if (!jc_ok(c)) /* a failed builder hands out no rules: these refer to each other */
+        return -1;
     if (c->object_any >= 0)
         return c->object_any;
     struct gram_builder *b = &c->b;
@@ -295,6 +297,8 @@ static int array_of(struct jc *c, int item, int min, int max)
 
 static int array_any_rule(struct jc *c)
 {
+    if (!jc_ok(c)) /* a failed builder hands out no rules: these refer to each other */
+        return -1;
     if (c->array_any >= 0)
         return c->array_any;
     int r = c->array_any = gram_rule(&c->b);
@@ -306,6 +310,8 @@ static int array_any_rule(struct jc *c)
 /* Any JSON value. */
 static int value_rule(struct jc *c)
 {
+    if (!jc_ok(c)) /* a failed builder hands out no rules: these refer to each other */
+        return -1;
     if (c->value >= 0)
         return c->value;
     struct gram_builder *b = &c->b;
@@ -970,8 +976,9 @@ enum status grammar_json_compile_text(const char *schema, size_t len, const stru
             return st;
         const char *dup = json_duplicate_key(j);
         if (dup) {
-            json_free(j);
-            return err_set(err, STATUS_INVALID, "%s: the key \"%.64s\" appears twice in one object", name, dup);
+            st = err_set(err, STATUS_INVALID, "%s: the key \"%.64s\" appears twice in one object", name, dup);
+            json_free(j); /* dup points into j */
+            return st;
         }
     }
     struct grammar_json_part p = {.schema = j};
