@@ -431,7 +431,8 @@ enum status gram_builder_finish(struct gram_builder *b, int root, struct grammar
             if (!alt_productive(b, a, prod))
                 continue;
             g->alt_pos[na++] = (int32_t)ne;
-            memcpy(g->elems + ne, a->el, (size_t)a->n * sizeof *a->el);
+            if (a->n) /* an empty alternative has no element buffer (memcpy from NULL is undefined) */
+                memcpy(g->elems + ne, a->el, (size_t)a->n * sizeof *a->el);
             ne += (size_t)a->n;
             g->elems[ne++] = GE_END;
         }
