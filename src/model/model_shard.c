@@ -145,21 +145,26 @@ bool model_shard_choose_experts(const struct model_desc *d, int size, enum weigh
     return false;
 }
 
-/* One layer's attention weight elements (the widest layer kind of the model). */
-static double attn_params(const struct model_desc *d)
+/* One layer's attention weight elements (the widest layer kind of the model); *replicated: those
+ * every rank keeps whole when the attention goes by heads (MLA: q_a, kv_a and the DSA indexer). */
+static double attn_params(const struct model_desc *d, double *replicated)
 {
     const double D = d->d_model, H = d->n_heads;
     if (desc_has_mla(d)) {
         const double qk = d->qk_nope_head_dim + d->qk_rope_head_dim;
-        const double q = d->q_lora_rank > 0 ? D * d->q_lora_rank + d->q_lora_rank * H * qk : D * H * qk;
+        const double q_a = d->q_lora_rank > 0 ? D * d->q_lora_rank : 0;
+        const double q_b = d->q_lora_rank > 0 ? (double)d->q_lora_rank * H * qk : D * H * qk;
         double idx = 0;
         if (d->index_n_heads > 0)
             idx = (double)d->q_lora_rank * d->index_n_heads * d->index_head_dim + D * d->index_head_dim +
                   D * d->index_n_heads;
-        return q + D * (d->kv_lora_rank + d->qk_rope_head_dim) +
-               (double)d->kv_lora_rank * H * (d->qk_nope_head_dim + d->v_head_dim) + H * d->v_head_dim * D + idx;
+        const double kv_a = D * (d->kv_lora_rank + d->qk_rope_head_dim);
+        *replicated = q_a + kv_a + idx;
+        return *replicated + q_b + (double)d->kv_lora_rank * H * (d->qk_nope_head_dim + d->v_head_dim) +
+               H * d->v_head_dim * D;
     }
     const double qd = H * d->head_dim, kvd = (double)d->n_kv_heads * d->head_dim;
+    *replicated = 0;
     return D * (qd + 2 * kvd) + qd * D;
 }
 
@@ -185,18 +190,25 @@ double model_shard_cache_elem_bytes(const struct model_desc *d, double latent_el
 struct shard_attn_cost model_shard_attn_cost(const struct model_desc *d, int size, int batch, int context,
                                              double attn_weight_bytes, double cache_elem_bytes)
 {
-    const double N = size > 0 ? size : 1, bc = (double)batch * context;
-    const double w = attn_params(d) * attn_weight_bytes;
-    struct shard_attn_cost c = {.weights_tp = w / N, .weights_dp = w};
+    const double N = size > 0 ? size : 1, B = batch;
+    double rep = 0;
+    const double all = attn_params(d, &rep);
+    struct shard_attn_cost c = {.weights_tp = (rep + (all - rep) / N) * attn_weight_bytes,
+                                .weights_dp = all * attn_weight_bytes};
     if (desc_has_mla(d)) {
-        double row = (double)(d->kv_lora_rank + d->qk_rope_head_dim) + (d->index_n_heads > 0 ? d->index_head_dim : 0);
-        c.cache_tp = bc * row * cache_elem_bytes; /* the latent is every head's: each rank reads all of it */
-        c.cache_dp = bc / N * row * cache_elem_bytes;
+        /* a token reads its sequence's latent rows, only the top-k of them under DSA, and then every
+         * indexer key; by heads every rank reads all of it (the latent is every head's) */
+        const double latent = (double)(d->kv_lora_rank + d->qk_rope_head_dim);
+        const bool dsa = d->index_n_heads > 0 && d->index_topk > 0;
+        const double rows = dsa && d->index_topk < context ? d->index_topk : context;
+        const double per_seq = (rows * latent + (dsa ? (double)context * d->index_head_dim : 0)) * cache_elem_bytes;
+        c.cache_tp = B * per_seq;
+        c.cache_dp = B / N * per_seq;
     } else {
-        const double kv_row = 2.0 * d->head_dim * cache_elem_bytes;
+        const double kv_row = 2.0 * d->head_dim * cache_elem_bytes * context;
         const double kv_tp = d->n_kv_heads >= size ? (double)d->n_kv_heads / N : 1.0; /* kv heads a rank reads */
-        c.cache_tp = bc * kv_tp * kv_row;
-        c.cache_dp = bc / N * d->n_kv_heads * kv_row;
+        c.cache_tp = B * kv_tp * kv_row;
+        c.cache_dp = B / N * d->n_kv_heads * kv_row;
     }
     return c;
 }
@@ -245,13 +257,14 @@ static int add_part(struct shard_part *parts, int n, int max, const char *part, 
 int model_shard_layout(const struct model_desc *d, const struct model_shard *s, struct shard_part *parts, int max)
 {
     int n = 0;
+    double rep = 0;
     const struct shard_range h = model_shard_heads(d, s);
     if (s->data_parallel_attention) {
         n = add_part(parts, n, max, desc_has_mla(d) ? "attention (MLA)" : "attention (GQA)", "data-parallel",
                      "each rank attends for its own sequences (rank 0 assigns them): their KV rows on one rank "
                      "only; no all-reduce after o_proj: the FFN gathers the ranks' rows, reduce-scatters back",
                      "all %d heads, weights replicated (%.2f MiB a layer in bf16 on every rank); KV cache: its "
-                     "sequences", d->n_heads, attn_params(d) * 2.0 / 1048576.0);
+                     "sequences", d->n_heads, attn_params(d, &rep) * 2.0 / 1048576.0);
         if (desc_has_mla(d) && d->index_n_heads > 0)
             n = add_part(parts, n, max, "DSA indexer", "data-parallel", "with its attention: its sequences' keys",
                          "%d heads x %d, top %d", d->index_n_heads, d->index_head_dim, d->index_topk);

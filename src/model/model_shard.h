@@ -81,8 +81,9 @@ bool model_shard_choose_experts(const struct model_desc *d, int size, enum weigh
 /* What one rank reads for one layer's attention in one decode step, by layout: the weights and the
  * KV cache rows of `batch` sequences of `context` tokens (bytes). */
 struct shard_attn_cost {
-    double weights_tp, cache_tp; /* attention by heads: 1/N of the weights; the cache rows its heads read
-                                    (MLA: every sequence's whole latent, on every rank) */
+    double weights_tp, cache_tp; /* attention by heads: 1/N of the split weights, the replicated ones whole
+                                    (MLA: q_a, kv_a, the indexer); the cache rows its heads read (MLA: every
+                                    sequence's latent rows, the top-k under DSA, and its indexer keys) */
     double weights_dp, cache_dp; /* data-parallel: all the weights; its batch / N sequences' rows */
 };
 /* Bytes a weight element of format f takes, its scales included (bf16 2, fp8 1, nvfp4 0.5625). */
