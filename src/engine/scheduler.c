@@ -523,6 +523,35 @@ static void mask_enders(const struct scheduler *sch, const struct sched_req *r, 
             row[r->p.stop_ids[i]] = -INFINITY;
 }
 
+/* r's grammar mask for this step: computed now, or taken from grammar_masks (used once). */
+static enum status grammar_mask(struct sched_req *r, struct err *err)
+{
+    enum status st = r->tm_ready ? r->tm_status : token_mask_compute(r->tm, &r->tm_err);
+    r->tm_ready = false;
+    if (st)
+        *err = r->tm_err;
+    return st;
+}
+
+/* The grammar masks of this step's sampled rows, in parallel: each request has its own matcher and
+ * scratch and the vocabulary is read-only; one after another they would add up at batch 64. */
+static void grammar_masks(struct scheduler *sch, int ns)
+{
+    int n = 0;
+    for (int j = 0; j < ns; j++)
+        n += sch->b_reqs[j]->tm && sch->b_reqs[j]->logit_index >= 0;
+    if (n < 2)
+        return; /* one: sample_next computes it */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int j = 0; j < ns; j++) {
+        struct sched_req *r = sch->b_reqs[j];
+        if (r->tm && r->logit_index >= 0 && r->p.max_new > 0) {
+            r->tm_status = token_mask_compute(r->tm, &r->tm_err);
+            r->tm_ready = true;
+        }
+    }
+}
+
 /* Publishes r's next token: drawn by the backend (drawn >= 0), else sampled here from its logits
  * row. row is the logits row wherever r wants log-probabilities. */
 static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, int32_t drawn)
@@ -531,7 +560,7 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
     int32_t tok = drawn;
     if (drawn < 0) {
         mask_enders(sch, r, row);
-        if (r->tm && !token_mask_compute(r->tm, &err)) /* only what keeps the grammar alive */
+        if (r->tm && !grammar_mask(r, &err)) /* only what keeps the grammar alive */
             token_mask_apply(r->tm, row);
         sampler_apply(&r->smp, row);
     }
@@ -647,6 +676,8 @@ bool scheduler_step(struct scheduler *sch)
     const double t_fwd = timer_now();
     enum status st = forward_run(&sch->s->fwd, &b, want_rows ? sch->logits : NULL, &err);
     const double t_fwd_end = timer_now();
+    if (!st)
+        grammar_masks(sch, ns);
     int bs = sch->s->kv.block_size;
     for (int j = 0; j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];

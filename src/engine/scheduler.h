@@ -115,6 +115,9 @@ struct sched_req {
     struct kv_seq seq;
     struct sampler smp;             /* created at the first admission */
     struct token_mask *tm;          /* with p.grammar: the constraint's state, created at the first admission */
+    bool tm_ready;                  /* tm->bits is this step's mask (grammar_masks made it), tm_status its result */
+    enum status tm_status;
+    struct err tm_err;
     uint64_t admit_order;           /* larger = admitted later (preempted first) */
     bool in_batch;                  /* has rows in the batch being built */
     int batch_seq;                  /* its index in the batch's seqs */
