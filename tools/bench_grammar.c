@@ -9,7 +9,11 @@
  * hits, the mean walked mask, and what 64 such masks a step would cost. A mismatch (the document's
  * own tokens refused) exits 1: the benchmark doubles as a check on a real vocabulary.
  * Compile cost (schema -> grammar) is printed too. The vocabulary trie's build time comes first.
+ * Then the scheduler's form: 64 sequences decoding the same document in lock step, a step's 64
+ * masks computed in parallel over the OpenMP threads (OMP_NUM_THREADS) as scheduler.c does:
+ * milliseconds a step, mean and max.
  */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +147,52 @@ int main(int argc, char **argv)
                    walked ? walk_sum / (double)walked * 1e6 : 0.0, 64 * mean * 1e3, compile_ms);
         }
         free(t);
+        tok_ids_free(&ids);
+    }
+    /* batch 64, lock step, parallel masks */
+    enum { B = 64 };
+    printf("\nbatch %d, masks in parallel on %d threads\n%-12s %12s %12s\n", B, omp_get_max_threads(), "case",
+           "step_ms_mean", "step_ms_max");
+    for (size_t c = 0; c < sizeof CASES / sizeof CASES[0] && !rc; c++) {
+        const struct bench_case *bc = &CASES[c];
+        struct tok_ids ids = {0};
+        struct grammar *g = NULL;
+        if (tokenizer_encode(tok, bc->doc, strlen(bc->doc), false, &ids, &err) ||
+            grammar_json_compile_text(bc->schema, bc->schema ? strlen(bc->schema) : 0, NULL, &g, &err)) {
+            fprintf(stderr, "%s: %s\n", bc->name, err.msg);
+            rc = 1;
+            break;
+        }
+        struct token_mask *tms = calloc(B, sizeof *tms);
+        for (int b = 0; b < B; b++)
+            if (token_mask_init(&tms[b], &tv, g, &err))
+                rc = 1;
+        grammar_put(g);
+        double sum = 0, mx = 0;
+        int bad = 0;
+        for (size_t i = 0; i <= ids.n && !rc; i++) {
+            int32_t next = i < ids.n ? ids.ids[i] : eos[0];
+            double ts = timer_now();
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad)
+            for (int b = 0; b < B; b++) {
+                struct err e2 = {0};
+                bad += token_mask_compute(&tms[b], &e2) != STATUS_OK || !token_mask_allows(&tms[b], next);
+            }
+            double dt = timer_now() - ts;
+            for (int b = 0; b < B; b++)
+                bad += token_mask_accept(&tms[b], next, &err) != STATUS_OK;
+            sum += dt;
+            mx = dt > mx ? dt : mx;
+        }
+        if (bad) {
+            fprintf(stderr, "%s: %d refusals in the batch\n", bc->name, bad);
+            rc = 1;
+        } else {
+            printf("%-12s %12.3f %12.3f\n", bc->name, sum / (double)(ids.n + 1) * 1e3, mx * 1e3);
+        }
+        for (int b = 0; b < B; b++)
+            token_mask_free(&tms[b]);
+        free(tms);
         tok_ids_free(&ids);
     }
     token_vocab_free(&tv);
