@@ -46,6 +46,8 @@ struct grammar {
     int32_t *alt_pos;      /* the start of each alternative in elems */
     struct gram_class *classes; /* (n_classes) */
     int n_classes;
+    int n_alts;
+    uint64_t fingerprint;  /* of the arrays above */
 };
 
 void gram_class_range(struct gram_class *c, unsigned lo, unsigned hi)
@@ -440,6 +442,19 @@ enum status gram_builder_finish(struct gram_builder *b, int root, struct grammar
     free(order);
     g->rule_alt_off[b->n_rules] = na;
     g->n_elems = ne;
+    g->n_alts = na;
+    uint64_t h = 1469598103934665603ull;
+    const struct {
+        const void *p;
+        size_t n;
+    } parts[] = {{g->elems, ne * sizeof *g->elems},
+                 {g->rule_alt_off, ((size_t)g->n_rules + 1) * sizeof *g->rule_alt_off},
+                 {g->alt_pos, (size_t)na * sizeof *g->alt_pos},
+                 {g->classes, (size_t)g->n_classes * sizeof *g->classes}};
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        for (size_t i = 0; i < parts[k].n; i++)
+            h = (h ^ ((const uint8_t *)parts[k].p)[i]) * 1099511628211ull;
+    g->fingerprint = h;
     *out = g;
     g = NULL;
 out:
@@ -476,6 +491,23 @@ int grammar_n_rules(const struct grammar *g)
 size_t grammar_n_elems(const struct grammar *g)
 {
     return g->n_elems;
+}
+
+uint64_t grammar_fingerprint(const struct grammar *g)
+{
+    return g->fingerprint;
+}
+
+bool grammar_same(const struct grammar *a, const struct grammar *b)
+{
+    if (a == b)
+        return true;
+    return a->fingerprint == b->fingerprint && a->n_elems == b->n_elems && a->n_rules == b->n_rules &&
+           a->n_alts == b->n_alts && a->n_classes == b->n_classes &&
+           memcmp(a->elems, b->elems, a->n_elems * sizeof *a->elems) == 0 &&
+           memcmp(a->rule_alt_off, b->rule_alt_off, ((size_t)a->n_rules + 1) * sizeof *a->rule_alt_off) == 0 &&
+           memcmp(a->alt_pos, b->alt_pos, (size_t)a->n_alts * sizeof *a->alt_pos) == 0 &&
+           memcmp(a->classes, b->classes, (size_t)a->n_classes * sizeof *a->classes) == 0;
 }
 
 /* ---- matcher ---- */

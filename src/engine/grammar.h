@@ -27,7 +27,7 @@
  *          struct gram_builder, gram_builder_init(), gram_builder_free(), gram_rule(), gram_alt(),
  *          gram_push_bytes(), gram_push_class(), gram_push_ref(), gram_rule_bytes(), gram_repeat(),
  *          gram_class_range(), gram_class_add(), gram_builder_finish(), struct grammar, grammar_ref(),
- *          grammar_put(), grammar_n_rules(), struct gm_node, struct gm_state, struct grammar_matcher,
+ *          grammar_put(), grammar_n_rules(), grammar_fingerprint(), grammar_same(), struct gm_node, struct gm_state, struct grammar_matcher,
  *          grammar_matcher_init(), grammar_matcher_free(), grammar_matcher_accept_bytes(),
  *          grammar_matcher_can_end(), grammar_matcher_done(), grammar_matcher_mark(),
  *          grammar_matcher_rewind(), grammar_matcher_step(), grammar_matcher_key()
@@ -101,6 +101,10 @@ struct grammar *grammar_ref(struct grammar *g);
 void grammar_put(struct grammar *g);
 int grammar_n_rules(const struct grammar *g);
 size_t grammar_n_elems(const struct grammar *g);
+/* A hash of g's content (equal grammars, equal hashes), and whether a and b are the same grammar
+ * by content (the same schema compiled twice): their matchers' states then mean the same. */
+uint64_t grammar_fingerprint(const struct grammar *g);
+bool grammar_same(const struct grammar *a, const struct grammar *b);
 
 /* ---- matcher ---- */
 

@@ -14,6 +14,7 @@
 #include "engine/token_mask.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,33 @@ struct token_mask_entry {
     int n_exposed;
 };
 
+enum { TM_SHARED_N = 256 };
+
+/* One shared part: the grammar it belongs to (a reference), the truncated state's key. */
+struct tm_shared_entry {
+    struct grammar *g;
+    int32_t *key; /* (key_len) owned */
+    size_t key_len;
+    uint32_t *bits; /* (words) owned */
+    int32_t *exposed; /* (n_exposed) owned */
+    int n_exposed;
+};
+
+struct token_mask_shared {
+    pthread_mutex_t mu; /* guards everything below */
+    struct tm_shared_entry e[TM_SHARED_N];
+    int next; /* replaced next (round robin) */
+};
+
+static void shared_entry_clear(struct tm_shared_entry *e)
+{
+    grammar_put(e->g);
+    free(e->key);
+    free(e->bits);
+    free(e->exposed);
+    memset(e, 0, sizeof *e);
+}
+
 static size_t mask_words(int vocab)
 {
     return ((size_t)vocab + 31) / 32;
@@ -61,6 +89,12 @@ void token_vocab_free(struct token_vocab *tv)
     free(tv->node_parent);
     free(tv->tok_next);
     free(tv->eos);
+    if (tv->shared) {
+        for (int i = 0; i < TM_SHARED_N; i++)
+            shared_entry_clear(&tv->shared->e[i]);
+        pthread_mutex_destroy(&tv->shared->mu);
+        free(tv->shared);
+    }
     memset(tv, 0, sizeof *tv);
 }
 
@@ -188,6 +222,10 @@ enum status token_vocab_init(struct token_vocab *tv, const struct tokenizer *t, 
         st = err_set(err, STATUS_NOMEM, "token masks: out of memory");
     if (!st)
         st = build_trie(tv, err);
+    if (!st && !(tv->shared = calloc(1, sizeof *tv->shared)))
+        st = err_set(err, STATUS_NOMEM, "token masks: out of memory");
+    if (!st)
+        pthread_mutex_init(&tv->shared->mu, NULL);
     if (st)
         token_vocab_free(tv);
     return st;
@@ -406,6 +444,58 @@ static void walk_truncated(struct token_mask *tm, int32_t node, int32_t sid)
     }
 }
 
+/* The shared part for this grammar (by content) and the truncated state's key tm->key[0..kn):
+ * into tm->bits and tm->exposed. */
+static bool shared_get(struct token_mask *tm, size_t kn, size_t w)
+{
+    struct token_mask_shared *sh = tm->tv->shared;
+    if (!sh)
+        return false;
+    const uint64_t fp = grammar_fingerprint(tm->m.g);
+    bool hit = false;
+    pthread_mutex_lock(&sh->mu);
+    for (int i = 0; i < TM_SHARED_N && !hit; i++) {
+        const struct tm_shared_entry *e = &sh->e[i];
+        if (!e->g || e->key_len != kn || grammar_fingerprint(e->g) != fp ||
+            memcmp(e->key, tm->key, kn * sizeof *tm->key) != 0 || !grammar_same(e->g, tm->m.g))
+            continue;
+        tm->n_exposed = 0;
+        hit = true;
+        for (int k = 0; k < e->n_exposed && hit; k++)
+            hit = exposed_push(tm, e->exposed[k]);
+        if (hit)
+            memcpy(tm->bits, e->bits, w * sizeof *tm->bits);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return hit;
+}
+
+/* Offers the part just walked (tm->bits, tm->exposed) under key[0..kn) to every request. */
+static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, size_t w)
+{
+    struct token_mask_shared *sh = tm->tv->shared;
+    if (!sh)
+        return;
+    struct tm_shared_entry n = {.key = malloc(kn * sizeof *key), .key_len = kn, .bits = malloc(w * sizeof *tm->bits),
+                                .exposed = malloc((size_t)(tm->n_exposed ? tm->n_exposed : 1) * sizeof *tm->exposed),
+                                .n_exposed = tm->n_exposed};
+    if (!n.key || !n.bits || !n.exposed) {
+        shared_entry_clear(&n);
+        return;
+    }
+    memcpy(n.key, key, kn * sizeof *key);
+    memcpy(n.bits, tm->bits, w * sizeof *tm->bits);
+    memcpy(n.exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *tm->exposed);
+    n.g = grammar_ref(tm->m.g);
+    struct tm_shared_entry old;
+    pthread_mutex_lock(&sh->mu);
+    old = sh->e[sh->next];
+    sh->e[sh->next] = n;
+    sh->next = (sh->next + 1) % TM_SHARED_N;
+    pthread_mutex_unlock(&sh->mu);
+    shared_entry_clear(&old); /* outside the lock: the last reference may free a grammar */
+}
+
 /* Finds (or walks and stores) the truncated part of the current state's mask: tm->bits gets the
  * ids decided above the cut, tm->exposed the nodes left to the whole state. */
 static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
@@ -426,6 +516,11 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
             tm->n_trunc_cached++;
             return STATUS_OK;
         }
+    }
+    if (shared_get(tm, kn, w)) {
+        tm->n_shared_cached++;
+        tm->n_trunc_cached++;
+        return STATUS_OK; /* not copied into tcache: the shared entry stays (256 of them) */
     }
     struct token_mask_entry *e = &tm->tcache[tm->tcache_next];
     tm->tcache_next = (tm->tcache_next + 1) % TOKEN_MASK_CACHE;
@@ -459,6 +554,7 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
     memcpy(e->bits, tm->bits, w * sizeof *e->bits);
     memcpy(e->exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *e->exposed);
     e->n_exposed = tm->n_exposed;
+    shared_put(tm, e->key, e->key_len, w);
     return STATUS_OK;
 }
 

@@ -9,7 +9,10 @@
  *
  * struct token_mask is one sequence's constraint: its matcher, the current mask (a bit an id), and
  * a small cache of masks by matcher state (inside a long string the state repeats token after
- * token). Owned by one thread at a time.
+ * token). Owned by one thread at a time. The part of a mask above the stacks' common frame (a
+ * string's interior, whatever encloses it) is also kept in the vocabulary's shared cache, by
+ * grammar content and state, so requests with the same schema walk it once between them; that
+ * cache has its own lock (masks of several rows are computed in parallel).
  *
  * defines: struct token_vocab, token_vocab_init(), token_vocab_free(), struct token_mask,
  *          token_mask_init(), token_mask_free(), token_mask_compute(), token_mask_apply(),
@@ -43,6 +46,7 @@ struct token_vocab {
     int32_t *eos;               /* (n_eos) owned */
     int n_eos;
     int max_len;                /* longest token in bytes */
+    struct token_mask_shared *shared; /* masks' parts shared by every request, owned (its own lock) */
 };
 /* From a loaded tokenizer (byte-level BPE, or any tokenizer whose tokens decode to fixed bytes);
  * eos_ids: the ids that end a sequence (the model's). STATUS_UNSUPPORTED: a decoder whose tokens'
@@ -71,7 +75,8 @@ struct token_mask {
     int32_t *key;               /* (key_cap) scratch for a state's key */
     size_t key_cap;
     uint64_t n_computed, n_cached; /* masks walked, masks taken from the cache */
-    uint64_t n_trunc_cached;       /* walked masks whose part above the common frame came from tcache */
+    uint64_t n_trunc_cached;       /* walked masks whose part above the common frame came from a cache */
+    uint64_t n_shared_cached;      /* ... from the vocabulary's shared cache */
 };
 /* A constraint to grammar g (a reference is taken) over tv's vocabulary. */
 enum status token_mask_init(struct token_mask *tm, const struct token_vocab *tv, struct grammar *g, struct err *err);
