@@ -20,3 +20,9 @@ for j in ${JOBS:-}; do
     tail -${TAIL:-40} "$out/$j/stdout.txt"
 done
 printf '%s\n' "${rows[@]}"
+# few files come back from a device call: the files named in KEEP (basenames) stay, the rest go into logs.tgz
+keep=" ${KEEP:-tiny.tgz generate_tiny.json} "
+(cd "$out" && find . -type f | while read -r f; do case "$keep" in *" $(basename "$f") "*) ;; *) echo "$f";; esac; done |
+    tar -czf /tmp/gpu_session_logs.tgz -T - 2>/dev/null)
+find "$out" -type f | while read -r f; do case "$keep" in *" $(basename "$f") "*) ;; *) rm -f "$f";; esac; done
+mv /tmp/gpu_session_logs.tgz "$out/logs.tgz"
