@@ -580,8 +580,10 @@ static enum status parse_tools(const struct json *body, struct api_request *rq, 
         rq->tool_choice = API_TOOL_NAMED;
         snprintf(rq->tool_name, sizeof rq->tool_name, "%s", json_string(name));
     }
+    if (!tools && rq->tool_choice == API_TOOL_AUTO)
+        rq->tool_choice = API_TOOL_NONE; /* "auto" among no tools asks for nothing */
     if (!tools && rq->tool_choice != API_TOOL_NONE)
-        return bad(e, "tool_choice", "'%s' needs 'tools'%s", "");
+        return bad(e, "tool_choice", "'%s' forcing a call needs 'tools'%s", "");
     if ((rq->tool_choice == API_TOOL_REQUIRED || rq->tool_choice == API_TOOL_NAMED) && field(body, "response_format") &&
         !asks_nothing_format(field(body, "response_format")))
         return bad(e, "tool_choice", "'%s' forcing a call and 'response_format' both constrain the answer: one at a "
@@ -735,29 +737,130 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
 }
 
 /* The Responses API fields this server does not implement: refused where they ask for something. */
-static const char *const RESPONSES_UNSUPPORTED[] = {"tools", "previous_response_id", "reasoning", "background",
+static const char *const RESPONSES_UNSUPPORTED[] = {"previous_response_id", "reasoning", "background",
                                                     "include", "prompt", "conversation", "max_tool_calls",
                                                     "top_logprobs"};
 
-/* One input item: a message {role, content} (type "message" or none). */
-static enum status responses_item(const struct json *it, int i, struct api_message *m, struct api_error *e)
+/* A string member of a Responses input item, or 400 naming it. */
+static enum status item_string(const struct json *it, int i, const char *key, const char **out, struct api_error *e)
+{
+    char param[64];
+    snprintf(param, sizeof param, "input[%d].%s", i, key);
+    const struct json *j = field(it, key);
+    if (!json_is_string(j))
+        return bad(e, param, "'%s' must be a string%s", "");
+    *out = json_string(j);
+    return STATUS_OK;
+}
+
+/* One input item into msgs, chat's form: a message {role, content} (type "message" or none), a
+ * function_call (joins the assistant message before it, or makes one) or a function_call_output
+ * (a tool message). Checked here with the item's name; parse_messages checks the rest. */
+static enum status responses_item(const struct json *it, int i, struct json *msgs, struct api_error *e)
 {
     char param[48];
     snprintf(param, sizeof param, "input[%d]", i);
     const struct json *type = json_get(it, "type"), *role = json_get(it, "role");
-    if (!json_is_object(it) || (type && !(json_is_string(type) && strcmp(json_string(type), "message") == 0)))
-        return api_error_set(e, 400, "invalid_request_error", param, "unsupported_parameter",
-                             "'%s': only message items are supported (no tool calls or their outputs)", param);
-    static const char *const ROLES[] = {"user", "assistant", "system", "developer"};
-    bool known = false;
-    for (size_t r = 0; json_is_string(role) && r < sizeof ROLES / sizeof ROLES[0]; r++)
-        known |= strcmp(json_string(role), ROLES[r]) == 0;
-    if (!known)
-        return bad(e, param, "'%s' needs a role: user, assistant, system or developer%s", "");
-    /* a developer message is the system prompt of the chat templates */
-    const char *rn = strcmp(json_string(role), "developer") == 0 ? "system" : json_string(role);
-    m->role = dup_str(rn, strlen(rn));
-    return m->role ? parse_content(field(it, "content"), i, &m->content, e) : oom(e);
+    const char *t = json_is_string(type) ? json_string(type) : NULL;
+    if (!json_is_object(it) || (type && !t))
+        return bad(e, param, "'%s' must be an object with a string 'type'%s", "");
+    struct json *m = NULL;
+    if (!t || strcmp(t, "message") == 0) {
+        static const char *const ROLES[] = {"user", "assistant", "system", "developer"};
+        bool known = false;
+        for (size_t r = 0; json_is_string(role) && r < sizeof ROLES / sizeof ROLES[0]; r++)
+            known |= strcmp(json_string(role), ROLES[r]) == 0;
+        if (!known)
+            return bad(e, param, "'%s' needs a role: user, assistant, system or developer%s", "");
+        /* a developer message is the system prompt of the chat templates */
+        const char *rn = strcmp(json_string(role), "developer") == 0 ? "system" : json_string(role);
+        m = json_append(msgs, json_new_object());
+        const struct json *content = field(it, "content");
+        bool ok = m && json_add(m, "role", json_new_string(rn)) &&
+                  (!content || json_add(m, "content", copy_json(content)));
+        return ok ? STATUS_OK : oom(e);
+    }
+    if (strcmp(t, "function_call") == 0) {
+        const char *id = NULL, *name = NULL, *args = NULL;
+        enum status st;
+        if ((st = item_string(it, i, "call_id", &id, e)) || (st = item_string(it, i, "name", &name, e)) ||
+            (st = item_string(it, i, "arguments", &args, e)))
+            return st;
+        /* the assistant turn it belongs to: the message just before, if it is the assistant's */
+        struct json *owner = NULL;
+        for (const struct json *c = json_child(msgs); c; c = json_next(c))
+            owner = (struct json *)c; /* msgs is this function's own tree */
+        const char *lr = owner ? json_string(json_get(owner, "role")) : NULL;
+        if (!lr || strcmp(lr, "assistant") != 0) {
+            owner = json_append(msgs, json_new_object());
+            if (!owner || !json_add(owner, "role", json_new_string("assistant")) || !json_add(owner, "content", json_new_null()))
+                return oom(e);
+        }
+        struct json *calls = (struct json *)json_get(owner, "tool_calls");
+        if (!calls && !(calls = json_add(owner, "tool_calls", json_new_array())))
+            return oom(e);
+        struct json *c = json_append(calls, json_new_object()), *f = NULL;
+        bool ok = c && json_add(c, "id", json_new_string(id)) && json_add(c, "type", json_new_string("function")) &&
+                  (f = json_add(c, "function", json_new_object())) && json_add(f, "name", json_new_string(name)) &&
+                  json_add(f, "arguments", json_new_string(args));
+        return ok ? STATUS_OK : oom(e);
+    }
+    if (strcmp(t, "function_call_output") == 0) {
+        const char *id = NULL, *out = NULL;
+        enum status st;
+        if ((st = item_string(it, i, "call_id", &id, e)) || (st = item_string(it, i, "output", &out, e)))
+            return st;
+        m = json_append(msgs, json_new_object());
+        bool ok = m && json_add(m, "role", json_new_string("tool")) && json_add(m, "tool_call_id", json_new_string(id)) &&
+                  json_add(m, "content", json_new_string(out));
+        return ok ? STATUS_OK : oom(e);
+    }
+    return api_error_set(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                         "'%s': items of type '%.40s' are not supported (message, function_call, "
+                         "function_call_output)", param, t);
+}
+
+/* The Responses API's function tools {type, name, description, parameters, strict} and
+ * tool_choice {type, name}, in chat's form ({type, function: {...}}) for parse_tools. */
+static struct json *responses_tools_as_chat(const struct json *tools, const struct json *tc)
+{
+    struct json *b = json_new_object();
+    struct json *arr = tools ? json_add(b, "tools", json_new_array()) : NULL;
+    for (const struct json *t = json_child(tools); t && b; t = json_next(t)) {
+        struct json *c = json_append(arr, json_new_object());
+        if (!c) {
+            json_free(b);
+            return NULL;
+        }
+        for (const struct json *m = json_child(t); m; m = json_next(m)) /* type stays; the rest moves down */
+            if (strcmp(json_key(m), "type") == 0)
+                json_add(c, "type", copy_json(m));
+        struct json *f = json_add(c, "function", json_new_object());
+        for (const struct json *m = json_child(t); m && f; m = json_next(m))
+            if (strcmp(json_key(m), "type") != 0)
+                json_add(f, json_key(m), copy_json(m));
+    }
+    if (tc && b) {
+        const struct json *name = json_get(tc, "name");
+        if (json_is_object(tc) && json_is_string(name)) {
+            struct json *c = json_add(b, "tool_choice", json_new_object());
+            json_add(c, "type", copy_json(json_get(tc, "type")));
+            json_add(json_add(c, "function", json_new_object()), "name", json_new_string(json_string(name)));
+        } else {
+            json_add(b, "tool_choice", copy_json(tc));
+        }
+    }
+    return b;
+}
+
+/* chat's names in a refusal of a converted field (tools[0].function.name) back to the Responses
+ * API's (tools[0].name). */
+static void responses_param_names(struct api_error *e)
+{
+    for (char *s = e->param; (s = strstr(s, "].function.")) != NULL;)
+        memmove(s + 1, s + 10, strlen(s + 10) + 1);
+    for (char *s = e->message; (s = strstr(s, "].function.")) != NULL;)
+        memmove(s + 1, s + 10, strlen(s + 10) + 1);
 }
 
 /* POST /v1/responses: instructions and input become messages; max_output_tokens, temperature,
@@ -776,29 +879,55 @@ static enum status parse_responses(const struct json *body, struct api_request *
         return bad(e, "input", "'%s' must be a string or a non-empty list of messages%s", "");
     if (ins && !json_is_string(ins))
         return bad(e, "instructions", "'%s' must be a string%s", "");
-    size_t n = (ins ? 1 : 0) + (json_is_string(input) ? 1 : json_array_size(input));
-    if (!(rq->messages = calloc(n, sizeof *rq->messages)))
-        return oom(e);
-    enum status st = STATUS_OK;
-    if (ins) {
-        rq->n_messages = 1;
-        rq->messages[0].role = dup_str("system", 6);
-        rq->messages[0].content = dup_str(json_string(ins), strlen(json_string(ins)));
-        if (!rq->messages[0].role || !rq->messages[0].content)
-            return oom(e);
+    /* instructions and input as chat messages, then read as chat's (tool calls and results included) */
+    struct json *chat = json_new_object();
+    struct json *msgs = json_add(chat, "messages", json_new_array());
+    enum status st = msgs ? STATUS_OK : oom(e);
+    if (!st && ins) {
+        struct json *m = json_append(msgs, json_new_object());
+        if (!m || !json_add(m, "role", json_new_string("system")) || !json_add(m, "content", json_new_string(json_string(ins))))
+            st = oom(e);
     }
-    if (json_is_string(input)) {
-        struct api_message *m = &rq->messages[rq->n_messages++];
-        m->role = dup_str("user", 4);
-        m->content = dup_str(json_string(input), strlen(json_string(input)));
-        if (!m->role || !m->content)
-            return oom(e);
-    } else {
+    if (!st && json_is_string(input)) {
+        struct json *m = json_append(msgs, json_new_object());
+        if (!m || !json_add(m, "role", json_new_string("user")) || !json_add(m, "content", json_new_string(json_string(input))))
+            st = oom(e);
+    } else if (!st) {
         int i = 0;
         for (const struct json *it = json_child(input); it && !st; it = json_next(it), i++)
-            st = responses_item(it, i, &rq->messages[rq->n_messages++], e);
-        if (st)
+            st = responses_item(it, i, msgs, e);
+    }
+    if (!st)
+        st = parse_messages(chat, rq, e);
+    json_free(chat);
+    if (st)
+        return st;
+    /* function tools and tool_choice, read as chat's */
+    const struct json *tools = field(body, "tools"), *tcj = field(body, "tool_choice");
+    for (const struct json *t = json_is_array(tools) ? json_child(tools) : NULL; t; t = json_next(t))
+        if (!json_is_string(json_get(t, "type")) || strcmp(json_string(json_get(t, "type")), "function") != 0)
+            return api_error_set(e, 400, "invalid_request_error", "tools", "unsupported_parameter",
+                                 "'tools': only function tools are supported (not '%.40s')",
+                                 json_is_string(json_get(t, "type")) ? json_string(json_get(t, "type")) : "?");
+    if (tools || tcj) {
+        struct json *b = responses_tools_as_chat(json_is_array(tools) ? tools : NULL, tcj);
+        if (!b)
+            return oom(e);
+        if (tools && !json_is_array(tools))
+            json_add(b, "tools", copy_json(tools)); /* refused with its own message */
+        rq->kind = API_CHAT;
+        st = parse_tools(b, rq, e);
+        rq->kind = API_RESPONSES;
+        json_free(b);
+        if (st) {
+            responses_param_names(e);
             return st;
+        }
+        const struct json *tf = json_get(field(body, "text"), "format");
+        if ((rq->tool_choice == API_TOOL_REQUIRED || rq->tool_choice == API_TOOL_NAMED) && tf &&
+            !asks_nothing_format(tf))
+            return bad(e, "tool_choice", "'%s' forcing a call and 'text.format' both constrain the answer: one at a "
+                       "time%s", "");
     }
     if ((st = get_int(body, "max_output_tokens", 1, 2147483647.0, &rq->max_tokens, NULL, e)) ||
         (st = get_num(body, "temperature", 0, 2, false, &rq->temperature, e)) ||
@@ -808,7 +937,7 @@ static enum status parse_responses(const struct json *body, struct api_request *
     rq->has_top_p = field(body, "top_p") != NULL;
     rq->repetition_penalty = 1.0;
     const struct json *fmt = json_get(field(body, "text"), "format");
-    const struct json *tc = field(body, "tool_choice"), *tr = field(body, "truncation");
+    const struct json *tr = field(body, "truncation");
     const char *asks = NULL;
     for (size_t i = 0; i < sizeof RESPONSES_UNSUPPORTED / sizeof RESPONSES_UNSUPPORTED[0] && !asks; i++) {
         const struct json *j = field(body, RESPONSES_UNSUPPORTED[i]);
@@ -817,8 +946,6 @@ static enum status parse_responses(const struct json *body, struct api_request *
     }
     if (!asks && fmt && !api_format_takes(fmt)) /* text, json_object, json_schema: api_format.c */
         asks = "text";
-    if (!asks && tc && !(json_is_string(tc) && (strcmp(json_string(tc), "none") == 0 || strcmp(json_string(tc), "auto") == 0)))
-        asks = "tool_choice";
     if (!asks && tr && !(json_is_string(tr) && strcmp(json_string(tr), "disabled") == 0))
         asks = "truncation";
     if (asks && !lenient)

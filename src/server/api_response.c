@@ -295,6 +295,20 @@ struct json *api_responses_message_item(const char *id, const char *status, cons
     return it;
 }
 
+struct json *api_responses_call_item(const struct api_tool_call *c, const char *status, bool with_args)
+{
+    struct json *it = json_new_object();
+    char id[64];
+    snprintf(id, sizeof id, "fc_%s", strncmp(c->id, "call_", 5) == 0 ? c->id + 5 : c->id);
+    json_add(it, "type", json_new_string("function_call"));
+    json_add(it, "id", json_new_string(id));
+    json_add(it, "call_id", json_new_string(c->id));
+    json_add(it, "name", json_new_string(c->name));
+    json_add(it, "arguments", with_args ? new_string_n(c->args ? c->args : "", c->args ? c->n_args : 0) : json_new_string(""));
+    json_add(it, "status", json_new_string(status));
+    return it;
+}
+
 struct json *api_responses_reasoning_item(const char *id, const char *status, const char *text, size_t n)
 {
     struct json *it = json_new_object();
@@ -309,6 +323,27 @@ struct json *api_responses_reasoning_item(const char *id, const char *status, co
         json_add(part, "text", new_string_n(text, n));
     }
     return it;
+}
+
+/* A copy of j (strings, numbers, booleans, null, and objects and arrays of them). */
+static struct json *json_copy_value(const struct json *j)
+{
+    if (json_is_object(j) || json_is_array(j)) {
+        struct json *o = json_is_object(j) ? json_new_object() : json_new_array();
+        for (const struct json *c = json_child(j); c && o; c = json_next(c))
+            if (!(json_is_object(j) ? json_add(o, json_key(c), json_copy_value(c)) : json_append(o, json_copy_value(c)))) {
+                json_free(o);
+                return NULL;
+            }
+        return o;
+    }
+    if (json_is_string(j))
+        return json_new_string(json_string(j));
+    if (json_is_number(j))
+        return json_new_number(json_number(j));
+    if (json_is_bool(j))
+        return json_new_bool(json_bool(j));
+    return json_new_null();
 }
 
 struct json *api_responses_object(const struct api_responses_view *v)
@@ -330,13 +365,32 @@ struct json *api_responses_object(const struct api_responses_view *v)
     if (v->output) {
         if (v->reasoning_len)
             json_append(out, api_responses_reasoning_item(v->rs_id, "completed", v->reasoning, v->reasoning_len));
-        json_append(out, api_responses_message_item(v->msg_id, strcmp(v->status, "completed") == 0 ? "completed"
-                                                                                                  : "incomplete",
-                                                    v->text ? v->text : "", v->text_len));
+        if (v->text_len || !v->n_calls)
+            json_append(out, api_responses_message_item(v->msg_id, strcmp(v->status, "completed") == 0 ? "completed"
+                                                                                                      : "incomplete",
+                                                        v->text ? v->text : "", v->text_len));
+        for (int i = 0; i < v->n_calls; i++)
+            json_append(out, api_responses_call_item(&v->calls[i], "completed", true));
     }
     json_add(o, "parallel_tool_calls", json_new_bool(false));
-    json_add(o, "tool_choice", json_new_string("none"));
-    json_add(o, "tools", json_new_array());
+    if (v->tool_choice == API_TOOL_NAMED && v->tool_name) {
+        struct json *tc = json_add(o, "tool_choice", json_new_object());
+        json_add(tc, "type", json_new_string("function"));
+        json_add(tc, "name", json_new_string(v->tool_name));
+    } else {
+        json_add(o, "tool_choice", json_new_string(!v->tools                           ? "none"
+                                                   : v->tool_choice == API_TOOL_NONE     ? "none"
+                                                   : v->tool_choice == API_TOOL_REQUIRED ? "required"
+                                                                                         : "auto"));
+    }
+    /* the tools as the Responses API writes them: {type, name, description, parameters, strict} */
+    struct json *tools = json_add(o, "tools", json_new_array());
+    for (const struct json *t = json_child(v->tools); t && tools; t = json_next(t)) {
+        struct json *r = json_append(tools, json_new_object());
+        json_add(r, "type", json_new_string("function"));
+        for (const struct json *m = json_child(json_get(t, "function")); m && r; m = json_next(m))
+            json_add(r, json_key(m), json_copy_value(m));
+    }
     json_add(o, "temperature", json_new_number(v->temperature));
     json_add(o, "top_p", json_new_number(v->top_p));
     json_add(o, "max_output_tokens", v->max_output_tokens ? json_new_number(v->max_output_tokens) : json_new_null());

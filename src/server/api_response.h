@@ -82,11 +82,20 @@ struct api_responses_view {
     int input_tokens, output_tokens, cached_tokens;
     double temperature, top_p;
     int max_output_tokens;         /* 0: null */
+    const struct api_tool_call *calls; /* (n_calls) function_call items after the message (which is left
+                                          out when there is no text) */
+    int n_calls;
+    const struct json *tools;      /* the request's tools in chat's form (borrowed), or NULL */
+    enum api_tool_choice tool_choice;
+    const char *tool_name;         /* API_TOOL_NAMED: the function */
 };
 struct json *api_responses_object(const struct api_responses_view *v);
 char *api_responses_json(const struct api_responses_view *v);
 /* {"type": "message", "id", "status", "role": "assistant", "content": [output_text]} (text NULL: []) */
 struct json *api_responses_message_item(const char *id, const char *status, const char *text, size_t n);
+/* {"type": "function_call", "id": "fc_...", "call_id", "name", "arguments", "status"} (args: c's, or "" when
+ * !with_args) */
+struct json *api_responses_call_item(const struct api_tool_call *c, const char *status, bool with_args);
 /* {"type": "reasoning", "id", "summary": [], "content": [reasoning_text]} (text NULL: []) */
 struct json *api_responses_reasoning_item(const char *id, const char *status, const char *text, size_t n);
 /* "event: TYPE\ndata: {"type": TYPE, "sequence_number": seq, ...fields' members}\n\n" (fields is

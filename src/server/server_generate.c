@@ -51,6 +51,8 @@ struct gen {
     char msg_id[48], rs_id[48];     /* its message and reasoning items */
     int seq;                        /* stream: the next event's sequence_number */
     bool rs_open, rs_done, msg_open; /* stream: the reasoning item announced / finished, the message announced */
+    int n_items, msg_index;         /* stream: output items announced; the message's place among them */
+    int call_index[TOOL_MAX_CALLS]; /* stream: each function_call item's place */
     char *all_text, *all_reason;    /* stream: the whole answer and reasoning so far, owned */
     size_t n_all_text, n_all_reason, cap_all_text, cap_all_reason;
     char *out;                      /* (out_cap) stream bytes not yet handed to libmicrohttpd */
@@ -199,8 +201,29 @@ static bool gen_take(struct gen *g, struct api_result *res, bool final)
 /* Call i's id: "call_" and the request id's random part, then i (unique per call). */
 static void call_id(const struct gen *g, int i, char *out, size_t n)
 {
-    const char *r = strchr(g->id, '-');
+    const char *r = strchr(g->id, '-'); /* chatcmpl-HEX; the Responses API's resp_HEX */
+    if (!r)
+        r = strchr(g->id, '_');
     snprintf(out, n, "call_%s%02d", r ? r + 1 : g->id, i);
+}
+
+/* Call i's Responses API item id: "fc_" and its call id's part after "call_". */
+static void call_item_id(const struct gen *g, int i, char *out, size_t n)
+{
+    char c[48];
+    call_id(g, i, c, sizeof c);
+    snprintf(out, n, "fc_%s", c + 5);
+}
+
+/* Every call so far, whole, into out (ids in ids[]); returns how many. */
+static int gen_calls(const struct gen *g, struct api_tool_call *out, char (*ids)[48])
+{
+    for (int i = 0; i < g->tp.n_calls; i++) {
+        call_id(g, i, ids[i], sizeof ids[i]);
+        out[i] = (struct api_tool_call){.index = i, .id = ids[i], .name = g->tp.calls[i].name, .args = g->tp.calls[i].args,
+                                        .n_args = g->tp.calls[i].n_args};
+    }
+    return g->tp.n_calls;
 }
 
 /* A stream's deltas of the calls since the last chunk into res (ids in ids[]); their names once,
@@ -302,7 +325,8 @@ static struct api_responses_view resp_view(const struct gen *g, const char *stat
         .incomplete_reason = incomplete, .msg_id = g->msg_id, .rs_id = g->rs_id, .text = g->all_text ? g->all_text : "",
         .text_len = g->n_all_text, .reasoning = g->all_reason, .reasoning_len = g->n_all_reason, .output = output,
         .input_tokens = g->n_prompt, .output_tokens = g->consumed, .cached_tokens = r ? r->n_cached : 0,
-        .temperature = g->rq.temperature, .top_p = g->rq.top_p, .max_output_tokens = g->rq.max_tokens};
+        .temperature = g->rq.temperature, .top_p = g->rq.top_p, .max_output_tokens = g->rq.max_tokens,
+        .tools = g->tools, .tool_choice = g->rq.tool_choice, .tool_name = g->rq.tool_name};
 }
 
 static bool resp_event(struct gen *g, const char *type, struct json *fields)
@@ -348,7 +372,7 @@ static bool resp_open_message(struct gen *g)
     if (g->msg_open)
         return true;
     g->msg_open = true;
-    const int at = g->rs_open ? 1 : 0;
+    const int at = g->msg_index = g->n_items++;
     struct json *part = json_new_object();
     json_add(part, "type", json_new_string("output_text"));
     json_add(part, "text", json_new_string(""));
@@ -366,6 +390,7 @@ static bool resp_stream_piece(struct gen *g, const struct api_result *res)
     if (res->reasoning_len) {
         if (!g->rs_open) {
             g->rs_open = true;
+            g->n_items++; /* the reasoning comes first: item 0 */
             if (!resp_event(g, "response.output_item.added",
                             resp_item_event(0, api_responses_reasoning_item(g->rs_id, "in_progress", NULL, 0))))
                 return false;
@@ -375,20 +400,58 @@ static bool resp_stream_piece(struct gen *g, const struct api_result *res)
                         resp_at(g->rs_id, 0, "delta", res->reasoning, res->reasoning_len)))
             return false;
     }
-    if (!res->text_len)
-        return true;
-    if (!resp_close_reasoning(g) || !resp_open_message(g) ||
-        !grow_put(&g->all_text, &g->n_all_text, &g->cap_all_text, res->text, res->text_len))
+    if (res->text_len &&
+        (!resp_close_reasoning(g) || !resp_open_message(g) ||
+         !grow_put(&g->all_text, &g->n_all_text, &g->cap_all_text, res->text, res->text_len) ||
+         !resp_event(g, "response.output_text.delta", resp_at(g->msg_id, g->msg_index, "delta", res->text, res->text_len))))
         return false;
-    return resp_event(g, "response.output_text.delta", resp_at(g->msg_id, g->rs_open ? 1 : 0, "delta", res->text,
-                                                              res->text_len));
+    /* function calls: an item each, announced with its name, its arguments as deltas */
+    for (int i = 0; i < res->n_tool_calls; i++) {
+        const struct api_tool_call *c = &res->tool_calls[i];
+        if (c->id) {
+            g->call_index[c->index] = g->n_items++;
+            if (!resp_close_reasoning(g) ||
+                !resp_event(g, "response.output_item.added",
+                            resp_item_event(g->call_index[c->index], api_responses_call_item(c, "in_progress", false))))
+                return false;
+        }
+        if (!c->n_args)
+            continue;
+        struct json *f = json_new_object();
+        char id[64];
+        call_item_id(g, c->index, id, sizeof id);
+        json_add(f, "item_id", json_new_string(id));
+        json_add(f, "output_index", json_new_number(g->call_index[c->index]));
+        json_add(f, "delta", new_text(c->args, c->n_args));
+        if (!resp_event(g, "response.function_call_arguments.delta", f))
+            return false;
+    }
+    return true;
 }
 
 /* The last events: the items' ends, then response.completed (or response.incomplete). */
 static bool resp_stream_finish(struct gen *g, enum sched_finish f)
 {
-    const int at = g->rs_open ? 1 : 0;
     const bool complete = f == SCHED_FINISH_STOP || g->stop_string;
+    struct api_tool_call calls[TOOL_MAX_CALLS];
+    char ids[TOOL_MAX_CALLS][48];
+    const int n_calls = gen_calls(g, calls, ids);
+    /* the message item: for text, or when there is nothing else to answer */
+    if (!resp_close_reasoning(g) || ((g->n_all_text || !n_calls) && !resp_open_message(g)))
+        return false;
+    for (int i = 0; i < n_calls; i++) {
+        char id[64];
+        call_item_id(g, i, id, sizeof id);
+        struct json *d = json_new_object();
+        json_add(d, "item_id", json_new_string(id));
+        json_add(d, "output_index", json_new_number(g->call_index[i]));
+        json_add(d, "arguments", new_text(calls[i].args, calls[i].n_args));
+        if (!resp_event(g, "response.function_call_arguments.done", d) ||
+            !resp_event(g, "response.output_item.done",
+                        resp_item_event(g->call_index[i], api_responses_call_item(&calls[i], "completed", true))))
+            return false;
+    }
+    const int at = g->msg_index;
     struct json *part = json_new_object();
     json_add(part, "type", json_new_string("output_text"));
     json_add(part, "text", new_text(g->all_text, g->n_all_text));
@@ -398,11 +461,15 @@ static bool resp_stream_finish(struct gen *g, enum sched_finish f)
     struct api_responses_view v = resp_view(g, complete ? "completed" : "incomplete",
                                             complete ? NULL : f == SCHED_FINISH_TIMEOUT ? "timeout" : "max_output_tokens",
                                             true);
+    v.calls = calls, v.n_calls = n_calls;
     struct json *fin = json_new_object();
     json_add(fin, "response", api_responses_object(&v));
     g->done = true;
-    return resp_close_reasoning(g) && resp_open_message(g) &&
-           resp_event(g, "response.output_text.done", resp_at(g->msg_id, at, "text", g->all_text ? g->all_text : "",
+    if (!g->msg_open) {
+        json_free(pf);
+        return resp_event(g, complete ? "response.completed" : "response.incomplete", fin);
+    }
+    return resp_event(g, "response.output_text.done", resp_at(g->msg_id, at, "text", g->all_text ? g->all_text : "",
                                                               g->n_all_text)) &&
            resp_event(g, "response.content_part.done", pf) &&
            resp_event(g, "response.output_item.done",
@@ -495,11 +562,11 @@ static bool stream_end(struct gen *g)
         struct api_result res = gen_result(g);
         if (!gen_take(g, &res, true))
             return false;
-        if (g->rq.kind == API_RESPONSES)
-            return resp_stream_piece(g, &res) && resp_stream_finish(g, f);
         struct api_tool_call calls[TOOL_MAX_CALLS];
         char ids[TOOL_MAX_CALLS][48];
         gen_call_deltas(g, &res, calls, ids);
+        if (g->rq.kind == API_RESPONSES)
+            return resp_stream_piece(g, &res) && resp_stream_finish(g, f);
         res.finish_reason = gen_finish_reason(g, f);
         if (!out_event(g, api_result_json(&res, true)))
             return false;
@@ -741,6 +808,7 @@ static enum MHD_Result reply_whole(struct conn_ctx *cc, struct gen *g)
                                                 true);
         v.text = w.res.text, v.text_len = w.res.text_len, v.reasoning = w.res.reasoning,
         v.reasoning_len = w.res.reasoning_len;
+        v.calls = w.calls, v.n_calls = w.res.n_tool_calls;
         body = api_responses_json(&v);
     } else {
         body = api_result_json(&w.res, false);

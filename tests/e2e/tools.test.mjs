@@ -176,6 +176,64 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
   });
 });
 
+describe('/v1/responses with function tools (the rigged checkpoint)', () => {
+  let srv, client, dir;
+  const RTOOLS = TOOLS.map((t) => ({ type: 'function', ...t.function })); // the Responses API's flat form
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moeserve-tools-resp-'));
+    srv = await startServer(['--max-context', '2048'], makeToolModel(path.join(dir, MODEL)));
+    client = srv.client();
+  });
+  after(async () => {
+    const code = await srv.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+    assert.equal(code, 0, `server exit code\n${srv.stderr()}`);
+  });
+
+  test('function_call output items, whole and as events; a function_call_output history renders as chat does', async () => {
+    const r = await client.responses.create({ model: MODEL, input: ASK[0].content, tools: RTOOLS });
+    assert.equal(r.status, 'completed');
+    assert.equal(r.output_text, WANT.content);
+    const calls = r.output.filter((o) => o.type === 'function_call');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].name, WANT.name);
+    assert.equal(calls[0].arguments, WANT.arguments);
+    assert.match(calls[0].call_id, /^call_/);
+    assert.equal(r.tool_choice, 'auto');
+    assert.equal(r.tools[0].name, 'get_weather');
+    // streamed: an item announced with its name, argument deltas, their done event, the same call in the end
+    const stream = await client.responses.create({ model: MODEL, input: ASK[0].content, tools: RTOOLS, stream: true });
+    let args = '', added = null, done = null, completed = null;
+    for await (const ev of stream) {
+      if (ev.type === 'response.output_item.added' && ev.item.type === 'function_call') added = ev.item;
+      if (ev.type === 'response.function_call_arguments.delta') args += ev.delta;
+      if (ev.type === 'response.function_call_arguments.done') done = ev.arguments;
+      if (ev.type === 'response.completed') completed = ev.response;
+    }
+    assert.equal(added.name, WANT.name);
+    assert.equal(args, WANT.arguments);
+    assert.equal(done, WANT.arguments);
+    const fc = completed.output.find((o) => o.type === 'function_call');
+    assert.equal(fc.arguments, WANT.arguments);
+    assert.equal(fc.call_id, added.call_id);
+    // the call and its output sent back: the same prompt as chat's messages with tool_calls and a tool result
+    const back = await client.responses.create({ model: MODEL, tools: RTOOLS, max_output_tokens: 4, input: [
+      { role: 'user', content: ASK[0].content },
+      { type: 'function_call', call_id: 'call_1', name: WANT.name, arguments: WANT.arguments },
+      { type: 'function_call_output', call_id: 'call_1', output: '18 C' }] });
+    const chat = await postJSON(`${srv.url}/tokenize`, { model: MODEL, tools: TOOLS, messages: [
+      { role: 'user', content: ASK[0].content },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: WANT.name,
+        arguments: WANT.arguments } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '18 C' }] });
+    assert.equal(back.usage.input_tokens, chat.json.count);
+    await assert.rejects(client.responses.create({ model: MODEL, input: 'x', tools: [{ type: 'web_search' }] }),
+      (e) => e.status === 400 && e.param === 'tools');
+    await assert.rejects(client.responses.create({ model: MODEL, input: 'x', tools: [{ type: 'function', name: 'a b' }] }),
+      (e) => e.status === 400 && e.param === 'tools[0].name');
+  });
+});
+
 describe('tool calls in GLM-4.5\'s format (the rigged checkpoint with GLM-4.5\'s template)', () => {
   let srv, client, dir;
   const GLM_TOOLS = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',

@@ -237,7 +237,7 @@ static void test_tools_fields(void **state)
     expect_error(H, TB("\"tool_choice\": \"sometimes\""), 400, "tool_choice");
     expect_error(H, TB("\"tool_choice\": {\"type\": \"function\"}"), 400, "tool_choice");
 #define HB(x) "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], " x "}"
-    expect_error(H, HB("\"tool_choice\": \"auto\""), 400, "tool_choice"); /* no tools */
+    expect_error(H, HB("\"tool_choice\": \"required\""), 400, "tool_choice"); /* no tools */
     expect_error(H, HB("\"tools\": {}"), 400, "tools");
     expect_error(H, HB("\"tools\": [{\"type\": \"web_search\"}]"), 400, "tools[0]");
     expect_error(H, HB("\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]"), 400,
@@ -264,6 +264,55 @@ static void test_tools_fields(void **state)
 #undef TB
 #undef HB
 #undef MB
+}
+
+/* The Responses API's function tools and its function_call / function_call_output items: read as
+ * chat's tools, assistant tool calls and tool messages; refusals name the Responses API's fields. */
+static void test_responses_tools(void **state)
+{
+    (void)state;
+    enum api_kind R = API_RESPONSES;
+    const char *body =
+        "{\"model\": \"m\", \"instructions\": \"be brief\", \"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", "
+        "\"parameters\": {\"type\": \"object\"}}], \"tool_choice\": {\"type\": \"function\", \"name\": \"get_weather\"}, "
+        "\"input\": [{\"role\": \"user\", \"content\": \"Paris?\"}, {\"type\": \"message\", \"role\": \"assistant\", "
+        "\"content\": [{\"type\": \"output_text\", \"text\": \"Looking.\"}]}, {\"type\": \"function_call\", \"call_id\": \"c1\", "
+        "\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}, {\"type\": \"function_call\", "
+        "\"call_id\": \"c2\", \"name\": \"get_weather\", \"arguments\": \"{}\"}, {\"type\": \"function_call_output\", "
+        "\"call_id\": \"c1\", \"output\": \"18 C\"}]}";
+    struct api_request rq;
+    struct api_error e;
+    if (api_request_parse(&rq, R, body, strlen(body), &e))
+        fail_msg("refused: %s (%s)", e.message, e.param);
+    assert_int_equal(rq.kind, API_RESPONSES);
+    assert_int_equal(rq.n_messages, 4); /* system, user, assistant (text and both calls), tool */
+    assert_string_equal(rq.messages[0].role, "system");
+    assert_string_equal(rq.messages[2].role, "assistant");
+    assert_string_equal(rq.messages[2].content, "Looking.");
+    assert_string_equal(rq.messages[2].extra,
+                        "{\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+                        "{\"city\":\"Paris\"}}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"arguments\":{}}}]}");
+    assert_string_equal(rq.messages[3].role, "tool");
+    assert_string_equal(rq.messages[3].extra, "{\"tool_call_id\":\"c1\"}");
+    assert_string_equal(rq.tools, "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":"
+                                  "{\"type\":\"object\"}}}]");
+    assert_int_equal(rq.tool_choice, API_TOOL_NAMED);
+    assert_string_equal(rq.tool_name, "get_weather");
+    api_request_free(&rq);
+#define RT(x) "{\"model\": \"m\", \"input\": \"hi\", " x "}"
+    expect_error(R, RT("\"tools\": [{\"type\": \"function\", \"name\": \"a b\"}]"), 400, "tools[0].name");
+    expect_error(R, RT("\"tools\": [{\"type\": \"function\", \"name\": \"f\", \"parameters\": 3}]"), 400,
+                 "tools[0].parameters");
+    expect_error(R, RT("\"tools\": [{\"type\": \"file_search\"}]"), 400, "tools");
+    expect_error(R, RT("\"tools\": [{\"type\": \"function\", \"name\": \"f\"}], \"tool_choice\": {\"type\": \"function\", "
+                       "\"name\": \"g\"}"), 400, "tool_choice");
+    expect_error(R, RT("\"tools\": [{\"type\": \"function\", \"name\": \"f\"}], \"tool_choice\": \"required\", "
+                       "\"text\": {\"format\": {\"type\": \"json_object\"}}"), 400, "tool_choice");
+    expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"function_call\", \"call_id\": \"c\", \"name\": \"f\"}]}", 400,
+                 "input[0].arguments");
+    expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"reasoning\", \"summary\": []}]}", 400, "input[0]");
+#undef RT
 }
 
 /* The sampling parameters vLLM users send: read, checked against their ranges, each refusal
@@ -390,7 +439,8 @@ static void test_responses_request(void **state)
     expect_error(R, RB("\"text\": {\"format\": {\"type\": \"regex\"}}"), 400, "text"); /* json_object / json_schema: test_api_format */
     expect_error(R, RB("\"truncation\": \"auto\""), 400, "truncation");
     expect_error(R, RB("\"reasoning\": {\"effort\": \"high\"}"), 400, "reasoning");
-    expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"function_call_output\", \"output\": \"1\"}]}", 400, "input[0]");
+    expect_error(R, "{\"model\": \"m\", \"input\": [{\"type\": \"function_call_output\", \"output\": \"1\"}]}", 400,
+                 "input[0].call_id");
     expect_error(R, RB("\"max_output_tokens\": 0"), 400, "max_output_tokens");
 #undef RB
 }
@@ -736,7 +786,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_classes),    cmocka_unit_test(test_ambiguous_bodies),
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
-        cmocka_unit_test(test_tools_fields),
+        cmocka_unit_test(test_tools_fields), cmocka_unit_test(test_responses_tools),
         cmocka_unit_test(test_accepted_fields),
         cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_several), cmocka_unit_test(test_responses_request), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
