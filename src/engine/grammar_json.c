@@ -15,6 +15,8 @@
  */
 #include "engine/grammar_json.h"
 
+#include "engine/grammar_regex.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +41,7 @@ struct jc {
     struct jc_memo *memo; /* (n_memo) owned */
     int n_memo, cap_memo;
     /* shared rules, made on first use (-1 before) */
-    int ws, value, string, number, integer, boolean, null, str_char, object_any, array_any;
+    int ws, value, string, number, integer, boolean, null, str_char, object_any, array_any, utf8;
 };
 
 /* ---- errors and paths ---- */
@@ -120,6 +122,8 @@ static int ws_rule(struct jc *c)
     return c->ws;
 }
 
+static int utf8_rule(struct jc *c);
+
 /* One character of a JSON string: a printable ASCII byte but " and \, an escape, or one whole
  * UTF-8 sequence of a code point (no surrogates, no overlongs). */
 static int str_char_rule(struct jc *c)
@@ -147,7 +151,17 @@ static int str_char_rule(struct jc *c)
     gram_push_bytes(b, a, "\\u", 2);
     for (int i = 0; i < 4; i++)
         gram_push_class(b, a, &hex);
-    /* UTF-8 (RFC 3629's table) */
+    gram_push_ref(b, gram_alt(b, r), utf8_rule(c));
+    return c->str_char = r;
+}
+
+/* One whole non-ASCII UTF-8 character (RFC 3629's table: no surrogates, no overlongs). */
+static int utf8_rule(struct jc *c)
+{
+    if (c->utf8 >= 0)
+        return c->utf8;
+    struct gram_builder *b = &c->b;
+    int r = gram_rule(b), a;
     const struct gram_class cont = cls_range(0x80, 0xbf);
     static const unsigned seqs[][4][2] = {
         {{0xc2, 0xdf}, {0, 0}, {0, 0}, {0, 0}},       {{0xe0, 0xe0}, {0xa0, 0xbf}, {0, 0}, {0, 0}},
@@ -163,7 +177,7 @@ static int str_char_rule(struct jc *c)
         }
         gram_push_class(b, a, &cont); /* every sequence ends with a continuation byte */
     }
-    return c->str_char = r;
+    return c->utf8 = r;
 }
 
 /* "\"" chars{min,max} "\"" (max -1: unbounded). */
@@ -450,7 +464,8 @@ static const char *const ANNOTATIONS[] = {"title", "description", "default", "ex
                                           "strict", "deprecated", "readOnly", "writeOnly", "$anchor", "name"};
 static const char *const KNOWN[] = {"type", "properties", "required", "additionalProperties", "enum", "const",
                                     "items", "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "$ref",
-                                    "$defs", "definitions", "minLength", "maxLength", "format", "nullable"};
+                                    "$defs", "definitions", "minLength", "maxLength", "format", "nullable",
+                                    "pattern"};
 
 static bool in_list(const char *k, const char *const *list, size_t n)
 {
@@ -505,7 +520,19 @@ static int compile_string(struct jc *c, const struct json *s)
         return -1;
     if (max >= 0 && max < min)
         return jc_fail(c, STATUS_INVALID, "'maxLength' %d is below 'minLength' %d", max, min);
-    const struct json *f = json_get(s, "format");
+    const struct json *f = json_get(s, "format"), *pat = json_get(s, "pattern");
+    if (pat) {
+        if (!json_is_string(pat))
+            return jc_fail(c, STATUS_INVALID, "'pattern' must be a string");
+        if (f || json_get(s, "minLength") || json_get(s, "maxLength"))
+            return jc_fail(c, STATUS_UNSUPPORTED, "'pattern' together with 'format', 'minLength' or 'maxLength' is not "
+                           "supported");
+        struct err rerr = {0};
+        int body = grammar_regex_rule(&c->b, json_string(pat), utf8_rule(c), &rerr);
+        if (body < 0)
+            return jc_fail(c, rerr.code ? rerr.code : STATUS_INVALID, "%s", rerr.msg);
+        return quoted(c, body);
+    }
     if (!f)
         return string_rule(c, min, max);
     if (!json_is_string(f))
@@ -875,7 +902,9 @@ static void compile_body(struct jc *c, const struct json *s, int r)
         const char *t = json_get(s, "properties") || json_get(s, "required") || json_get(s, "additionalProperties")
                             ? "object"
                         : json_get(s, "items") || json_get(s, "prefixItems") ? "array"
-                        : json_get(s, "minLength") || json_get(s, "maxLength") || json_get(s, "format") ? "string"
+                        : json_get(s, "minLength") || json_get(s, "maxLength") || json_get(s, "format") ||
+                                  json_get(s, "pattern")
+                            ? "string"
                                                                                                          : NULL;
         gram_push_ref(b, gram_alt(b, r), t ? type_rule(c, s, t) : value_rule(c));
     } else if (json_is_string(type)) {
@@ -929,7 +958,8 @@ enum status grammar_json_compile(const struct grammar_json_part *parts, int n_pa
 {
     *out = NULL;
     struct jc c = {.ws_max = o && o->ws_max ? o->ws_max : GRAMMAR_JSON_WS_MAX, .err = err};
-    c.ws = c.value = c.string = c.number = c.integer = c.boolean = c.null = c.str_char = c.object_any = c.array_any = -1;
+    c.ws = c.value = c.string = c.number = c.integer = c.boolean = c.null = c.str_char = c.object_any = c.array_any =
+        c.utf8 = -1;
     gram_builder_init(&c.b);
     const char *name = o && o->path ? o->path : "schema";
     if (n_parts < 1)

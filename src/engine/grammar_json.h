@@ -7,10 +7,11 @@
  * or a schema: any other key with such a value), enum, const, items, prefixItems, minItems,
  * maxItems, anyOf / oneOf (as anyOf), $ref to "#", "#/$defs/..." or "#/definitions/..."
  * (recursion allowed: the stack grows with the nesting of the output), string minLength,
- * maxLength, format date, time, date-time, uuid, email. Keys are
+ * maxLength, format date, time, date-time, uuid, email, pattern (a simple regular expression:
+ * engine/grammar_regex.h; not with format or lengths). Keys are
  * written in the order properties lists them; optional ones may be left out. Annotations (title,
  * description, default, examples, $schema, $id, $comment, strict, deprecated, readOnly, writeOnly)
- * are ignored. Anything else (pattern, minimum, maximum, multipleOf, patternProperties, allOf, not, if,
+ * are ignored. Anything else (minimum, maximum, multipleOf, patternProperties, allOf, not, if,
  * dependentRequired, uniqueItems, contains, ...) is STATUS_UNSUPPORTED naming the keyword and
  * where it is ("schema.properties.age: 'minimum' is not supported"): refused, never ignored.
  *

@@ -277,6 +277,39 @@ static void test_json_strings(void **state)
     grammar_put(g);
 }
 
+static void test_json_pattern(void **state)
+{
+    (void)state;
+    /* anchored */
+    struct grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,4}$\"}");
+    YES(g, "\"AB-123\"");
+    YES(g, "\"XY-1234\"");
+    NO(g, "\"ab-123\"");
+    NO(g, "\"AB-12\"");
+    NO(g, "\"AB-12345\"");
+    NO(g, "\"xAB-123\"");
+    grammar_put(g);
+    /* unanchored: contains */
+    g = schema("{\"type\":\"string\",\"pattern\":\"ab|cd\"}");
+    YES(g, "\"xxabyy\"");
+    YES(g, "\"cd\"");
+    YES(g, "\"\xc3\xa9" "cd\\n\"");
+    NO(g, "\"ac\"");
+    grammar_put(g);
+    /* groups, ?, +, *, classes with escapes, negation, . and characters JSON escapes */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^(?:[a-c]+_)?x*[^0-9]\\\\.\\\"$\"}");
+    YES(g, "\"abc_xxq.\\\"\"");
+    YES(g, "\"\xc3\xa9.\\\"\"");  /* a non-ASCII character is not a digit */
+    NO(g, "\"abc_xx5.\\\"\"");
+    NO(g, "\"_q.\\\"\"");
+    grammar_put(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"^\\\\w\\\\s.\\\\u00e9$\"}");
+    YES(g, "\"a b\xc3\xa9\"");
+    YES(g, "\"_\\t\xe4\xb8\xad\xc3\xa9\"");
+    NO(g, "\"a  e\"");
+    grammar_put(g);
+}
+
 static void test_json_formats(void **state)
 {
     (void)state;
@@ -475,8 +508,14 @@ static void test_json_refusals(void **state)
 {
     (void)state;
     refused("{\"type\":\"integer\",\"minimum\":1}", STATUS_UNSUPPORTED, "schema: 'minimum' is not supported");
-    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^a$\"}}}", STATUS_UNSUPPORTED,
-            "schema.properties.a: 'pattern' is not supported");
+    refused("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?=a)b\"}}}", STATUS_UNSUPPORTED,
+            "schema.properties.a: 'pattern' \"(?=a)b\": lookaround");
+    refused("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", STATUS_UNSUPPORTED, "escape is not supported");
+    refused("{\"type\":\"string\",\"pattern\":\"a+?\"}", STATUS_UNSUPPORTED, "lazy");
+    refused("{\"type\":\"string\",\"pattern\":\"a^b\"}", STATUS_UNSUPPORTED, "anchor");
+    refused("{\"type\":\"string\",\"pattern\":\"(ab\"}", STATUS_INVALID, "not closed");
+    refused("{\"type\":\"string\",\"pattern\":\"a{2000}\"}", STATUS_INVALID, "above 1000");
+    refused("{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", STATUS_UNSUPPORTED, "together");
     refused("{\"type\":\"object\",\"patternProperties\":{}}", STATUS_UNSUPPORTED, "'patternProperties'");
     refused("{\"allOf\":[{\"type\":\"string\"}]}", STATUS_UNSUPPORTED, "'allOf'");
     refused("{\"not\":{}}", STATUS_UNSUPPORTED, "'not'");
@@ -517,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_builder_refusals),      cmocka_unit_test(test_matcher_ambiguity_bound),
         cmocka_unit_test(test_json_scalars),          cmocka_unit_test(test_json_strings),
         cmocka_unit_test(test_json_formats),          cmocka_unit_test(test_json_objects),
+        cmocka_unit_test(test_json_pattern),
         cmocka_unit_test(test_json_whitespace_bound), cmocka_unit_test(test_json_arrays),
         cmocka_unit_test(test_json_enum_const_anyof), cmocka_unit_test(test_json_refs),
         cmocka_unit_test(test_json_prefix_suffix_parts), cmocka_unit_test(test_json_refusals),
