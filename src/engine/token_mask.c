@@ -485,7 +485,8 @@ static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, siz
     }
     memcpy(n.key, key, kn * sizeof *key);
     memcpy(n.bits, tm->bits, w * sizeof *tm->bits);
-    memcpy(n.exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *tm->exposed);
+    if (tm->n_exposed)
+        memcpy(n.exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *tm->exposed);
     n.g = grammar_ref(tm->m.g);
     struct tm_shared_entry old;
     pthread_mutex_lock(&sh->mu);
@@ -552,7 +553,8 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
         return d->failed ? STATUS_NOMEM : STATUS_OK;
     }
     memcpy(e->bits, tm->bits, w * sizeof *e->bits);
-    memcpy(e->exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *e->exposed);
+    if (tm->n_exposed) /* tm->exposed may still be NULL */
+        memcpy(e->exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *e->exposed);
     e->n_exposed = tm->n_exposed;
     shared_put(tm, e->key, e->key_len, w);
     return STATUS_OK;
@@ -673,6 +675,8 @@ void token_mask_apply(const struct token_mask *tm, float *logits)
             if (!((word >> k) & 1u))
                 logits[i + k] = -INFINITY;
     }
+    for (int i = v; i < tm->tv->n_logits; i++) /* the model's padding ids: no bytes, never allowed */
+        logits[i] = -INFINITY;
 }
 
 enum status token_mask_accept(struct token_mask *tm, int32_t id, struct err *err)
