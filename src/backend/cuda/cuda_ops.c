@@ -51,7 +51,7 @@ void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, in
                        float *y)
 {
     struct cuda_backend *c = cuda_ctx(be);
-    CHECK(c, cuda_rmsnorm(c->stream, x, w, rows, dim, eps, y));
+    CHECK(c, cuda_rmsnorm(c->stream, x, w, rows, dim, eps, y, c->pdl));
 }
 
 void cu_add_rmsnorm(struct backend *be, float *h, const float *delta, const float *w, int rows,
@@ -65,7 +65,7 @@ void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_s
                     const struct rope_args *args, const int32_t *pos)
 {
     struct cuda_backend *c = cuda_ctx(be);
-    CHECK(c, cuda_rope(c->stream, x, n_tokens, n_heads, head_stride, args, pos));
+    CHECK(c, cuda_rope(c->stream, x, n_tokens, n_heads, head_stride, args, pos, c->pdl));
 }
 
 void cu_kv_store(struct backend *be, const struct paged_kv *kv, const float *k, const float *v,
@@ -179,14 +179,14 @@ void cu_layernorm(struct backend *be, const float *x, const float *w, const floa
                          float eps, float *y)
 {
     struct cuda_backend *c = cuda_ctx(be);
-    CHECK(c, cuda_layernorm(c->stream, x, w, b, rows, dim, eps, y));
+    CHECK(c, cuda_layernorm(c->stream, x, w, b, rows, dim, eps, y, c->pdl));
 }
 
 void cu_mla_store(struct backend *be, const struct paged_latent *kv, const float *ckv, const float *w,
                          float eps, const float *idx_k, int n_tokens, const int32_t *slots)
 {
     struct cuda_backend *c = cuda_ctx(be);
-    CHECK(c, cuda_mla_store(c->stream, kv, ckv, w, eps, idx_k, n_tokens, slots));
+    CHECK(c, cuda_mla_store(c->stream, kv, ckv, w, eps, idx_k, n_tokens, slots, c->pdl));
 }
 
 void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct mla_dims *m, const float *q,
@@ -245,7 +245,7 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
         return;
     if (mma)
         CHECK(c, cuda_mla_attention_mma(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, mc->rows,
-                                        mc->keys, mc->stages, splits, work));
+                                        mc->keys, mc->stages, splits, work, c->pdl));
     else
         CHECK(c, cuda_mla_attention(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, &cfg, splits,
                                     work));
@@ -280,11 +280,11 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
         key_blocks = ceil_div(ctx_len, block_keys);
     for (int r0 = 0; r0 < b->n_tokens; r0 += chunk) {
         int nr = b->n_tokens - r0 < chunk ? b->n_tokens - r0 : chunk;
-        cudaError_t e = mma ? cuda_dsa_scores_mma(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, key_blocks, scores)
+        cudaError_t e = mma ? cuda_dsa_scores_mma(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, key_blocks, scores, c->pdl)
                             : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
                                               scores);
         if (!CHECK(c, e) ||
-            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel)))
+            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel, c->pdl)))
             return;
     }
 }

@@ -55,17 +55,17 @@ cudaError_t cuda_kv_store(cudaStream_t stream, const struct paged_kv *kv, const 
                           int n_tokens, const int32_t *slots);
 
 /* ---- cuda_norm.cu ---- */
-cudaError_t cuda_rmsnorm(cudaStream_t stream, const float *x, const float *w, int rows, int dim, float eps,
-                         float *y);
 /* pdl: launched with programmatic dependent launch (device_caps.pdl), see cuda_common.cuh; the
  * same for every launcher below that takes it. */
+cudaError_t cuda_rmsnorm(cudaStream_t stream, const float *x, const float *w, int rows, int dim, float eps,
+                         float *y, int pdl);
 cudaError_t cuda_add_rmsnorm(cudaStream_t stream, float *h, const float *delta, const float *w, int rows,
                              int dim, float eps, float *y, int pdl);
 
 /* ---- cuda_rope.cu ---- */
 /* args is a host struct; args->inv_freq and pos are device pointers. */
 cudaError_t cuda_rope(cudaStream_t stream, float *x, int n_tokens, int n_heads, int head_stride,
-                      const struct rope_args *args, const int32_t *pos);
+                      const struct rope_args *args, const int32_t *pos, int pdl);
 
 /* ---- cuda_ktrace.cu (diagnostics, see cuda_ktrace.cuh) ---- */
 /* Writes the kernels' per-block phase records to path (a warning when built without

@@ -342,6 +342,19 @@ __device__ __forceinline__ void pdl_trigger()
 #endif
 }
 
+/* The small kernels between a decode step's GEMVs (norms, RoPE, the latent store, top-k, the
+ * split merge): wait, then let the next kernel be scheduled at once where the grid is surely one
+ * wave (PDL_EARLY_BLOCKS: 16 small blocks an SM on 32 SMs), so that the next GEMV's weight loads,
+ * issued before its own wait, overlap this kernel instead of following it. Larger grids (a long
+ * prefill) trigger at their end, as without PDL. */
+enum { PDL_EARLY_BLOCKS = 512 };
+__device__ __forceinline__ void pdl_wait_trigger_small()
+{
+    pdl_wait();
+    if (gridDim.x * gridDim.y * gridDim.z <= PDL_EARLY_BLOCKS)
+        pdl_trigger();
+}
+
 /* cp.async (sm_80+): global -> shared copies that hold no register while in flight, grouped by
  * commit; the one set of helpers for every kernel that stages through shared memory. */
 __device__ __forceinline__ uint32_t smem_u32(const void *p)

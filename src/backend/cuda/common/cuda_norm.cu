@@ -16,6 +16,7 @@ namespace
 
 __global__ void rmsnorm_kernel(const float *x, const float *w, int dim, float eps, float *y)
 {
+    pdl_wait_trigger_small();
     const float *xr = x + (size_t)blockIdx.x * (size_t)dim;
     float *yr = y + (size_t)blockIdx.x * (size_t)dim;
     double ss = 0;
@@ -102,12 +103,12 @@ unsigned norm_threads(int dim)
 } // namespace
 
 extern "C" cudaError_t cuda_rmsnorm(cudaStream_t stream, const float *x, const float *w, int rows, int dim,
-                                    float eps, float *y)
+                                    float eps, float *y, int pdl)
 {
     if (rows <= 0 || dim <= 0)
         return cudaSuccess;
-    rmsnorm_kernel<<<(unsigned)rows, norm_threads(dim), 0, stream>>>(x, w, dim, eps, y);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, rmsnorm_kernel, dim3((unsigned)rows), dim3(norm_threads(dim)), 0, stream, x, w, dim,
+                      eps, y);
 }
 
 extern "C" cudaError_t cuda_add_rmsnorm(cudaStream_t stream, float *h, const float *delta, const float *w,

@@ -16,6 +16,7 @@ __global__ void rope_kernel(float *x, int n_heads, int head_stride, int dim, int
                             float attention_factor, const float *inv_freq, const int32_t *pos)
 {
     extern __shared__ float sv[]; /* (dim) the head's rotated slice */
+    pdl_wait_trigger_small();
     int t = blockIdx.x, h = blockIdx.y, half = dim / 2;
     float *v = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)head_stride + (size_t)offset;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
@@ -36,7 +37,7 @@ __global__ void rope_kernel(float *x, int n_heads, int head_stride, int dim, int
 } // namespace
 
 extern "C" cudaError_t cuda_rope(cudaStream_t stream, float *x, int n_tokens, int n_heads, int head_stride,
-                                 const struct rope_args *a, const int32_t *pos)
+                                 const struct rope_args *a, const int32_t *pos, int pdl)
 {
     if (n_tokens <= 0 || n_heads <= 0 || a->dim < 2)
         return cudaSuccess;
@@ -45,8 +46,6 @@ extern "C" cudaError_t cuda_rope(cudaStream_t stream, float *x, int n_tokens, in
     int half = a->dim / 2;
     unsigned threads = half >= 128 ? 128u : half > 32 ? 64u : 32u;
     dim3 grid((unsigned)n_tokens, (unsigned)n_heads);
-    rope_kernel<<<grid, threads, (size_t)a->dim * sizeof(float), stream>>>(
-        x, n_heads, head_stride, a->dim, a->offset, a->interleaved ? 1 : 0, a->attention_factor, a->inv_freq,
-        pos);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, rope_kernel, grid, dim3(threads), (size_t)a->dim * sizeof(float), stream, x, n_heads,
+                      head_stride, a->dim, a->offset, a->interleaved ? 1 : 0, a->attention_factor, a->inv_freq, pos);
 }

@@ -38,6 +38,7 @@ constexpr int DSA_WARPS = 8; /* dsa_score_warp_kernel: warps (keys in flight) pe
 
 __global__ void layernorm_kernel(const float *x, const float *w, const float *b, int dim, float eps, float *y)
 {
+    pdl_wait_trigger_small();
     const float *xr = x + (size_t)blockIdx.x * dim;
     float *yr = y + (size_t)blockIdx.x * dim;
     double sum = 0;
@@ -217,6 +218,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     __shared__ uint32_t s_prefix;
     __shared__ int s_remaining;
     __shared__ int warp_tot[32];
+    pdl_wait_trigger_small();
     const int t = row0 + blockIdx.x, n = pos[t] + 1;
     int32_t *out = sel + (size_t)t * topk;
     if (n <= topk) {
@@ -320,13 +322,12 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 } // namespace
 
 extern "C" cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows,
-                                      int dim, float eps, float *y)
+                                      int dim, float eps, float *y, int pdl)
 {
     if (rows <= 0 || dim <= 0)
         return cudaSuccess;
     unsigned threads = dim >= 512 ? 256u : dim >= 128 ? 128u : 32u;
-    layernorm_kernel<<<(unsigned)rows, threads, 0, stream>>>(x, w, b, dim, eps, y);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, layernorm_kernel, dim3((unsigned)rows), dim3(threads), 0, stream, x, w, b, dim, eps, y);
 }
 
 extern "C" int cuda_dsa_fit(struct cuda_dsa_cfg *cfg, int idx_heads, int idx_dim, size_t budget)
@@ -407,7 +408,7 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
 }
 
 extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
-                                     int row0, int n_rows, int topk, int32_t *sel)
+                                     int row0, int n_rows, int topk, int32_t *sel, int pdl)
 {
     if (n_rows <= 0)
         return cudaSuccess;
@@ -416,6 +417,6 @@ extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, i
     /* the row's keys in registers where they fit (ctx bounds every row's length) */
     void (*k)(const float *, int, const int32_t *, int, int, int32_t *) =
         ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : ctx <= TOPK_THREADS * 16 ? dsa_topk_kernel<16> : dsa_topk_kernel<0>;
-    k<<<(unsigned)n_rows, TOPK_THREADS, 0, stream>>>(scores, ctx, pos, row0, topk, sel);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, k, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0, topk,
+                      sel);
 }

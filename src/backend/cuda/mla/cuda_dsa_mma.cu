@@ -101,6 +101,7 @@ __device__ __forceinline__ void key_load(const mma_params &p, size_t slot, int q
  * striding over the blocks' warps. MT: 16-head tiles (1 for H_I <= 16). */
 template <int KT, int MT> __global__ void __launch_bounds__(WARPS * 32) dsa_score_mma_kernel(mma_params p)
 {
+    pdl_wait(); /* PDL: the previous kernel's writes are visible from here */
     const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
     if (n <= p.topk)
         return; /* every key is kept: dsa_topk writes 0..pos without scores */
@@ -180,7 +181,7 @@ extern "C" int cuda_dsa_mma_fits(int idx_heads, int idx_dim, enum kv_dtype keys)
 extern "C" cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const float *w_idx,
                                            const struct paged_latent *kv, const struct attn_batch *b,
                                            const struct dsa_args *a, int row0, int n_rows, int ctx,
-                                           int key_blocks, float *scores)
+                                           int key_blocks, float *scores, int pdl)
 {
     if (n_rows <= 0)
         return cudaSuccess;
@@ -215,6 +216,5 @@ extern "C" cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_i
                  : kv->index_dtype == KV_DTYPE_FP8 ? dsa_score_mma_kernel<KV_DTYPE_FP8, 2>
                                                    : dsa_score_mma_kernel<KV_DTYPE_F32, 2>;
     dim3 grid((unsigned)key_blocks, (unsigned)n_rows);
-    kernel<<<grid, WARPS * 32, 0, stream>>>(p);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, kernel, grid, dim3(WARPS * 32), 0, stream, p);
 }

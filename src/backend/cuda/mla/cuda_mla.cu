@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(STORE_THREADS) mla_store_kernel(cache_rows lat
                                                                   const float *w, float eps, const float *idx_k,
                                                                   const int32_t *slots)
 {
+    pdl_wait_trigger_small();
     extern __shared__ float v[];
     const int t = blockIdx.x, R = lat.nq, row = lat.nq + lat.nr, warp = threadIdx.x / 32;
     const float *src = ckv + (size_t)t * row;
@@ -467,6 +468,8 @@ __global__ void __launch_bounds__(MERGE_COLS) mla_merge_kernel(const float *part
 {
     __shared__ float wsplit[PLAN_ATTN_MAX_SPLITS];
     __shared__ float inv_l;
+    pdl_wait_trigger_small();
+
     const size_t th = blockIdx.x, stride = (size_t)n_th * (R + 2);
     const float *p0 = part + th * (size_t)(R + 2);
     if (threadIdx.x < 32) {
@@ -549,7 +552,7 @@ bool mla_shape_ok(const struct mla_dims *m, int n_tokens)
 
 extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv,
                                       const float *w, float eps, const float *idx_k, int n_tokens,
-                                      const int32_t *slots)
+                                      const int32_t *slots, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
@@ -562,8 +565,8 @@ extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_la
         return cudaErrorInvalidValue;
     const cache_rows lat = cache_rows_make(kv->latent, kv->dtype, kv->kv_rank, kv->rope_dim);
     const cache_rows idx = cache_rows_make(kv->index_k, kv->index_dtype, kv->index_dim, 0);
-    mla_store_kernel<<<(unsigned)n_tokens, STORE_THREADS, smem, stream>>>(lat, idx, ckv, w, eps, idx_k, slots);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, mla_store_kernel, dim3((unsigned)n_tokens), dim3(STORE_THREADS), smem, stream, lat, idx,
+                      ckv, w, eps, idx_k, slots);
 }
 
 extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
@@ -682,17 +685,16 @@ extern "C" cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_ab
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
-        return cuda_mla_merge(stream, work, n_splits, b->n_tokens * n_heads, p.R, o_lat);
+        return cuda_mla_merge(stream, work, n_splits, b->n_tokens * n_heads, p.R, o_lat, 0);
     }
     return CUDA_LAUNCH_RESULT();
 }
 
 extern "C" cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits, int n_th, int R,
-                                      float *out)
+                                      float *out, int pdl)
 {
     if (n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS)
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)n_th, (unsigned)((R + MERGE_COLS - 1) / MERGE_COLS));
-    mla_merge_kernel<<<grid, MERGE_COLS, 0, stream>>>(part, n_splits, n_th, R, out);
-    return CUDA_LAUNCH_RESULT();
+    return launch_pdl(pdl != 0, mla_merge_kernel, grid, dim3(MERGE_COLS), 0, stream, part, n_splits, n_th, R, out);
 }

@@ -77,6 +77,7 @@ struct mma_params {
 template <int TN, bool FP8>
 __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 {
+    pdl_wait(); /* PDL: the previous kernel's writes are visible from here */
     extern __shared__ __align__(16) uint16_t sm[];
     const int ld = p.ld, RW = p.rows, nbs = PLAN_MLA_MMA_SCALE_BLOCKS(p.Dk);
     uint16_t *Qh = sm, *Ql = Qh + (size_t)RW * ld, *Kb = Ql + (size_t)RW * ld;
@@ -374,7 +375,7 @@ extern "C" int cuda_mla_mma_takes_cache(const struct paged_latent *kv)
 extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
                                               const struct attn_batch *b, int n_heads, const int32_t *sel,
                                               int sel_k, float scale, float *o_lat, int rows, int keys, int stages,
-                                              int n_splits, float *work)
+                                              int n_splits, float *work, int pdl)
 {
     if (b->n_tokens <= 0)
         return cudaSuccess;
@@ -400,12 +401,8 @@ extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)blocks, (unsigned)n_splits);
-    kernel<<<grid, (unsigned)(rows / 16 * 64), smem, stream>>>(p);
-    if (n_splits > 1) {
-        e = cudaGetLastError();
-        if (e != cudaSuccess)
-            return e;
-        return cuda_mla_merge(stream, work, n_splits, b->n_tokens * n_heads, p.R, o_lat);
-    }
-    return CUDA_LAUNCH_RESULT();
+    e = launch_pdl(pdl != 0, kernel, grid, dim3((unsigned)(rows / 16 * 64)), smem, stream, p);
+    if (e != cudaSuccess || n_splits == 1)
+        return e;
+    return cuda_mla_merge(stream, work, n_splits, b->n_tokens * n_heads, p.R, o_lat, pdl);
 }

@@ -22,7 +22,7 @@ extern "C" {
 /* ---- cuda_mla.cu (glm_moe_dsa MLA over the latent cache; backend_ops.mla_*) ---- */
 /* backend_ops.mla_store; kv is a host struct of device pointers. */
 cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv, const float *w,
-                           float eps, const float *idx_k, int n_tokens, const int32_t *slots);
+                           float eps, const float *idx_k, int n_tokens, const int32_t *slots, int pdl);
 /* backend_ops.mla_absorb_q / mla_expand_o with kv_b_proj (format fmt) as w. */
 /* pdl: launched as a dependent of the kernel before it (it reads kv_b before its wait). */
 cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
@@ -49,7 +49,7 @@ cudaError_t cuda_mla_attention(cudaStream_t stream, const float *q_abs, const st
 
 /* The split partials' merge of both latent attention kernels: part (n_splits, n_th, R + 2) of
  * (m, l, unnormalised O) rows -> out (n_th, R). */
-cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits, int n_th, int R, float *out);
+cudaError_t cuda_mla_merge(cudaStream_t stream, const float *part, int n_splits, int n_th, int R, float *out, int pdl);
 
 /* ---- cuda_mla_mma.cu (latent attention on bf16 tensor cores over a bf16 latent cache) ---- */
 /* Whether the kernel takes these dims and tile (rows: heads per block, 16/32/64; keys per tile:
@@ -62,7 +62,7 @@ int cuda_mla_mma_takes_cache(const struct paged_latent *kv);
 cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
                                    const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k,
                                    float scale, float *o_lat, int rows, int keys, int stages, int n_splits,
-                                   float *work);
+                                   float *work, int pdl);
 
 /* ---- cuda_mla_expand.cu (the expanded form's gather and assembly; cuda_mla_expand.c runs it) ---- */
 /* Compact rows [0, rows) (rows a multiple of the block size): block b of them holds keys
@@ -80,7 +80,7 @@ cudaError_t cuda_mla_expand_repad(cudaStream_t stream, const float *x, int rows,
 
 /* ---- cuda_dsa.cu (the DSA indexer; backend_ops.layernorm, dsa_select) ---- */
 cudaError_t cuda_layernorm(cudaStream_t stream, const float *x, const float *w, const float *b, int rows, int dim,
-                           float eps, float *y);
+                           float eps, float *y, int pdl);
 /* The score kernel's tile: keys per block (= threads); stages 1: query and keys staged in
  * shared memory, 0: read from global memory. */
 struct cuda_dsa_cfg {
@@ -105,10 +105,10 @@ int cuda_dsa_mma_fits(int idx_heads, int idx_dim, enum kv_dtype keys);
 #define CUDA_DSA_MMA_KEYS 32 /* keys a block scores a step (4 warps x 8) */
 cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const float *w_idx,
                                 const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
-                                int row0, int n_rows, int ctx, int key_blocks, float *scores);
+                                int row0, int n_rows, int ctx, int key_blocks, float *scores, int pdl);
 /* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). */
 cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
-                          int n_rows, int topk, int32_t *sel);
+                          int n_rows, int topk, int32_t *sel, int pdl);
 
 #ifdef __cplusplus
 }
