@@ -32,6 +32,8 @@ struct tokenizer;
 
 struct token_vocab {
     int vocab;                  /* ids 0..vocab-1 */
+    int n_logits;               /* the model's logits a row (>= vocab: checkpoints pad their vocabulary past the
+                                   tokenizer's ids); token_mask_apply masks the ids past vocab; 0: vocab */
     /* every id's bytes: bytes[off[id] .. off[id + 1]) */
     uint32_t *off;              /* (vocab + 1) owned */
     uint8_t *bytes;             /* (off[vocab]) owned */
@@ -85,7 +87,7 @@ void token_mask_free(struct token_mask *tm);
 /* tm->bits for the current state. STATUS_INVALID when no id is allowed (the grammar cannot go on
  * with this vocabulary) or the matcher failed. */
 enum status token_mask_compute(struct token_mask *tm, struct err *err);
-/* logits[id] = -inf for every id tm->bits leaves out. */
+/* logits[id] = -inf for every id tm->bits leaves out, and for the ids in [vocab, n_logits). */
 void token_mask_apply(const struct token_mask *tm, float *logits);
 static inline bool token_mask_allows(const struct token_mask *tm, int32_t id)
 {

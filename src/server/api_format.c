@@ -111,6 +111,7 @@ struct token_vocab *api_format_vocab_new(const struct tokenizer *tok, const stru
         free(tv);
         return NULL;
     }
+    tv->n_logits = d->vocab_size; /* rows are the model's: its padding ids are masked too */
     return tv;
 }
 
