@@ -136,10 +136,9 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
 
   test('tool_choice required and named: the answer is constrained to one call whose arguments fit the schema', async () => {
     // The rigged model would think first; under the constraint every token it prefers is masked, so
-    // the call is written by the grammar alone: greedy (temperature 0) takes the lowest allowed id
-    // among equal logits; enums keep it short. (Sampled, it fails today: the checkpoint pads its
-    // vocabulary past the tokenizer's ids, as Qwen3's does, and token_mask_apply leaves those ids
-    // unmasked, so one can be drawn: "grammar: token 4130 is not in the vocabulary". Reported.)
+    // the call is written by the grammar alone, sampled among equal logits (seeded, so that the
+    // stream repeats it); enums keep it short. The checkpoint pads its vocabulary past the
+    // tokenizer's ids, as Qwen3's does: those ids must be masked too, or one is drawn.
     const enumTool = (name, key, values) => ({ type: 'function', function: { name, parameters: {
       type: 'object', properties: { [key]: { type: 'string', enum: values } }, required: [key], additionalProperties: false } } });
     const tools = [enumTool('set_unit', 'unit', ['celsius', 'fahrenheit']), enumTool('set_mode', 'mode', ['fast', 'slow'])];
@@ -157,13 +156,13 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
     for (const [choice, names] of [['required', ['set_unit', 'set_mode']],
                                    [{ type: 'function', function: { name: 'set_unit' } }, ['set_unit']]]) {
       const r = await client.chat.completions.create({ model: MODEL, messages: ASK, tools, tool_choice: choice, max_tokens: 400,
-        temperature: 0 });
+        seed: 7 });
       assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0]));
       assert.equal(r.choices[0].message.content, null);
       const whole = check(r.choices[0].message, names);
       // streamed: the same call
       const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools, tool_choice: choice,
-        max_tokens: 400, temperature: 0, stream: true });
+        max_tokens: 400, seed: 7, stream: true });
       let name = '', args = '', finish = null;
       for await (const chunk of stream) {
         const c = chunk.choices[0];
