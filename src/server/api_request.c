@@ -588,6 +588,11 @@ static enum status parse_tools(const struct json *body, struct api_request *rq, 
         !asks_nothing_format(field(body, "response_format")))
         return bad(e, "tool_choice", "'%s' forcing a call and 'response_format' both constrain the answer: one at a "
                    "time%s", "");
+    bool parallel = true;
+    enum status st = get_bool(body, "parallel_tool_calls", &parallel, e);
+    if (st)
+        return st;
+    rq->single_call = !parallel;
     if (tools && !(rq->tools = json_print(tools, false)))
         return oom(e);
     return STATUS_OK;
@@ -915,6 +920,9 @@ static enum status parse_responses(const struct json *body, struct api_request *
             return oom(e);
         if (tools && !json_is_array(tools))
             json_add(b, "tools", copy_json(tools)); /* refused with its own message */
+        const struct json *ptc = field(body, "parallel_tool_calls");
+        if (ptc)
+            json_add(b, "parallel_tool_calls", copy_json(ptc));
         rq->kind = API_CHAT;
         st = parse_tools(b, rq, e);
         rq->kind = API_RESPONSES;

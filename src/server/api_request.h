@@ -117,6 +117,7 @@ struct api_request {
     char *tools;                 /* chat: the tools as JSON text (a checked, non-empty array), owned, or NULL */
     enum api_tool_choice tool_choice;
     char tool_name[API_MAX_TOOL_NAME + 1]; /* NAMED: the function */
+    bool single_call;            /* parallel_tool_calls false: at most one call is answered (the first) */
     struct grammar *grammar;     /* response_format / text.format json_object or json_schema, compiled
                                     (server/api_format.h): a reference, owned; NULL: free text */
     char ignored[256];           /* lenient parse: the unsupported fields that asked for something, "a, b" */

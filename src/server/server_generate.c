@@ -198,6 +198,13 @@ static bool gen_take(struct gen *g, struct api_result *res, bool final)
     return true;
 }
 
+/* The calls answered: all of them, or the first with parallel_tool_calls false (the model's later
+ * calls are dropped, not turned into text). */
+static int gen_n_calls(const struct gen *g)
+{
+    return g->rq.single_call && g->tp.n_calls > 1 ? 1 : g->tp.n_calls;
+}
+
 /* Call i's id: "call_" and the request id's random part, then i (unique per call). */
 static void call_id(const struct gen *g, int i, char *out, size_t n)
 {
@@ -218,12 +225,12 @@ static void call_item_id(const struct gen *g, int i, char *out, size_t n)
 /* Every call so far, whole, into out (ids in ids[]); returns how many. */
 static int gen_calls(const struct gen *g, struct api_tool_call *out, char (*ids)[48])
 {
-    for (int i = 0; i < g->tp.n_calls; i++) {
+    for (int i = 0; i < gen_n_calls(g); i++) {
         call_id(g, i, ids[i], sizeof ids[i]);
         out[i] = (struct api_tool_call){.index = i, .id = ids[i], .name = g->tp.calls[i].name, .args = g->tp.calls[i].args,
                                         .n_args = g->tp.calls[i].n_args};
     }
-    return g->tp.n_calls;
+    return gen_n_calls(g);
 }
 
 /* A stream's deltas of the calls since the last chunk into res (ids in ids[]); their names once,
@@ -231,7 +238,7 @@ static int gen_calls(const struct gen *g, struct api_tool_call *out, char (*ids)
 static void gen_call_deltas(struct gen *g, struct api_result *res, struct api_tool_call *out, char (*ids)[48])
 {
     int n = 0;
-    for (int i = 0; i < g->tp.n_calls; i++) {
+    for (int i = 0; i < gen_n_calls(g); i++) {
         const struct tool_call *c = &g->tp.calls[i];
         const bool first = i >= g->n_calls_sent;
         if (!first && c->n_args == g->args_sent[i])
@@ -758,7 +765,7 @@ static enum status whole_collect(struct gen *g, struct whole *w, struct api_erro
         return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     w->res.finish_reason = gen_finish_reason(g, f);
     if (g->tp.n_calls) {
-        const int n = g->tp.n_calls;
+        const int n = gen_n_calls(g);
         w->calls = malloc((size_t)n * sizeof *w->calls);
         w->call_ids = malloc((size_t)n * sizeof *w->call_ids);
         if (!w->calls || !w->call_ids) {
@@ -836,12 +843,17 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
                              "the model '%.200s' does not exist: this server has '%.200s'", rq->model,
                              srv->o.model_name);
     /* calls are looked for where the model may make them: tools given, tool_choice not "none" */
-    if (rq->tools && rq->tool_choice != API_TOOL_NONE) {
-        if (srv->o.tool_format == TOOL_FORMAT_NONE)
+    if (rq->tools && rq->tool_choice != API_TOOL_NONE && srv->o.tool_format == TOOL_FORMAT_NONE) {
+        if (!srv->o.lenient)
             return api_error_set(e, 400, "invalid_request_error", "tools", "unsupported_parameter",
                                  "this server reads no tool calls from its model's answers (serve "
                                  "--tool-call-parser qwen3|glm45 names the model's format); tool_choice \"none\" "
                                  "still renders the history");
+        g->rq.tool_choice = API_TOOL_NONE; /* lenient: not offered to the model, not parsed */
+        size_t at = strlen(g->rq.ignored);
+        snprintf(g->rq.ignored + at, sizeof g->rq.ignored - at, "%stools", at ? ", " : "");
+    }
+    if (rq->tools && rq->tool_choice != API_TOOL_NONE) {
         if (json_parse(rq->tools, strlen(rq->tools), "tools", &g->tools, NULL))
             return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         /* "required" or a named function: the answer is constrained to one call (bound with the

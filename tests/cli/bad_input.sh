@@ -106,6 +106,8 @@ expect serve_past_positions "past the model's max_position_embeddings (1024)" --
 expect generate_past_positions "past the model's max_position_embeddings (256)" -- generate --model "$good" \
     --tokens 1,2 -n 300
 expect empty_api_key "--api-key is empty" -- serve --model "$good" --api-key ""
+expect bad_tool_parser "--tool-call-parser: expected auto, none, qwen3 or glm45" -- serve --model "$good" \
+    --tool-call-parser hermes
 MOESERVE_API_KEY= expect empty_api_key_env "MOESERVE_API_KEY is empty" -- serve --model "$good"
 expect kv_dtype_gqa "only MLA latent caches" -- logits --model "$good" --tokens 1 --out "$work/o.bin" \
     --kv-cache-dtype bf16

@@ -119,6 +119,8 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
     assert.ok(withTools.json.count > noTools.json.count + 50, 'tool_choice none renders no tools');
     const auto = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, tool_choice: 'auto' });
     assert.equal(auto.choices[0].message.tool_calls.length, 1);
+    const single = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, parallel_tool_calls: false });
+    assert.equal(single.choices[0].message.tool_calls.length, 1);
     const refused = [
       [{ tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
       [{ tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice'],
@@ -126,6 +128,7 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
         properties: { n: { type: 'integer', minimum: 3 } } } } }] }, 'tools'], // a keyword outside the subset
       [{ tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools[0].function.name'],
       [{ tools: [{ type: 'retrieval' }] }, 'tools[0]'],
+      [{ parallel_tool_calls: 'no' }, 'parallel_tool_calls'],
       [{ messages: [...ASK, { role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
         'messages[1].tool_calls[0].function.arguments'],
     ];
@@ -276,5 +279,28 @@ describe('tool calls in GLM-4.5\'s format (the rigged checkpoint with GLM-4.5\'s
     // a call cannot be forced in this format (its arguments are not JSON)
     await assert.rejects(client.chat.completions.create({ model: MODEL, messages: ASK, tools: GLM_TOOLS, tool_choice: 'required' }),
       (e) => e.status === 400 && e.param === 'tool_choice');
+  });
+});
+
+describe('tools where the model has no call format (the shipped tiny model)', () => {
+  test('refused with 400 naming tools; with --lenient not offered, not parsed, logged', async () => {
+    const ask = { model: 'moeserve-tiny', messages: ASK, tools: TOOLS, max_tokens: 4 };
+    const strict = await startServer(['--max-context', '512']);
+    try {
+      await assert.rejects(strict.client().chat.completions.create(ask),
+        (e) => e.status === 400 && e.param === 'tools' && e.code === 'unsupported_parameter');
+      const none = await strict.client().chat.completions.create({ ...ask, tool_choice: 'none' });
+      assert.equal(none.choices[0].message.tool_calls, undefined);
+    } finally {
+      assert.equal(await strict.stop(), 0);
+    }
+    const lenient = await startServer(['--max-context', '512', '--lenient']);
+    try {
+      const r = await lenient.client().chat.completions.create(ask);
+      assert.equal(r.choices[0].message.tool_calls, undefined);
+      assert.match(lenient.stderr(), /ignored \(--lenient\): tools/);
+    } finally {
+      assert.equal(await lenient.stop(), 0);
+    }
   });
 });

@@ -229,6 +229,11 @@ static void test_tools_fields(void **state)
     assert_int_equal(rq.tool_choice, API_TOOL_NAMED);
     assert_string_equal(rq.tool_name, "get_weather");
     api_request_free(&rq);
+    const char *single = TB("\"parallel_tool_calls\": false");
+    assert_int_equal(api_request_parse(&rq, H, single, strlen(single), &e), STATUS_OK);
+    assert_true(rq.single_call);
+    api_request_free(&rq);
+    expect_error(H, TB("\"parallel_tool_calls\": \"no\""), 400, "parallel_tool_calls");
     const char *required = TB("\"tool_choice\": \"required\"");
     assert_int_equal(api_request_parse(&rq, H, required, strlen(required), &e), STATUS_OK);
     assert_int_equal(rq.tool_choice, API_TOOL_REQUIRED);
