@@ -368,6 +368,8 @@ out:
     return found;
 }
 
+static uint64_t fingerprint_of(const struct grammar *g);
+
 enum status gram_builder_finish(struct gram_builder *b, int root, struct grammar **out, struct err *err)
 {
     *out = NULL;
@@ -443,18 +445,7 @@ enum status gram_builder_finish(struct gram_builder *b, int root, struct grammar
     g->rule_alt_off[b->n_rules] = na;
     g->n_elems = ne;
     g->n_alts = na;
-    uint64_t h = 1469598103934665603ull;
-    const struct {
-        const void *p;
-        size_t n;
-    } parts[] = {{g->elems, ne * sizeof *g->elems},
-                 {g->rule_alt_off, ((size_t)g->n_rules + 1) * sizeof *g->rule_alt_off},
-                 {g->alt_pos, (size_t)na * sizeof *g->alt_pos},
-                 {g->classes, (size_t)g->n_classes * sizeof *g->classes}};
-    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
-        for (size_t i = 0; i < parts[k].n; i++)
-            h = (h ^ ((const uint8_t *)parts[k].p)[i]) * 1099511628211ull;
-    g->fingerprint = h;
+    g->fingerprint = fingerprint_of(g);
     *out = g;
     g = NULL;
 out:
@@ -491,6 +482,92 @@ int grammar_n_rules(const struct grammar *g)
 size_t grammar_n_elems(const struct grammar *g)
 {
     return g->n_elems;
+}
+
+static uint64_t fingerprint_of(const struct grammar *g)
+{
+    uint64_t h = 1469598103934665603ull;
+    const struct {
+        const void *p;
+        size_t n;
+    } parts[] = {{g->elems, g->n_elems * sizeof *g->elems},
+                 {g->rule_alt_off, ((size_t)g->n_rules + 1) * sizeof *g->rule_alt_off},
+                 {g->alt_pos, (size_t)g->n_alts * sizeof *g->alt_pos},
+                 {g->classes, (size_t)g->n_classes * sizeof *g->classes}};
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        for (size_t i = 0; i < parts[k].n; i++)
+            h = (h ^ ((const uint8_t *)parts[k].p)[i]) * 1099511628211ull;
+    return h;
+}
+
+enum status grammar_prefix(const struct grammar *prefix, const struct grammar *g, bool optional, struct grammar **out,
+                           struct err *err)
+{
+    /* layout: [ref root, end], g's elements, prefix's elements (both without their own first two),
+     * then root's alternatives: [ref prefix_root, ref g_root, end] and maybe [ref g_root, end];
+     * rules: g's, prefix's (shifted by g's count), root. Classes: g's, then prefix's. */
+    *out = NULL;
+    const size_t ge = g->n_elems - 2, pe = prefix->n_elems - 2;
+    const int nr = g->n_rules + prefix->n_rules + 1, root = nr - 1;
+    const int na = g->n_alts + prefix->n_alts + (optional ? 2 : 1);
+    const size_t ne = 2 + ge + pe + 3 + (optional ? 2 : 0);
+    if (ne > GRAMMAR_MAX_ELEMS || nr > GRAMMAR_MAX_RULES)
+        return err_set(err, STATUS_INVALID, "grammar: the prefixed grammar is past the bounds");
+    struct grammar *n = calloc(1, sizeof *n);
+    if (!n)
+        return err_set(err, STATUS_NOMEM, "grammar: out of memory");
+    atomic_init(&n->refs, 1);
+    n->n_rules = nr;
+    n->n_alts = na;
+    n->n_elems = ne;
+    n->n_classes = g->n_classes + prefix->n_classes;
+    n->elems = malloc(ne * sizeof *n->elems);
+    n->rule_alt_off = malloc(((size_t)nr + 1) * sizeof *n->rule_alt_off);
+    n->alt_pos = malloc((size_t)na * sizeof *n->alt_pos);
+    n->classes = malloc(((size_t)n->n_classes + 1) * sizeof *n->classes);
+    if (!n->elems || !n->rule_alt_off || !n->alt_pos || !n->classes) {
+        grammar_put(n);
+        return err_set(err, STATUS_NOMEM, "grammar: out of memory");
+    }
+    memcpy(n->classes, g->classes, (size_t)g->n_classes * sizeof *n->classes);
+    memcpy(n->classes + g->n_classes, prefix->classes, (size_t)prefix->n_classes * sizeof *n->classes);
+    const int32_t g_root = ge_rule(g->elems[0]), p_root = ge_rule(prefix->elems[0]) + g->n_rules;
+    size_t at = 0;
+    n->elems[at++] = ge_ref(root);
+    n->elems[at++] = GE_END;
+    for (size_t i = 2; i < g->n_elems; i++) /* positions move by 0: both start after the header */
+        n->elems[at++] = g->elems[i];
+    const int32_t p_shift = (int32_t)ge; /* prefix positions: old - 2 + 2 + ge */
+    for (size_t i = 2; i < prefix->n_elems; i++) {
+        int32_t e = prefix->elems[i];
+        n->elems[at++] = e >= 0 ? e + g->n_classes : ge_is_ref(e) ? ge_ref(ge_rule(e) + g->n_rules) : e;
+    }
+    int32_t a = 0;
+    for (int r = 0; r < g->n_rules; r++) {
+        n->rule_alt_off[r] = a;
+        for (int32_t k = g->rule_alt_off[r]; k < g->rule_alt_off[r + 1]; k++)
+            n->alt_pos[a++] = g->alt_pos[k];
+    }
+    for (int r = 0; r < prefix->n_rules; r++) {
+        n->rule_alt_off[g->n_rules + r] = a;
+        for (int32_t k = prefix->rule_alt_off[r]; k < prefix->rule_alt_off[r + 1]; k++)
+            n->alt_pos[a++] = prefix->alt_pos[k] + p_shift;
+    }
+    n->rule_alt_off[root] = a;
+    n->alt_pos[a++] = (int32_t)at;
+    n->elems[at++] = ge_ref(p_root);
+    n->elems[at++] = ge_ref(g_root);
+    n->elems[at++] = GE_END;
+    if (optional) {
+        n->alt_pos[a++] = (int32_t)at;
+        n->elems[at++] = ge_ref(g_root);
+        n->elems[at++] = GE_END;
+    }
+    n->rule_alt_off[nr] = a;
+    ASSERT(at == ne && a == na);
+    n->fingerprint = fingerprint_of(n);
+    *out = n;
+    return STATUS_OK;
 }
 
 uint64_t grammar_fingerprint(const struct grammar *g)

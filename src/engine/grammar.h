@@ -27,7 +27,8 @@
  *          struct gram_builder, gram_builder_init(), gram_builder_free(), gram_rule(), gram_alt(),
  *          gram_push_bytes(), gram_push_class(), gram_push_ref(), gram_rule_bytes(), gram_repeat(),
  *          gram_class_range(), gram_class_add(), gram_builder_finish(), struct grammar, grammar_ref(),
- *          grammar_put(), grammar_n_rules(), grammar_fingerprint(), grammar_same(), struct gm_node, struct gm_state, struct grammar_matcher,
+ *          grammar_put(), grammar_n_rules(), grammar_fingerprint(), grammar_same(), grammar_prefix(),
+ *          struct gm_node, struct gm_state, struct grammar_matcher,
  *          grammar_matcher_init(), grammar_matcher_free(), grammar_matcher_accept_bytes(),
  *          grammar_matcher_can_end(), grammar_matcher_done(), grammar_matcher_mark(),
  *          grammar_matcher_rewind(), grammar_matcher_step(), grammar_matcher_key()
@@ -101,6 +102,10 @@ struct grammar *grammar_ref(struct grammar *g);
 void grammar_put(struct grammar *g);
 int grammar_n_rules(const struct grammar *g);
 size_t grammar_n_elems(const struct grammar *g);
+/* *out = a new grammar matching prefix's sentences followed by g's, or g's alone when optional
+ * (e.g. a thinking model's reasoning block before a JSON answer). The inputs are not changed. */
+enum status grammar_prefix(const struct grammar *prefix, const struct grammar *g, bool optional, struct grammar **out,
+                           struct err *err);
 /* A hash of g's content (equal grammars, equal hashes), and whether a and b are the same grammar
  * by content (the same schema compiled twice): their matchers' states then mean the same. */
 uint64_t grammar_fingerprint(const struct grammar *g);

@@ -14,6 +14,7 @@
 #include "engine/token_mask.h"
 #include "format/tokenizer.h"
 #include "model/model_desc.h"
+#include "server/reasoning.h"
 
 bool api_format_takes(const struct json *format)
 {
@@ -122,7 +123,49 @@ void api_format_vocab_free(struct token_vocab *tv)
     free(tv);
 }
 
-enum status api_format_bind(const struct api_request *rq, const struct token_vocab *tv, struct sched_params *sp,
+/* REASONING_OPEN, then any text without REASONING_CLOSE, REASONING_CLOSE and up to 4 blanks (the
+ * templates put newlines there): states S_k = k bytes of the closing tag matched; a '<' restarts
+ * the match, any other byte goes back to S_0 (the tag starts with its only '<'). */
+static enum status think_grammar(struct grammar **out, struct err *err)
+{
+    const char *close = REASONING_CLOSE;
+    enum { L = sizeof REASONING_CLOSE - 1 };
+    struct gram_builder b;
+    gram_builder_init(&b);
+    int s[L];
+    for (int k = 0; k < L; k++)
+        s[k] = gram_rule(&b);
+    struct gram_class blank = {{0}};
+    gram_class_range(&blank, ' ', ' ');
+    gram_class_range(&blank, '\n', '\n');
+    int blank_r = gram_rule(&b);
+    gram_push_class(&b, gram_alt(&b, blank_r), &blank);
+    int after = gram_repeat(&b, blank_r, -1, 0, 4);
+    for (int k = 0; k < L; k++) {
+        int a = gram_alt(&b, s[k]);
+        gram_push_bytes(&b, a, close + k, 1);
+        gram_push_ref(&b, a, k + 1 < L ? s[k + 1] : after);
+        if (close[k] != close[0]) {
+            a = gram_alt(&b, s[k]);
+            gram_push_bytes(&b, a, close, 1);
+            gram_push_ref(&b, a, s[1]);
+        }
+        struct gram_class other = {{0}};
+        gram_class_range(&other, 0, 255);
+        other.w[(unsigned char)close[k] >> 6] &= ~(1ull << ((unsigned char)close[k] & 63));
+        other.w[(unsigned char)close[0] >> 6] &= ~(1ull << ((unsigned char)close[0] & 63));
+        a = gram_alt(&b, s[k]);
+        gram_push_class(&b, a, &other);
+        gram_push_ref(&b, a, s[0]);
+    }
+    int root = gram_rule(&b);
+    int a = gram_alt(&b, root);
+    gram_push_bytes(&b, a, REASONING_OPEN, sizeof REASONING_OPEN - 1);
+    gram_push_ref(&b, a, s[0]);
+    return gram_builder_finish(&b, root, out, err);
+}
+
+enum status api_format_bind(struct api_request *rq, const struct token_vocab *tv, bool think, struct sched_params *sp,
                             struct api_error *e)
 {
     if (!rq->grammar)
@@ -135,6 +178,18 @@ enum status api_format_bind(const struct api_request *rq, const struct token_voc
     if (tv->n_eos == 0)
         return api_error_set(e, 400, "invalid_request_error", param, "unsupported_parameter",
                              "'%s': the model has no end-of-sequence token to end a structured answer", param);
+    if (think) {
+        struct grammar *tg = NULL, *wide = NULL;
+        struct err err = {0};
+        enum status st = think_grammar(&tg, &err);
+        if (!st)
+            st = grammar_prefix(tg, rq->grammar, true, &wide, &err);
+        grammar_put(tg);
+        if (st)
+            return api_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+        grammar_put(rq->grammar);
+        rq->grammar = wide;
+    }
     sp->grammar = rq->grammar;
     sp->grammar_vocab = tv;
     return STATUS_OK;

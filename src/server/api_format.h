@@ -33,8 +33,10 @@ bool api_format_takes(const struct json *format);
  * tokenizer's tokens have no fixed bytes or memory is short: structured output is then refused. */
 struct token_vocab *api_format_vocab_new(const struct tokenizer *tok, const struct model_desc *d);
 void api_format_vocab_free(struct token_vocab *tv);
-/* Puts rq's grammar (if any) into sp; 400 when the server has no vocabulary for it. */
-enum status api_format_bind(const struct api_request *rq, const struct token_vocab *tv, struct sched_params *sp,
+/* Puts rq's grammar (if any) into sp; 400 when the server has no vocabulary for it. think: the
+ * answer may start with a reasoning block ("<think>" ... "</think>", server/reasoning.h) that the
+ * grammar leaves free; rq->grammar is then replaced by that wider grammar. */
+enum status api_format_bind(struct api_request *rq, const struct token_vocab *tv, bool think, struct sched_params *sp,
                             struct api_error *e);
 
 #endif

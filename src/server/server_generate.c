@@ -926,7 +926,8 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     memcpy(sp.sampling.bias, rq->bias, (size_t)rq->n_bias * sizeof rq->bias[0]);
     sp.n_stop_ids = rq->n_stop_ids;
     memcpy(sp.stop_ids, rq->stop_ids, (size_t)rq->n_stop_ids * sizeof rq->stop_ids[0]);
-    if ((st = api_format_bind(rq, srv->grammar_vocab, &sp, e))) {
+    /* a thinking model's chat answer may reason before it (reasoning.h): the grammar leaves that free */
+    if ((st = api_format_bind(&g->rq, srv->grammar_vocab, rq->kind != API_COMPLETIONS && srv->o.reasoning, &sp, e))) {
         tok_ids_free(&ids);
         return st;
     }

@@ -133,13 +133,26 @@ static void test_bind(void **state)
     parse_ok(API_CHAT, CHAT("\"response_format\": {\"type\": \"json_object\"}"), &rq);
     struct sched_params sp = {0};
     struct api_error e = {0};
-    assert_int_equal(api_format_bind(&rq, NULL, &sp, &e), STATUS_INVALID); /* no vocabulary: refused */
+    assert_int_equal(api_format_bind(&rq, NULL, false, &sp, &e), STATUS_INVALID); /* no vocabulary: refused */
     assert_int_equal(e.http_status, 400);
     assert_string_equal(e.param, "response_format");
     struct token_vocab tv = {.n_eos = 1};
-    assert_int_equal(api_format_bind(&rq, &tv, &sp, &e), STATUS_OK);
+    assert_int_equal(api_format_bind(&rq, &tv, false, &sp, &e), STATUS_OK);
     assert_ptr_equal(sp.grammar, rq.grammar);
     assert_ptr_equal(sp.grammar_vocab, &tv);
+    api_request_free(&rq);
+    /* a thinking model: an optional reasoning block before the JSON, the block's text free */
+    parse_ok(API_CHAT, CHAT("\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", "
+                            "\"schema\": " PERSON "}}"),
+             &rq);
+    assert_int_equal(api_format_bind(&rq, &tv, true, &sp, &e), STATUS_OK);
+    assert_ptr_equal(sp.grammar, rq.grammar);
+    assert_true(matches(rq.grammar, "{\"name\": \"Ada\", \"age\": 36}"));
+    assert_true(matches(rq.grammar, "<think>\nHmm, a </thin> <name> \xe4\xb8\xad {\"x\n</think>\n\n{\"name\": \"A\", \"age\": 1}"));
+    assert_true(matches(rq.grammar, "<think></think>{\"name\": \"A\", \"age\": 1}"));
+    assert_false(matches(rq.grammar, "<think>x</think>\nnot json"));
+    assert_false(matches(rq.grammar, "Sure: {\"name\": \"A\", \"age\": 1}"));
+    assert_false(matches(rq.grammar, "<think>never closed {\"name\": \"A\", \"age\": 1}"));
     api_request_free(&rq);
 }
 

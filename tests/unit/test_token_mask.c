@@ -22,6 +22,7 @@
 #include "engine/grammar_json.h"
 #include "engine/token_mask.h"
 #include "format/tokenizer.h"
+#include "server/api_format.h"
 
 static const char *SCHEMAS[] = {
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"n\":{\"type\":\"integer\"},"
@@ -277,6 +278,22 @@ static void run_vocab(const struct vocab *v, int seeds)
     for (size_t s = 0; s < sizeof SCHEMAS / sizeof SCHEMAS[0]; s++)
         for (int seed = 1; seed <= seeds; seed++)
             check_generation(v, SCHEMAS[s], (uint64_t)seed);
+    /* a thinking model's grammar: a free reasoning block, then the schema (server/api_format.c) */
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": "
+             "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", \"schema\": %s}}}",
+             SCHEMAS[0]);
+    struct api_request rq;
+    struct api_error e;
+    assert_int_equal(api_request_parse(&rq, API_CHAT, body, strlen(body), &e), STATUS_OK);
+    struct sched_params sp = {0};
+    assert_int_equal(api_format_bind(&rq, &v->tv, true, &sp, &e), STATUS_OK);
+    static const char *const think[] = {"", "<think>", "<think>Let me see. <b>", "<think>a</thi", "<think>a</think>",
+                                        "<think>a</think>\n", "<think>a</think>\n{\"name\":\"x"};
+    for (size_t i = 0; i < sizeof think / sizeof think[0]; i++)
+        check_exact(v, rq.grammar, think[i]);
+    api_request_free(&rq);
 }
 
 static void test_tiny(void **state)
