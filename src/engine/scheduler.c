@@ -454,6 +454,8 @@ static void build_batch(struct scheduler *sch, int *nt, int *ns, int *nl)
             chunk = chunk < sch->o.max_seqs - *nl ? chunk : sch->o.max_seqs - *nl;
             if (chunk < 1)
                 continue;
+        } else if (chunk == rem && *nl >= sch->o.max_seqs) {
+            chunk = rem - 1; /* the prompt's last row wants a logits row, and prompt scoring took them all */
         }
         ASSERT(r->seq.n_blocks * kv->block_size >= r->n_tokens); /* reserved at admission */
         batch_add(sch, r, chunk, nt, ns, nl);
