@@ -570,9 +570,9 @@ static void forward_run_device(struct forward *f, const struct forward_batch *b,
         forward_logits_chunk(f, b, 0, b->n_logits);
 }
 
-enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
-                        struct err *err)
+enum status forward_launch(struct forward *f, const struct forward_batch *b, struct err *err)
 {
+    f->launched = NULL;
     enum status st = forward_check_batch(f, b, err);
     if (st)
         return st;
@@ -598,6 +598,16 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
         f->be->ops->upload(f->be, f->d_sample, b->sample, (size_t)b->n_logits * sizeof(struct sample_row));
     }
     forward_run_device(f, &pb, forward_graph_key(&pb, rows));
+    f->launched = b;
+    return STATUS_OK;
+}
+
+enum status forward_finish(struct forward *f, float *logits_out, struct err *err)
+{
+    const struct forward_batch *b = f->launched;
+    enum status st = STATUS_OK;
+    ASSERT(b); /* forward_launch succeeded */
+    f->launched = NULL;
     if (b->n_logits <= f->logit_chunk) {
         if (b->n_logits > 0)
             st = forward_emit(f, b, 0, b->n_logits, logits_out, err);
@@ -610,4 +620,16 @@ enum status forward_run(struct forward *f, const struct forward_batch *b, float 
     }
     f->be->ops->synchronize(f->be);
     return st;
+}
+
+enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
+                        struct err *err)
+{
+    enum status st = forward_launch(f, b, err);
+    return st ? st : forward_finish(f, logits_out, err);
+}
+
+bool forward_overlaps(const struct forward *f)
+{
+    return f->be->ops->graph_replay != NULL;
 }

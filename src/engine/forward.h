@@ -98,6 +98,7 @@ struct forward {
     uint64_t *graph_seen; /* (FORWARD_MAX_GRAPH_KEYS) graph keys run once, captured when seen again */
     int n_graph_seen;
     bool use_graphs;    /* backend graphs for decode-shaped passes (MOESERVE_NO_GRAPHS=1: off) */
+    const struct forward_batch *launched; /* the pass between forward_launch and forward_finish (borrowed) */
 
     struct forward_mla *mla; /* MLA/DSA buffers (engine/forward_mla.h), owned; NULL without MLA layers */
 
@@ -120,8 +121,17 @@ void forward_free(struct forward *f);
 bool forward_can_sample(const struct forward *f);
 /* Runs the batch; writes logits for the requested rows to logits_out
  * (n_logits, vocab) host memory (NULL: not wanted), and the chosen tokens
- * to b->tokens_out when set. Bad token ids or positions are an error. */
+ * to b->tokens_out when set. Bad token ids or positions are an error.
+ * forward_run = forward_launch + forward_finish: launch puts the pass on the device (a backend
+ * with a stream returns before it has run), finish waits for it and brings the logits and ids
+ * back. Between the two the caller may do host work, but must keep b and what it points to as
+ * they are and call no other forward function. */
 enum status forward_run(struct forward *f, const struct forward_batch *b, float *logits_out,
                         struct err *err);
+enum status forward_launch(struct forward *f, const struct forward_batch *b, struct err *err);
+enum status forward_finish(struct forward *f, float *logits_out, struct err *err);
+/* Whether forward_launch returns before the pass has run (a backend with a stream and graphs),
+ * so that host work between launch and finish overlaps the device's. */
+bool forward_overlaps(const struct forward *f);
 
 #endif

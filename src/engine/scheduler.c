@@ -159,10 +159,12 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->b_next = malloc(S * sizeof(int32_t));
     sch->b_seqs = malloc(S * sizeof *sch->b_seqs);
     sch->b_reqs = malloc(S * sizeof *sch->b_reqs);
+    sch->pub = malloc(S * sizeof *sch->pub);
+    sch->defer = sch->o.defer_publish > 0 || (sch->o.defer_publish == 0 && forward_overlaps(&s->fwd));
     sch->logits = malloc(S * (size_t)sch->vocab * sizeof(float));
     sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
     if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
-        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next) {
+        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->pub) {
         scheduler_free(sch);
         return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
     }
@@ -184,6 +186,21 @@ static void seq_release(struct scheduler *sch, struct sched_req *r)
     r->n_computed = 0;
 }
 
+/* Tokens generated so far (published or not: see publish_token). */
+static int generated(const struct sched_req *r)
+{
+    return r->n_tokens - r->n_prompt;
+}
+
+/* Makes every generated token of r visible to its readers (r->mu held). */
+static void publish_locked(struct sched_req *r)
+{
+    if (r->n_out < generated(r)) {
+        r->n_out = generated(r);
+        pthread_cond_broadcast(&r->cv);
+    }
+}
+
 /* Publishes the end and drops the scheduler's reference. */
 static void req_finish(struct scheduler *sch, struct sched_req *r, enum sched_finish f, const char *msg)
 {
@@ -194,6 +211,7 @@ static void req_finish(struct scheduler *sch, struct sched_req *r, enum sched_fi
         pthread_mutex_unlock(&sch->mu);
     }
     pthread_mutex_lock(&r->mu);
+    publish_locked(r); /* a token held back for the next step's launch comes out before the end */
     r->finish = f;
     if (msg)
         snprintf(r->error, sizeof r->error, "%s", msg);
@@ -508,13 +526,13 @@ static bool is_stop_id(const struct sched_params *p, int32_t tok)
 /* Whether r's next token must be chosen here: logit processors, min-p, or min_tokens still masking. */
 static bool needs_host(const struct sched_req *r)
 {
-    return sampler_needs_host(&r->p.sampling) || r->n_out < r->p.min_new || r->tm;
+    return sampler_needs_host(&r->p.sampling) || generated(r) < r->p.min_new || r->tm;
 }
 
 /* Before min_tokens: the tokens that would end the request cannot be drawn. */
 static void mask_enders(const struct scheduler *sch, const struct sched_req *r, float *row)
 {
-    if (r->n_out >= r->p.min_new)
+    if (generated(r) >= r->p.min_new)
         return;
     const struct model_desc *d = &sch->s->desc;
     for (int i = 0; i < d->n_eos; i++)
@@ -523,6 +541,34 @@ static void mask_enders(const struct scheduler *sch, const struct sched_req *r, 
     for (int i = 0; i < r->p.n_stop_ids; i++)
         if (r->p.stop_ids[i] >= 0 && r->p.stop_ids[i] < sch->vocab)
             row[r->p.stop_ids[i]] = -INFINITY;
+}
+
+/* Hands r's newest token to its readers: at once, or (sch->defer) after the next step's pass is
+ * launched, so that the locks and wake-ups of a step's tokens overlap the device's work instead of
+ * delaying the next launch. A queued request keeps a reference until publish_flush. */
+static void publish_token(struct scheduler *sch, struct sched_req *r)
+{
+    if (!sch->defer) {
+        pthread_mutex_lock(&r->mu);
+        publish_locked(r);
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    ASSERT(sch->n_pub < sch->o.max_seqs); /* one token a request a step, flushed every step */
+    atomic_fetch_add(&r->refs, 1);
+    sch->pub[sch->n_pub++] = r;
+}
+
+static void publish_flush(struct scheduler *sch)
+{
+    for (int i = 0; i < sch->n_pub; i++) {
+        struct sched_req *r = sch->pub[i];
+        pthread_mutex_lock(&r->mu);
+        publish_locked(r); /* nothing left when req_finish published it already */
+        pthread_mutex_unlock(&r->mu);
+        sched_req_put(r);
+    }
+    sch->n_pub = 0;
 }
 
 /* r's grammar mask for this step: computed now, or taken from grammar_masks (used once). */
@@ -583,24 +629,21 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
     }
     sampler_observe(&r->smp, tok);
     r->tokens[r->n_tokens++] = tok;
-    double now = timer_now();
-    pthread_mutex_lock(&r->mu);
-    int i = r->n_out;
+    /* slot i is past n_out: no reader looks at it until publish_token's lock makes it visible */
+    const int i = generated(r) - 1;
     r->out_ids[i] = tok;
-    r->out_time[i] = now;
+    r->out_time[i] = timer_now();
     if (r->out_logprob) {
         int k = r->p.top_logprobs;
         r->out_logprob[i] = row_logprobs(row, sch->vocab, tok, k, k ? r->out_top_ids + (size_t)i * k : NULL,
                                          k ? r->out_top_lp + (size_t)i * k : NULL);
     }
-    r->n_out++;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    publish_token(sch, r);
     sch->counters.generated_tokens++;
     if (r->tm && token_mask_done(r->tm)) { /* the grammar is complete and nothing can follow */
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_STOP, NULL);
-    } else if (r->n_out == r->p.max_new || r->n_tokens >= sch->o.max_context) {
+    } else if (generated(r) == r->p.max_new || r->n_tokens >= sch->o.max_context) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_LENGTH, NULL);
     }
@@ -647,6 +690,7 @@ bool scheduler_step(struct scheduler *sch)
     int nt, ns, nl;
     build_batch(sch, &nt, &ns, &nl);
     if (nt == 0) {
+        publish_flush(sch);
         publish_stats(sch);
         return false;
     }
@@ -676,7 +720,12 @@ bool scheduler_step(struct scheduler *sch)
         b.tokens_out = sch->b_next, b.sample = sch->b_sample;
     struct err err = {0};
     const double t_fwd = timer_now();
-    enum status st = forward_run(&sch->s->fwd, &b, want_rows ? sch->logits : NULL, &err);
+    enum status st = forward_launch(&sch->s->fwd, &b, &err);
+    const double t_launched = timer_now();
+    publish_flush(sch); /* the last step's tokens, while the device runs this one */
+    const double t_wait = timer_now();
+    if (!st)
+        st = forward_finish(&sch->s->fwd, want_rows ? sch->logits : NULL, &err);
     const double t_fwd_end = timer_now();
     if (!st)
         grammar_masks(sch, ns);
@@ -710,8 +759,9 @@ bool scheduler_step(struct scheduler *sch)
     if (st)
         LOG_ERROR("scheduler: forward of %d tokens failed: %s", nt, err.msg);
     sch->counters.n_steps++;
-    sch->counters.forward_seconds += t_fwd_end - t_fwd;
-    sch->counters.host_seconds += (t_fwd - t_start) + (timer_now() - t_fwd_end);
+    const double fwd = (t_launched - t_fwd) + (t_fwd_end - t_wait);
+    sch->counters.forward_seconds += fwd;
+    sch->counters.host_seconds += timer_now() - t_start - fwd;
     publish_stats(sch);
     return true;
 }
@@ -756,6 +806,7 @@ enum status scheduler_start(struct scheduler *sch, struct err *err)
 /* Ends every request still known (caller: the scheduler thread, or after it). */
 static void drain(struct scheduler *sch)
 {
+    publish_flush(sch);
     take_incoming(sch);
     while (sch->n_running > 0) {
         struct sched_req *r = sch->running[sch->n_running - 1];
@@ -801,6 +852,7 @@ void scheduler_free(struct scheduler *sch)
     free(sch->b_next);
     free(sch->b_seqs);
     free(sch->b_reqs);
+    free(sch->pub);
     free(sch->logits);
     free(sch->match);
     memset(sch, 0, sizeof *sch);

@@ -23,6 +23,11 @@
  * depend on which requests share its batches, as far as the backend's math
  * for one row does not depend on the other rows (see NOTES.md).
  *
+ * Where the forward overlaps the device (forward_overlaps: CUDA), a step launches its pass and
+ * only then publishes the previous step's tokens (locks and wake-ups of every reader), so that
+ * this host work runs beside the device's instead of between two passes; a request's end
+ * publishes whatever it holds first, so readers see every token before the end.
+ *
  * Not here: text (tokenizing, detokenizing, stop strings: the server does
  * them on its connection threads and cancels when a stop string appears).
  *
@@ -86,7 +91,8 @@ struct sched_req {
     struct sched_params p;
     double t_submit;                /* timer_now() at scheduler_submit */
 
-    /* Output: the scheduler thread writes under mu and broadcasts cv; readers lock mu. */
+    /* Output: readers lock mu and read entries [0, n_out); the scheduler thread fills entry n_out
+     * and beyond first, then raises n_out under mu and broadcasts cv (publishing). */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n_out;
@@ -142,6 +148,9 @@ struct scheduler_opts {
     int max_seqs;           /* running sequences; default and most: the session's forward max_seqs */
     int max_context;        /* prompt + generated tokens of one request; default: the session's */
     bool no_prefix_cache;   /* turn the prefix cache off */
+    int defer_publish;      /* a step's tokens reach their readers after the next step's pass is launched
+                               (overlapping the device's work): 0 where the forward overlaps (forward_overlaps),
+                               1 always (tests), -1 never */
 };
 
 /* A snapshot, published after every step. */
@@ -193,6 +202,10 @@ struct scheduler {
     struct sample_row *b_sample;    /* (max_seqs) how each logit row is drawn, where the backend samples */
     int32_t *b_next;                /* (max_seqs) the backend's draws */
     struct kv_seq **b_seqs;         /* (max_seqs) */
+    bool defer;                     /* opts.defer_publish decided */
+    struct sched_req **pub;         /* (max_seqs) requests whose newest token waits for the next launch, each
+                                       holding a reference (publish_token) */
+    int n_pub;
     struct sched_req **b_reqs;      /* (max_seqs) request of each batch sequence */
     float *logits;                  /* (max_seqs, vocab) host */
     int32_t *match;                 /* (kv n_blocks) prefix-cache match scratch */
