@@ -168,7 +168,7 @@ int32_t grammar_matcher_common_frame(const struct grammar_matcher *m);
  * pops through the cut, which makes the state exposed instead of following the frames below; so
  * a byte string a truncated walk accepts without exposure is accepted by m->cur, and one that
  * m->cur accepts is accepted by the truncated walk or passes an exposed state. cut must be
- * grammar_matcher_common_frame(m). */
+ * grammar_matcher_common_frame(m) or a frame below it. */
 bool grammar_matcher_truncate(struct grammar_matcher *m, int32_t cut, struct gm_state *to);
 /* State st's stacks by content (not node ids), written to key[0..cap): equal keys, equal states
  * (token masks are cached by it). Returns the length the whole key needs (more than cap: cut). */

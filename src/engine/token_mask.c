@@ -44,6 +44,7 @@ struct token_mask_entry {
     int n_allowed;
     int32_t *exposed; /* (n_exposed) tcache: the trie nodes where the cut was met, in preorder, owned */
     int n_exposed;
+    bool deepen;      /* tcache: too much is left to the whole state below this cut: cut one frame lower */
 };
 
 enum { TM_SHARED_N = 256 };
@@ -56,6 +57,7 @@ struct tm_shared_entry {
     uint32_t *bits; /* (words) owned */
     int32_t *exposed; /* (n_exposed) owned */
     int n_exposed;
+    bool deepen;
 };
 
 struct token_mask_shared {
@@ -343,8 +345,10 @@ static int32_t dfa_intern(struct token_mask *tm, const struct gm_state *st, size
     e->key_off = (uint32_t)d->n_keys, e->key_len = (uint32_t)kn;
     memcpy(d->keys + d->n_keys, tm->key, kn * sizeof *tm->key);
     d->n_keys += kn;
-    for (int b = 0; b < 256; b++)
-        e->next[b] = gram_class_has(&st->next, (unsigned)b) ? -2 : -1;
+    memset(e->next, 0xff, sizeof e->next); /* -1: dead */
+    for (int k = 0; k < 4; k++)
+        for (uint64_t w = st->next.w[k]; w; w &= w - 1)
+            e->next[k * 64 + __builtin_ctzll(w)] = -2;
     d->hash[x] = d->n;
     *fresh = true;
     return d->n++;
@@ -390,11 +394,17 @@ static void walk(struct token_mask *tm, int32_t node, int32_t sid)
     }
 }
 
+/* Set bits (SWAR: the build targets no particular CPU, and libgcc's popcount is a call a word). */
 static int count_bits(const uint32_t *bits, size_t w)
 {
     int n = 0;
-    for (size_t i = 0; i < w; i++)
-        n += __builtin_popcount(bits[i]);
+    for (size_t i = 0; i < w; i++) {
+        uint32_t x = bits[i];
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        x = (x + (x >> 4)) & 0x0f0f0f0fu;
+        n += (int)((x * 0x01010101u) >> 24);
+    }
     return n;
 }
 
@@ -446,7 +456,7 @@ static void walk_truncated(struct token_mask *tm, int32_t node, int32_t sid)
 
 /* The shared part for this grammar (by content) and the truncated state's key tm->key[0..kn):
  * into tm->bits and tm->exposed. */
-static bool shared_get(struct token_mask *tm, size_t kn, size_t w)
+static bool shared_get(struct token_mask *tm, size_t kn, size_t w, bool *deepen)
 {
     struct token_mask_shared *sh = tm->tv->shared;
     if (!sh)
@@ -461,6 +471,7 @@ static bool shared_get(struct token_mask *tm, size_t kn, size_t w)
             continue;
         tm->n_exposed = 0;
         hit = true;
+        *deepen = e->deepen;
         for (int k = 0; k < e->n_exposed && hit; k++)
             hit = exposed_push(tm, e->exposed[k]);
         if (hit)
@@ -471,14 +482,14 @@ static bool shared_get(struct token_mask *tm, size_t kn, size_t w)
 }
 
 /* Offers the part just walked (tm->bits, tm->exposed) under key[0..kn) to every request. */
-static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, size_t w)
+static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, size_t w, bool deepen)
 {
     struct token_mask_shared *sh = tm->tv->shared;
     if (!sh)
         return;
     struct tm_shared_entry n = {.key = malloc(kn * sizeof *key), .key_len = kn, .bits = malloc(w * sizeof *tm->bits),
                                 .exposed = malloc((size_t)(tm->n_exposed ? tm->n_exposed : 1) * sizeof *tm->exposed),
-                                .n_exposed = tm->n_exposed};
+                                .n_exposed = tm->n_exposed, .deepen = deepen};
     if (!n.key || !n.bits || !n.exposed) {
         shared_entry_clear(&n);
         return;
@@ -499,8 +510,14 @@ static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, siz
 
 /* Finds (or walks and stores) the truncated part of the current state's mask: tm->bits gets the
  * ids decided above the cut, tm->exposed the nodes left to the whole state. */
-static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
+/* Past this many trie nodes under the nodes where stacks leave through the cut, each request would
+ * walk most of the vocabulary with its whole state anyway: the cut goes one frame lower (a format
+ * or a bounded string whose repetition frame is the only one the stacks share). */
+enum { TM_DEEPEN_NODES = 20000, TM_DEEPEN_MAX = 6 };
+
+static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w, bool *deepen)
 {
+    *deepen = false;
     struct token_mask_dfa *d = tm->dfa;
     struct gm_state tr;
     size_t kn = 0;
@@ -510,6 +527,7 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
     for (int i = 0; i < TOKEN_MASK_CACHE; i++) {
         struct token_mask_entry *e = &tm->tcache[i];
         if (e->key && e->key_len == kn && memcmp(e->key, tm->key, kn * sizeof *tm->key) == 0) {
+            *deepen = e->deepen;
             memcpy(tm->bits, e->bits, w * sizeof *tm->bits);
             for (int k = 0; k < e->n_exposed; k++)
                 if (!exposed_push(tm, e->exposed[k]))
@@ -518,7 +536,7 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
             return STATUS_OK;
         }
     }
-    if (shared_get(tm, kn, w)) {
+    if (shared_get(tm, kn, w, deepen)) {
         tm->n_shared_cached++;
         tm->n_trunc_cached++;
         return STATUS_OK; /* not copied into tcache: the shared entry stays (256 of them) */
@@ -534,6 +552,7 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
     memcpy(e->key, tm->key, kn * sizeof *e->key);
     e->key_len = kn;
     dfa_reset(d);
+    memset(tm->bits, 0, w * sizeof *tm->bits);
     bool fresh = false;
     int32_t root = dfa_intern(tm, &tr, kn, &fresh);
     if (root < 0)
@@ -544,6 +563,11 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
     } else {
         walk_truncated(tm, 0, root);
     }
+    long left = 0;
+    for (int i = 0; i < tm->n_exposed; i++)
+        left += tm->tv->node_end[tm->exposed[i]] - tm->exposed[i];
+    *deepen = left > TM_DEEPEN_NODES;
+    e->deepen = *deepen;
     if (!e->bits)
         e->bits = malloc(w * sizeof *e->bits);
     e->exposed = malloc((size_t)(tm->n_exposed ? tm->n_exposed : 1) * sizeof *e->exposed);
@@ -556,7 +580,7 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w)
     if (tm->n_exposed) /* tm->exposed may still be NULL */
         memcpy(e->exposed, tm->exposed, (size_t)tm->n_exposed * sizeof *e->exposed);
     e->n_exposed = tm->n_exposed;
-    shared_put(tm, e->key, e->key_len, w);
+    shared_put(tm, e->key, e->key_len, w, *deepen);
     return STATUS_OK;
 }
 
@@ -568,14 +592,22 @@ static enum status mask_walk(struct token_mask *tm, size_t w)
 {
     const struct token_vocab *tv = tm->tv;
     struct token_mask_dfa *d = tm->dfa;
-    const int32_t cut = grammar_matcher_common_frame(&tm->m);
+    int32_t cut = grammar_matcher_common_frame(&tm->m);
     tm->n_exposed = 0;
-    if (cut >= 0) {
-        enum status st = truncated_part(tm, cut, w);
+    for (int level = 0; cut >= 0; level++) {
+        bool deepen = false;
+        enum status st = truncated_part(tm, cut, w, &deepen);
         if (st)
             return st;
-    } else if (!exposed_push(tm, 0)) { /* no cut: the whole trie with the whole state */
-        return STATUS_NOMEM;
+        if (!deepen)
+            break;
+        cut = level + 1 < TM_DEEPEN_MAX ? tm->m.nodes[cut].parent : -1; /* an ancestor is common too */
+    }
+    if (cut < 0) { /* no cut: the whole trie with the whole state */
+        memset(tm->bits, 0, w * sizeof *tm->bits);
+        tm->n_exposed = 0;
+        if (!exposed_push(tm, 0))
+            return STATUS_NOMEM;
     }
     dfa_reset(d);
     size_t kn = 0;

@@ -271,6 +271,19 @@ static void run_vocab(const struct vocab *v, int seeds)
     for (size_t i = 0; i < sizeof PREFIXES0 / sizeof PREFIXES0[0]; i++)
         check_exact(v, g, PREFIXES0[i]);
     grammar_put(g);
+    g = compile(SCHEMAS[2]); /* formats: states the per-mask cut moves lower for */
+    static const char *const formats[] = {"{\"when\": \"", "{\"when\": \"20", "{\"when\":\"2024-01-01\",\"id\":\"",
+                                          "{\"when\":\"2024-01-01\",\"id\":\"12345678-12"};
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        check_exact(v, g, formats[i]);
+    grammar_put(g);
+    g = compile("{\"type\":\"object\",\"properties\":{\"e\":{\"type\":\"string\",\"format\":\"email\"},\"n\":"
+                "{\"type\":\"string\",\"maxLength\":40}},\"required\":[\"e\",\"n\"],\"additionalProperties\":false}");
+    static const char *const more[] = {"{\"e\": \"", "{\"e\": \"ada.l", "{\"e\": \"ada@exa", "{\"e\": \"a@b.c\", \"n\": \"",
+                                       "{\"e\": \"a@b.c\", \"n\": \"0123456789012345678901234567890123456"};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        check_exact(v, g, more[i]);
+    grammar_put(g);
     struct grammar_json_part any = {0}; /* json_object */
     assert_int_equal(grammar_json_compile(&any, 1, NULL, &g, NULL), STATUS_OK);
     check_exact(v, g, "{\"k\": [1, {\"z\": \"a\\u00");
