@@ -723,12 +723,12 @@ bool scheduler_step(struct scheduler *sch)
     enum status st = forward_launch(&sch->s->fwd, &b, &err);
     const double t_launched = timer_now();
     publish_flush(sch); /* the last step's tokens, while the device runs this one */
+    if (!st) /* and this step's grammar masks: they need only the tokens accepted so far */
+        grammar_masks(sch, ns);
     const double t_wait = timer_now();
     if (!st)
         st = forward_finish(&sch->s->fwd, want_rows ? sch->logits : NULL, &err);
     const double t_fwd_end = timer_now();
-    if (!st)
-        grammar_masks(sch, ns);
     int bs = sch->s->kv.block_size;
     for (int j = 0; j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];
