@@ -5,6 +5,8 @@
 # counted (ROUNDS times), and `bench` (the engine) at the same batch sizes. A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib", ".carry/tok"]    NEW=new tools/gpu_serve.sh
+# RUNS="PROMPT:C1,C2 ..." other levels (default "16:1,16,64 512:16,64"); SERVE_FLAGS more serve options
+# (the last of a repeated option wins: SERVE_FLAGS="--max-seqs 128" RUNS="16:100" for decode steps past 64).
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_serve}
@@ -20,8 +22,8 @@ for _ in $(seq 1 240); do grep -q listening "$out/serve.out" 2>/dev/null && brea
 url=$(grep -o 'http://[0-9.:]*' "$out/serve.out" | head -1)
 [ -n "$url" ] || { echo "serve did not start: $(tail -3 "$out/serve.err")"; exit 1; }
 for round in $(seq 1 "${ROUNDS:-1}"); do
-for run in "16 1,16,64" "512 16,64"; do
-    set -- $run
+for run in ${RUNS:-16:1,16,64 512:16,64}; do
+    set -- ${run/:/ }
     "$d/moeserve" bench serve --url "$url" --concurrency "$2" --input-len "$1" --output-len 128 --json \
         >"$out/bs_$1_$round.json" 2>"$out/bs_$1_$round.err"
     rows+=("serve $1+128 (run $round): $(python3 -c "
