@@ -74,29 +74,10 @@ static int cmp_cand_desc(const void *a, const void *b)
     return x->id - y->id;
 }
 
-enum status sampler_sample(struct sampler *s, const float *logits, int32_t *token, struct err *err)
+/* The draw among cand[0..m) (their unnormalised probabilities): top-k, min-p, top-p, then the
+ * seeded uniform. */
+static enum status draw(struct sampler *s, int m, int32_t *token)
 {
-    int n = s->vocab_size;
-    int best = 0;
-    for (int i = 0; i < n; i++) {
-        if (isnan(logits[i]))
-            return err_set(err, STATUS_INVALID, "sampling: logit %d is NaN", i);
-        if (logits[i] > logits[best])
-            best = i;
-    }
-    if (s->p.temperature == 0.0f) {
-        *token = best;
-        return STATUS_OK;
-    }
-    /* Softmax at temperature over the candidates that can matter (p > 1e-9 of the max). */
-    float mx = logits[best];
-    float inv_t = 1.0f / s->p.temperature;
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        float p = expf((logits[i] - mx) * inv_t);
-        if (p > 1e-9f)
-            s->cand[m++] = (struct sampler_cand){.p = p, .id = i};
-    }
     qsort(s->cand, (size_t)m, sizeof *s->cand, cmp_cand_desc);
     if (s->p.top_k > 0 && m > s->p.top_k)
         m = s->p.top_k;
@@ -133,6 +114,67 @@ enum status sampler_sample(struct sampler *s, const float *logits, int32_t *toke
     }
     *token = s->cand[keep - 1].id;
     return STATUS_OK;
+}
+
+enum status sampler_sample(struct sampler *s, const float *logits, int32_t *token, struct err *err)
+{
+    int n = s->vocab_size;
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(logits[i]))
+            return err_set(err, STATUS_INVALID, "sampling: logit %d is NaN", i);
+        if (logits[i] > logits[best])
+            best = i;
+    }
+    if (s->p.temperature == 0.0f) {
+        *token = best;
+        return STATUS_OK;
+    }
+    /* Softmax at temperature over the candidates that can matter (p > 1e-9 of the max). */
+    float mx = logits[best];
+    float inv_t = 1.0f / s->p.temperature;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float p = expf((logits[i] - mx) * inv_t);
+        if (p > 1e-9f)
+            s->cand[m++] = (struct sampler_cand){.p = p, .id = i};
+    }
+    return draw(s, m, token);
+}
+
+enum status sampler_sample_masked(struct sampler *s, const float *logits, const uint32_t *allowed, int32_t *token,
+                                  struct err *err)
+{
+    const int n = s->vocab_size, words = (n + 31) / 32;
+    int best = -1;
+    for (int w = 0; w < words; w++) /* the allowed ids in increasing order, as sampler_sample meets them */
+        for (uint32_t b = allowed[w]; b; b &= b - 1) {
+            const int i = w * 32 + __builtin_ctz(b);
+            if (i >= n)
+                break;
+            if (isnan(logits[i]))
+                return err_set(err, STATUS_INVALID, "sampling: logit %d is NaN", i);
+            if (best < 0 || logits[i] > logits[best])
+                best = i;
+        }
+    if (best < 0)
+        return err_set(err, STATUS_INVALID, "sampling: no token is allowed");
+    if (s->p.temperature == 0.0f) {
+        *token = best;
+        return STATUS_OK;
+    }
+    const float mx = logits[best], inv_t = 1.0f / s->p.temperature;
+    int m = 0;
+    for (int w = 0; w < words; w++)
+        for (uint32_t b = allowed[w]; b; b &= b - 1) {
+            const int i = w * 32 + __builtin_ctz(b);
+            if (i >= n)
+                break;
+            float p = expf((logits[i] - mx) * inv_t);
+            if (p > 1e-9f)
+                s->cand[m++] = (struct sampler_cand){.p = p, .id = i};
+        }
+    return draw(s, m, token);
 }
 
 float sampler_uniform(struct sampler *s)

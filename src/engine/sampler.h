@@ -12,7 +12,7 @@
  * op has none of these nor min-p: sampler_needs_host() says when a row must be sampled here.
  *
  * defines: struct sampler_params, struct sampler, sampler_init(), sampler_free(),
- *          sampler_sample(), sampler_uniform(), struct sampler_cand, SAMPLER_MAX_BIAS,
+ *          sampler_sample(), sampler_sample_masked(), sampler_uniform(), struct sampler_cand, SAMPLER_MAX_BIAS,
  *          sampler_apply(), sampler_observe(), sampler_observe_prompt(), sampler_needs_host()
  */
 #ifndef MOESERVE_ENGINE_SAMPLER_H
@@ -59,6 +59,11 @@ enum status sampler_init(struct sampler *s, const struct sampler_params *p, int 
 void sampler_free(struct sampler *s);
 /* Picks a token from logits[vocab_size]; STATUS_INVALID if a logit is NaN. */
 enum status sampler_sample(struct sampler *s, const float *logits, int32_t *token, struct err *err);
+/* sampler_sample over the ids whose bit is set in allowed ((vocab_size + 31) / 32 words) only: the
+ * same token (and the same draw) as sampler_sample on the row with every other logit at -inf, in
+ * time of the allowed ids rather than the vocabulary (grammar-constrained rows). */
+enum status sampler_sample_masked(struct sampler *s, const float *logits, const uint32_t *allowed, int32_t *token,
+                                  struct err *err);
 /* The next draw of the seeded stream, uniform in [0, 1): what a backend's sample op takes
  * (a device-side draw follows the same seed). */
 float sampler_uniform(struct sampler *s);

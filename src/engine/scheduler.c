@@ -612,7 +612,8 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
             token_mask_apply(r->tm, row);
         sampler_apply(&r->smp, row);
     }
-    if (drawn < 0 && (err.msg[0] || sampler_sample(&r->smp, row, &tok, &err))) {
+    if (drawn < 0 && (err.msg[0] || (r->tm ? sampler_sample_masked(&r->smp, row, r->tm->bits, &tok, &err)
+                                            : sampler_sample(&r->smp, row, &tok, &err)))) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
         return;

@@ -95,9 +95,47 @@ static void test_min_p(void **state)
     assert_true(seen[2] > 0); /* without min-p it occurs (~4%) */
 }
 
+/* Sampling among a mask's ids draws what sampler_sample draws from the row with the rest at -inf,
+ * the same stream consumed: greedy, temperature, top-k, top-p, min-p, a mask of one id. */
+static void test_masked(void **state)
+{
+    (void)state;
+    enum { W = 200 };
+    float base[W];
+    for (int i = 0; i < W; i++)
+        base[i] = (float)((i * 37) % 23) * 0.25f - 2.0f;
+    uint32_t bits[(W + 31) / 32];
+    const struct sampler_params ps[] = {{.temperature = 0, .top_p = 1}, {.temperature = 1, .top_p = 1, .seed = 1},
+                                        {.temperature = 0.7f, .top_p = 0.9f, .seed = 2},
+                                        {.temperature = 1.3f, .top_p = 1, .top_k = 5, .seed = 3},
+                                        {.temperature = 1, .top_p = 1, .min_p = 0.2f, .seed = 4}};
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
+        for (int mask = 0; mask < 3; mask++) {
+            memset(bits, 0, sizeof bits);
+            for (int i = 0; i < W; i++)
+                if (mask == 0 ? i % 3 == 0 : mask == 1 ? i > 150 : i == 77)
+                    bits[i >> 5] |= 1u << (i & 31);
+            struct sampler a, b;
+            assert_int_equal(sampler_init(&a, &ps[k], W, NULL), STATUS_OK);
+            assert_int_equal(sampler_init(&b, &ps[k], W, NULL), STATUS_OK);
+            for (int draw = 0; draw < 50; draw++) {
+                float row[W];
+                for (int i = 0; i < W; i++)
+                    row[i] = (bits[i >> 5] >> (i & 31)) & 1u ? base[i] : -INFINITY;
+                int32_t ta = -1, tb = -1;
+                assert_int_equal(sampler_sample(&a, row, &ta, NULL), STATUS_OK);
+                assert_int_equal(sampler_sample_masked(&b, base, bits, &tb, NULL), STATUS_OK);
+                assert_int_equal(ta, tb);
+                assert_true((bits[tb >> 5] >> (tb & 31)) & 1u);
+            }
+            sampler_free(&a);
+            sampler_free(&b);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bias), cmocka_unit_test(test_penalties),
-                                       cmocka_unit_test(test_min_p)};
+                                       cmocka_unit_test(test_min_p), cmocka_unit_test(test_masked)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
