@@ -37,6 +37,7 @@ struct bench_target {
     int input_len, output_len, vocab;
     uint64_t seed;
     double timeout;
+    const char *response_format; /* JSON text put in every request as response_format, or NULL */
 };
 
 /* One request's measurements. */
@@ -245,8 +246,9 @@ static size_t request_build_body(const struct bench_target *t, int index, char *
     }
     n += (size_t)snprintf(body + n, cap - n,
                           "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
-                          "\"stream_options\":{\"include_usage\":true}}",
-                          t->output_len);
+                          "\"stream_options\":{\"include_usage\":true}%s%s}",
+                          t->output_len, t->response_format ? ",\"response_format\":" : "",
+                          t->response_format ? t->response_format : "");
     return n;
 }
 
@@ -284,7 +286,7 @@ static void run_one(const struct bench_target *t, int index, struct bench_sample
 {
     memset(s, 0, sizeof *s);
     /* the prompt: random ids from this request's own stream */
-    size_t cap = (size_t)t->input_len * 12 + 512;
+    size_t cap = (size_t)t->input_len * 12 + 512 + (t->response_format ? strlen(t->response_format) + 32 : 0);
     char *body = malloc(cap), *req = malloc(cap + 1024);
     struct sse e = {.s = s};
     struct rd *r = malloc(sizeof *r);
@@ -499,6 +501,9 @@ int cmd_bench_serve(int argc, char **argv)
         {.name = "output-len", .metavar = "N", .help = "generated tokens per request (default 64)"},
         {.name = "vocab", .metavar = "N", .help = "prompt ids are drawn from [16, N) (default 4000)"},
         {.name = "seed", .metavar = "S", .help = "seed of the random prompts (default 1)"},
+        {.name = "response-format", .metavar = "JSON",
+         .help = "response_format of every request (structured output's cost; a grammar may end a request "
+                 "before --output-len)"},
         {.name = "api-key", .metavar = "KEY", .help = "sent as a Bearer token (default $MOESERVE_API_KEY)"},
         {.name = "timeout", .metavar = "S", .help = "seconds without data before a request fails (default 600)"},
         {.name = "json", .help = "print JSON instead of a table"},
@@ -542,6 +547,7 @@ int cmd_bench_serve(int argc, char **argv)
     t.seed = (uint64_t)seed;
     t.timeout = timeout;
     t.api_key = cli_get(opts, n, "api-key", cli_env_api_key());
+    t.response_format = cli_get(opts, n, "response-format", NULL);
     char model[256];
     t.model = cli_get(opts, n, "model", NULL);
     if (!t.model) {
