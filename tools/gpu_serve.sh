@@ -7,6 +7,7 @@
 #   carry [".carry/ab", ".carry/lib", ".carry/tok"]    NEW=new tools/gpu_serve.sh
 # RUNS="PROMPT:C1,C2 ..." other levels (default "16:1,16,64 512:16,64"); SERVE_FLAGS more serve options
 # (the last of a repeated option wins: SERVE_FLAGS="--max-seqs 128" RUNS="16:100" for decode steps past 64).
+# RESPONSE_FORMAT='{"type": "json_object"}' (any response_format JSON): every bench request is structured output.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_serve}
@@ -25,7 +26,7 @@ for round in $(seq 1 "${ROUNDS:-1}"); do
 for run in ${RUNS:-16:1,16,64 512:16,64}; do
     set -- ${run/:/ }
     "$d/moeserve" bench serve --url "$url" --concurrency "$2" --input-len "$1" --output-len 128 --json \
-        >"$out/bs_$1_$round.json" 2>"$out/bs_$1_$round.err"
+        ${RESPONSE_FORMAT:+--response-format "$RESPONSE_FORMAT"} >"$out/bs_$1_$round.json" 2>"$out/bs_$1_$round.err"
     rows+=("serve $1+128 (run $round): $(python3 -c "
 import json
 d = json.load(open('$out/bs_$1_$round.json'))
