@@ -182,7 +182,8 @@ static void test_glm45(void **state)
 
 /* ---- the templates' inverse ---- */
 
-static char *render(const char *tmpl_path, const char *ctx_json)
+/* *out: the template at tmpl_path rendered with ctx_json (malloc'ed). */
+static void render(const char *tmpl_path, const char *ctx_json, char **out)
 {
     struct err err = {0};
     struct chat_template *t = NULL;
@@ -194,13 +195,11 @@ static char *render(const char *tmpl_path, const char *ctx_json)
     fclose(f);
     assert_int_equal(chat_template_compile(&t, src, n, &err), STATUS_OK);
     assert_int_equal(json_parse(ctx_json, strlen(ctx_json), "ctx", &ctx, &err), STATUS_OK);
-    char *out = NULL;
     size_t len = 0;
-    if (chat_template_render(t, ctx, &out, &len, &err) != STATUS_OK)
+    if (chat_template_render(t, ctx, out, &len, &err) != STATUS_OK)
         fail_msg("render: %s", err.msg);
     chat_template_free(t);
     json_free(ctx);
-    return out;
 }
 
 /* JSON text -> its compact print, for comparing values. */
@@ -234,7 +233,8 @@ static void round_trip(const char *path, enum tool_format fmt)
              "\"get_weather\", \"arguments\": %s}}, {\"type\": \"function\", \"id\": \"call_2\", \"function\": {\"name\": "
              "\"now\", \"arguments\": %s}}]}], \"tools\": %s, \"add_generation_prompt\": false}",
              ROUND_ARGS[0], ROUND_ARGS[1], ROUND_TOOLS);
-    char *out = render(path, ctx);
+    char *out = NULL;
+    render(path, ctx, &out);
     assert_non_null(out);
     /* the assistant's turn: from its text to the end of the last call */
     char *a = strstr(out, "Looking."), *z = NULL;
