@@ -608,9 +608,14 @@ static bool grow32(struct grammar_matcher *m, void **p, int32_t *cap, int32_t ne
 
 static int32_t node_new(struct grammar_matcher *m, int32_t pos, int32_t parent)
 {
+    const int32_t depth = parent >= 0 ? m->nodes[parent].depth + 1 : parent == GM_BOUNDARY ? m->cut_depth + 1 : 1;
+    if (depth > GRAMMAR_MAX_DEPTH) {
+        m->failed = true;
+        return -1;
+    }
     if (!grow32(m, (void **)&m->nodes, &m->cap_nodes, m->n_nodes + 1, sizeof *m->nodes))
         return -1;
-    m->nodes[m->n_nodes] = (struct gm_node){pos, parent};
+    m->nodes[m->n_nodes] = (struct gm_node){pos, parent, depth};
     return m->n_nodes++;
 }
 
@@ -753,7 +758,7 @@ static void compact(struct grammar_matcher *m)
             while (hash[slot] >= 0 && !(nw[hash[slot]].pos == old[below].pos && nw[hash[slot]].parent == np))
                 slot = (slot + 1) & (hcap - 1);
             if (hash[slot] < 0) {
-                nw[n_new] = (struct gm_node){old[below].pos, np};
+                nw[n_new] = (struct gm_node){old[below].pos, np, old[below].depth};
                 hash[slot] = n_new++;
             }
             remap[below] = hash[slot];
@@ -909,6 +914,7 @@ bool grammar_matcher_truncate(struct grammar_matcher *m, int32_t cut, struct gm_
 {
     const struct gm_state c = m->cur;
     *to = (struct gm_state){.begin = m->n_tops, .end = m->n_tops, .next = c.next};
+    m->cut_depth = m->nodes[cut].depth;
     /* the frames between the tops and the cut: few (the common frame is near the tops) */
     enum { MAP = 1024 };
     int32_t map_old[MAP], map_new[MAP];

@@ -17,8 +17,9 @@
  *
  * Bounds: a grammar has at most GRAMMAR_MAX_ELEMS elements and GRAMMAR_MAX_RULES rules (the
  * builder fails past them: a request's schema that large is refused, not compiled); a matcher
- * holds at most GRAMMAR_MAX_STACKS stacks at once (more: an ambiguous grammar; the byte is
- * refused with the matcher marked failed, never a silent truncation).
+ * holds at most GRAMMAR_MAX_STACKS stacks at once (more: an ambiguous grammar) of at most
+ * GRAMMAR_MAX_DEPTH frames (more: output nested that deep through a recursive rule); past either
+ * the byte is refused with the matcher marked failed, never a silent truncation.
  *
  * Not here: JSON Schema (grammar_json.c), the vocabulary and token masks (token_mask.c).
  * A finished grammar is immutable and reference-counted: any thread may match it.
@@ -47,6 +48,7 @@ enum {
     GRAMMAR_MAX_ELEMS = 1 << 18,
     GRAMMAR_MAX_RULES = 1 << 16,
     GRAMMAR_MAX_STACKS = 512,
+    GRAMMAR_MAX_DEPTH = 4096, /* frames in one stack: output nested past it fails the matcher */
 };
 
 /* A set of byte values. */
@@ -119,6 +121,7 @@ bool grammar_same(const struct grammar *a, const struct grammar *b);
 enum { GM_BOUNDARY = -2 };
 struct gm_node {
     int32_t pos, parent;
+    int32_t depth; /* frames from the bottom (1 for a bottom frame) */
 };
 /* A set of stacks: their top frames tops[begin..end) in the matcher's buffer; accept: the input
  * so far is a whole sentence; exposed (truncated states only): a stack popped through the cut, so
@@ -136,6 +139,8 @@ struct grammar_matcher {
     int32_t n_tops, cap_tops;
     struct gm_state cur;        /* the state after the bytes accepted so far */
     bool failed;                /* a bound was hit (too ambiguous, out of memory): nothing more is accepted */
+    int32_t cut_depth;          /* the depth of the last grammar_matcher_truncate's cut (frames above it count from
+                                   there, so the depth bound holds in truncated walks too) */
     /* compaction scratch */
     int32_t *remap;             /* (cap_nodes) */
     int32_t cap_remap;

@@ -369,6 +369,11 @@ static int32_t dfa_step(struct token_mask *tm, int32_t sid, uint8_t b)
             d->failed = true;
         if (!fresh) /* known (or failed): the frames just made are not needed */
             grammar_matcher_rewind(&tm->m, mk);
+    } else if (tm->m.failed) {
+        /* a continuation past the matcher's bounds (too deep, too ambiguous): that path is cut, the
+         * state itself is fine (compute starts only from a matcher that has not failed) */
+        tm->m.failed = false;
+        grammar_matcher_rewind(&tm->m, mk);
     }
     d->s[sid].next[b] = nx;
     return nx;
@@ -515,6 +520,11 @@ static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, siz
  * or a bounded string whose repetition frame is the only one the stacks share). */
 enum { TM_DEEPEN_NODES = 20000, TM_DEEPEN_MAX = 6 };
 
+/* Cuts deeper than this many frames below GRAMMAR_MAX_DEPTH key their depth too: a token (<= 128 bytes,
+ * a few frames a byte) could reach the bound from there, so the part above the cut is not the same
+ * at every depth. */
+enum { TM_DEPTH_MARGIN = 2048 };
+
 static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w, bool *deepen)
 {
     *deepen = false;
@@ -523,6 +533,13 @@ static enum status truncated_part(struct token_mask *tm, int32_t cut, size_t w, 
     size_t kn = 0;
     if (!grammar_matcher_truncate(&tm->m, cut, &tr) || !tm_key(tm, &tr, &kn))
         return STATUS_NOMEM;
+    if (kn + 1 > tm->key_cap) {
+        int32_t *k = realloc(tm->key, (kn + 1) * 2 * sizeof *k);
+        if (!k)
+            return STATUS_NOMEM;
+        tm->key = k, tm->key_cap = (kn + 1) * 2;
+    }
+    tm->key[kn++] = tm->m.cut_depth > GRAMMAR_MAX_DEPTH - TM_DEPTH_MARGIN ? tm->m.cut_depth : 0;
     tm->n_exposed = 0;
     for (int i = 0; i < TOKEN_MASK_CACHE; i++) {
         struct token_mask_entry *e = &tm->tcache[i];
@@ -644,8 +661,8 @@ enum status token_mask_compute(struct token_mask *tm, struct err *err)
 {
     const size_t w = mask_words(tm->tv->vocab);
     if (tm->m.failed)
-        return err_set(err, STATUS_INVALID, "grammar: the output is too ambiguous to follow (more than %d ways)",
-                       GRAMMAR_MAX_STACKS);
+        return err_set(err, STATUS_INVALID, "grammar: the output is past the matcher's bounds (more than %d ways to "
+                       "read it, or nested deeper than %d frames)", GRAMMAR_MAX_STACKS, GRAMMAR_MAX_DEPTH);
     size_t kn = 0;
     if (!tm_key(tm, &tm->m.cur, &kn))
         return err_set(err, STATUS_NOMEM, "token masks: out of memory");
@@ -665,8 +682,8 @@ enum status token_mask_compute(struct token_mask *tm, struct err *err)
     if (st)
         return err_set(err, STATUS_NOMEM, "token masks: out of memory");
     if (tm->m.failed)
-        return err_set(err, STATUS_INVALID, "grammar: the output is too ambiguous to follow (more than %d ways)",
-                       GRAMMAR_MAX_STACKS);
+        return err_set(err, STATUS_INVALID, "grammar: the output is past the matcher's bounds (more than %d ways to "
+                       "read it, or nested deeper than %d frames)", GRAMMAR_MAX_STACKS, GRAMMAR_MAX_DEPTH);
     if (grammar_matcher_can_end(&tm->m))
         for (int i = 0; i < tm->tv->n_eos; i++)
             tm->bits[tm->tv->eos[i] >> 5] |= 1u << (tm->tv->eos[i] & 31);

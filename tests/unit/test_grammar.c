@@ -202,6 +202,18 @@ static void test_matcher_ambiguity_bound(void **state)
     assert_int_equal(grammar_matcher_init(&m, g, NULL), STATUS_OK);
     assert_false(grammar_matcher_accept_bytes(&m, (const uint8_t *)"a", 1));
     assert_true(m.failed);
+    grammar_matcher_free(&m);
+    grammar_put(g);
+    /* nesting: any JSON object, arrays inside arrays until the stack passes GRAMMAR_MAX_DEPTH frames */
+    struct grammar_json_part any = {0};
+    assert_int_equal(grammar_json_compile(&any, 1, NULL, &g, NULL), STATUS_OK);
+    assert_int_equal(grammar_matcher_init(&m, g, NULL), STATUS_OK);
+    assert_true(grammar_matcher_accept_bytes(&m, (const uint8_t *)"{\"a\":", 5));
+    int depth = 0;
+    while (depth < GRAMMAR_MAX_DEPTH && grammar_matcher_accept_bytes(&m, (const uint8_t *)"[", 1))
+        depth++;
+    assert_true(depth > 100 && depth < GRAMMAR_MAX_DEPTH); /* a few frames a level */
+    assert_true(m.failed);
     assert_false(grammar_matcher_accept_bytes(&m, (const uint8_t *)"x", 1)); /* failed stays failed */
     grammar_matcher_free(&m);
     grammar_put(g);

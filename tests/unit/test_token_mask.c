@@ -368,9 +368,43 @@ static void test_token_bytes(void **state)
     vocab_free(&v);
 }
 
+/* At the nesting bound the mask cuts the tokens that would nest deeper; the request goes on. */
+static void test_depth_bound(void **state)
+{
+    (void)state;
+    struct vocab v;
+    vocab_load(&v, "models/moeserve-tiny/tokenizer.json", true);
+    struct grammar *g = NULL;
+    struct grammar_json_part any = {0};
+    assert_int_equal(grammar_json_compile(&any, 1, NULL, &g, NULL), STATUS_OK);
+    struct grammar_matcher probe;
+    assert_int_equal(grammar_matcher_init(&probe, g, NULL), STATUS_OK);
+    assert_true(grammar_matcher_accept_bytes(&probe, (const uint8_t *)"{\"a\":", 5));
+    int levels = 0;
+    while (grammar_matcher_accept_bytes(&probe, (const uint8_t *)"[", 1))
+        levels++;
+    grammar_matcher_free(&probe);
+    struct token_mask tm;
+    assert_int_equal(token_mask_init(&tm, &v.tv, g, NULL), STATUS_OK);
+    grammar_put(g);
+    assert_true(grammar_matcher_accept_bytes(&tm.m, (const uint8_t *)"{\"a\":", 5));
+    for (int i = 0; i < levels; i++)
+        assert_true(grammar_matcher_accept_bytes(&tm.m, (const uint8_t *)"[", 1));
+    struct err err = {0};
+    assert_int_equal(token_mask_compute(&tm, &err), STATUS_OK);
+    int32_t open = tokenizer_token_id(v.tok, "["), close = tokenizer_token_id(v.tok, "]");
+    assert_true(open >= 0 && close >= 0);
+    assert_false(token_mask_allows(&tm, open));
+    assert_true(token_mask_allows(&tm, close));
+    assert_false(tm.m.failed);
+    assert_int_equal(token_mask_accept(&tm, close, &err), STATUS_OK);
+    token_mask_free(&tm);
+    vocab_free(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_tiny), cmocka_unit_test(test_qwen3),
-                                       cmocka_unit_test(test_token_bytes)};
+                                       cmocka_unit_test(test_token_bytes), cmocka_unit_test(test_depth_bound)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
