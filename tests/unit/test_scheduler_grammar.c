@@ -1,0 +1,209 @@
+/* test_scheduler_grammar.c — grammar-constrained requests through the scheduler (tiny model, its
+ * tokenizer): every answer parses as JSON and fits its schema, ends with SCHED_FINISH_STOP when the
+ * grammar is complete (the end-of-sequence id is not published), max_new still cuts; under a KV
+ * cache too small for the load (preemption and recomputation), each request's tokens equal the
+ * same request run alone (batch-invariant CPU backend): the matcher's state survives preemption.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/log.h"
+#include "engine/grammar_json.h"
+#include "engine/scheduler.h"
+#include "engine/token_mask.h"
+#include "format/tokenizer.h"
+
+static char g_src[4096];
+
+static const char *SCHEMA =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},\"n\":{\"type\":\"integer\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"yy\"]},\"maxItems\":2},\"ok\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"name\",\"n\",\"tags\",\"ok\"],\"additionalProperties\":false}";
+
+struct fixture {
+    struct model_session s;
+    struct tokenizer *tok;
+    struct token_vocab tv;
+    struct grammar *g;
+};
+
+static void fixture_open(struct fixture *f, int max_seqs, int kv_blocks)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/models/moeserve-tiny", g_src);
+    struct session_opts so = {.max_seqs = max_seqs, .max_tokens = 64, .block_size = 16,
+                              .max_context = kv_blocks / max_seqs * 16, .batch_invariant = true};
+    struct err err = {0};
+    if (model_session_open(&f->s, path, &so, &err))
+        fail_msg("%s", err.msg);
+    snprintf(path, sizeof path, "%s/models/moeserve-tiny/tokenizer.json", g_src);
+    assert_int_equal(tokenizer_load(&f->tok, path, &err), STATUS_OK);
+    int32_t eos[8];
+    for (int i = 0; i < f->s.desc.n_eos; i++)
+        eos[i] = f->s.desc.eos_ids[i];
+    assert_int_equal(token_vocab_init(&f->tv, f->tok, eos, f->s.desc.n_eos, &err), STATUS_OK);
+    assert_int_equal(grammar_json_compile_text(SCHEMA, strlen(SCHEMA), NULL, &f->g, &err), STATUS_OK);
+}
+
+static void fixture_close(struct fixture *f)
+{
+    grammar_put(f->g);
+    token_vocab_free(&f->tv);
+    tokenizer_free(f->tok);
+    model_session_close(&f->s);
+}
+
+static struct sched_req *make_req(struct fixture *f, int seed, int n_prompt, int max_new)
+{
+    int32_t p[64];
+    uint32_t x = (uint32_t)seed * 2654435761u + 7u;
+    for (int i = 0; i < n_prompt; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = 10 + (int32_t)((x >> 8) % 4000);
+    }
+    struct sched_params sp = {.max_new = max_new, .top_logprobs = -1, .grammar = f->g, .grammar_vocab = &f->tv,
+                              .sampling = {.temperature = 1.0f, .top_p = 1, .seed = (uint64_t)seed}};
+    struct sched_req *r = NULL;
+    struct err err = {0};
+    if (sched_req_create(&r, p, n_prompt, &sp, &err))
+        fail_msg("%s", err.msg);
+    return r;
+}
+
+static void run(struct scheduler *sch, struct sched_req **r, int n)
+{
+    struct err err = {0};
+    for (int i = 0; i < n; i++)
+        if (scheduler_submit(sch, r[i], &err))
+            fail_msg("%s", err.msg);
+    for (int steps = 0;; steps++) {
+        assert_true(steps < 100000);
+        bool done = true;
+        for (int i = 0; i < n; i++) {
+            pthread_mutex_lock(&r[i]->mu);
+            done &= sched_req_finished(r[i]);
+            pthread_mutex_unlock(&r[i]->mu);
+        }
+        if (done)
+            break;
+        scheduler_step(sch);
+    }
+}
+
+/* The answer's text parses and has the schema's required keys with the right types. */
+static void check_answer(struct fixture *f, const struct sched_req *r)
+{
+    assert_int_equal(r->finish, SCHED_FINISH_STOP);
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(tokenizer_decode(f->tok, r->out_ids, (size_t)r->n_out, false, &text, &n, NULL), STATUS_OK);
+    struct json *j = NULL;
+    struct err err = {0};
+    if (json_parse(text, n, "answer", &j, &err))
+        fail_msg("not JSON (%s): %s", err.msg, text);
+    assert_true(json_is_string(json_get(j, "name")) && strlen(json_string(json_get(j, "name"))) <= 8 * 4);
+    assert_true(json_is_number(json_get(j, "n")));
+    assert_true(json_is_array(json_get(j, "tags")) && json_array_size(json_get(j, "tags")) <= 2);
+    assert_true(json_is_bool(json_get(j, "ok")));
+    json_free(j);
+    free(text);
+}
+
+static void test_answers_fit(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, 8, 512);
+    struct scheduler sch;
+    struct scheduler_opts o = {.max_context = 512};
+    struct err err = {0};
+    if (scheduler_init(&sch, &f.s, &o, &err))
+        fail_msg("%s", err.msg);
+    enum { N = 8 };
+    struct sched_req *r[N];
+    for (int i = 0; i < N; i++)
+        r[i] = make_req(&f, 100 + i, 12 + i, 400);
+    run(&sch, r, N);
+    for (int i = 0; i < N; i++) {
+        check_answer(&f, r[i]);
+        sched_req_put(r[i]);
+    }
+    /* max_new still cuts a grammar short: LENGTH, a live prefix */
+    struct sched_req *c = make_req(&f, 7, 10, 3);
+    run(&sch, &c, 1);
+    assert_int_equal(c->finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(c->n_out, 3);
+    sched_req_put(c);
+    scheduler_free(&sch);
+    fixture_close(&f);
+}
+
+static void test_preemption_keeps_state(void **state)
+{
+    (void)state;
+    enum { N = 8, NEW = 200 };
+    int32_t want[N][NEW];
+    int want_n[N];
+    struct fixture f;
+    /* alone: a roomy cache */
+    fixture_open(&f, 8, 512);
+    for (int i = 0; i < N; i++) {
+        struct scheduler sch;
+        struct scheduler_opts o = {.max_context = 256, .no_prefix_cache = true};
+        struct err err = {0};
+        if (scheduler_init(&sch, &f.s, &o, &err))
+            fail_msg("%s", err.msg);
+        struct sched_req *r = make_req(&f, 300 + i, 20 + i, NEW);
+        run(&sch, &r, 1);
+        want_n[i] = r->n_out;
+        memcpy(want[i], r->out_ids, (size_t)r->n_out * sizeof *r->out_ids);
+        sched_req_put(r);
+        scheduler_free(&sch);
+    }
+    fixture_close(&f);
+    /* together in 24 blocks of 16 tokens: preempted and recomputed */
+    fixture_open(&f, 8, 24);
+    struct scheduler sch;
+    struct scheduler_opts o = {.max_context = 256};
+    struct err err = {0};
+    if (scheduler_init(&sch, &f.s, &o, &err))
+        fail_msg("%s", err.msg);
+    struct sched_req *r[N];
+    for (int i = 0; i < N; i++)
+        r[i] = make_req(&f, 300 + i, 20 + i, NEW);
+    run(&sch, r, N);
+    struct scheduler_stats st;
+    scheduler_get_stats(&sch, &st);
+    assert_true(st.n_preemptions > 0);
+    int stops = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i]->n_out, want_n[i]);
+        assert_memory_equal(r[i]->out_ids, want[i], (size_t)want_n[i] * sizeof *r[i]->out_ids);
+        if (r[i]->finish == SCHED_FINISH_STOP) {
+            check_answer(&f, r[i]);
+            stops++;
+        }
+        sched_req_put(r[i]);
+    }
+    print_message("  %d of %d answers complete within %d tokens, %llu preemptions\n", stops, N, NEW,
+                  (unsigned long long)st.n_preemptions);
+    assert_true(stops >= N / 2);
+    scheduler_free(&sch);
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    log_set_level(LOG_LEVEL_WARN);
+    const char *src = getenv("MOESERVE_SRC");
+    snprintf(g_src, sizeof g_src, "%s", src ? src : ".");
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_answers_fit), cmocka_unit_test(test_preemption_keeps_state)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
