@@ -26,6 +26,8 @@ void forward_dp_free(struct forward *f)
     free(dp->place);
     free(dp->local_seq);
     free(dp->seqs);
+    free(dp->lseqs);
+    free(dp->places);
     free(dp->owner);
     free(dp);
     f->dp = NULL;
@@ -48,10 +50,12 @@ enum status forward_dp_init(struct forward *f, struct err *err)
     dp->place = malloc(T * sizeof(int32_t));
     dp->local_seq = malloc((size_t)f->max_seqs * sizeof(int32_t));
     dp->seqs = calloc((size_t)f->max_seqs, sizeof *dp->seqs);
+    dp->lseqs = calloc((size_t)f->max_seqs, sizeof *dp->lseqs);
+    dp->places = malloc((size_t)f->max_seqs * (size_t)f->kv->pool_blocks * sizeof *dp->places);
     dp->owner = malloc((size_t)f->kv->n_blocks * sizeof *dp->owner);
     float *zeros = calloc(T * D, sizeof(float));
     bool ok = dp->tokens && dp->pos && dp->seq && dp->logit_rows && dp->place && dp->local_seq && dp->seqs &&
-              dp->owner && zeros;
+              dp->lseqs && dp->places && dp->owner && zeros;
     for (int i = 0; ok && i < f->kv->n_blocks; i++)
         dp->owner[i] = -1;
     if (!ok) {
@@ -139,8 +143,28 @@ enum status forward_dp_split(struct forward *f, const struct forward_batch **pb,
             return err_set(err, STATUS_INVALID, "data-parallel attention: sequence %d of the pass has rank %d of %d",
                            s, r, N);
         dp->local_seq[s] = r == me ? n_local_seqs : -1;
-        if (r == me)
-            dp->seqs[n_local_seqs++] = b->seqs[s];
+        if (r != me)
+            continue;
+        const struct kv_seq *ks = b->seqs[s];
+        struct kv_seq *ls = &dp->lseqs[n_local_seqs];
+        *ls = *ks;
+        if (f->kv->n_pools > 1) { /* its blocks as places in this rank's pool, which must hold them all */
+            if (ks->n_blocks > f->kv->pool_blocks)
+                return err_set(err, STATUS_INVALID, "data-parallel attention: sequence %d holds %d blocks, more "
+                               "than a rank's pool (%d)", s, ks->n_blocks, f->kv->pool_blocks);
+            ls->blocks = dp->places + (size_t)n_local_seqs * (size_t)f->kv->pool_blocks;
+            for (int j = 0; j < ks->n_blocks; j++) {
+                if (ks->blocks[j] < 0 || ks->blocks[j] >= f->kv->n_blocks)
+                    return err_set(err, STATUS_INVALID, "data-parallel attention: sequence %d names block %d of %d",
+                                   s, ks->blocks[j], f->kv->n_blocks);
+                if (kv_block_pool(f->kv, ks->blocks[j]) != me)
+                    return err_set(err, STATUS_INVALID, "data-parallel attention: sequence %d's block %d is in "
+                                   "rank %d's pool, not rank %d's", s, ks->blocks[j],
+                                   kv_block_pool(f->kv, ks->blocks[j]), me);
+                ls->blocks[j] = kv_block_place(f->kv, ks->blocks[j]);
+            }
+        }
+        dp->seqs[n_local_seqs++] = ls;
     }
     int n = 0;
     for (int i = 0; i < b->n_tokens; i++) {

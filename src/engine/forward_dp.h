@@ -13,9 +13,10 @@
  * Rank 0 assigns each new sequence a rank (forward_dp_assign): where its first rows start past
  * position 0 (a cached prefix), the rank that wrote that prefix's first block; else the rank with
  * the fewest of the step's sequences (then tokens), so that a decode step's sequences spread evenly.
- * The assignment stays with the sequence (kv_seq.attn_rank) until it is released. Not done here:
- * per-rank KV block pools (each rank's cache has the whole block space; it writes and reads only
- * its sequences' blocks).
+ * The assignment stays with the sequence (kv_seq.attn_rank) until it is released. With the KV
+ * cache in pools, one a rank (kv_cache_init_pools: what the session makes), the pool a sequence's
+ * blocks come from is its rank, given when it first reserves (the scheduler's admission), and each
+ * rank's memory holds its pool only: forward_dp_split turns block ids into places in the pool.
  *
  * defines: struct forward_dp, forward_dp_init(), forward_dp_free(), forward_dp_assign(), forward_dp_split()
  */
@@ -34,7 +35,9 @@ struct forward_dp {
     int32_t *logit_rows;         /* (max_tokens) the pass's logit rows as places in xg */
     int32_t *place;              /* (max_tokens) each batch row's place in xg */
     int32_t *local_seq;          /* (max_seqs) a pass sequence's index among this rank's, or -1 */
-    struct kv_seq **seqs;        /* (max_seqs) this rank's sequences of the pass (borrowed) */
+    struct kv_seq **seqs;        /* (max_seqs) this rank's sequences of the pass: views of lseqs */
+    struct kv_seq *lseqs;        /* (max_seqs) its sequences with their blocks as places in its pool */
+    int32_t *places;             /* (max_seqs, kv pool_blocks) lseqs' block tables */
     int16_t *owner;              /* (kv n_blocks) rank 0: the rank that wrote each block, -1 none */
     struct forward_batch local;  /* this rank's part of the pass; its logit rows (all of the pass's)
                                     as places in xg, its tokens_out and sample the pass's */

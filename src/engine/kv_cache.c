@@ -57,7 +57,7 @@ uint64_t kv_cache_bytes(const struct model_desc *d, enum kv_dtype latent, int n_
 static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_desc *d, int l, struct err *err)
 {
     struct paged_latent *p = &kv->latent[l];
-    size_t slots = ((size_t)kv->n_blocks + 1) * (size_t)kv->block_size; /* + the pad block */
+    size_t slots = ((size_t)kv->pool_blocks + 1) * (size_t)kv->block_size; /* + the pad block */
     p->block_size = kv->block_size;
     p->kv_rank = d->kv_lora_rank;
     p->rope_dim = d->qk_rope_head_dim;
@@ -73,37 +73,48 @@ static enum status kv_cache_init_latent(struct kv_cache *kv, const struct model_
     if (!p->latent || (p->index_dim && !p->index_k))
         return err_set(err, STATUS_NOMEM,
                        "KV cache: cannot allocate %d blocks x %d tokens of MLA latent (%.1f MiB for layer %d) on %s",
-                       kv->n_blocks, kv->block_size, (double)bytes / 1048576.0, l, kv->be->ops->name);
+                       kv->pool_blocks, kv->block_size, (double)bytes / 1048576.0, l, kv->be->ops->name);
     return STATUS_OK;
 }
 
 enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct model_desc *d,
                           enum kv_dtype latent, int n_blocks, int block_size, struct err *err)
 {
+    return kv_cache_init_pools(kv, be, d, latent, n_blocks, block_size, 1, err);
+}
+
+enum status kv_cache_init_pools(struct kv_cache *kv, struct backend *be, const struct model_desc *d,
+                                enum kv_dtype latent, int n_blocks, int block_size, int n_pools, struct err *err)
+{
     memset(kv, 0, sizeof *kv);
     kv->latent_dtype = latent;
     if (n_blocks < 1 || block_size < 1)
         return err_set(err, STATUS_INVALID, "KV cache: %d blocks of %d tokens is not a cache", n_blocks,
                        block_size);
+    if (n_pools < 1 || n_blocks % n_pools)
+        return err_set(err, STATUS_INVALID, "KV cache: %d blocks do not split into %d pools", n_blocks, n_pools);
     kv->be = be;
     kv->n_layers = d->n_layers;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    kv->pad_block = n_blocks;
+    kv->n_pools = n_pools;
+    kv->pool_blocks = n_blocks / n_pools;
+    kv->pad_block = kv->pool_blocks; /* a place in memory, past every pool's blocks */
     kv->layers = calloc((size_t)d->n_layers, sizeof *kv->layers);
     kv->free_ids = malloc((size_t)n_blocks * sizeof *kv->free_ids);
     kv->refs = calloc((size_t)n_blocks, sizeof *kv->refs);
+    kv->n_free_pool = calloc((size_t)n_pools, sizeof *kv->n_free_pool);
     bool mla = false;
     for (int l = 0; l < d->n_layers; l++)
         mla |= d->layers[l].attn == ATTN_MLA;
     if (mla)
         kv->latent = calloc((size_t)d->n_layers, sizeof *kv->latent);
-    if (!kv->layers || !kv->free_ids || !kv->refs || (mla && !kv->latent)) {
+    if (!kv->layers || !kv->free_ids || !kv->refs || !kv->n_free_pool || (mla && !kv->latent)) {
         kv_cache_free(kv);
         return err_set(err, STATUS_NOMEM, "KV cache: out of host memory");
     }
     size_t row = (size_t)d->n_kv_heads * (size_t)d->head_dim;
-    size_t bytes = ((size_t)n_blocks + 1) * (size_t)block_size * row * sizeof(float); /* + the pad block */
+    size_t bytes = ((size_t)kv->pool_blocks + 1) * (size_t)block_size * row * sizeof(float); /* + the pad block */
     for (int l = 0; l < d->n_layers; l++) {
         if (d->layers[l].attn == ATTN_MLA) {
             enum status st = kv_cache_init_latent(kv, d, l, err);
@@ -123,14 +134,39 @@ enum status kv_cache_init(struct kv_cache *kv, struct backend *be, const struct 
             kv_cache_free(kv);
             return err_set(err, STATUS_NOMEM,
                            "KV cache: cannot allocate %d blocks x %d tokens (%.1f MiB per layer) on %s",
-                           n_blocks, block_size, 2.0 * (double)bytes / 1048576.0, be->ops->name);
+                           kv->pool_blocks, block_size, 2.0 * (double)bytes / 1048576.0, be->ops->name);
         }
     }
-    /* hand out low block ids first: pop from the end of the stack */
-    for (int i = 0; i < n_blocks; i++)
-        kv->free_ids[i] = n_blocks - 1 - i;
+    /* hand out low block ids first: pop from the end of each pool's stack */
+    for (int p = 0; p < n_pools; p++) {
+        int32_t *stack = kv->free_ids + (size_t)p * (size_t)kv->pool_blocks;
+        for (int i = 0; i < kv->pool_blocks; i++)
+            stack[i] = (p + 1) * kv->pool_blocks - 1 - i;
+        kv->n_free_pool[p] = kv->pool_blocks;
+    }
     kv->n_free = n_blocks;
     return STATUS_OK;
+}
+
+int kv_cache_pool_free(const struct kv_cache *kv, int p)
+{
+    return kv->n_pools > 1 ? kv->n_free_pool[p] : kv->n_free;
+}
+
+int kv_cache_roomiest_pool(const struct kv_cache *kv)
+{
+    int best = 0;
+    for (int p = 1; p < kv->n_pools; p++)
+        if (kv->n_free_pool[p] > kv->n_free_pool[best])
+            best = p;
+    return best;
+}
+
+int kv_seq_room(const struct kv_cache *kv, const struct kv_seq *s)
+{
+    if (kv->n_pools <= 1)
+        return kv->n_free;
+    return kv->n_free_pool[s->attn_rank > 0 ? s->attn_rank - 1 : kv_cache_roomiest_pool(kv)];
 }
 
 void kv_cache_free(struct kv_cache *kv)
@@ -155,6 +191,7 @@ void kv_cache_free(struct kv_cache *kv)
     free(kv->layers);
     free(kv->free_ids);
     free(kv->refs);
+    free(kv->n_free_pool);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -172,8 +209,15 @@ void kv_block_ref(struct kv_cache *kv, int32_t id)
 void kv_block_unref(struct kv_cache *kv, int32_t id)
 {
     ASSERT(id >= 0 && id < kv->n_blocks && kv->refs[id] > 0);
-    if (--kv->refs[id] == 0)
-        kv->free_ids[kv->n_free++] = id;
+    if (--kv->refs[id] != 0)
+        return;
+    if (kv->n_pools > 1) {
+        const int p = kv_block_pool(kv, id);
+        kv->free_ids[(size_t)p * (size_t)kv->pool_blocks + (size_t)kv->n_free_pool[p]++] = id;
+    } else {
+        kv->free_ids[kv->n_free] = id;
+    }
+    kv->n_free++;
 }
 
 void kv_seq_release(struct kv_seq *s, struct kv_cache *kv)
@@ -203,6 +247,11 @@ static enum status kv_seq_grow(struct kv_seq *s, int need, struct err *err)
 enum status kv_seq_share(struct kv_seq *s, struct kv_cache *kv, const int32_t *ids, int n, struct err *err)
 {
     ASSERT(s->n_tokens == s->n_blocks * kv->block_size); /* appended blocks start a block */
+    if (kv->n_pools > 1 && n > 0) { /* the sequence goes where its prefix is */
+        const int p = kv_block_pool(kv, ids[0]);
+        ASSERT(s->attn_rank == 0 || s->attn_rank == p + 1);
+        s->attn_rank = p + 1;
+    }
     enum status st = kv_seq_grow(s, s->n_blocks + n, err);
     if (st)
         return st;
@@ -218,15 +267,22 @@ enum status kv_seq_reserve(struct kv_seq *s, struct kv_cache *kv, int n_tokens, 
     int need = (n_tokens + kv->block_size - 1) / kv->block_size;
     if (need <= s->n_blocks)
         return STATUS_OK;
-    if (need - s->n_blocks > kv->n_free)
+    const bool pools = kv->n_pools > 1;
+    const int p = pools ? (s->attn_rank > 0 ? s->attn_rank - 1 : kv_cache_roomiest_pool(kv)) : 0;
+    if (need - s->n_blocks > kv_cache_pool_free(kv, p))
         return err_set(err, STATUS_NOMEM,
-                       "KV cache full: %d tokens need %d more blocks of %d tokens, %d of %d free",
-                       n_tokens, need - s->n_blocks, kv->block_size, kv->n_free, kv->n_blocks);
+                       "KV cache full: %d tokens need %d more blocks of %d tokens, %d of %d free%s",
+                       n_tokens, need - s->n_blocks, kv->block_size, kv_cache_pool_free(kv, p),
+                       pools ? kv->pool_blocks : kv->n_blocks, pools ? " in the sequence's rank's pool" : "");
     enum status st = kv_seq_grow(s, need, err);
     if (st)
         return st;
+    if (pools)
+        s->attn_rank = p + 1;
+    int32_t *stack = kv->free_ids + (pools ? (size_t)p * (size_t)kv->pool_blocks : 0);
     while (s->n_blocks < need) {
-        int32_t id = kv->free_ids[--kv->n_free];
+        int32_t id = stack[pools ? --kv->n_free_pool[p] : kv->n_free - 1];
+        kv->n_free--;
         kv->refs[id] = 1;
         s->blocks[s->n_blocks++] = id;
     }
@@ -280,7 +336,7 @@ static void fill_rows(uint8_t *h, enum kv_dtype t, size_t n, int nq, int nr, uin
 static enum status fill_array(struct kv_cache *kv, void *dev, enum kv_dtype t, int nq, int nr, uint64_t *x,
                               struct err *err)
 {
-    size_t rb = kv_latent_row_bytes(t, nq, nr), slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
+    size_t rb = kv_latent_row_bytes(t, nq, nr), slots = (size_t)kv->pool_blocks * (size_t)kv->block_size;
     size_t per = (16u << 20) / rb + 1;
     uint8_t *h = malloc(per * rb);
     if (!h)

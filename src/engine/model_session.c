@@ -217,7 +217,17 @@ static enum status session_open(struct model_session *s, const char *dir, const 
     if (st)
         goto fail;
     int blocks_per_seq = (def.max_context + def.block_size - 1) / def.block_size;
-    st = kv_cache_init(&s->kv, &s->be, &s->local, latent, blocks_per_seq * def.max_seqs, def.block_size, err);
+    int n_blocks = blocks_per_seq * def.max_seqs, pools = 1;
+    if (s->shard.data_parallel_attention) {
+        /* a pool a rank, each the size one rank's cache would have (so that a request that fits the
+         * cache fits a pool): every rank's memory holds its own sequences only, and the ranks together
+         * hold ranks x as many */
+        pools = s->shard.size;
+        LOG_INFO("data-parallel attention: the KV cache in %d pools of %d blocks, one a rank's memory (%d blocks "
+                 "in all)", pools, n_blocks, n_blocks * pools);
+        n_blocks *= pools;
+    }
+    st = kv_cache_init_pools(&s->kv, &s->be, &s->local, latent, n_blocks, def.block_size, pools, err);
     if (st)
         goto fail;
     st = forward_init(&s->fwd, &s->local, &s->w, &s->be, &s->kv, def.max_tokens, def.max_seqs, err);

@@ -165,13 +165,25 @@ static int cmp_last_use(const void *a, const void *b, void *ctx)
 
 int prefix_cache_evict(struct prefix_cache *pc, int n)
 {
+    return prefix_cache_evict_pool(pc, n, -1);
+}
+
+/* Whether node i's block is in pool p (-1: any; a path's blocks are one sequence's, so one pool) */
+static bool in_pool(const struct prefix_cache *pc, int i, int p)
+{
+    return p < 0 || kv_block_pool(pc->kv, pc->nodes[i].block) == p;
+}
+
+int prefix_cache_evict_pool(struct prefix_cache *pc, int n, int pool)
+{
     int freed = 0;
     while (freed < n) {
         /* Evictable leaves, oldest first; their parents may become leaves,
          * so repeat until enough are freed or none is left. */
         int m = 0;
         for (int i = 0; i < pc->cap; i++)
-            if (node_used(pc, i) && pc->nodes[i].first_child < 0 && pc->kv->refs[pc->nodes[i].block] == 1)
+            if (node_used(pc, i) && pc->nodes[i].first_child < 0 && pc->kv->refs[pc->nodes[i].block] == 1 &&
+                in_pool(pc, i, pool))
                 pc->scratch[m++] = i;
         if (m == 0)
             break;
@@ -184,9 +196,14 @@ int prefix_cache_evict(struct prefix_cache *pc, int n)
 
 int prefix_cache_evictable(const struct prefix_cache *pc)
 {
+    return prefix_cache_evictable_pool(pc, -1);
+}
+
+int prefix_cache_evictable_pool(const struct prefix_cache *pc, int pool)
+{
     int n = 0;
     for (int i = 0; i < pc->cap; i++)
-        if (node_used(pc, i) && pc->kv->refs[pc->nodes[i].block] == 1)
+        if (node_used(pc, i) && pc->kv->refs[pc->nodes[i].block] == 1 && in_pool(pc, i, pool))
             n++;
     return n;
 }

@@ -17,7 +17,8 @@
  *
  * defines: struct prefix_cache, prefix_cache_init(), prefix_cache_free(),
  *          prefix_cache_match(), prefix_cache_insert(), prefix_cache_evict(),
- *          prefix_cache_evictable(), prefix_cache_clear()
+ *          prefix_cache_evictable(), prefix_cache_evict_pool(), prefix_cache_evictable_pool(),
+ *          prefix_cache_clear()
  */
 #ifndef MOESERVE_ENGINE_PREFIX_CACHE_H
 #define MOESERVE_ENGINE_PREFIX_CACHE_H
@@ -66,5 +67,8 @@ int prefix_cache_evict(struct prefix_cache *pc, int n);
 
 /* Blocks that only the tree holds (what prefix_cache_evict could free). */
 int prefix_cache_evictable(const struct prefix_cache *pc);
+/* The same within the KV cache's pool `pool` (kv_cache.h: data-parallel attention's; -1: any). */
+int prefix_cache_evict_pool(struct prefix_cache *pc, int n, int pool);
+int prefix_cache_evictable_pool(const struct prefix_cache *pc, int pool);
 
 #endif

@@ -136,7 +136,7 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
         st = err_set(err, STATUS_INVALID,
                      "scheduler: %d sequences need a batch of at least %d tokens (the batch budget is %d)",
                      sch->o.max_seqs, sch->o.max_seqs, s->fwd.max_tokens);
-    else if ((long)s->kv.n_blocks * s->kv.block_size < sch->o.max_context)
+    else if ((long)s->kv.pool_blocks * s->kv.block_size < sch->o.max_context)
         st = err_set(err, STATUS_INVALID,
                      "scheduler: the KV cache (%d blocks of %d tokens) cannot hold one request of %d tokens",
                      s->kv.n_blocks, s->kv.block_size, sch->o.max_context);
@@ -314,13 +314,24 @@ static void end_cancelled(struct scheduler *sch)
     }
 }
 
-/* Makes n blocks free, evicting cached ones if needed. */
-static bool ensure_free(struct scheduler *sch, int n)
+/* Makes n blocks free in the KV cache's pool p (0 with one pool; data-parallel attention: a rank's,
+ * kv_cache.h), evicting cached ones of that pool if needed. */
+static bool ensure_free(struct scheduler *sch, int p, int n)
 {
     struct kv_cache *kv = &sch->s->kv;
-    if (kv->n_free < n && pc_on(sch))
-        prefix_cache_evict(&sch->pc, n - kv->n_free);
-    return kv->n_free >= n;
+    if (kv_cache_pool_free(kv, p) < n && pc_on(sch))
+        prefix_cache_evict_pool(&sch->pc, n - kv_cache_pool_free(kv, p), kv->n_pools > 1 ? p : -1);
+    return kv_cache_pool_free(kv, p) >= n;
+}
+
+/* The pool of r's sequence: its own, else where its cached prefix is, else the roomiest. */
+static int seq_pool(const struct kv_cache *kv, const struct kv_seq *s, const int32_t *match, int n_match)
+{
+    if (kv->n_pools <= 1)
+        return 0;
+    if (s->attn_rank > 0)
+        return s->attn_rank - 1;
+    return n_match > 0 ? kv_block_pool(kv, match[0]) : kv_cache_roomiest_pool(kv);
 }
 
 static int blocks_for(int tokens, int bs)
@@ -355,15 +366,27 @@ static void admit(struct scheduler *sch)
         int n_match = pc_on(sch) && !r->p.prompt_logprobs
                           ? prefix_cache_match(&sch->pc, r->tokens, (r->n_tokens - 1) / bs, sch->match)
                           : 0;
+        /* pools (data-parallel attention): a sequence's blocks are one rank's, the prefix's first
+         * block's pool; a cached path whose later blocks another rank wrote is cut there */
+        for (int i = 1; kv->n_pools > 1 && i < n_match; i++)
+            if (kv_block_pool(kv, sch->match[i]) != kv_block_pool(kv, sch->match[0]))
+                n_match = i;
+        const int pool = seq_pool(kv, &r->seq, sch->match, n_match);
         int need = blocks_for(r->n_tokens, bs) - n_match;
-        int avail = kv->n_free;
+        int avail = kv_cache_pool_free(kv, pool);
         if (pc_on(sch)) {
-            avail += prefix_cache_evictable(&sch->pc);
+            avail += prefix_cache_evictable_pool(&sch->pc, kv->n_pools > 1 ? pool : -1);
             for (int i = 0; i < n_match; i++) /* ours once shared: not evictable */
                 avail -= kv->refs[sch->match[i]] == 1;
         }
-        /* keep a block per running sequence for its decode growth */
-        if (sch->n_running > 0 && need + sch->n_running > avail)
+        /* keep a block per running sequence (of the pool) for its decode growth */
+        int growing = sch->n_running;
+        if (kv->n_pools > 1) {
+            growing = 0;
+            for (int i = 0; i < sch->n_running; i++)
+                growing += sch->running[i]->seq.attn_rank == pool + 1;
+        }
+        if (sch->n_running > 0 && need + growing > avail)
             break;
         waiting_pop(sch);
         if (need > avail) { /* cannot happen: submit checked the size against the whole cache */
@@ -374,7 +397,9 @@ static void admit(struct scheduler *sch)
         enum status st = kv_seq_share(&r->seq, kv, sch->match, n_match, &err);
         if (!st) {
             r->n_computed = r->seq.n_tokens = n_match * bs;
-            ensure_free(sch, need);
+            if (kv->n_pools > 1)
+                r->seq.attn_rank = pool + 1;
+            ensure_free(sch, pool, need);
             st = kv_seq_reserve(&r->seq, kv, r->n_tokens, &err);
         }
         if (!st && r->admit_order == 0 && !(st = sampler_init(&r->smp, &r->p.sampling, sch->vocab, &err)))
@@ -446,13 +471,18 @@ static void build_batch(struct scheduler *sch, int *nt, int *ns, int *nl)
             continue;
         bool dropped = false;
         while (r->seq.n_blocks * kv->block_size <= r->n_computed) {
-            if (ensure_free(sch, 1)) {
+            const int pool = seq_pool(kv, &r->seq, NULL, 0);
+            if (ensure_free(sch, pool, 1)) {
                 if (kv_seq_reserve(&r->seq, kv, r->n_computed + 1, &err))
                     PANIC("scheduler: %s", err.msg); /* a block was free */
                 break;
             }
-            /* the newest sequence is at the end and not in the batch yet (we go oldest first) */
-            struct sched_req *victim = sch->running[sch->n_running - 1];
+            /* the newest sequence is at the end and not in the batch yet (we go oldest first); with
+             * pools, the newest of r's pool (another's blocks would not help) */
+            int v = sch->n_running - 1;
+            while (kv->n_pools > 1 && v > 0 && sch->running[v] != r && sch->running[v]->seq.attn_rank != pool + 1)
+                v--;
+            struct sched_req *victim = sch->running[v];
             preempt(sch, victim);
             if (victim == r) {
                 dropped = true;
@@ -867,9 +897,9 @@ enum status scheduler_submit(struct scheduler *sch, struct sched_req *r, struct 
         return err_set(err, STATUS_INVALID,
                        "%d prompt tokens + %d new tokens exceed the context of %d tokens", r->n_prompt,
                        r->p.max_new, sch->o.max_context);
-    if (blocks_for((int)total, bs) > sch->s->kv.n_blocks)
+    if (blocks_for((int)total, bs) > sch->s->kv.pool_blocks)
         return err_set(err, STATUS_INVALID, "%ld tokens need more KV blocks than the cache has (%d)", total,
-                       sch->s->kv.n_blocks);
+                       sch->s->kv.pool_blocks);
     pthread_mutex_lock(&sch->mu);
     if (sch->stopping) {
         pthread_mutex_unlock(&sch->mu);
