@@ -160,6 +160,20 @@ if grep -q "MOESERVE_CUDA_FORCE: the cuda backend has no kernel \"nope\"" <<<"$o
 out=$(MOESERVE_CUDA_FORCE=moe_experts@2-8:moe_pair_decode "$bin" plan --profile h200 --weights nvfp4 2>&1)
 if grep -qE "^moe_experts +2-8 +nvfp4 +moe_pair_decode >" <<<"$out"; then ok "MOESERVE_CUDA_FORCE shows in the plan"; else bad "force not in the plan: $(grep '^moe_experts' <<<"$out" | head -3)"; fi
 
+# the decode graph sizes a server of --max-seqs N captures (plan/plan_graphs.c), table and JSON
+out=$("$bin" plan --profile h200 --max-seqs 128 2>&1)
+want="decode graphs (--max-seqs 128): 15 batch sizes, 1 2 4 8 16 24 32 40 48 56 64 80 96 112 128;"
+if grep -qF -- "$want" <<<"$out"; then ok "decode graph sizes for --max-seqs 128"; else bad "decode graph sizes: $(grep 'decode graphs' <<<"$out")"; fi
+out=$("$bin" plan --profile h200 --json 2>&1)
+if tr -d ' \n\t' <<<"$out" | grep -qF '"decode_graphs":{"max_seqs":64,"batch_sizes":[1,2,4,8,16,24,32,40,48,56,64]}'; then
+    ok "decode graph sizes in the JSON (default --max-seqs 64)"
+else
+    bad "decode graph sizes in the JSON: $(tr -d ' \n\t' <<<"$out" | grep -oE '"decode_graphs":[^}]*}')"
+fi
+out=$("$bin" plan --profile h200 --max-seqs 0 2>&1 >/dev/null)
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--max-seqs" <<<"$out"; then ok "plan --max-seqs 0 refused"; else bad "plan --max-seqs 0: exit $rc: $out"; fi
+
 # no --device/--profile: a CUDA-less build says so and suggests --profile; a GPU machine plans
 out=$("$bin" plan --json 2>&1 >/dev/null)
 rc=$?
