@@ -47,7 +47,9 @@ struct token_mask_entry {
     bool deepen;      /* tcache: too much is left to the whole state below this cut: cut one frame lower */
 };
 
-enum { TM_SHARED_N = 256 };
+/* 256 shared parts; a grammar past TM_SHARED_MAX_ELEMS elements is not shared, so that the entries'
+ * references cannot pin more than ~256 x 200 KB of client-chosen grammars. */
+enum { TM_SHARED_N = 256, TM_SHARED_MAX_ELEMS = 32768 };
 
 /* One shared part: the grammar it belongs to (a reference), the truncated state's key. */
 struct tm_shared_entry {
@@ -490,7 +492,7 @@ static bool shared_get(struct token_mask *tm, size_t kn, size_t w, bool *deepen)
 static void shared_put(struct token_mask *tm, const int32_t *key, size_t kn, size_t w, bool deepen)
 {
     struct token_mask_shared *sh = tm->tv->shared;
-    if (!sh)
+    if (!sh || grammar_n_elems(tm->m.g) > TM_SHARED_MAX_ELEMS)
         return;
     struct tm_shared_entry n = {.key = malloc(kn * sizeof *key), .key_len = kn, .bits = malloc(w * sizeof *tm->bits),
                                 .exposed = malloc((size_t)(tm->n_exposed ? tm->n_exposed : 1) * sizeof *tm->exposed),
