@@ -28,7 +28,6 @@ void forward_dp_free(struct forward *f)
     free(dp->seqs);
     free(dp->lseqs);
     free(dp->places);
-    free(dp->owner);
     free(dp);
     f->dp = NULL;
 }
@@ -52,12 +51,9 @@ enum status forward_dp_init(struct forward *f, struct err *err)
     dp->seqs = calloc((size_t)f->max_seqs, sizeof *dp->seqs);
     dp->lseqs = calloc((size_t)f->max_seqs, sizeof *dp->lseqs);
     dp->places = malloc((size_t)f->max_seqs * (size_t)f->kv->pool_blocks * sizeof *dp->places);
-    dp->owner = malloc((size_t)f->kv->n_blocks * sizeof *dp->owner);
     float *zeros = calloc(T * D, sizeof(float));
     bool ok = dp->tokens && dp->pos && dp->seq && dp->logit_rows && dp->place && dp->local_seq && dp->seqs &&
-              dp->lseqs && dp->places && dp->owner && zeros;
-    for (int i = 0; ok && i < f->kv->n_blocks; i++)
-        dp->owner[i] = -1;
+              dp->lseqs && dp->places && zeros;
     if (!ok) {
         free(zeros);
         forward_dp_free(f);
@@ -90,16 +86,9 @@ void forward_dp_assign(struct forward *f, const struct forward_batch *b)
     const int N = f->comm->size;
     int n_seqs[4096] = {0}, n_tok[4096] = {0};
     ASSERT(N <= 4096);
-    /* the first row of each sequence in the pass: past 0, its prefix is in the cache already */
-    int32_t *first = dp->local_seq; /* scratch here; forward_dp_split fills it anew */
-    for (int s = 0; s < b->n_seqs; s++)
-        first[s] = INT32_MAX;
-    for (int i = 0; i < b->n_tokens; i++) {
-        const int s = b->seq[i];
-        first[s] = b->pos[i] < first[s] ? b->pos[i] : first[s];
-        if (b->seqs[s]->attn_rank > 0)
-            n_tok[b->seqs[s]->attn_rank - 1]++;
-    }
+    for (int i = 0; i < b->n_tokens; i++)
+        if (b->seqs[b->seq[i]]->attn_rank > 0)
+            n_tok[b->seqs[b->seq[i]]->attn_rank - 1]++;
     for (int s = 0; s < b->n_seqs; s++)
         if (b->seqs[s]->attn_rank > 0)
             n_seqs[b->seqs[s]->attn_rank - 1]++;
@@ -107,24 +96,15 @@ void forward_dp_assign(struct forward *f, const struct forward_batch *b)
         struct kv_seq *ks = b->seqs[s];
         if (ks->attn_rank > 0)
             continue;
-        int r = -1;
-        if (first[s] > 0 && ks->n_blocks > 0)
-            r = dp->owner[ks->blocks[0]];
-        if (r < 0 || r >= N) {
-            r = 0;
-            for (int q = 1; q < N; q++)
-                if (n_seqs[q] < n_seqs[r] || (n_seqs[q] == n_seqs[r] && n_tok[q] < n_tok[r]))
-                    r = q;
-        }
+        int r = 0;
+        for (int q = 1; q < N; q++)
+            if (n_seqs[q] < n_seqs[r] || (n_seqs[q] == n_seqs[r] && n_tok[q] < n_tok[r]))
+                r = q;
         ks->attn_rank = r + 1;
         n_seqs[r]++;
         for (int i = 0; i < b->n_tokens; i++)
             n_tok[r] += b->seq[i] == s;
     }
-    /* the blocks a sequence holds are its rank's: a later sequence that shares them goes there too */
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int j = 0; j < b->seqs[s]->n_blocks; j++)
-            dp->owner[b->seqs[s]->blocks[j]] = (int16_t)(b->seqs[s]->attn_rank - 1);
 }
 
 enum status forward_dp_split(struct forward *f, const struct forward_batch **pb, struct err *err)

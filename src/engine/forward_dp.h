@@ -10,13 +10,12 @@
  * the last layer the residual rows are gathered once more for the lm_head, whose logit rows are
  * the gathered rows' places (rank r's k-th row is row r * t_max + k).
  *
- * Rank 0 assigns each new sequence a rank (forward_dp_assign): where its first rows start past
- * position 0 (a cached prefix), the rank that wrote that prefix's first block; else the rank with
- * the fewest of the step's sequences (then tokens), so that a decode step's sequences spread evenly.
- * The assignment stays with the sequence (kv_seq.attn_rank) until it is released. With the KV
- * cache in pools, one a rank (kv_cache_init_pools: what the session makes), the pool a sequence's
- * blocks come from is its rank, given when it first reserves (the scheduler's admission), and each
- * rank's memory holds its pool only: forward_dp_split turns block ids into places in the pool.
+ * A sequence's rank (kv_seq.attn_rank) is the KV cache pool its blocks come from (kv_cache_init_pools,
+ * one pool a rank: what the session makes), given when it first reserves (rank 0's scheduler admits
+ * it into the roomiest pool, or into its cached prefix's), and each rank's memory holds its pool
+ * only: forward_dp_split turns block ids into places in the pool. For a cache without pools, rank 0
+ * assigns each new sequence of a pass the rank with the fewest of the pass's sequences (then
+ * tokens) (forward_dp_assign).
  *
  * defines: struct forward_dp, forward_dp_init(), forward_dp_free(), forward_dp_assign(), forward_dp_split()
  */
@@ -38,7 +37,6 @@ struct forward_dp {
     struct kv_seq **seqs;        /* (max_seqs) this rank's sequences of the pass: views of lseqs */
     struct kv_seq *lseqs;        /* (max_seqs) its sequences with their blocks as places in its pool */
     int32_t *places;             /* (max_seqs, kv pool_blocks) lseqs' block tables */
-    int16_t *owner;              /* (kv n_blocks) rank 0: the rank that wrote each block, -1 none */
     struct forward_batch local;  /* this rank's part of the pass; its logit rows (all of the pass's)
                                     as places in xg, its tokens_out and sample the pass's */
 };
@@ -48,8 +46,8 @@ struct forward_dp {
 enum status forward_dp_init(struct forward *f, struct err *err);
 /* Safe when f->dp is NULL. */
 void forward_dp_free(struct forward *f);
-/* Rank 0: a rank for each sequence of b that has none (kv_seq.attn_rank), before the pass is sent;
- * nothing on other ranks or without data-parallel attention. */
+/* Rank 0: a rank for each sequence of b that has none (kv_seq.attn_rank; a cache without pools),
+ * before the pass is sent; nothing on other ranks or without data-parallel attention. */
 void forward_dp_assign(struct forward *f, const struct forward_batch *b);
 /* This rank's part of *b into f->dp->local, which *b then points to (what the forward runs from
  * there: its rows, and the pass's logit rows placed in xg), and t_max; an error where a sequence
