@@ -736,22 +736,17 @@ static void compact(struct grammar_matcher *m)
         hash[i] = -1;
     int32_t n_new = 0, n_tops = 0;
     for (int32_t i = m->cur.begin; i < m->cur.end; i++) {
-        /* the chain down to a copied frame, then copied bottom-up; the chain reuses nw's tail
-         * as scratch would collide, so walk twice instead */
-        int32_t id = m->tops[i];
-        for (;;) {
-            /* find the deepest frame of the chain not copied whose parent is copied (or none) */
-            int32_t x = id, below = -1;
-            while (x >= 0 && remap[x] < 0) {
-                int32_t p = old[x].parent;
-                if (p < 0 || remap[p] >= 0) {
-                    below = x;
-                    break;
-                }
-                x = p;
+        /* the stack's frames down to one already copied (or the bottom), then copied bottom-up */
+        int32_t id = m->tops[i], n_chain = 0;
+        for (int32_t x = id; x >= 0 && remap[x] < 0; x = old[x].parent) {
+            if (!grow32(m, (void **)&m->chain, &m->cap_chain, n_chain + 1, sizeof *m->chain)) {
+                free(nw);
+                return;
             }
-            if (below < 0)
-                break; /* the whole chain is copied */
+            m->chain[n_chain++] = x;
+        }
+        while (n_chain > 0) {
+            const int32_t below = m->chain[--n_chain];
             int32_t np = old[below].parent < 0 ? -1 : remap[old[below].parent];
             uint32_t h = ((uint32_t)old[below].pos * 2654435761u) ^ ((uint32_t)np * 40503u);
             int32_t slot = (int32_t)(h & (uint32_t)(hcap - 1));
@@ -798,6 +793,7 @@ void grammar_matcher_free(struct grammar_matcher *m)
     free(m->nodes);
     free(m->tops);
     free(m->remap);
+    free(m->chain);
     memset(m, 0, sizeof *m);
 }
 

@@ -142,8 +142,10 @@ struct grammar_matcher {
     int32_t cut_depth;          /* the depth of the last grammar_matcher_truncate's cut (frames above it count from
                                    there, so the depth bound holds in truncated walks too) */
     /* compaction scratch */
-    int32_t *remap;             /* (cap_nodes) */
+    int32_t *remap;             /* (cap_remap) old frame -> new, then a hash table */
     int32_t cap_remap;
+    int32_t *chain;             /* (cap_chain) one stack's frames not yet copied */
+    int32_t cap_chain;
 };
 enum status grammar_matcher_init(struct grammar_matcher *m, struct grammar *g, struct err *err);
 /* Safe on a zeroed matcher. */
