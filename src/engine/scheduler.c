@@ -900,6 +900,10 @@ enum status scheduler_submit(struct scheduler *sch, struct sched_req *r, struct 
     if (blocks_for((int)total, bs) > sch->s->kv.pool_blocks)
         return err_set(err, STATUS_INVALID, "%ld tokens need more KV blocks than the cache has (%d)", total,
                        sch->s->kv.pool_blocks);
+    const struct token_vocab *gv = r->p.grammar_vocab;
+    if (gv && (gv->n_logits > gv->vocab ? gv->n_logits : gv->vocab) < sch->vocab) /* masks cover every row */
+        return err_set(err, STATUS_INVALID, "the grammar's vocabulary (%d ids) is smaller than the model's rows (%d)",
+                       gv->n_logits > gv->vocab ? gv->n_logits : gv->vocab, sch->vocab);
     pthread_mutex_lock(&sch->mu);
     if (sch->stopping) {
         pthread_mutex_unlock(&sch->mu);

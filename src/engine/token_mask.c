@@ -77,9 +77,12 @@ static void shared_entry_clear(struct tm_shared_entry *e)
     memset(e, 0, sizeof *e);
 }
 
-static size_t mask_words(int vocab)
+/* Words of a mask: the model's rows where it pads its vocabulary (those bits stay 0), so a row's
+ * mask covers every logit a sampler looks at (sampler_sample_masked). */
+static size_t mask_words(const struct token_vocab *tv)
 {
-    return ((size_t)vocab + 31) / 32;
+    const int rows = tv->n_logits > tv->vocab ? tv->n_logits : tv->vocab;
+    return ((size_t)rows + 31) / 32;
 }
 
 void token_vocab_free(struct token_vocab *tv)
@@ -244,7 +247,7 @@ enum status token_mask_init(struct token_mask *tm, const struct token_vocab *tv,
     enum status st = grammar_matcher_init(&tm->m, g, err);
     if (st)
         return st;
-    size_t w = mask_words(tv->vocab);
+    size_t w = mask_words(tv);
     tm->bits = calloc(w, sizeof *tm->bits);
     tm->cache = calloc(TOKEN_MASK_CACHE, sizeof *tm->cache);
     tm->tcache = calloc(TOKEN_MASK_CACHE, sizeof *tm->tcache);
@@ -661,7 +664,7 @@ static enum status mask_walk(struct token_mask *tm, size_t w)
 
 enum status token_mask_compute(struct token_mask *tm, struct err *err)
 {
-    const size_t w = mask_words(tm->tv->vocab);
+    const size_t w = mask_words(tm->tv);
     if (tm->m.failed)
         return err_set(err, STATUS_INVALID, "grammar: the output is past the matcher's bounds (more than %d ways to "
                        "read it, or nested deeper than %d frames)", GRAMMAR_MAX_STACKS, GRAMMAR_MAX_DEPTH);

@@ -65,7 +65,8 @@ struct token_mask_dfa;
 struct token_mask {
     const struct token_vocab *tv; /* borrowed */
     struct grammar_matcher m;
-    uint32_t *bits;             /* ((vocab + 31) / 32) the mask token_mask_compute made: bit id = allowed */
+    uint32_t *bits;             /* ((max(vocab, n_logits) + 31) / 32) the mask token_mask_compute made: bit id =
+                                   allowed (ids past vocab: never) */
     int n_allowed;              /* ids set in bits */
     struct token_mask_entry *cache; /* (TOKEN_MASK_CACHE) masks by whole state, owned */
     struct token_mask_entry *tcache; /* (TOKEN_MASK_CACHE) by the state above its common frame, owned */

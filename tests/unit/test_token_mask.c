@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 
 #include "base/json.h"
 #include "engine/grammar_json.h"
+#include "engine/sampler.h"
 #include "engine/token_mask.h"
 #include "format/tokenizer.h"
 #include "server/api_format.h"
@@ -402,9 +404,44 @@ static void test_depth_bound(void **state)
     vocab_free(&v);
 }
 
+/* A checkpoint padding its vocabulary (Qwen3: 151936 rows, 151669 ids): the mask covers every row,
+ * the padding ids never allowed, a masked draw over the model's rows stays among the allowed ids. */
+static void test_padded_rows(void **state)
+{
+    (void)state;
+    struct vocab v;
+    vocab_load(&v, "models/moeserve-tiny/tokenizer.json", true);
+    const int rows = v.tv.vocab + 100;
+    v.tv.n_logits = rows;
+    struct grammar *g = compile("{\"type\":\"boolean\"}");
+    struct token_mask tm;
+    assert_int_equal(token_mask_init(&tm, &v.tv, g, NULL), STATUS_OK);
+    grammar_put(g);
+    assert_int_equal(token_mask_compute(&tm, NULL), STATUS_OK);
+    float *logits = malloc((size_t)rows * sizeof *logits);
+    for (int i = 0; i < rows; i++)
+        logits[i] = i >= v.tv.vocab ? 100.0f : 0.0f; /* the padding rows the likeliest */
+    token_mask_apply(&tm, logits);
+    for (int i = v.tv.vocab; i < rows; i++)
+        assert_true(logits[i] == -INFINITY && !token_mask_allows(&tm, i));
+    struct sampler_params sp = {.temperature = 1, .top_p = 1, .seed = 5};
+    struct sampler smp;
+    assert_int_equal(sampler_init(&smp, &sp, rows, NULL), STATUS_OK);
+    for (int k = 0; k < 20; k++) {
+        int32_t tok = -1;
+        assert_int_equal(sampler_sample_masked(&smp, logits, tm.bits, &tok, NULL), STATUS_OK);
+        assert_true(tok >= 0 && tok < v.tv.vocab && token_mask_allows(&tm, tok));
+    }
+    sampler_free(&smp);
+    free(logits);
+    token_mask_free(&tm);
+    vocab_free(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_tiny), cmocka_unit_test(test_qwen3),
-                                       cmocka_unit_test(test_token_bytes), cmocka_unit_test(test_depth_bound)};
+                                       cmocka_unit_test(test_token_bytes), cmocka_unit_test(test_depth_bound),
+                                       cmocka_unit_test(test_padded_rows)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
