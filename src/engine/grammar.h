@@ -24,15 +24,16 @@
  * Not here: JSON Schema (grammar_json.c), the vocabulary and token masks (token_mask.c).
  * A finished grammar is immutable and reference-counted: any thread may match it.
  *
- * defines: GRAMMAR_MAX_ELEMS, GRAMMAR_MAX_RULES, GRAMMAR_MAX_STACKS, struct gram_class,
- *          struct gram_builder, gram_builder_init(), gram_builder_free(), gram_rule(), gram_alt(),
- *          gram_push_bytes(), gram_push_class(), gram_push_ref(), gram_rule_bytes(), gram_repeat(),
- *          gram_class_range(), gram_class_add(), gram_builder_finish(), struct grammar, grammar_ref(),
- *          grammar_put(), grammar_n_rules(), grammar_fingerprint(), grammar_same(), grammar_prefix(),
- *          struct gm_node, struct gm_state, struct grammar_matcher,
- *          grammar_matcher_init(), grammar_matcher_free(), grammar_matcher_accept_bytes(),
- *          grammar_matcher_can_end(), grammar_matcher_done(), grammar_matcher_mark(),
- *          grammar_matcher_rewind(), grammar_matcher_step(), grammar_matcher_key()
+ * defines: GRAMMAR_MAX_ELEMS, GRAMMAR_MAX_RULES, GRAMMAR_MAX_STACKS, GRAMMAR_MAX_DEPTH, struct gram_class,
+ *          gram_class_range(), gram_class_has(), struct gram_builder, gram_builder_init(), gram_builder_free(),
+ *          gram_rule(), gram_alt(), gram_push_bytes(), gram_push_class(), gram_push_ref(), gram_rule_bytes(),
+ *          gram_repeat(), gram_builder_finish(), struct grammar, grammar_ref(), grammar_put(), grammar_n_rules(),
+ *          grammar_n_elems(), grammar_prefix(), grammar_fingerprint(), grammar_same(), GM_BOUNDARY,
+ *          struct gm_node, struct gm_state, struct grammar_matcher, grammar_matcher_init(),
+ *          grammar_matcher_free(), grammar_matcher_accept_bytes(), grammar_matcher_can_end(),
+ *          grammar_matcher_done(), struct gm_mark, grammar_matcher_mark(), grammar_matcher_rewind(),
+ *          grammar_matcher_step(), grammar_matcher_common_frame(), grammar_matcher_truncate(),
+ *          grammar_matcher_key()
  */
 #ifndef MOESERVE_ENGINE_GRAMMAR_H
 #define MOESERVE_ENGINE_GRAMMAR_H
