@@ -712,9 +712,6 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         return st;
     if (rq->echo && rq->stream)
         return bad(e, "echo", "'%s' with 'stream' is not supported: ask for the whole answer%s", "");
-    if (rq->stream && (rq->n > 1 || rq->n_more > 0))
-        return bad(e, rq->n > 1 ? "n" : "prompt", "several choices or prompts are answered whole: '%s' with 'stream' "
-                   "is not supported%s", "");
     const struct json *so = field(body, "stream_options");
     if (so) {
         if (!json_is_object(so))

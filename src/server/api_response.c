@@ -254,7 +254,7 @@ static void add_choice(struct json *choices, const struct api_result *r, bool ch
 char *api_result_json(const struct api_result *r, bool chunk)
 {
     struct json *root = header(r, chunk);
-    add_choice(json_add(root, "choices", json_new_array()), r, chunk, 0);
+    add_choice(json_add(root, "choices", json_new_array()), r, chunk, r->index);
     if (!chunk && r->has_usage)
         json_add(root, "usage", usage_object(r));
     return finish(root);

@@ -49,6 +49,7 @@ struct api_tool_call {
 
 struct api_result {
     enum api_kind kind;
+    int index;                  /* the choice's index (n, several prompts); 0 for one */
     const char *id;             /* "cmpl-..." / "chatcmpl-..." */
     const char *model;
     long created;               /* unix seconds */

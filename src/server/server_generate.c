@@ -5,6 +5,9 @@
  * end and answer with one JSON body, or answer 200 with an event stream whose
  * reader writes one "data: {chunk}" event per generated token, a last chunk
  * with finish_reason, the usage chunk when asked, and "data: [DONE]".
+ * Several choices (n) or prompts: one generation each, answered whole, or streamed as one
+ * event stream whose chunks each carry one choice (its index), every choice ending with its
+ * own finish_reason, then the usage once and [DONE] (struct several).
  *
  * Ownership: struct gen holds one reference on the sched_req; the stream's
  * response owns the gen (freed by its free callback, which libmicrohttpd calls
@@ -46,7 +49,10 @@ struct gen {
     int consumed;                   /* tokens pushed into ts */
     bool stop_string;               /* ts found a stop string; the request was cancelled */
     bool role_sent;                 /* chat stream: the first chunk with the role */
-    bool done;                      /* stream: [DONE] is in out */
+    bool done;                      /* stream: [DONE] is in out; a choice of several: its last chunk is */
+    bool errored;                   /* stream: an error event went out in place of the rest */
+    int choice;                     /* several choices streamed: this one's index */
+    const char *chunk_id;           /* several choices streamed: the one id every chunk carries, or NULL */
     /* the Responses API (API_RESPONSES) */
     char msg_id[48], rs_id[48];     /* its message and reasoning items */
     int seq;                        /* stream: the next event's sequence_number */
@@ -173,7 +179,8 @@ static void gen_logprobs(const struct gen *g, int from, int n, size_t text_offse
 
 static struct api_result gen_result(const struct gen *g)
 {
-    return (struct api_result){.kind = g->rq.kind, .id = g->id, .model = g->srv->o.model_name,
+    return (struct api_result){.kind = g->rq.kind, .index = g->choice, .id = g->chunk_id ? g->chunk_id : g->id,
+                               .model = g->srv->o.model_name,
                                .created = g->created, .text = "", .prompt_tokens = g->n_prompt,
                                .completion_tokens = g->consumed, .cached_tokens = g->req->n_cached};
 }
@@ -507,8 +514,8 @@ static bool stream_tokens(struct gen *g, int n)
             struct api_error e;
             api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s", err.msg);
             LOG_ERROR("request %s: %s", g->id, err.msg);
-            g->done = true;
-            return out_event(g, api_error_json(&e)) && out_put(g, "data: [DONE]\n\n", 14, "", 0);
+            g->done = g->errored = true;
+            return out_event(g, api_error_json(&e)) && (g->chunk_id || out_put(g, "data: [DONE]\n\n", 14, "", 0));
         }
         struct api_result res = gen_result(g);
         if (!gen_take(g, &res, false))
@@ -541,7 +548,8 @@ static void error_for_finish(enum sched_finish f, const char *msg, struct api_er
 }
 
 /* The final events: remaining text with finish_reason (or an error event),
- * the usage chunk if asked, then [DONE]. */
+ * the usage chunk if asked, then [DONE]. A choice of several (chunk_id set) ends with its
+ * finish_reason chunk: the usage and [DONE] are the whole stream's (several_produce). */
 static bool stream_end(struct gen *g)
 {
     struct sched_req *r = g->req;
@@ -560,6 +568,7 @@ static bool stream_end(struct gen *g)
             g->done = true;
             return resp_event(g, "error", ef);
         }
+        g->errored = true;
         if (!out_event(g, api_error_json(&e)))
             return false;
     } else {
@@ -577,6 +586,10 @@ static bool stream_end(struct gen *g)
         res.finish_reason = gen_finish_reason(g, f);
         if (!out_event(g, api_result_json(&res, true)))
             return false;
+        if (g->chunk_id) {
+            g->done = true;
+            return true;
+        }
         if (g->rq.include_usage) {
             res.has_usage = true;
             if (!out_event(g, api_usage_chunk_json(&res)))
@@ -584,12 +597,14 @@ static bool stream_end(struct gen *g)
         }
     }
     g->done = true;
-    return out_put(g, "data: [DONE]\n\n", 14, "", 0);
+    return g->chunk_id || out_put(g, "data: [DONE]\n\n", 14, "", 0);
 }
 
-/* Fills g->out with the next events, waiting for tokens if there are none. */
-static bool stream_produce(struct gen *g)
+/* What g can write now without waiting: its opening events, the tokens it has, or its end. *ready:
+ * something was written. False on no memory. */
+static bool stream_step(struct gen *g, bool *ready)
 {
+    *ready = true;
     if (g->rq.kind == API_RESPONSES && !g->role_sent) {
         g->role_sent = true;
         return resp_stream_start(g);
@@ -609,6 +624,18 @@ static bool stream_produce(struct gen *g)
         return stream_tokens(g, n);
     if (finished || g->stop_string)
         return stream_end(g);
+    *ready = false;
+    return true;
+}
+
+/* Fills g->out with the next events, waiting for tokens if there are none. */
+static bool stream_produce(struct gen *g)
+{
+    bool ready;
+    if (!stream_step(g, &ready))
+        return false;
+    if (ready)
+        return true;
     if (!gen_wait(g, g->consumed) && atomic_load(&g->srv->failed)) {
         struct api_error e;
         api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", g->srv->fail_msg);
@@ -652,6 +679,178 @@ static enum MHD_Result reply_stream(struct conn_ctx *cc, struct gen *g)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(cc->conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp); /* the connection holds it; stream_free runs when it is done */
+    metrics_count_request(&cc->srv->metrics, cc->ep, 200);
+    return ret;
+}
+
+/* ---- several choices (n) or prompts streamed: one event stream, each chunk one choice's ---- */
+
+struct several {
+    struct gen **gs;   /* (k) owned; choice c = prompt c / per, its (c % per)-th sample */
+    int k, per;
+    bool done;         /* [DONE] is in out */
+    char *out;         /* (out_cap) stream bytes not yet handed to libmicrohttpd */
+    size_t out_len, out_pos, out_cap;
+};
+
+/* Frees every choice (gen_free cancels those still running: a client that leaves cancels all). */
+static void several_free(struct several *s)
+{
+    if (!s)
+        return;
+    for (int c = 0; c < s->k; c++)
+        gen_free(s->gs[c]);
+    free(s->gs);
+    free(s->out);
+    free(s);
+}
+
+/* Moves g's pending bytes to the end of s->out. */
+static bool several_take(struct several *s, struct gen *g)
+{
+    size_t n = g->out_len - g->out_pos, need = s->out_len + n;
+    if (need > s->out_cap) {
+        size_t cap = s->out_cap ? s->out_cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        char *o = realloc(s->out, cap);
+        if (!o)
+            return false;
+        s->out = o, s->out_cap = cap;
+    }
+    memcpy(s->out + s->out_len, g->out + g->out_pos, n);
+    s->out_len = need;
+    g->out_len = g->out_pos = 0;
+    return true;
+}
+
+static bool several_put(struct several *s, const char *p, size_t n)
+{
+    struct gen *g = s->gs[0]; /* through choice 0's buffer, empty between takes */
+    return out_put(g, p, n, "", 0) && several_take(s, g);
+}
+
+/* The end: the usage chunk with include_usage (completion tokens of every choice, a prompt's tokens
+ * once), then [DONE]. */
+static bool several_end(struct several *s)
+{
+    struct gen *g0 = s->gs[0];
+    if (g0->rq.include_usage) {
+        struct api_result usage = gen_result(g0);
+        usage.prompt_tokens = usage.completion_tokens = usage.cached_tokens = 0;
+        for (int c = 0; c < s->k; c++) {
+            usage.completion_tokens += s->gs[c]->consumed;
+            if (c % s->per == 0) {
+                usage.prompt_tokens += s->gs[c]->n_prompt;
+                usage.cached_tokens += s->gs[c]->req->n_cached;
+            }
+        }
+        usage.has_usage = true;
+        char *j = api_usage_chunk_json(&usage);
+        if (!j)
+            return false;
+        bool ok = several_put(s, "data: ", 6) && several_put(s, j, strlen(j)) && several_put(s, "\n\n", 2);
+        free(j);
+        if (!ok)
+            return false;
+    }
+    s->done = true;
+    return several_put(s, "data: [DONE]\n\n", 14);
+}
+
+/* Fills s->out with every choice's events that are ready (in choice order), waiting when none is. An
+ * error in one choice ends the stream after its error event (the others are cancelled on free). */
+static bool several_produce(struct several *s)
+{
+    struct server *srv = s->gs[0]->srv;
+    for (;;) {
+        bool any = false, all_done = true;
+        for (int c = 0; c < s->k; c++) {
+            struct gen *g = s->gs[c];
+            if (g->done)
+                continue;
+            bool ready;
+            if (!stream_step(g, &ready) || !several_take(s, g))
+                return false;
+            if (g->errored) {
+                s->done = true;
+                return several_put(s, "data: [DONE]\n\n", 14);
+            }
+            any |= ready;
+            all_done &= g->done;
+        }
+        if (all_done)
+            return several_end(s);
+        if (any)
+            return true;
+        if (atomic_load(&srv->failed)) {
+            struct api_error e;
+            api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", srv->fail_msg);
+            s->done = true;
+            char *j = api_error_json(&e);
+            bool ok = j && several_put(s, "data: ", 6) && several_put(s, j, strlen(j)) && several_put(s, "\n\n", 2) &&
+                      several_put(s, "data: [DONE]\n\n", 14);
+            free(j);
+            return ok;
+        }
+        if (atomic_load(&srv->stopping) || server_client_gone(s->gs[0]->conn))
+            return false;
+        /* nothing ready: wait a slice on the first running choice (the scheduler steps the choices
+           together, so its next token comes with theirs) */
+        for (int c = 0; c < s->k; c++) {
+            struct gen *g = s->gs[c];
+            if (g->done)
+                continue;
+            struct sched_req *r = g->req;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 5 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_mutex_lock(&r->mu);
+            if (r->n_out <= g->consumed && !sched_req_finished(r))
+                pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+    }
+}
+
+static ssize_t several_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct several *s = cls;
+    while (s->out_pos == s->out_len) {
+        if (s->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        s->out_len = s->out_pos = 0;
+        if (!several_produce(s))
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left, or the server stops */
+    }
+    size_t n = s->out_len - s->out_pos < max ? s->out_len - s->out_pos : max;
+    memcpy(buf, s->out + s->out_pos, n);
+    s->out_pos += n;
+    return (ssize_t)n;
+}
+
+static void several_stream_free(void *cls)
+{
+    several_free(cls);
+}
+
+/* Answers 200 with the stream of s's choices (s is the response's from here on). */
+static enum MHD_Result reply_several_stream(struct conn_ctx *cc, struct several *s)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, several_read, s,
+                                                                  several_stream_free);
+    if (!resp) {
+        several_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(cc->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
     metrics_count_request(&cc->srv->metrics, cc->ep, 200);
     return ret;
 }
@@ -978,9 +1177,56 @@ bool server_body_bounded(const struct conn_ctx *cc, struct api_error *e)
     return false;
 }
 
+/* The submitted choices gs[0..k) as one stream: the first token (or an early end) of each decides
+ * the status line, as for one. Takes g0, gs and the whole-answer buffers ws, rs. */
+static enum MHD_Result several_stream_start(struct conn_ctx *cc, struct gen *g0, struct gen **gs, int k,
+                                            struct whole *ws, struct api_result *rs)
+{
+    free(ws), free(rs);
+    struct several *s = calloc(1, sizeof *s);
+    struct api_error e;
+    enum status st = s ? STATUS_OK : api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    if (s)
+        *s = (struct several){.gs = gs, .k = k, .per = g0->rq.n};
+    for (int c = 0; c < k && !st; c++) {
+        struct gen *g = gs[c];
+        g->choice = c, g->chunk_id = gs[0]->id, g->created = gs[0]->created;
+        if (!gen_wait(g, 0)) {
+            st = atomic_load(&g->srv->failed)
+                     ? api_error_set(&e, 503, "server_error", NULL, "rank_failed", "%s", cc->srv->fail_msg)
+                     : STATUS_IO;
+            break;
+        }
+        pthread_mutex_lock(&g->req->mu);
+        int n = g->req->n_out;
+        enum sched_finish f = g->req->finish;
+        char msg[sizeof g->req->error];
+        memcpy(msg, g->req->error, sizeof msg);
+        pthread_mutex_unlock(&g->req->mu);
+        if (n == 0 && (f == SCHED_FINISH_ERROR || f == SCHED_FINISH_CANCELLED)) {
+            error_for_finish(f, msg, &e);
+            st = STATUS_INVALID;
+        }
+    }
+    if (g0->rq.ignored[0])
+        LOG_WARN("request %s: ignored (--lenient): %s", gs[0]->id, g0->rq.ignored);
+    gen_free(g0);
+    if (!st)
+        return reply_several_stream(cc, s);
+    if (s)
+        several_free(s);
+    else {
+        for (int c = 0; c < k; c++)
+            gen_free(gs[c]);
+        free(gs);
+    }
+    return st == STATUS_IO ? MHD_NO : server_reply_error(cc, &e);
+}
+
 /* Several choices (n) or prompts in one request: one generation each, submitted together (the
  * scheduler batches them), answered whole with the choices in order and their usage summed (a
- * prompt's tokens counted once). Takes g0, whose parsed request is the template. */
+ * prompt's tokens counted once), or streamed (several_stream_start). Takes g0, whose parsed
+ * request is the template. */
 static enum MHD_Result generate_several(struct conn_ctx *cc, struct gen *g0)
 {
     const int per = g0->rq.n, n_prompts = 1 + g0->rq.n_more, k = per * n_prompts;
@@ -1010,6 +1256,8 @@ static enum MHD_Result generate_several(struct conn_ctx *cc, struct gen *g0)
         }
         gen_parsers_init(g);
     }
+    if (!st && g0->rq.stream)
+        return several_stream_start(cc, g0, gs, k, ws, rs);
     int collected = 0;
     for (int c = 0; c < k && !st; c++, collected++)
         st = whole_collect(gs[c], &ws[c], &e);

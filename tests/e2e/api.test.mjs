@@ -112,8 +112,62 @@ describe('openai client against moeserve serve', () => {
     const again = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], n: 3,
       max_tokens: 5, min_tokens: 5, temperature: 1, seed: 3 });
     assert.deepEqual(again.choices.map((x) => x.message.content), c.choices.map((x) => x.message.content));
-    await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', n: 2, stream: true }), (e) => e.status === 400 && e.param === 'n');
     await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', n: 17 }), (e) => e.status === 400 && e.param === 'n');
+  });
+
+  // Reads a stream's chunks through the openai client: each choice's text (or content), role and
+  // finish_reason by index, the usage chunks, the ids.
+  async function collectChoices(stream, chat) {
+    const text = {}, finish = {}, roles = {}, ids = new Set(), usage = [];
+    for await (const chunk of stream) {
+      ids.add(chunk.id);
+      if (chunk.usage) usage.push(chunk.usage);
+      assert.ok(chunk.usage ? chunk.choices.length === 0 : chunk.choices.length === 1, 'one choice a chunk');
+      for (const c of chunk.choices) {
+        assert.equal(finish[c.index], undefined, `choice ${c.index}: a chunk after its finish_reason`);
+        text[c.index] = (text[c.index] ?? '') + ((chat ? c.delta.content : c.text) ?? '');
+        if (chat && c.delta.role) roles[c.index] = (roles[c.index] ?? 0) + 1;
+        if (c.finish_reason) finish[c.index] = c.finish_reason;
+      }
+    }
+    return { text, finish, roles, ids, usage };
+  }
+
+  test('n choices and several prompts streamed: one chunk a choice, each choice its finish_reason, usage once', async () => {
+    const chat = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], n: 3, max_tokens: 6, min_tokens: 6,
+      temperature: 1, seed: 7 };
+    const whole = await client.chat.completions.create(chat);
+    const s = await collectChoices(await client.chat.completions.create({ ...chat, stream: true,
+      stream_options: { include_usage: true } }), true);
+    assert.deepEqual([0, 1, 2].map((i) => s.text[i]), whole.choices.map((c) => c.message.content));
+    assert.deepEqual(s.finish, { 0: 'length', 1: 'length', 2: 'length' });
+    assert.deepEqual(s.roles, { 0: 1, 1: 1, 2: 1 });
+    assert.equal(s.ids.size, 1, 'every chunk carries the one id');
+    assert.equal(s.usage.length, 1);
+    assert.deepEqual(s.usage[0], whole.usage); // the prompt's tokens once
+    assert.equal(s.usage[0].completion_tokens, 18);
+
+    const prompts = ['In the beginning', 'And God said'];
+    const comp = { model: MODEL, prompt: prompts, max_tokens: 5, temperature: 0, n: 2 };
+    const w = await client.completions.create(comp);
+    const c = await collectChoices(await client.completions.create({ ...comp, stream: true,
+      stream_options: { include_usage: true } }), false);
+    assert.deepEqual([0, 1, 2, 3].map((i) => c.text[i]), w.choices.map((x) => x.text));
+    assert.equal(Object.keys(c.finish).length, 4);
+    assert.deepEqual(c.usage, [w.usage]);
+    const plain = await collectChoices(await client.completions.create({ ...comp, n: 1, stream: true }), false);
+    assert.deepEqual(plain.text, { 0: w.choices[0].text, 1: w.choices[2].text });
+    assert.equal(plain.usage.length, 0, 'no usage without include_usage');
+
+    // raw: [DONE] once, last, after the usage chunk
+    const res = await fetch(`${srv.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...comp, stream: true, stream_options: { include_usage: true } }) });
+    assert.equal(res.status, 200);
+    const events = (await res.text()).split('\n\n').filter((x) => x).map((x) => x.replace(/^data: /, ''));
+    assert.equal(events.filter((x) => x === '[DONE]').length, 1);
+    assert.equal(events.at(-1), '[DONE]');
+    assert.ok(JSON.parse(events.at(-2)).usage);
+    assert.equal(events.slice(0, -2).filter((x) => JSON.parse(x).usage).length, 0);
   });
 
   test('models.list', async () => {
@@ -613,6 +667,35 @@ describe('SIGTERM', () => {
     }
     assert.match(text, /"code":"shutting_down"/);
     assert.ok(text.trimEnd().endsWith('data: [DONE]'), text.slice(-200));
+    assert.equal(await srv.stop(), 0);
+  });
+});
+
+describe('several choices streamed to a client that leaves', () => {
+  test('every choice is cancelled when the client goes', async () => {
+    const srv = await startServer(['--max-context', '4096', '--allow-long-context', '--max-seqs', '4',
+      '--max-tokens', '4000']);
+    const ac = new AbortController();
+    const res = await fetch(`${srv.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, prompt: 'And', max_tokens: 4000, temperature: 0, ignore_eos: true,
+        stream: true, n: 3 }),
+      signal: ac.signal,
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    await reader.read();
+    ac.abort();
+    let m;
+    for (let i = 0; i < 100; i++) { // the choices end as the server sees the connection gone
+      await sleep(50);
+      m = await metrics(srv.url);
+      if (m.moeserve_running_requests === 0) break;
+    }
+    assert.equal(m.moeserve_running_requests, 0);
+    assert.ok(m.moeserve_generation_tokens_total < 3 * 4000, `${m.moeserve_generation_tokens_total} tokens`);
+    assert.equal(srv.stderr().match(/client gone, cancelled/g)?.length, 3, srv.stderr());
     assert.equal(await srv.stop(), 0);
   });
 });

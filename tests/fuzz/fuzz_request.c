@@ -95,7 +95,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         }
         /* a response echoing the parsed strings must print */
-        struct api_result res = {.kind = kind, .id = "cmpl-fuzz", .model = rq.model, .created = 1,
+        /* (a stream of several choices prints each chunk under its choice's index) */
+        struct api_result res = {.kind = kind, .index = rq.n * (1 + rq.n_more) - 1, .id = "cmpl-fuzz",
+                                 .model = rq.model, .created = 1,
                                  .text = rq.prompt_text ? rq.prompt_text : "",
                                  .text_len = rq.prompt_text ? strlen(rq.prompt_text) : 0, .has_usage = true};
         char *j = api_result_json(&res, rq.stream);

@@ -451,7 +451,7 @@ static void test_responses_request(void **state)
 }
 
 /* Several prompts (strings or id lists) and n choices: the first prompt is the request's own, the
- * rest in more[]; a copy asks one choice of one prompt; limits and stream refused. */
+ * rest in more[]; a copy asks one choice of one prompt (streamed too); limits refused. */
 static void test_several(void **state)
 {
     (void)state;
@@ -479,8 +479,21 @@ static void test_several(void **state)
     api_request_free(&rq);
 #define CB(x) "{\"model\": \"m\", " x "}"
     expect_error(C, CB("\"prompt\": \"a\", \"n\": 17"), 400, "n");
-    expect_error(C, CB("\"prompt\": \"a\", \"n\": 2, \"stream\": true"), 400, "n");
-    expect_error(C, CB("\"prompt\": [\"a\", \"b\"], \"stream\": true"), 400, "prompt");
+    /* streamed: one stream of every choice's chunks (server_generate.c), with usage once */
+    const char *st = CB("\"prompt\": [\"a\", \"b\"], \"n\": 2, \"stream\": true, "
+                        "\"stream_options\": {\"include_usage\": true}");
+    assert_int_equal(api_request_parse(&rq, C, st, strlen(st), &e), STATUS_OK);
+    assert_true(rq.stream && rq.include_usage && rq.n == 2 && rq.n_more == 1);
+    assert_int_equal(api_request_copy_one(&rq, 1, &one, &e), STATUS_OK);
+    assert_true(one.stream && one.include_usage && one.n == 1 && !strcmp(one.prompt_text, "b"));
+    api_request_free(&one);
+    api_request_free(&rq);
+    const char *chat = "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 3, "
+                       "\"stream\": true}";
+    assert_int_equal(api_request_parse(&rq, API_CHAT, chat, strlen(chat), &e), STATUS_OK);
+    assert_true(rq.stream && rq.n == 3);
+    api_request_free(&rq);
+    expect_error(C, CB("\"prompt\": [\"a\", \"b\"], \"stream\": true, \"echo\": true"), 400, "echo");
     expect_error(C, CB("\"prompt\": [\"a\", []]"), 400, "prompt");
     expect_error(C, CB("\"prompt\": [\"a\", 5]"), 400, "prompt");
 #undef CB
@@ -519,6 +532,27 @@ static void test_reasoning_json(void **state)
     assert_string_equal(json_string(json_get(m, "reasoning_content")), "x");
     assert_null(json_get(m, "content"));
     json_free(j), free(s);
+}
+
+/* A stream of several choices: each chunk is one choice's, under its index (the usage chunk has none). */
+static void test_choice_chunks(void **state)
+{
+    (void)state;
+    struct json *j = NULL;
+    for (int kind = 0; kind < 2; kind++) {
+        struct api_result r = {.kind = kind ? API_CHAT : API_COMPLETIONS, .index = 2, .id = "x-1", .model = "m",
+                               .created = 1, .text = "ab", .text_len = 2, .finish_reason = "length"};
+        char *s = api_result_json(&r, true);
+        assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+        const struct json *ch = json_get(j, "choices");
+        assert_int_equal(json_array_size(ch), 1);
+        assert_int_equal((int)json_number(json_get(json_array_at(ch, 0), "index")), 2);
+        assert_string_equal(json_string(json_get(json_array_at(ch, 0), "finish_reason")), "length");
+        const struct json *t = kind ? json_get(json_get(json_array_at(ch, 0), "delta"), "content")
+                                    : json_get(json_array_at(ch, 0), "text");
+        assert_string_equal(json_string(t), "ab");
+        json_free(j), free(s);
+    }
 }
 
 /* Client errors never carry this server's paths; a route error keeps the client's own URL. */
@@ -793,7 +827,7 @@ int main(void)
         cmocka_unit_test(test_error_paths_scrubbed), cmocka_unit_test(test_unsupported_fields),
         cmocka_unit_test(test_tools_fields), cmocka_unit_test(test_responses_tools),
         cmocka_unit_test(test_accepted_fields),
-        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_several), cmocka_unit_test(test_responses_request), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
+        cmocka_unit_test(test_text_stream_stops), cmocka_unit_test(test_text_stream_unknown_ids), cmocka_unit_test(test_sampling_fields), cmocka_unit_test(test_template_kwargs), cmocka_unit_test(test_reasoning_json), cmocka_unit_test(test_several), cmocka_unit_test(test_choice_chunks), cmocka_unit_test(test_responses_request), cmocka_unit_test(test_request_template), cmocka_unit_test(test_response_shapes),
         cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
