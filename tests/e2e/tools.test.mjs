@@ -56,34 +56,41 @@ describe('tool calls (a checkpoint rigged to write them)', () => {
     assert.notEqual(r.choices[0].message.tool_calls[0].id, r.choices[1].message.tool_calls[0].id);
   });
 
-  test('streamed: delta.tool_calls (id and name first, arguments in pieces) add up to the same call', async () => {
-    const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, stream: true });
-    const calls = [];
-    let content = '', reasoning = '', finish = null, pieces = 0;
-    for await (const chunk of stream) {
-      const c = chunk.choices[0];
-      if (!c) continue;
-      content += c.delta.content ?? '';
-      reasoning += c.delta.reasoning_content ?? '';
-      for (const d of c.delta.tool_calls ?? []) {
-        if (!calls[d.index]) {
-          assert.ok(d.id && d.type === 'function' && d.function.name, 'the first delta names the call');
-          calls[d.index] = { id: d.id, name: d.function.name, arguments: '' };
-        } else {
-          assert.equal(d.id, undefined);
+  test('streamed: delta.tool_calls (id and name first, arguments in pieces) add up to the same call; n 3: each choice its own', async () => {
+    for (const n of [1, 3]) {
+      const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools: TOOLS, stream: true, n });
+      const ch = Array.from({ length: n }, () => ({ calls: [], content: '', reasoning: '', finish: null, pieces: 0 }));
+      for await (const chunk of stream) {
+        const c = chunk.choices[0];
+        if (!c) continue;
+        assert.equal(chunk.choices.length, 1);
+        const s = ch[c.index];
+        assert.equal(s.finish, null, 'nothing after a choice\'s finish_reason');
+        s.content += c.delta.content ?? '';
+        s.reasoning += c.delta.reasoning_content ?? '';
+        for (const d of c.delta.tool_calls ?? []) {
+          if (!s.calls[d.index]) {
+            assert.ok(d.id && d.type === 'function' && d.function.name, 'the first delta names the call');
+            s.calls[d.index] = { id: d.id, name: d.function.name, arguments: '' };
+          } else {
+            assert.equal(d.id, undefined);
+          }
+          s.calls[d.index].arguments += d.function.arguments ?? '';
+          s.pieces++;
         }
-        calls[d.index].arguments += d.function.arguments ?? '';
-        pieces++;
+        if (c.finish_reason) s.finish = c.finish_reason;
       }
-      if (c.finish_reason) finish = c.finish_reason;
+      for (const s of ch) {
+        assert.equal(s.finish, 'tool_calls');
+        assert.equal(s.content, WANT.content);
+        assert.equal(s.reasoning, WANT.reasoning);
+        assert.equal(s.calls.length, 1);
+        assert.equal(s.calls[0].name, WANT.name);
+        assert.equal(s.calls[0].arguments, WANT.arguments);
+        assert.ok(s.pieces >= 2, `the arguments came in ${s.pieces} delta(s)`);
+      }
+      assert.equal(new Set(ch.map((s) => s.calls[0].id)).size, n, 'every choice\'s call its own id');
     }
-    assert.equal(finish, 'tool_calls');
-    assert.equal(content, WANT.content);
-    assert.equal(reasoning, WANT.reasoning);
-    assert.equal(calls.length, 1);
-    assert.equal(calls[0].name, WANT.name);
-    assert.equal(calls[0].arguments, WANT.arguments);
-    assert.ok(pieces >= 2, `the arguments came in ${pieces} delta(s)`);
   });
 
   test('a history with tool calls and results renders as transformers renders it, and is answered', async () => {
