@@ -14,9 +14,12 @@ DEB_PKGS    := cmake pkg-config gcc clang libomp-dev libcjson-dev libcmocka-dev 
 # What runs only with tests/npm/node_modules (the others skip their part without it).
 NPM_TESTS   := e2e_server, the real-tokenizer goldens of test_tokenizer and test_chat_template, \
                the golden checks of cli_text_cli
+# Debian packages only the e2e tests use (e2e_chat_page: chromium; e2e_promtool: promtool from
+# prometheus); installed by test-unit alone, not by build.
+E2E_PKGS    := chromium prometheus
 RUN_MODEL   ?= models/moeserve-tiny
 
-.PHONY: all deps npm-deps build run test test-unit test-asan test-fuzz bench clean
+.PHONY: all deps npm-deps e2e-deps build run test test-unit test-asan test-fuzz bench clean
 
 all: build
 
@@ -49,6 +52,18 @@ npm-deps:
 	    { rm -rf tests/npm/node_modules; echo "npm ci failed: skipping $(NPM_TESTS)"; }; \
 	fi
 
+# The e2e tests' tools (Debian's chromium for the chat page test, promtool for the metrics test):
+# installed when missing and we are root; otherwise one line says which test skips.
+e2e-deps:
+	@missing=""; for p in $(E2E_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing:$$missing (for e2e_chat_page, e2e_promtool)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      $$missing >/dev/null; } || true; \
+	fi; \
+	command -v chromium >/dev/null 2>&1 || echo "chromium not found (sudo apt-get install chromium): skipping e2e_chat_page"; \
+	command -v promtool >/dev/null 2>&1 || echo "promtool not found (sudo apt-get install prometheus): skipping e2e_promtool"
+
 # $(call configure,DIR,CMAKE ARGS[,ENV]): configure quietly (the whole output in DIR/configure.log,
 # shown when configure fails; warnings still go to the terminal) and print the configuration
 # summary, the "-- moeserve:" lines of CMakeLists.txt; where configure stopped before the summary
@@ -71,7 +86,7 @@ run: build
 
 test: test-unit test-asan test-fuzz
 
-test-unit: build npm-deps
+test-unit: build npm-deps e2e-deps
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The unit and golden tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
