@@ -3,7 +3,7 @@
  * thinking model shown apart, tokens/s after each answer), for a newcomer who opens the server's
  * address. One self-contained HTML file, no outside resource, not even a favicon request (the
  * machine may have no network); it only calls this server's /v1/models and /v1/chat/completions,
- * with the API key typed into it when the server has one. tests/e2e/chat_page.test.mjs drives it
+ * with the API key typed into it when the server has one. tests/e2e/chat_page.check.mjs drives it
  * in headless Chromium. */
 #include "server/server_internal.h"
 
