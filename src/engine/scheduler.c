@@ -40,9 +40,9 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
         return err_set(err, STATUS_INVALID, "request: max_new must be >= 1 (got %d)", p->max_new);
     if (p->grammar && !p->grammar_vocab)
         return err_set(err, STATUS_INVALID, "request: a grammar without the vocabulary's bytes");
-    if (p->top_logprobs > SCHED_MAX_TOP_LOGPROBS)
-        return err_set(err, STATUS_INVALID, "request: at most %d top log-probabilities (got %d)",
-                       SCHED_MAX_TOP_LOGPROBS, p->top_logprobs);
+    if (p->top_logprobs > SCHED_MAX_TOP_LOGPROBS || p->prompt_top < 0 || p->prompt_top > SCHED_MAX_TOP_LOGPROBS)
+        return err_set(err, STATUS_INVALID, "request: at most %d top log-probabilities (got %d, prompt %d)",
+                       SCHED_MAX_TOP_LOGPROBS, p->top_logprobs, p->prompt_top);
     struct sched_req *r = calloc(1, sizeof *r);
     if (!r)
         return err_set(err, STATUS_NOMEM, "request: out of memory");
@@ -66,13 +66,16 @@ enum status sched_req_create(struct sched_req **out, const int32_t *prompt, int 
     }
     if (p->prompt_logprobs) {
         r->prompt_lp = malloc((size_t)n_prompt * sizeof *r->prompt_lp);
-        ok = ok && r->prompt_lp;
+        r->prompt_rank = calloc((size_t)n_prompt, sizeof *r->prompt_rank);
+        ok = ok && r->prompt_lp && r->prompt_rank;
         if (ok)
             for (int i = 0; i < n_prompt; i++)
                 r->prompt_lp[i] = NAN;
-        if (top) {
-            r->prompt_top_ids = calloc((size_t)n_prompt * top, sizeof *r->prompt_top_ids);
-            r->prompt_top_lp = calloc((size_t)n_prompt * top, sizeof *r->prompt_top_lp);
+        const size_t kp = top > (size_t)p->prompt_top ? top : (size_t)p->prompt_top;
+        r->prompt_k = (int)kp;
+        if (kp) {
+            r->prompt_top_ids = calloc((size_t)n_prompt * kp, sizeof *r->prompt_top_ids);
+            r->prompt_top_lp = calloc((size_t)n_prompt * kp, sizeof *r->prompt_top_lp);
             ok = ok && r->prompt_top_ids && r->prompt_top_lp;
         }
     }
@@ -114,6 +117,7 @@ void sched_req_put(struct sched_req *r)
     free(r->out_top_ids);
     free(r->out_top_lp);
     free(r->prompt_lp);
+    free(r->prompt_rank);
     free(r->prompt_top_ids);
     free(r->prompt_top_lp);
     free(r);
@@ -684,7 +688,7 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
  * likeliest alternatives, before any processor touches the rows. */
 static void prompt_logprobs_take(struct scheduler *sch, struct sched_req *r)
 {
-    const int k = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+    const int k = r->prompt_k;
     pthread_mutex_lock(&r->mu);
     for (int j = 0; j < r->batch_rows; j++) {
         const int p = r->n_computed + j; /* this row's position */
@@ -694,6 +698,11 @@ static void prompt_logprobs_take(struct scheduler *sch, struct sched_req *r)
         r->prompt_lp[p + 1] = row_logprobs(row, sch->vocab, r->tokens[p + 1], k,
                                            k ? r->prompt_top_ids + (size_t)(p + 1) * k : NULL,
                                            k ? r->prompt_top_lp + (size_t)(p + 1) * k : NULL);
+        const float x = row[r->tokens[p + 1]];
+        int32_t rank = 1;
+        for (int i = 0; i < sch->vocab; i++)
+            rank += row[i] > x;
+        r->prompt_rank[p + 1] = rank;
     }
     pthread_mutex_unlock(&r->mu);
 }

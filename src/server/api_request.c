@@ -599,23 +599,52 @@ static enum status parse_tools(const struct json *body, struct api_request *rq, 
 }
 
 /* What an unsupported field's value may be and still ask for nothing. */
-enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT };
+/* EMPTY: null, false, 0, "", [], {}; ONE: those or 1; NONE: or "none"; TEXT: or {"type": "text"};
+ * NULL: null only; TRUE: null or true (a default that is on); DEFAULT: null or the bool this server
+ * does for the request's kind (true on completions, false on chat: add_special_tokens);
+ * TEXT_ONLY: or ["text"]; MEDIUM: or "medium". */
+enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT, NEUTRAL_NULL, NEUTRAL_TRUE, NEUTRAL_DEFAULT,
+               NEUTRAL_TEXT_ONLY, NEUTRAL_MEDIUM };
 
 static const struct {
     const char *name;
     enum neutral ok;
+    bool on_completions; /* implemented on completions (parsed in parse_fields): refused on chat only */
 } UNSUPPORTED[] = {
-    {"functions", NEUTRAL_EMPTY},
-    {"function_call", NEUTRAL_NONE},
-    {"suffix", NEUTRAL_EMPTY},          {"best_of", NEUTRAL_ONE},
-    {"prompt_logprobs", NEUTRAL_EMPTY},
-    {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
-    {"guided_grammar", NEUTRAL_EMPTY},  {"structured_outputs", NEUTRAL_EMPTY}, {"audio", NEUTRAL_EMPTY},
-    {"prediction", NEUTRAL_EMPTY},      {"reasoning_effort", NEUTRAL_EMPTY},
+    {"functions", NEUTRAL_EMPTY, false},
+    {"function_call", NEUTRAL_NONE, false},
+    {"suffix", NEUTRAL_EMPTY, false},          {"best_of", NEUTRAL_ONE, false},
+    {"prompt_logprobs", NEUTRAL_NULL, true}, /* 0 asks for the prompt tokens' own log-probabilities */
+    {"guided_json", NEUTRAL_EMPTY, false},     {"guided_regex", NEUTRAL_EMPTY, false},   {"guided_choice", NEUTRAL_EMPTY, false},
+    {"guided_grammar", NEUTRAL_EMPTY, false},  {"structured_outputs", NEUTRAL_EMPTY, false}, {"audio", NEUTRAL_EMPTY, false},
+    {"prediction", NEUTRAL_EMPTY, false},      {"reasoning_effort", NEUTRAL_EMPTY, false},
+    /* OpenAI's that change an answer (store: retrievable later; none is kept here) */
+    {"store", NEUTRAL_EMPTY, false},           {"modalities", NEUTRAL_TEXT_ONLY, false},
+    {"verbosity", NEUTRAL_MEDIUM, false},      {"web_search_options", NEUTRAL_EMPTY, false},
+    /* vLLM's sampling and rendering extensions, at their defaults (this server's behaviour) */
+    {"use_beam_search", NEUTRAL_EMPTY, false}, {"length_penalty", NEUTRAL_ONE, false},
+    {"include_stop_str_in_output", NEUTRAL_EMPTY, false},
+    {"skip_special_tokens", NEUTRAL_TRUE, false}, {"spaces_between_special_tokens", NEUTRAL_TRUE, false},
+    {"truncate_prompt_tokens", NEUTRAL_NULL, false}, {"allowed_token_ids", NEUTRAL_EMPTY, false},
+    {"bad_words", NEUTRAL_EMPTY, false},       {"add_generation_prompt", NEUTRAL_TRUE, false},
+    {"continue_final_message", NEUTRAL_EMPTY, false}, {"add_special_tokens", NEUTRAL_DEFAULT, false},
+    {"documents", NEUTRAL_EMPTY, false},       {"mm_processor_kwargs", NEUTRAL_EMPTY, false},
+    {"structural_tag", NEUTRAL_EMPTY, false},  {"guided_decoding_backend", NEUTRAL_EMPTY, false},
+    {"guided_whitespace_pattern", NEUTRAL_EMPTY, false}, {"priority", NEUTRAL_EMPTY, false},
+    {"request_id", NEUTRAL_EMPTY, false},      {"logits_processors", NEUTRAL_EMPTY, false},
+    {"return_tokens_as_token_ids", NEUTRAL_EMPTY, false}, {"return_token_ids", NEUTRAL_EMPTY, false},
+    {"cache_salt", NEUTRAL_EMPTY, false},      {"kv_transfer_params", NEUTRAL_EMPTY, false},
+    {"vllm_xargs", NEUTRAL_EMPTY, false},      {"prompt_embeds", NEUTRAL_EMPTY, false},
+    {"logprobs_mode", NEUTRAL_EMPTY, false},
 };
 
-static bool asks_nothing(const struct json *j, enum neutral ok)
+static bool asks_nothing(const struct json *j, enum neutral ok, enum api_kind kind)
 {
+    if (ok == NEUTRAL_NULL)
+        return json_is_null(j);
+    if (ok == NEUTRAL_TRUE || ok == NEUTRAL_DEFAULT)
+        return json_is_null(j) ||
+               (json_is_bool(j) && json_bool(j) == (ok == NEUTRAL_TRUE || kind == API_COMPLETIONS));
     if (json_is_null(j) || (json_is_bool(j) && !json_bool(j)) || (json_is_number(j) && json_number(j) == 0) ||
         (json_is_string(j) && !json_string(j)[0]) ||
         ((json_is_array(j) || json_is_object(j)) && !json_child(j)))
@@ -627,7 +656,14 @@ static bool asks_nothing(const struct json *j, enum neutral ok)
         const struct json *t = json_get(j, "type");
         return json_is_string(t) && strcmp(json_string(t), "text") == 0 && !json_next(json_child(j));
     }
-    case NEUTRAL_EMPTY: break;
+    case NEUTRAL_TEXT_ONLY:
+        return json_is_array(j) && json_array_size(j) == 1 && json_is_string(json_child(j)) &&
+               strcmp(json_string(json_child(j)), "text") == 0;
+    case NEUTRAL_MEDIUM: return json_is_string(j) && strcmp(json_string(j), "medium") == 0;
+    case NEUTRAL_EMPTY:
+    case NEUTRAL_NULL:
+    case NEUTRAL_TRUE:
+    case NEUTRAL_DEFAULT: break;
     }
     return false;
 }
@@ -639,7 +675,7 @@ static enum status check_unsupported(const struct json *body, struct api_request
     size_t at = 0;
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++) {
         const struct json *j = json_get(body, UNSUPPORTED[i].name);
-        if (!j || asks_nothing(j, UNSUPPORTED[i].ok))
+        if (!j || asks_nothing(j, UNSUPPORTED[i].ok, rq->kind) || (UNSUPPORTED[i].on_completions && rq->kind == API_COMPLETIONS))
             continue;
         if (!lenient)
             return api_error_set(e, 400, "invalid_request_error", UNSUPPORTED[i].name, "unsupported_parameter",
@@ -726,6 +762,11 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         if ((st = get_int(body, "logprobs", 0, 5, &rq->top_logprobs, &has, e)))
             return st;
         rq->logprobs = has;
+        /* vLLM's: each prompt token's log-probability, rank and the likeliest k at its position */
+        if ((st = get_int(body, "prompt_logprobs", 0, 20, &rq->prompt_top, &rq->prompt_logprobs, e)))
+            return st;
+        if (rq->prompt_logprobs && rq->stream)
+            return bad(e, "prompt_logprobs", "'%s' with 'stream' is not supported: ask for the whole answer%s", "");
     } else {
         if ((st = get_bool(body, "logprobs", &rq->logprobs, e)))
             return st;
@@ -741,7 +782,7 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
 /* The Responses API fields this server does not implement: refused where they ask for something. */
 static const char *const RESPONSES_UNSUPPORTED[] = {"previous_response_id", "reasoning", "background",
                                                     "include", "prompt", "conversation", "max_tool_calls",
-                                                    "top_logprobs"};
+                                                    "top_logprobs", "store"};
 
 /* A string member of a Responses input item, or 400 naming it. */
 static enum status item_string(const struct json *it, int i, const char *key, const char **out, struct api_error *e)
@@ -946,7 +987,7 @@ static enum status parse_responses(const struct json *body, struct api_request *
     const char *asks = NULL;
     for (size_t i = 0; i < sizeof RESPONSES_UNSUPPORTED / sizeof RESPONSES_UNSUPPORTED[0] && !asks; i++) {
         const struct json *j = field(body, RESPONSES_UNSUPPORTED[i]);
-        if (j && !asks_nothing(j, NEUTRAL_EMPTY))
+        if (j && !asks_nothing(j, NEUTRAL_EMPTY, API_RESPONSES))
             asks = RESPONSES_UNSUPPORTED[i];
     }
     if (!asks && fmt && !api_format_takes(fmt)) /* text, json_object, json_schema: api_format.c */

@@ -102,6 +102,8 @@ struct api_request {
     bool ignore_eos;             /* extension (vLLM's): generate max_tokens whatever is sampled */
     bool echo;                   /* completions: the prompt before the text (with logprobs: its tokens' too) */
     bool max_tokens_zero;        /* completions with echo: max_tokens 0, only the prompt scored */
+    bool prompt_logprobs;        /* completions: vLLM's prompt_logprobs given (each prompt token's log p and rank) */
+    int prompt_top;              /* with it: the likeliest at each prompt position, 0..20 */
     double frequency_penalty;    /* [-2, 2], 0 = off (over the generated tokens) */
     double presence_penalty;     /* [-2, 2], 0 = off */
     double repetition_penalty;   /* (0, 10], 1 = off (vLLM's: prompt and generated tokens) */

@@ -145,6 +145,38 @@ static struct json *chat_logprobs(const struct api_logprobs *lp)
     return root;
 }
 
+static void add_prompt_entry(struct json *pos, const struct tokenizer *tok, int32_t id, float lp, int rank)
+{
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)id);
+    if (json_get(pos, key))
+        return;
+    struct json *o = json_add(pos, key, json_new_object());
+    json_add(o, "logprob", json_new_number(lp));
+    json_add(o, "rank", json_new_number(rank));
+    size_t n;
+    char *s = token_text(tok, id, &n);
+    json_add(o, "decoded_token", new_string_n(s ? s : "", s ? n : 0));
+    free(s);
+}
+
+static struct json *prompt_logprobs_array(const struct api_prompt_logprobs *p)
+{
+    struct json *a = json_new_array();
+    for (int i = 0; i < p->n; i++) {
+        if (i == 0) { /* nothing before the first token to condition on */
+            json_append(a, json_new_null());
+            continue;
+        }
+        struct json *pos = json_append(a, json_new_object());
+        add_prompt_entry(pos, p->tok, p->ids[i], p->lp[i], p->rank[i]);
+        for (int j = 0; j < p->k; j++)
+            add_prompt_entry(pos, p->tok, p->top_ids[(size_t)i * p->stride + j], p->top_lp[(size_t)i * p->stride + j],
+                             j + 1);
+    }
+    return a;
+}
+
 static struct json *completion_logprobs(const struct api_logprobs *lp)
 {
     struct json *root = json_new_object();
@@ -249,6 +281,8 @@ static void add_choice(struct json *choices, const struct api_result *r, bool ch
     else
         json_add(c, "logprobs", json_new_null());
     json_add(c, "finish_reason", r->finish_reason ? json_new_string(r->finish_reason) : json_new_null());
+    if (r->prompt_logprobs)
+        json_add(c, "prompt_logprobs", prompt_logprobs_array(r->prompt_logprobs));
 }
 
 char *api_result_json(const struct api_result *r, bool chunk)

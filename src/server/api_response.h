@@ -9,7 +9,7 @@
  * of {token, logprob, bytes, top_logprobs}). Every function returns a
  * malloc'ed NUL-terminated string, or NULL when out of memory.
  *
- * defines: struct api_logprobs, struct api_tool_call, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(), api_model_json(),
+ * defines: struct api_logprobs, struct api_prompt_logprobs, struct api_tool_call, struct api_result, api_scrub_paths(), api_error_json(), api_models_json(), api_model_json(),
  *          api_result_json(), api_usage_chunk_json()
  */
 #ifndef MOESERVE_SERVER_API_RESPONSE_H
@@ -35,6 +35,19 @@ struct api_logprobs {
     const float *top_lp;    /* (n, k) */
     size_t text_offset;     /* completions: offset of the first token's text in the whole output */
     const struct tokenizer *tok; /* renders token strings */
+};
+
+/* vLLM's prompt_logprobs of one prompt: at each position after the first, the prompt token's log p
+ * and rank and the k likeliest (rank j + 1), as [null, {"ID": {logprob, rank, decoded_token}}, ...]. */
+struct api_prompt_logprobs {
+    int n;                  /* prompt tokens */
+    const int32_t *ids;     /* (n) */
+    const float *lp;        /* (n) [0] unused */
+    const int32_t *rank;    /* (n) */
+    int k, stride;          /* alternatives shown a position; the arrays' count a position (>= k) */
+    const int32_t *top_ids; /* (n, stride) */
+    const float *top_lp;    /* (n, stride) */
+    const struct tokenizer *tok;
 };
 
 /* One tool call as a chat answer carries it: whole (message.tool_calls) or a stream delta's piece
@@ -63,6 +76,7 @@ struct api_result {
     bool has_usage;
     int prompt_tokens, completion_tokens, cached_tokens;
     const struct api_logprobs *logprobs; /* NULL: "logprobs": null */
+    const struct api_prompt_logprobs *prompt_logprobs; /* completions: choices[].prompt_logprobs, or NULL (absent) */
     const struct api_tool_call *tool_calls; /* (n_tool_calls) chat: the calls, or this chunk's deltas of them */
     int n_tool_calls;
 };

@@ -894,10 +894,12 @@ static bool echo_build(struct gen *g, struct api_result *res, char **text, struc
     memcpy(*ids + r->n_prompt, r->out_ids, (size_t)g->consumed * sizeof **ids);
     memcpy(*lps, r->prompt_lp, (size_t)r->n_prompt * sizeof **lps);
     memcpy(*lps + r->n_prompt, r->out_logprob, (size_t)g->consumed * sizeof **lps);
-    if (k) {
-        memcpy(*top, r->prompt_top_ids, (size_t)r->n_prompt * k * sizeof **top);
+    if (k) { /* the prompt's rows hold prompt_k >= k alternatives (prompt_logprobs may ask more) */
+        for (int i = 0; i < r->n_prompt; i++) {
+            memcpy(*top + (size_t)i * k, r->prompt_top_ids + (size_t)i * r->prompt_k, (size_t)k * sizeof **top);
+            memcpy(*top_lp + (size_t)i * k, r->prompt_top_lp + (size_t)i * r->prompt_k, (size_t)k * sizeof **top_lp);
+        }
         memcpy(*top + (size_t)r->n_prompt * k, r->out_top_ids, (size_t)g->consumed * k * sizeof **top);
-        memcpy(*top_lp, r->prompt_top_lp, (size_t)r->n_prompt * k * sizeof **top_lp);
         memcpy(*top_lp + (size_t)r->n_prompt * k, r->out_top_lp, (size_t)g->consumed * k * sizeof **top_lp);
     }
     *lp = (struct api_logprobs){.n = n, .ids = *ids, .lp = *lps, .k = k, .top_ids = *top, .top_lp = *top_lp,
@@ -909,6 +911,7 @@ static bool echo_build(struct gen *g, struct api_result *res, char **text, struc
 struct whole {
     struct api_result res;
     struct api_logprobs lp;
+    struct api_prompt_logprobs plp; /* prompt_logprobs: the request's arrays (borrowed) */
     enum sched_finish finish;
     char *echo_text;
     int32_t *e_ids, *e_top;
@@ -987,6 +990,13 @@ static enum status whole_collect(struct gen *g, struct whole *w, struct api_erro
         gen_logprobs(g, 0, g->consumed, 0, &w->lp);
     if (g->rq.logprobs)
         w->res.logprobs = &w->lp;
+    if (g->rq.prompt_logprobs) {
+        w->plp = (struct api_prompt_logprobs){.n = r->n_prompt, .ids = r->prompt, .lp = r->prompt_lp,
+                                              .rank = r->prompt_rank, .k = g->rq.prompt_top, .stride = r->prompt_k,
+                                              .top_ids = r->prompt_top_ids, .top_lp = r->prompt_top_lp,
+                                              .tok = g->srv->m.pm.tok};
+        w->res.prompt_logprobs = &w->plp;
+    }
     return STATUS_OK;
 }
 
@@ -1094,7 +1104,8 @@ static enum status gen_submit(struct gen *g, struct api_error *e)
     uint64_t rnd = splitmix64(srv->salt ^ n);
     struct sched_params sp = {
         .max_new = rq->max_tokens_zero ? 0 : rq->max_tokens > 0 ? rq->max_tokens : ctx - (int)ids.n,
-        .prompt_logprobs = rq->echo && rq->logprobs,
+        .prompt_logprobs = (rq->echo && rq->logprobs) || rq->prompt_logprobs,
+        .prompt_top = rq->prompt_logprobs ? rq->prompt_top : 0,
         .sampling = {.temperature = (float)rq->temperature, .top_p = (float)rq->top_p, .top_k = rq->top_k,
                      .seed = rq->has_seed ? rq->seed : splitmix64(rnd)},
         .ignore_eos = rq->ignore_eos,

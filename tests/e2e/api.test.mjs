@@ -95,6 +95,58 @@ describe('openai client against moeserve serve', () => {
     await assert.rejects(client.completions.create({ model: MODEL, prompt, echo: true, stream: true }), (e) => e.status === 400 && e.param === 'echo');
   });
 
+  test('prompt_logprobs (vLLM\'s): each prompt token\'s log p, rank and the likeliest k, as the logits command computes them', async () => {
+    const prompt = 'And the earth was without form';
+    const ids = (await postJSON(srv.url + '/tokenize', { model: MODEL, prompt })).json.tokens;
+    const out = path.join(os.tmpdir(), `prompt_logits_${process.pid}.bin`);
+    execFileSync(BIN, ['logits', '--model', MODEL_DIR, '--tokens', ids.join(','), '--out', out], { stdio: 'ignore' });
+    const raw = fs.readFileSync(out);
+    fs.unlinkSync(out);
+    const x = new Float32Array(raw.buffer, raw.byteOffset, raw.length / 4), V = x.length / ids.length;
+    const K = 3;
+    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 2, temperature: 0, prompt_logprobs: K });
+    const pl = r.choices[0].prompt_logprobs;
+    assert.equal(pl.length, ids.length);
+    assert.equal(pl[0], null);
+    for (let i = 1; i < ids.length; i++) {
+      const row = Array.from(x.subarray((i - 1) * V, i * V));
+      const mx = Math.max(...row);
+      let sum = 0;
+      for (const v of row) sum += Math.exp(v - mx);
+      const lsm = (id) => row[id] - mx - Math.log(sum);
+      const own = pl[i][String(ids[i])];
+      assert.ok(own, `position ${i}: the prompt token ${ids[i]} is there`);
+      assert.ok(Math.abs(own.logprob - lsm(ids[i])) < 1e-4, `position ${i}: ${own.logprob} vs ${lsm(ids[i])}`);
+      assert.equal(own.rank, 1 + row.filter((v) => v > row[ids[i]]).length);
+      const order = row.map((v, id) => [v, id]).sort((a, b) => b[0] - a[0]).slice(0, K);
+      for (let j = 0; j < K; j++) {
+        const e = pl[i][String(order[j][1])];
+        assert.ok(e, `position ${i}: the ${j + 1}-th likeliest (${order[j][1]})`);
+        assert.ok(Math.abs(e.logprob - lsm(order[j][1])) < 1e-4);
+        if (order[j][1] !== ids[i]) assert.equal(e.rank, j + 1);
+      }
+      assert.equal(Object.keys(pl[i]).length, order.some((o) => o[1] === ids[i]) ? K : K + 1);
+    }
+    assert.equal(pl[1][String(ids[1])].decoded_token,
+      (await postJSON(srv.url + '/detokenize', { model: MODEL, tokens: [ids[1]] })).json.prompt);
+    // beside echo + logprobs 1: the echoed prompt's numbers are the same, one alternative each
+    const both = await client.completions.create({ model: MODEL, prompt, max_tokens: 1, temperature: 0, echo: true,
+      logprobs: 1, prompt_logprobs: K });
+    const lp = both.choices[0].logprobs;
+    for (let i = 1; i < ids.length; i++) {
+      assert.equal(lp.token_logprobs[i], both.choices[0].prompt_logprobs[i][String(ids[i])].logprob);
+      assert.equal(Object.keys(lp.top_logprobs[i]).length, 1);
+    }
+    const zero = await client.completions.create({ model: MODEL, prompt, max_tokens: 1, prompt_logprobs: 0 });
+    assert.deepEqual(Object.keys(zero.choices[0].prompt_logprobs[2]), [String(ids[2])]);
+    const plain = await client.completions.create({ model: MODEL, prompt, max_tokens: 1 });
+    assert.equal(plain.choices[0].prompt_logprobs, undefined);
+    await assert.rejects(client.completions.create({ model: MODEL, prompt, prompt_logprobs: 1, stream: true }),
+      (e) => e.status === 400 && e.param === 'prompt_logprobs');
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], prompt_logprobs: 1 }),
+      (e) => e.status === 400 && e.param === 'prompt_logprobs');
+  });
+
   test('several prompts and n choices: one answer, choices in order, each the single answer, usage summed', async () => {
     const prompts = ['In the beginning', 'And God said'];
     const one = [];

@@ -168,6 +168,46 @@ static void test_unsupported_fields(void **state)
     expect_error(C, CB("\"suffix\": \"end\""), 400, "suffix");
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
     expect_error(H, HB("\"prompt_logprobs\": 2"), 400, "prompt_logprobs");
+    expect_error(H, HB("\"prompt_logprobs\": 0"), 400, "prompt_logprobs"); /* 0 asks for the tokens' own */
+    /* completions: vLLM's prompt_logprobs, 0..20, whole answers only */
+    expect_error(C, CB("\"prompt_logprobs\": -1"), 400, "prompt_logprobs");
+    expect_error(C, CB("\"prompt_logprobs\": 21"), 400, "prompt_logprobs");
+    expect_error(C, CB("\"prompt_logprobs\": true"), 400, "prompt_logprobs");
+    expect_error(C, CB("\"prompt_logprobs\": 1, \"stream\": true"), 400, "prompt_logprobs");
+    /* OpenAI's and vLLM's fields that would change the answer: refused naming them when they ask */
+    static const char *const asks[][2] = {
+        {"\"store\": true", "store"}, {"\"modalities\": [\"text\", \"audio\"]", "modalities"},
+        {"\"verbosity\": \"low\"", "verbosity"}, {"\"web_search_options\": {\"x\": 1}", "web_search_options"},
+        {"\"use_beam_search\": true", "use_beam_search"}, {"\"length_penalty\": 2", "length_penalty"},
+        {"\"include_stop_str_in_output\": true", "include_stop_str_in_output"},
+        {"\"skip_special_tokens\": false", "skip_special_tokens"},
+        {"\"spaces_between_special_tokens\": false", "spaces_between_special_tokens"},
+        {"\"truncate_prompt_tokens\": 0", "truncate_prompt_tokens"}, {"\"allowed_token_ids\": [1]", "allowed_token_ids"},
+        {"\"bad_words\": [\"x\"]", "bad_words"}, {"\"add_generation_prompt\": false", "add_generation_prompt"},
+        {"\"continue_final_message\": true", "continue_final_message"}, {"\"documents\": [{}]", "documents"},
+        {"\"structural_tag\": \"x\"", "structural_tag"}, {"\"guided_decoding_backend\": \"xgrammar\"", "guided_decoding_backend"},
+        {"\"priority\": 3", "priority"}, {"\"request_id\": \"r1\"", "request_id"}, {"\"cache_salt\": \"s\"", "cache_salt"},
+        {"\"logits_processors\": [\"p\"]", "logits_processors"}, {"\"return_token_ids\": true", "return_token_ids"},
+        {"\"kv_transfer_params\": {\"a\": 1}", "kv_transfer_params"}, {"\"vllm_xargs\": {\"a\": 1}", "vllm_xargs"},
+    };
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        char b[512];
+        snprintf(b, sizeof b, "{\"model\": \"m\", \"prompt\": \"a\", %s}", asks[i][0]);
+        expect_error(C, b, 400, asks[i][1]);
+        snprintf(b, sizeof b, "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}], %s}", asks[i][0]);
+        expect_error(H, b, 400, asks[i][1]);
+    }
+    /* add_special_tokens: what this server does for the kind passes (completions true, chat false) */
+    expect_error(C, CB("\"add_special_tokens\": false"), 400, "add_special_tokens");
+    expect_error(H, HB("\"add_special_tokens\": true"), 400, "add_special_tokens");
+    expect_error(API_RESPONSES, "{\"model\": \"m\", \"input\": \"a\", \"store\": true}", 400, "store");
+    const char *defaults[] = {CB("\"add_special_tokens\": true, \"skip_special_tokens\": true, \"store\": false, "
+                                 "\"modalities\": [\"text\"], \"verbosity\": \"medium\", \"use_beam_search\": false, "
+                                 "\"length_penalty\": 1, \"priority\": 0, \"truncate_prompt_tokens\": null, \"user\": \"u\", "
+                                 "\"metadata\": {\"k\": \"v\"}, \"service_tier\": \"auto\""),
+                              HB("\"add_special_tokens\": false, \"add_generation_prompt\": true, "
+                                 "\"spaces_between_special_tokens\": true, \"continue_final_message\": false, "
+                                 "\"safety_identifier\": \"s\", \"prompt_cache_key\": \"k\"")};
     const char *neutral[] = {CB("\"frequency_penalty\": 0, \"presence_penalty\": null, \"logit_bias\": {}, "
                                 "\"echo\": false, \"suffix\": \"\", \"best_of\": 1, \"repetition_penalty\": 1"),
                              HB("\"tools\": [], \"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}")};
@@ -177,10 +217,21 @@ static void test_unsupported_fields(void **state)
         if (api_request_parse(&rq, i ? H : C, neutral[i], strlen(neutral[i]), &e))
             fail_msg("refused %s: %s", neutral[i], e.message);
         api_request_free(&rq);
+        if (api_request_parse(&rq, i ? H : C, defaults[i], strlen(defaults[i]), &e))
+            fail_msg("refused %s: %s", defaults[i], e.message);
+        api_request_free(&rq);
     }
     const char *two = CB("\"suffix\": \"x\", \"best_of\": 2");
     assert_int_equal(api_request_parse_opts(&rq, C, two, strlen(two), true, &e), STATUS_OK);
     assert_string_equal(rq.ignored, "suffix, best_of");
+    api_request_free(&rq);
+    const char *pl = CB("\"prompt_logprobs\": 0");
+    assert_int_equal(api_request_parse(&rq, C, pl, strlen(pl), &e), STATUS_OK);
+    assert_true(rq.prompt_logprobs && rq.prompt_top == 0 && !rq.logprobs);
+    api_request_free(&rq);
+    pl = HB("\"prompt_logprobs\": null");
+    assert_int_equal(api_request_parse(&rq, H, pl, strlen(pl), &e), STATUS_OK);
+    assert_false(rq.prompt_logprobs);
     api_request_free(&rq);
     const char *echo0 = CB("\"echo\": true, \"max_tokens\": 0, \"logprobs\": 1");
     assert_int_equal(api_request_parse(&rq, C, echo0, strlen(echo0), &e), STATUS_OK);
@@ -534,6 +585,8 @@ static void test_reasoning_json(void **state)
     json_free(j), free(s);
 }
 
+static struct tokenizer *load_tok(void);
+
 /* A stream of several choices: each chunk is one choice's, under its index (the usage chunk has none). */
 static void test_choice_chunks(void **state)
 {
@@ -553,6 +606,31 @@ static void test_choice_chunks(void **state)
         assert_string_equal(json_string(t), "ab");
         json_free(j), free(s);
     }
+    /* prompt_logprobs: [null, {"ID": {logprob, rank, decoded_token}}] with the token first, then the
+       likeliest (the token among them once) */
+    struct tokenizer *t = load_tok();
+    const int32_t ids[2] = {100, 101}, rank[2] = {0, 2}, top[4] = {0, 0, 7, 101};
+    const float lp[2] = {0, -2.5f}, tlp[4] = {0, 0, -0.5f, -2.5f};
+    struct api_prompt_logprobs p = {.n = 2, .ids = ids, .lp = lp, .rank = rank, .k = 2, .stride = 2, .top_ids = top,
+                                    .top_lp = tlp, .tok = t};
+    struct api_result r = {.kind = API_COMPLETIONS, .id = "x", .model = "m", .text = "", .prompt_logprobs = &p};
+    char *s = api_result_json(&r, false);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    const struct json *a = json_get(json_array_at(json_get(j, "choices"), 0), "prompt_logprobs");
+    assert_int_equal(json_array_size(a), 2);
+    assert_true(json_is_null(json_array_at(a, 0)));
+    const struct json *pos = json_array_at(a, 1), *own = json_get(pos, "101"), *alt = json_get(pos, "7");
+    assert_true(own && alt && !json_next(json_next(json_child(pos)))); /* two entries: 101 once */
+    assert_true(json_number(json_get(own, "logprob")) == -2.5 && json_number(json_get(own, "rank")) == 2);
+    assert_true(json_number(json_get(alt, "logprob")) == -0.5 && json_number(json_get(alt, "rank")) == 1);
+    char *dec = NULL;
+    size_t n = 0;
+    int32_t id7 = 7;
+    assert_int_equal(tokenizer_decode(t, &id7, 1, false, &dec, &n, NULL), STATUS_OK);
+    assert_string_equal(json_string(json_get(alt, "decoded_token")), dec);
+    free(dec);
+    json_free(j), free(s);
+    tokenizer_free(t);
 }
 
 /* Client errors never carry this server's paths; a route error keeps the client's own URL. */
