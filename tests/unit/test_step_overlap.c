@@ -174,7 +174,7 @@ static void test_scoring_beside_prompts(void **state)
         for (int j = 0; j < n; j++)
             prompt[j] = 10 + (i * 7 + j * 29) % 4000;
         struct sched_params sp = {.max_new = i == 0 ? 0 : 3, .prompt_logprobs = i == 0, .top_logprobs = i == 0 ? 0 : -1,
-                                  .ignore_eos = true, .sampling = {.top_p = 1}};
+                                  .prompt_top = i == 0 ? 3 : 0, .ignore_eos = true, .sampling = {.top_p = 1}};
         if (sched_req_create(&r[i], prompt, n, &sp, &err) || scheduler_submit(&sch, r[i], &err))
             fail_msg("%s", err.msg);
     }
@@ -182,6 +182,18 @@ static void test_scoring_beside_prompts(void **state)
         ;
     for (int j = 1; j < 40; j++) /* every prompt token scored: a log-probability, finite and <= 0 */
         assert_true(r[0]->prompt_lp[j] <= 0 && r[0]->prompt_lp[j] > -1e30f);
+    /* prompt_top 3 beyond top_logprobs 0: 3 alternatives a position, in order; the token's rank agrees
+       with them (as many above it as its rank says, and at its rank when that is within the 3) */
+    assert_int_equal(r[0]->prompt_k, 3);
+    for (int j = 1; j < 40; j++) {
+        const float *t = r[0]->prompt_top_lp + (size_t)j * 3, x = r[0]->prompt_lp[j];
+        const int rank = r[0]->prompt_rank[j];
+        assert_true(t[0] >= t[1] && t[1] >= t[2] && rank >= 1 && x <= t[0]);
+        for (int m = 0; m < 3; m++)
+            assert_true(m < rank - 1 ? t[m] > x : t[m] <= x);
+        if (rank <= 3)
+            assert_int_equal(r[0]->prompt_top_ids[(size_t)j * 3 + rank - 1], r[0]->prompt[j]);
+    }
     for (int i = 0; i < 4; i++) {
         assert_int_equal(r[i]->finish, SCHED_FINISH_LENGTH);
         assert_int_equal(r[i]->n_out, i == 0 ? 0 : 3);
