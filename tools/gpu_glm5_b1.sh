@@ -10,7 +10,7 @@
 #
 #   carry [".carry/ab", ".carry/lib"]
 #   PACKS="base new" [ROUNDS=2] [BATCHES=1,64] [DECODE_CONTEXT=2048] [KV=bf16] [SMEM=]
-#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [PROFILE=1] tools/gpu_glm5_b1.sh
+#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [BENCH=1] [PROFILE=1] tools/gpu_glm5_b1.sh
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_glm5_b1}
@@ -45,6 +45,7 @@ flags=(--backend cuda --synthetic glm5-slice --batch "${BATCHES:-1,64}" --prompt
     --context-fill random --decode "${DECODE_STEPS:-16}" --json)
 [ -n "${KV:-}" ] && flags+=(--kv-cache-dtype "$KV")
 [ -n "${SMEM:-}" ] && flags+=(--smem-budget "$SMEM")
+[ "${BENCH:-1}" = 1 ] || ROUNDS=0 # checks only
 for r in $(seq 1 "${ROUNDS:-2}"); do
     for p in "${packs[@]}"; do
         for L in 2 4; do
