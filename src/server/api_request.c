@@ -609,33 +609,31 @@ enum neutral { NEUTRAL_EMPTY, NEUTRAL_ONE, NEUTRAL_NONE, NEUTRAL_TEXT, NEUTRAL_N
 static const struct {
     const char *name;
     enum neutral ok;
-    bool on_completions; /* implemented on completions (parsed in parse_fields): refused on chat only */
 } UNSUPPORTED[] = {
-    {"functions", NEUTRAL_EMPTY, false},
-    {"function_call", NEUTRAL_NONE, false},
-    {"suffix", NEUTRAL_EMPTY, false},          {"best_of", NEUTRAL_ONE, false},
-    {"prompt_logprobs", NEUTRAL_NULL, true}, /* 0 asks for the prompt tokens' own log-probabilities */
-    {"guided_json", NEUTRAL_EMPTY, false},     {"guided_regex", NEUTRAL_EMPTY, false},   {"guided_choice", NEUTRAL_EMPTY, false},
-    {"guided_grammar", NEUTRAL_EMPTY, false},  {"structured_outputs", NEUTRAL_EMPTY, false}, {"audio", NEUTRAL_EMPTY, false},
-    {"prediction", NEUTRAL_EMPTY, false},      {"reasoning_effort", NEUTRAL_EMPTY, false},
+    {"functions", NEUTRAL_EMPTY},
+    {"function_call", NEUTRAL_NONE},
+    {"suffix", NEUTRAL_EMPTY},          {"best_of", NEUTRAL_ONE},
+    {"guided_json", NEUTRAL_EMPTY},     {"guided_regex", NEUTRAL_EMPTY},   {"guided_choice", NEUTRAL_EMPTY},
+    {"guided_grammar", NEUTRAL_EMPTY},  {"structured_outputs", NEUTRAL_EMPTY}, {"audio", NEUTRAL_EMPTY},
+    {"prediction", NEUTRAL_EMPTY},      {"reasoning_effort", NEUTRAL_EMPTY},
     /* OpenAI's that change an answer (store: retrievable later; none is kept here) */
-    {"store", NEUTRAL_EMPTY, false},           {"modalities", NEUTRAL_TEXT_ONLY, false},
-    {"verbosity", NEUTRAL_MEDIUM, false},      {"web_search_options", NEUTRAL_EMPTY, false},
+    {"store", NEUTRAL_EMPTY},           {"modalities", NEUTRAL_TEXT_ONLY},
+    {"verbosity", NEUTRAL_MEDIUM},      {"web_search_options", NEUTRAL_EMPTY},
     /* vLLM's sampling and rendering extensions, at their defaults (this server's behaviour) */
-    {"use_beam_search", NEUTRAL_EMPTY, false}, {"length_penalty", NEUTRAL_ONE, false},
-    {"include_stop_str_in_output", NEUTRAL_EMPTY, false},
-    {"skip_special_tokens", NEUTRAL_TRUE, false}, {"spaces_between_special_tokens", NEUTRAL_TRUE, false},
-    {"truncate_prompt_tokens", NEUTRAL_NULL, false}, {"allowed_token_ids", NEUTRAL_EMPTY, false},
-    {"bad_words", NEUTRAL_EMPTY, false},       {"add_generation_prompt", NEUTRAL_TRUE, false},
-    {"continue_final_message", NEUTRAL_EMPTY, false}, {"add_special_tokens", NEUTRAL_DEFAULT, false},
-    {"documents", NEUTRAL_EMPTY, false},       {"mm_processor_kwargs", NEUTRAL_EMPTY, false},
-    {"structural_tag", NEUTRAL_EMPTY, false},  {"guided_decoding_backend", NEUTRAL_EMPTY, false},
-    {"guided_whitespace_pattern", NEUTRAL_EMPTY, false}, {"priority", NEUTRAL_EMPTY, false},
-    {"request_id", NEUTRAL_EMPTY, false},      {"logits_processors", NEUTRAL_EMPTY, false},
-    {"return_tokens_as_token_ids", NEUTRAL_EMPTY, false}, {"return_token_ids", NEUTRAL_EMPTY, false},
-    {"cache_salt", NEUTRAL_EMPTY, false},      {"kv_transfer_params", NEUTRAL_EMPTY, false},
-    {"vllm_xargs", NEUTRAL_EMPTY, false},      {"prompt_embeds", NEUTRAL_EMPTY, false},
-    {"logprobs_mode", NEUTRAL_EMPTY, false},
+    {"use_beam_search", NEUTRAL_EMPTY}, {"length_penalty", NEUTRAL_ONE},
+    {"include_stop_str_in_output", NEUTRAL_EMPTY},
+    {"skip_special_tokens", NEUTRAL_TRUE}, {"spaces_between_special_tokens", NEUTRAL_TRUE},
+    {"truncate_prompt_tokens", NEUTRAL_NULL}, {"allowed_token_ids", NEUTRAL_EMPTY},
+    {"bad_words", NEUTRAL_EMPTY},       {"add_generation_prompt", NEUTRAL_TRUE},
+    {"continue_final_message", NEUTRAL_EMPTY}, {"add_special_tokens", NEUTRAL_DEFAULT},
+    {"documents", NEUTRAL_EMPTY},       {"mm_processor_kwargs", NEUTRAL_EMPTY},
+    {"structural_tag", NEUTRAL_EMPTY},  {"guided_decoding_backend", NEUTRAL_EMPTY},
+    {"guided_whitespace_pattern", NEUTRAL_EMPTY}, {"priority", NEUTRAL_EMPTY},
+    {"request_id", NEUTRAL_EMPTY},      {"logits_processors", NEUTRAL_EMPTY},
+    {"return_tokens_as_token_ids", NEUTRAL_EMPTY}, {"return_token_ids", NEUTRAL_EMPTY},
+    {"cache_salt", NEUTRAL_EMPTY},      {"kv_transfer_params", NEUTRAL_EMPTY},
+    {"vllm_xargs", NEUTRAL_EMPTY},      {"prompt_embeds", NEUTRAL_EMPTY},
+    {"logprobs_mode", NEUTRAL_EMPTY},
 };
 
 static bool asks_nothing(const struct json *j, enum neutral ok, enum api_kind kind)
@@ -675,7 +673,7 @@ static enum status check_unsupported(const struct json *body, struct api_request
     size_t at = 0;
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++) {
         const struct json *j = json_get(body, UNSUPPORTED[i].name);
-        if (!j || asks_nothing(j, UNSUPPORTED[i].ok, rq->kind) || (UNSUPPORTED[i].on_completions && rq->kind == API_COMPLETIONS))
+        if (!j || asks_nothing(j, UNSUPPORTED[i].ok, rq->kind))
             continue;
         if (!lenient)
             return api_error_set(e, 400, "invalid_request_error", UNSUPPORTED[i].name, "unsupported_parameter",
@@ -762,11 +760,6 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         if ((st = get_int(body, "logprobs", 0, 5, &rq->top_logprobs, &has, e)))
             return st;
         rq->logprobs = has;
-        /* vLLM's: each prompt token's log-probability, rank and the likeliest k at its position */
-        if ((st = get_int(body, "prompt_logprobs", 0, 20, &rq->prompt_top, &rq->prompt_logprobs, e)))
-            return st;
-        if (rq->prompt_logprobs && rq->stream)
-            return bad(e, "prompt_logprobs", "'%s' with 'stream' is not supported: ask for the whole answer%s", "");
     } else {
         if ((st = get_bool(body, "logprobs", &rq->logprobs, e)))
             return st;
@@ -776,6 +769,12 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
         if (has && !rq->logprobs)
             return bad(e, "top_logprobs", "'%s' needs 'logprobs' to be true%s", "");
     }
+    /* vLLM's: each prompt token's log-probability, rank and the likeliest k at its position (0 asks for
+       the tokens' own) */
+    if ((st = get_int(body, "prompt_logprobs", 0, 20, &rq->prompt_top, &rq->prompt_logprobs, e)))
+        return st;
+    if (rq->prompt_logprobs && rq->stream)
+        return bad(e, "prompt_logprobs", "'%s' with 'stream' is not supported: ask for the whole answer%s", "");
     return STATUS_OK;
 }
 

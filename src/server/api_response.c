@@ -281,7 +281,7 @@ static void add_choice(struct json *choices, const struct api_result *r, bool ch
     else
         json_add(c, "logprobs", json_new_null());
     json_add(c, "finish_reason", r->finish_reason ? json_new_string(r->finish_reason) : json_new_null());
-    if (r->prompt_logprobs)
+    if (r->prompt_logprobs && r->kind == API_COMPLETIONS) /* chat: the response's, once (its one prompt) */
         json_add(c, "prompt_logprobs", prompt_logprobs_array(r->prompt_logprobs));
 }
 
@@ -291,6 +291,8 @@ char *api_result_json(const struct api_result *r, bool chunk)
     add_choice(json_add(root, "choices", json_new_array()), r, chunk, r->index);
     if (!chunk && r->has_usage)
         json_add(root, "usage", usage_object(r));
+    if (!chunk && r->prompt_logprobs && r->kind == API_CHAT)
+        json_add(root, "prompt_logprobs", prompt_logprobs_array(r->prompt_logprobs));
     return finish(root);
 }
 
@@ -301,6 +303,8 @@ char *api_results_json(const struct api_result *r, int k, const struct api_resul
     for (int i = 0; i < k; i++)
         add_choice(choices, &r[i], false, i);
     json_add(root, "usage", usage_object(usage));
+    if (r[0].prompt_logprobs && r[0].kind == API_CHAT)
+        json_add(root, "prompt_logprobs", prompt_logprobs_array(r[0].prompt_logprobs));
     return finish(root);
 }
 

@@ -76,7 +76,8 @@ struct api_result {
     bool has_usage;
     int prompt_tokens, completion_tokens, cached_tokens;
     const struct api_logprobs *logprobs; /* NULL: "logprobs": null */
-    const struct api_prompt_logprobs *prompt_logprobs; /* completions: choices[].prompt_logprobs, or NULL (absent) */
+    const struct api_prompt_logprobs *prompt_logprobs; /* choices[].prompt_logprobs (completions) or the
+                                                          response's (chat, vLLM's place), or NULL (absent) */
     const struct api_tool_call *tool_calls; /* (n_tool_calls) chat: the calls, or this chunk's deltas of them */
     int n_tool_calls;
 };

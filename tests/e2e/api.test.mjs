@@ -95,17 +95,14 @@ describe('openai client against moeserve serve', () => {
     await assert.rejects(client.completions.create({ model: MODEL, prompt, echo: true, stream: true }), (e) => e.status === 400 && e.param === 'echo');
   });
 
-  test('prompt_logprobs (vLLM\'s): each prompt token\'s log p, rank and the likeliest k, as the logits command computes them', async () => {
-    const prompt = 'And the earth was without form';
-    const ids = (await postJSON(srv.url + '/tokenize', { model: MODEL, prompt })).json.tokens;
+  // prompt_logprobs against `moeserve logits` of the same ids: each position's token with its log p
+  // (within 1e-4) and rank, and the k likeliest with theirs.
+  function checkPromptLogprobs(pl, ids, K) {
     const out = path.join(os.tmpdir(), `prompt_logits_${process.pid}.bin`);
     execFileSync(BIN, ['logits', '--model', MODEL_DIR, '--tokens', ids.join(','), '--out', out], { stdio: 'ignore' });
     const raw = fs.readFileSync(out);
     fs.unlinkSync(out);
     const x = new Float32Array(raw.buffer, raw.byteOffset, raw.length / 4), V = x.length / ids.length;
-    const K = 3;
-    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 2, temperature: 0, prompt_logprobs: K });
-    const pl = r.choices[0].prompt_logprobs;
     assert.equal(pl.length, ids.length);
     assert.equal(pl[0], null);
     for (let i = 1; i < ids.length; i++) {
@@ -127,6 +124,15 @@ describe('openai client against moeserve serve', () => {
       }
       assert.equal(Object.keys(pl[i]).length, order.some((o) => o[1] === ids[i]) ? K : K + 1);
     }
+  }
+
+  test('prompt_logprobs (vLLM\'s): each prompt token\'s log p, rank and the likeliest k, as the logits command computes them', async () => {
+    const prompt = 'And the earth was without form';
+    const ids = (await postJSON(srv.url + '/tokenize', { model: MODEL, prompt })).json.tokens;
+    const K = 3;
+    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 2, temperature: 0, prompt_logprobs: K });
+    const pl = r.choices[0].prompt_logprobs;
+    checkPromptLogprobs(pl, ids, K);
     assert.equal(pl[1][String(ids[1])].decoded_token,
       (await postJSON(srv.url + '/detokenize', { model: MODEL, tokens: [ids[1]] })).json.prompt);
     // beside echo + logprobs 1: the echoed prompt's numbers are the same, one alternative each
@@ -141,9 +147,15 @@ describe('openai client against moeserve serve', () => {
     assert.deepEqual(Object.keys(zero.choices[0].prompt_logprobs[2]), [String(ids[2])]);
     const plain = await client.completions.create({ model: MODEL, prompt, max_tokens: 1 });
     assert.equal(plain.choices[0].prompt_logprobs, undefined);
+    // chat: the response's prompt_logprobs (vLLM's place), over the template's ids, once for n 2
+    const messages = [{ role: 'user', content: 'In the beginning' }];
+    const chatIds = (await postJSON(srv.url + '/tokenize', { model: MODEL, messages })).json.tokens;
+    const c = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 2, n: 2, prompt_logprobs: 2 });
+    checkPromptLogprobs(c.prompt_logprobs, chatIds, 2);
+    assert.equal(c.choices[0].prompt_logprobs, undefined);
     await assert.rejects(client.completions.create({ model: MODEL, prompt, prompt_logprobs: 1, stream: true }),
       (e) => e.status === 400 && e.param === 'prompt_logprobs');
-    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], prompt_logprobs: 1 }),
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages, prompt_logprobs: 21 }),
       (e) => e.status === 400 && e.param === 'prompt_logprobs');
   });
 

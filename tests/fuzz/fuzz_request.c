@@ -79,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(rq.top_p > 0 && rq.top_p <= 1 && rq.top_k >= 0);
         FUZZ_CHECK(rq.top_logprobs >= 0 && rq.top_logprobs <= 20);
         FUZZ_CHECK(!rq.include_usage || rq.stream);
-        FUZZ_CHECK(!rq.prompt_logprobs || (kind == API_COMPLETIONS && !rq.stream && rq.prompt_top >= 0 && rq.prompt_top <= 20));
+        FUZZ_CHECK(!rq.prompt_logprobs || (kind != API_RESPONSES && !rq.stream && rq.prompt_top >= 0 && rq.prompt_top <= 20));
         FUZZ_CHECK(rq.n_bias >= 0 && rq.n_bias <= API_MAX_BIAS && rq.n_stop_ids >= 0 && rq.n_stop_ids <= API_MAX_STOP_IDS);
         FUZZ_CHECK(rq.frequency_penalty >= -2 && rq.frequency_penalty <= 2 && rq.min_p >= 0 && rq.min_p <= 1);
         FUZZ_CHECK(rq.repetition_penalty > 0 && rq.min_tokens >= 0);

@@ -167,9 +167,8 @@ static void test_unsupported_fields(void **state)
     expect_error(C, CB("\"max_tokens\": 0"), 400, "max_tokens");
     expect_error(C, CB("\"suffix\": \"end\""), 400, "suffix");
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
-    expect_error(H, HB("\"prompt_logprobs\": 2"), 400, "prompt_logprobs");
-    expect_error(H, HB("\"prompt_logprobs\": 0"), 400, "prompt_logprobs"); /* 0 asks for the tokens' own */
-    /* completions: vLLM's prompt_logprobs, 0..20, whole answers only */
+    /* vLLM's prompt_logprobs, 0..20, whole answers only */
+    expect_error(H, HB("\"prompt_logprobs\": 2, \"stream\": true"), 400, "prompt_logprobs");
     expect_error(C, CB("\"prompt_logprobs\": -1"), 400, "prompt_logprobs");
     expect_error(C, CB("\"prompt_logprobs\": 21"), 400, "prompt_logprobs");
     expect_error(C, CB("\"prompt_logprobs\": true"), 400, "prompt_logprobs");
@@ -232,6 +231,10 @@ static void test_unsupported_fields(void **state)
     pl = HB("\"prompt_logprobs\": null");
     assert_int_equal(api_request_parse(&rq, H, pl, strlen(pl), &e), STATUS_OK);
     assert_false(rq.prompt_logprobs);
+    api_request_free(&rq);
+    pl = HB("\"prompt_logprobs\": 4");
+    assert_int_equal(api_request_parse(&rq, H, pl, strlen(pl), &e), STATUS_OK);
+    assert_true(rq.prompt_logprobs && rq.prompt_top == 4);
     api_request_free(&rq);
     const char *echo0 = CB("\"echo\": true, \"max_tokens\": 0, \"logprobs\": 1");
     assert_int_equal(api_request_parse(&rq, C, echo0, strlen(echo0), &e), STATUS_OK);
@@ -629,6 +632,12 @@ static void test_choice_chunks(void **state)
     assert_int_equal(tokenizer_decode(t, &id7, 1, false, &dec, &n, NULL), STATUS_OK);
     assert_string_equal(json_string(json_get(alt, "decoded_token")), dec);
     free(dec);
+    json_free(j), free(s);
+    r.kind = API_CHAT; /* chat: the response's field (vLLM's place), not a choice's */
+    s = api_result_json(&r, false);
+    assert_int_equal(json_parse(s, strlen(s), "r", &j, NULL), STATUS_OK);
+    assert_null(json_get(json_array_at(json_get(j, "choices"), 0), "prompt_logprobs"));
+    assert_int_equal(json_array_size(json_get(j, "prompt_logprobs")), 2);
     json_free(j), free(s);
     tokenizer_free(t);
 }
