@@ -754,6 +754,14 @@ static enum status parse_fields(const struct json *body, struct api_request *rq,
             return bad(e, "stream_options", "'%s' is only allowed when 'stream' is true%s", "");
         if ((st = get_bool(so, "include_usage", &rq->include_usage, e)))
             return st;
+        bool continuous = false; /* vLLM's: usage in every chunk */
+        if ((st = get_bool(so, "continuous_usage_stats", &continuous, e)))
+            return st;
+        if (continuous)
+            return api_error_set(e, 400, "invalid_request_error", "stream_options.continuous_usage_stats",
+                                 "unsupported_parameter",
+                                 "'stream_options.continuous_usage_stats' is not supported by this server: refused "
+                                 "rather than ignored (include_usage gives the usage once, at the end)");
     }
     if (rq->kind == API_COMPLETIONS) {
         bool has = false;

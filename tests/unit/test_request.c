@@ -169,6 +169,8 @@ static void test_unsupported_fields(void **state)
     expect_error(C, CB("\"best_of\": 3"), 400, "best_of");
     /* vLLM's prompt_logprobs, 0..20, whole answers only */
     expect_error(H, HB("\"prompt_logprobs\": 2, \"stream\": true"), 400, "prompt_logprobs");
+    expect_error(C, CB("\"stream\": true, \"stream_options\": {\"continuous_usage_stats\": true}"), 400,
+                 "stream_options.continuous_usage_stats");
     expect_error(C, CB("\"prompt_logprobs\": -1"), 400, "prompt_logprobs");
     expect_error(C, CB("\"prompt_logprobs\": 21"), 400, "prompt_logprobs");
     expect_error(C, CB("\"prompt_logprobs\": true"), 400, "prompt_logprobs");
