@@ -204,6 +204,11 @@ struct json *json_append(struct json *arr, struct json *val)
     return val;
 }
 
+struct json *json_copy(const struct json *j)
+{
+    return j ? (struct json *)cJSON_Duplicate(C(j), 1) : json_new_null();
+}
+
 char *json_print(const struct json *j, bool pretty)
 {
     return pretty ? cJSON_Print(C(j)) : cJSON_PrintUnformatted(C(j));

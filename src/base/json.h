@@ -65,6 +65,8 @@ struct json *json_new_bool(bool v);
 struct json *json_new_null(void);
 struct json *json_add(struct json *obj, const char *key, struct json *val);
 struct json *json_append(struct json *arr, struct json *val);
+/* A deep copy of j for another tree to own; NULL (a missing member) copies as a JSON null. NULL on OOM. */
+struct json *json_copy(const struct json *j);
 /* Returns a malloc'ed string (caller frees), NULL on OOM. */
 char *json_print(const struct json *j, bool pretty);
 

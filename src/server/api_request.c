@@ -230,29 +230,6 @@ static bool tool_name_ok(const char *s)
     return true;
 }
 
-static struct json *copy_json(const struct json *j)
-{
-    if (json_is_object(j) || json_is_array(j)) {
-        struct json *o = json_is_object(j) ? json_new_object() : json_new_array();
-        for (const struct json *c = json_child(j); c && o; c = json_next(c)) {
-            struct json *v = copy_json(c);
-            if (!v || !(json_is_object(j) ? json_add(o, json_key(c), v) : json_append(o, v))) {
-                json_free(v);
-                json_free(o);
-                return NULL;
-            }
-        }
-        return o;
-    }
-    if (json_is_string(j))
-        return json_new_string(json_string(j));
-    if (json_is_number(j))
-        return json_new_number(json_number(j));
-    if (json_is_bool(j))
-        return json_new_bool(json_bool(j));
-    return json_new_null();
-}
-
 /* One assistant tool call, checked, into `out` as the templates take it: {id, type, function:
  * {name, arguments}} with arguments an object (OpenAI sends them as JSON text; the templates of
  * GLM-4.5 iterate over them, Qwen3's print them with tojson either way, as vLLM passes them). */
@@ -281,7 +258,7 @@ static enum status parse_tool_call(const struct json *tc, int i, int k, struct j
             return bad(e, param, "'%s' must be a JSON object (as text)%s", "");
         }
     } else if (json_is_object(args)) {
-        obj = copy_json(args);
+        obj = json_copy(args);
     } else if (!args) {
         obj = json_new_object();
     } else {
@@ -827,7 +804,7 @@ static enum status responses_item(const struct json *it, int i, struct json *msg
         m = json_append(msgs, json_new_object());
         const struct json *content = field(it, "content");
         bool ok = m && json_add(m, "role", json_new_string(rn)) &&
-                  (!content || json_add(m, "content", copy_json(content)));
+                  (!content || json_add(m, "content", json_copy(content)));
         return ok ? STATUS_OK : oom(e);
     }
     if (strcmp(t, "function_call") == 0) {
@@ -884,20 +861,20 @@ static struct json *responses_tools_as_chat(const struct json *tools, const stru
         }
         for (const struct json *m = json_child(t); m; m = json_next(m)) /* type stays; the rest moves down */
             if (strcmp(json_key(m), "type") == 0)
-                json_add(c, "type", copy_json(m));
+                json_add(c, "type", json_copy(m));
         struct json *f = json_add(c, "function", json_new_object());
         for (const struct json *m = json_child(t); m && f; m = json_next(m))
             if (strcmp(json_key(m), "type") != 0)
-                json_add(f, json_key(m), copy_json(m));
+                json_add(f, json_key(m), json_copy(m));
     }
     if (tc && b) {
         const struct json *name = json_get(tc, "name");
         if (json_is_object(tc) && json_is_string(name)) {
             struct json *c = json_add(b, "tool_choice", json_new_object());
-            json_add(c, "type", copy_json(json_get(tc, "type")));
+            json_add(c, "type", json_copy(json_get(tc, "type")));
             json_add(json_add(c, "function", json_new_object()), "name", json_new_string(json_string(name)));
         } else {
-            json_add(b, "tool_choice", copy_json(tc));
+            json_add(b, "tool_choice", json_copy(tc));
         }
     }
     return b;
@@ -964,10 +941,10 @@ static enum status parse_responses(const struct json *body, struct api_request *
         if (!b)
             return oom(e);
         if (tools && !json_is_array(tools))
-            json_add(b, "tools", copy_json(tools)); /* refused with its own message */
+            json_add(b, "tools", json_copy(tools)); /* refused with its own message */
         const struct json *ptc = field(body, "parallel_tool_calls");
         if (ptc)
-            json_add(b, "parallel_tool_calls", copy_json(ptc));
+            json_add(b, "parallel_tool_calls", json_copy(ptc));
         rq->kind = API_CHAT;
         st = parse_tools(b, rq, e);
         rq->kind = API_RESPONSES;

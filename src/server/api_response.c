@@ -363,27 +363,6 @@ struct json *api_responses_reasoning_item(const char *id, const char *status, co
     return it;
 }
 
-/* A copy of j (strings, numbers, booleans, null, and objects and arrays of them). */
-static struct json *json_copy_value(const struct json *j)
-{
-    if (json_is_object(j) || json_is_array(j)) {
-        struct json *o = json_is_object(j) ? json_new_object() : json_new_array();
-        for (const struct json *c = json_child(j); c && o; c = json_next(c))
-            if (!(json_is_object(j) ? json_add(o, json_key(c), json_copy_value(c)) : json_append(o, json_copy_value(c)))) {
-                json_free(o);
-                return NULL;
-            }
-        return o;
-    }
-    if (json_is_string(j))
-        return json_new_string(json_string(j));
-    if (json_is_number(j))
-        return json_new_number(json_number(j));
-    if (json_is_bool(j))
-        return json_new_bool(json_bool(j));
-    return json_new_null();
-}
-
 struct json *api_responses_object(const struct api_responses_view *v)
 {
     struct json *o = json_new_object();
@@ -427,7 +406,7 @@ struct json *api_responses_object(const struct api_responses_view *v)
         struct json *r = json_append(tools, json_new_object());
         json_add(r, "type", json_new_string("function"));
         for (const struct json *m = json_child(json_get(t, "function")); m && r; m = json_next(m))
-            json_add(r, json_key(m), json_copy_value(m));
+            json_add(r, json_key(m), json_copy(m));
     }
     json_add(o, "temperature", json_new_number(v->temperature));
     json_add(o, "top_p", json_new_number(v->top_p));

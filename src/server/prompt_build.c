@@ -4,27 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A copy of j built from the constructors (the context owns its values). */
-static struct json *json_copy(const struct json *j)
-{
-    if (json_is_object(j) || json_is_array(j)) {
-        struct json *o = json_is_object(j) ? json_new_object() : json_new_array();
-        for (const struct json *c = json_child(j); c && o; c = json_next(c))
-            if (!(json_is_object(j) ? json_add(o, json_key(c), json_copy(c)) : json_append(o, json_copy(c)))) {
-                json_free(o);
-                return NULL;
-            }
-        return o;
-    }
-    if (json_is_string(j))
-        return json_new_string(json_string(j));
-    if (json_is_number(j))
-        return json_new_number(json_number(j));
-    if (json_is_bool(j))
-        return json_new_bool(json_bool(j));
-    return json_new_null();
-}
-
 /* The members of the object in JSON text `extra` (NULL: none) added to obj; false on no memory. */
 static bool add_members(struct json *obj, const char *extra)
 {

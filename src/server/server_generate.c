@@ -667,20 +667,27 @@ static void stream_free(void *cls)
     gen_free(cls);
 }
 
-static enum MHD_Result reply_stream(struct conn_ctx *cc, struct gen *g)
+/* Answers 200 with a server-sent event stream that read() produces from cls; free_fn(cls) runs when
+ * the connection is done with it, or at once when no response can be made. */
+static enum MHD_Result reply_sse(struct conn_ctx *cc, MHD_ContentReaderCallback read, void *cls,
+                                 MHD_ContentReaderFreeCallback free_fn)
 {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, g,
-                                                                  stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, read, cls, free_fn);
     if (!resp) {
-        gen_free(g);
+        free_fn(cls);
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(cc->conn, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp); /* the connection holds it; stream_free runs when it is done */
+    MHD_destroy_response(resp); /* the connection holds it */
     metrics_count_request(&cc->srv->metrics, cc->ep, 200);
     return ret;
+}
+
+static enum MHD_Result reply_stream(struct conn_ctx *cc, struct gen *g)
+{
+    return reply_sse(cc, stream_read, g, stream_free);
 }
 
 /* ---- several choices (n) or prompts streamed: one event stream, each chunk one choice's ---- */
@@ -841,18 +848,7 @@ static void several_stream_free(void *cls)
 /* Answers 200 with the stream of s's choices (s is the response's from here on). */
 static enum MHD_Result reply_several_stream(struct conn_ctx *cc, struct several *s)
 {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, several_read, s,
-                                                                  several_stream_free);
-    if (!resp) {
-        several_free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result ret = MHD_queue_response(cc->conn, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    metrics_count_request(&cc->srv->metrics, cc->ep, 200);
-    return ret;
+    return reply_sse(cc, several_read, s, several_stream_free);
 }
 
 /* echo: the prompt's text before the answer's in res, and with logprobs the prompt's tokens before
