@@ -141,6 +141,8 @@ struct sample_row {
     float top_p;       /* (0, 1]; 1 = off */
     int32_t top_k;     /* 0 = off */
     float u;           /* the row's uniform draw in [0, 1) (engine/sampler.h: sampler_uniform) */
+    int32_t mask;      /* 0: every id may be drawn; k > 0: only the ids set in the sample op's masks row
+                          k - 1 (a grammar's allowed tokens, a bit an id) */
 };
 
 /* weight_load flags: the weight's role. DENSE: read in full for every token (attention, a dense
@@ -283,9 +285,11 @@ struct backend_ops {
     void (*argmax)(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
     /* ids[r] = a token drawn with params[r] (backend memory) from softmax(logits[r] / T) cut to
      * the top_k most likely and then to the smallest set holding top_p of the mass; the argmax
-     * when T == 0; -1 if the row holds a NaN. */
+     * when T == 0; -1 if the row holds a NaN. A row with params[r].mask = k > 0 draws only among
+     * the ids set in masks[(k - 1) * ((vocab + 31) / 32) ...] (backend memory; NULL when no row
+     * has a mask), as if every other logit were -inf; its NaN guard looks at those ids alone. */
     void (*sample)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
-                   int32_t *ids);
+                   const uint32_t *masks, int32_t *ids);
     /* Replays the op sequence captured under key; false when there is none. */
     bool (*graph_replay)(struct backend *be, uint64_t key);
     /* Starts recording the ops that follow instead of running them; false if not possible. */

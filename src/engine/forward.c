@@ -141,7 +141,7 @@ void forward_free(struct forward *f)
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
                         f->v,        f->attn,     f->gate,      f->up,       f->router,   f->route_w,
                         f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_meta,
-                        f->d_argmax, f->d_sample, f->logits_part};
+                        f->d_argmax, f->d_sample, f->logits_part, f->d_masks};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 f->be->ops->free(f->be, bufs[i]);
@@ -152,6 +152,7 @@ void forward_free(struct forward *f)
     free(f->graph_seen);
     free(f->h_rows);
     free(f->h_sample);
+    free(f->h_masks);
     memset(f, 0, sizeof *f);
 }
 
@@ -367,7 +368,7 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
         be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
     }
     if (b->tokens_out && b->sample)
-        be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample + c0, f->d_argmax);
+        be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample + c0, NULL, f->d_argmax);
     else if (b->tokens_out && be->ops->argmax)
         be->ops->argmax(be, f->logits, cn, f->d->vocab_size, f->d_argmax);
 }
@@ -375,6 +376,45 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
 bool forward_can_sample(const struct forward *f)
 {
     return f->be->ops->sample != NULL;
+}
+
+/* Draws chunk c0 .. c0+cn again where its rows carry masks (b->masks, complete only now: the
+ * host made them while the device ran the pass): the masks go up compacted, each masked row's
+ * parameters name its own, and the sample op rewrites the chunk's ids. The unmasked rows draw
+ * what they drew before (the same logits and uniforms); only ids come back, never a row of
+ * logits, which at batch 64 of a 152k vocabulary would be 39 MB a step. */
+static enum status forward_sample_masked(struct forward *f, const struct forward_batch *b, int c0, int cn,
+                                         struct err *err)
+{
+    struct backend *be = f->be;
+    int n = 0;
+    for (int i = 0; i < cn; i++)
+        n += b->masks[c0 + i] != NULL;
+    if (!n)
+        return STATUS_OK;
+    const size_t words = ((size_t)f->d->vocab_size + 31) / 32, bytes = (size_t)f->logit_chunk * words * 4;
+    if (!f->d_masks) {
+        f->d_masks = be->ops->alloc(be, bytes);
+        f->h_masks = malloc(bytes);
+        if (!f->d_masks || !f->h_masks)
+            return err_set(err, STATUS_NOMEM, "forward: cannot allocate %zu bytes for the grammar masks on %s",
+                           bytes, be->ops->name);
+    }
+    int k = 0;
+    for (int i = 0; i < cn; i++) {
+        f->h_sample[i] = b->sample[c0 + i];
+        f->h_sample[i].mask = 0;
+        if (b->masks[c0 + i]) {
+            memcpy(f->h_masks + (size_t)k * words, b->masks[c0 + i], words * 4);
+            f->h_sample[i].mask = ++k;
+        }
+    }
+    be->ops->upload(be, f->d_masks, f->h_masks, (size_t)k * words * 4);
+    be->ops->upload(be, f->d_sample + c0, f->h_sample, (size_t)cn * sizeof *f->h_sample);
+    for (int i = 0; i < cn; i++) /* greedy again: h_sample is the padding's rows too */
+        f->h_sample[i] = (struct sample_row){.top_p = 1.0f};
+    be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample + c0, f->d_masks, f->d_argmax);
+    return STATUS_OK;
 }
 
 /* The host's share of chunk c0 .. c0+cn: logits and/or their argmax. A row with a NaN logit
@@ -389,6 +429,9 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     if (!b->tokens_out)
         return STATUS_OK;
     int32_t *ids = b->tokens_out + c0;
+    enum status st;
+    if (b->sample && b->masks && (st = forward_sample_masked(f, b, c0, cn, err)))
+        return st;
     if (b->sample || be->ops->argmax) {
         be->ops->download(be, ids, f->d_argmax, (size_t)cn * sizeof(int32_t));
     } else {
@@ -413,7 +456,10 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     }
     for (int i = 0; i < cn; i++)
         if (ids[i] < 0)
-            return err_set(err, STATUS_INVALID, "forward: the logits of batch row %d contain NaN",
+            return err_set(err, STATUS_INVALID, b->masks && b->masks[c0 + i]
+                                                    ? "forward: batch row %d: NaN among the logits its mask allows, "
+                                                      "or no id allowed"
+                                                    : "forward: the logits of batch row %d contain NaN",
                            b->logit_rows[c0 + i]);
     return STATUS_OK;
 }

@@ -45,6 +45,10 @@ struct forward_batch {
                                    logits_out may then be NULL */
     const struct sample_row *sample; /* (n_logits) host: how tokens_out is drawn; NULL = greedy.
                                         Needs a backend with a sample op (forward_can_sample) */
+    const uint32_t *const *masks; /* (n_logits) host, or NULL: with sample, row i draws only among the
+                                     ids set in masks[i] ((vocab + 31) / 32 words, a bit an id; NULL:
+                                     any id). Read by forward_finish, so the caller may fill it between
+                                     launch and finish: a grammar's masks, made while the device runs */
 };
 
 /* FORWARD_MAX_GRAPH_ROWS: a backend with graphs computes this many logits rows at once where
@@ -88,6 +92,8 @@ struct forward {
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table;
     int32_t *d_argmax;  /* (logit_chunk) chosen tokens */
     struct sample_row *d_sample; /* (sample_rows) */
+    uint32_t *d_masks;  /* (logit_chunk, (vocab + 31) / 32) a chunk's masked rows' allowed ids, compacted;
+                           taken at the first masked pass */
 
     /* host scratch, owned */
     int32_t *h_meta;    /* staging of d_meta */
@@ -95,6 +101,7 @@ struct forward {
                            has no argmax op; taken at first need */
     int32_t *h_rows;    /* (logit_chunk) 0, 1, ..: a padded pass's logit rows */
     struct sample_row *h_sample; /* (logit_chunk) a padded pass's sampling rows (the padding greedy) */
+    uint32_t *h_masks;  /* staging of d_masks, taken with it */
     uint64_t *graph_seen; /* (FORWARD_MAX_GRAPH_KEYS) graph keys run once, captured when seen again */
     int n_graph_seen;
     bool use_graphs;    /* backend graphs for decode-shaped passes (MOESERVE_NO_GRAPHS=1: off) */

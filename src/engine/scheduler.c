@@ -161,6 +161,7 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->b_logit_rows = malloc(S * sizeof(int32_t));
     sch->b_sample = malloc(S * sizeof *sch->b_sample);
     sch->b_next = malloc(S * sizeof(int32_t));
+    sch->b_masks = calloc(S, sizeof *sch->b_masks);
     sch->b_seqs = malloc(S * sizeof *sch->b_seqs);
     sch->b_reqs = malloc(S * sizeof *sch->b_reqs);
     sch->pub = malloc(S * sizeof *sch->pub);
@@ -168,7 +169,7 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->logits = malloc(S * (size_t)sch->vocab * sizeof(float));
     sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
     if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
-        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->pub) {
+        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->b_masks || !sch->pub) {
         scheduler_free(sch);
         return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
     }
@@ -557,10 +558,11 @@ static bool is_stop_id(const struct sched_params *p, int32_t tok)
     return false;
 }
 
-/* Whether r's next token must be chosen here: logit processors, min-p, or min_tokens still masking. */
+/* Whether r's next token must be chosen here: logit processors, min-p, or min_tokens still masking.
+ * A grammar's mask does not: it goes to the backend with the row (forward_batch.masks). */
 static bool needs_host(const struct sched_req *r)
 {
-    return sampler_needs_host(&r->p.sampling) || generated(r) < r->p.min_new || r->tm;
+    return sampler_needs_host(&r->p.sampling) || generated(r) < r->p.min_new;
 }
 
 /* Before min_tokens: the tokens that would end the request cannot be drawn. */
@@ -615,21 +617,25 @@ static enum status grammar_mask(struct sched_req *r, struct err *err)
     return st;
 }
 
-/* The grammar masks of this step's sampled rows, in parallel: each request has its own matcher and
- * scratch and the vocabulary is read-only; one after another they would add up at batch 64. */
-static void grammar_masks(struct scheduler *sch, int ns)
+/* The grammar masks of this step's sampled rows, made while the device runs the pass, in
+ * parallel: each request has its own matcher and scratch and the vocabulary is read-only; one
+ * after another they would add up at batch 64. Where the backend draws (dev), each mask goes with
+ * its row (masks, the pass's forward_batch.masks): the draw happens beside the logits. */
+static void grammar_masks(struct scheduler *sch, int ns, bool dev, const uint32_t **masks)
 {
     int n = 0;
     for (int j = 0; j < ns; j++)
         n += sch->b_reqs[j]->tm && sch->b_reqs[j]->logit_index >= 0;
-    if (n < 2)
-        return; /* one: sample_next computes it */
-#pragma omp parallel for schedule(dynamic, 1)
+    if (n == 0)
+        return;
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
     for (int j = 0; j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];
         if (r->tm && r->logit_index >= 0 && r->p.max_new > 0) {
             r->tm_status = token_mask_compute(r->tm, &r->tm_err);
             r->tm_ready = true;
+            if (dev && !r->tm_status && !needs_host(r))
+                masks[r->logit_index] = r->tm->bits;
         }
     }
 }
@@ -645,9 +651,11 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
         if (r->tm && !grammar_mask(r, &err)) /* only what keeps the grammar alive */
             token_mask_apply(r->tm, row);
         sampler_apply(&r->smp, row);
+    } else if (r->tm && !grammar_mask(r, &err) && row) {
+        token_mask_apply(r->tm, row); /* drawn under the mask on the device: log-probabilities under it too */
     }
-    if (drawn < 0 && (err.msg[0] || (r->tm ? sampler_sample_masked(&r->smp, row, r->tm->bits, &tok, &err)
-                                            : sampler_sample(&r->smp, row, &tok, &err)))) {
+    if (err.msg[0] || (drawn < 0 && (r->tm ? sampler_sample_masked(&r->smp, row, r->tm->bits, &tok, &err)
+                                                   : sampler_sample(&r->smp, row, &tok, &err)))) {
         running_remove(sch, r);
         req_finish(sch, r, SCHED_FINISH_ERROR, err.msg);
         return;
@@ -741,8 +749,10 @@ bool scheduler_step(struct scheduler *sch)
      * top-p, top-k and the next uniform of its seeded stream, as the host sampler would take it */
     const bool dev = nl > 0 && forward_can_sample(&sch->s->fwd);
     bool want_rows = !dev;
-    for (int i = 0; dev && i < nl; i++) /* rows only read on the host (prompt log-probabilities): greedy */
+    for (int i = 0; dev && i < nl; i++) { /* rows only read on the host (prompt log-probabilities): greedy */
         sch->b_sample[i] = (struct sample_row){.top_p = 1.0f};
+        sch->b_masks[i] = NULL; /* grammar_masks fills them while the pass runs */
+    }
     for (int j = 0; j < ns; j++)
         want_rows |= sch->b_reqs[j]->logit_first >= 0;
     for (int j = 0; dev && j < ns; j++) {
@@ -757,14 +767,14 @@ bool scheduler_step(struct scheduler *sch)
         want_rows |= r->out_logprob != NULL || host;
     }
     if (dev)
-        b.tokens_out = sch->b_next, b.sample = sch->b_sample;
+        b.tokens_out = sch->b_next, b.sample = sch->b_sample, b.masks = sch->b_masks;
     struct err err = {0};
     const double t_fwd = timer_now();
     enum status st = forward_launch(&sch->s->fwd, &b, &err);
     const double t_launched = timer_now();
     publish_flush(sch); /* the last step's tokens, while the device runs this one */
     if (!st) /* and this step's grammar masks: they need only the tokens accepted so far */
-        grammar_masks(sch, ns);
+        grammar_masks(sch, ns, dev, sch->b_masks);
     const double t_wait = timer_now();
     if (!st)
         st = forward_finish(&sch->s->fwd, want_rows ? sch->logits : NULL, &err);
@@ -889,6 +899,7 @@ void scheduler_free(struct scheduler *sch)
     free(sch->b_seq);
     free(sch->b_logit_rows);
     free(sch->b_sample);
+    free(sch->b_masks);
     free(sch->b_next);
     free(sch->b_seqs);
     free(sch->b_reqs);

@@ -207,6 +207,7 @@ struct scheduler {
     int32_t *b_logit_rows;          /* (max_seqs) */
     struct sample_row *b_sample;    /* (max_seqs) how each logit row is drawn, where the backend samples */
     int32_t *b_next;                /* (max_seqs) the backend's draws */
+    const uint32_t **b_masks;       /* (max_seqs) each logit row's grammar mask for the backend's draw, or NULL */
     struct kv_seq **b_seqs;         /* (max_seqs) */
     bool defer;                     /* opts.defer_publish decided */
     struct sched_req **pub;         /* (max_seqs) requests whose newest token waits for the next launch, each

@@ -290,110 +290,190 @@ static void test_argmax(void **state)
     }
 }
 
-/* The device sampler: the draw follows u in id order over the kept set; top-k / top-p keep
- * exactly the CPU sampler's set (engine/sampler.c: sorted by probability, cut). */
 static int cmp_desc(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x > y ? -1 : x < y ? 1 : 0;
 }
 
+/* The probabilities the sampler keeps for one row's case: pr[i] (exp((l_i - max) / T), 0 where
+ * allowed leaves i out) and the smallest kept one (the top-k, then top-p cut over the allowed). */
+struct sample_ref {
+    double *pr, cut, kept;
+    int keep, best;
+};
+
+static void sample_ref_make(struct sample_ref *q, const float *l, int V, const bool *allowed, float t, float top_p,
+                            int top_k, double *sorted)
+{
+    double mx = -1e30;
+    q->best = -1;
+    for (int i = 0; i < V; i++)
+        if (!allowed || allowed[i]) {
+            mx = l[i] > mx ? l[i] : mx;
+            q->best = q->best < 0 || l[i] > l[q->best] ? i : q->best;
+        }
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        const bool ok = !allowed || allowed[i];
+        q->pr[i] = ok && t > 0 ? exp(((double)l[i] - mx) / t) : 0;
+        if (ok)
+            sorted[n++] = q->pr[i];
+    }
+    qsort(sorted, (size_t)n, sizeof(double), cmp_desc);
+    int keep = n;
+    if (top_k > 0 && top_k < n)
+        keep = top_k;
+    if (top_p < 1.0f) {
+        double kt = 0, m = 0;
+        for (int i = 0; i < keep; i++)
+            kt += sorted[i];
+        for (int i = 0; i < keep; i++)
+            if ((m += sorted[i]) >= top_p * kt) {
+                keep = i + 1;
+                break;
+            }
+    }
+    q->keep = keep;
+    q->cut = sorted[keep - 1];
+    q->kept = 0;
+    for (int i = 0; i < V; i++)
+        q->kept += q->pr[i] >= q->cut && q->pr[i] > 0 ? q->pr[i] : 0;
+}
+
+/* Checks one drawn id against the reference: inside the kept set, and exactly the id whose
+ * cumulative kept mass (id order) first passes u * kept unless u * kept is within rounding of a
+ * boundary. Returns whether it was checked exactly. */
+static bool sample_ref_check(const struct sample_ref *q, int V, float t, float u, int id, const char *what, int r)
+{
+    if (t == 0) {
+        if (id != q->best)
+            fail_msg("%s row %d: greedy id %d, want %d", what, r, id, q->best);
+        return true;
+    }
+    if (id < 0 || id >= V || q->pr[id] <= 0 || q->pr[id] < q->cut)
+        fail_msg("%s row %d: id %d (p %.3g) outside the kept set (cut %.3g)", what, r, id,
+                 id >= 0 && id < V ? q->pr[id] : -1.0, q->cut);
+    double target = u * q->kept, acc = 0, margin = 1e-4 * q->kept;
+    int want = -1;
+    bool near = false;
+    for (int i = 0; i < V && want < 0; i++) {
+        if (q->pr[i] <= 0 || q->pr[i] < q->cut)
+            continue;
+        acc += q->pr[i];
+        near |= fabs(acc - target) < margin;
+        if (target < acc)
+            want = i;
+    }
+    if (near)
+        return false;
+    if (id != want)
+        fail_msg("%s row %d: id %d, want %d", what, r, id, want);
+    return true;
+}
+
+/* The device sampler: the draw follows u in id order over the kept set; top-k / top-p keep
+ * exactly the CPU sampler's set (engine/sampler.c: sorted by probability, cut). Masked rows
+ * (a grammar's allowed ids) draw the same way among their allowed ids only; the two masks
+ * leave out the row's argmax, so a draw that ignored them would show. */
 static void test_sample(void **state)
 {
     struct pair *p = *state;
     uint64_t rng = 24;
-    const int V = 5000, R = 64;
+    const int V = 5000, R = 64, W = (V + 31) / 32;
     float *one = rand_floats((size_t)V, 3.0f, &rng);
     float *l = malloc((size_t)R * V * 4);
     for (int r = 0; r < R; r++)
         memcpy(l + (size_t)r * V, one, (size_t)V * 4);
     float *dl = dev_copy(&p->gpu, l, (size_t)R * V * 4);
-    double *pr = malloc((size_t)V * sizeof(double)), *sorted = malloc((size_t)V * sizeof(double));
-    double mx = -1e30;
-    for (int i = 0; i < V; i++)
-        mx = one[i] > mx ? one[i] : mx;
+    double *sorted = malloc((size_t)V * sizeof(double));
+    struct sample_ref q[3];
+    for (int k = 0; k < 3; k++)
+        q[k].pr = malloc((size_t)V * sizeof(double));
+    /* mask 1: ids = 1 mod 3; mask 2: ids < 700 that are not multiples of 5; neither keeps the argmax */
+    bool *allowed = calloc(2 * (size_t)V, sizeof(bool));
+    uint32_t *bits = calloc(2 * (size_t)W, 4);
+    int amax = 0;
+    for (int i = 1; i < V; i++)
+        amax = one[i] > one[amax] ? i : amax;
+    for (int i = 0; i < V; i++) {
+        allowed[i] = i % 3 == 1 && i != amax;
+        allowed[V + i] = i < 700 && i % 5 != 0 && i != amax;
+        for (int m = 0; m < 2; m++)
+            if (allowed[(size_t)m * V + i])
+                bits[(size_t)m * W + i / 32] |= 1u << (i % 32);
+    }
+    uint32_t *dbits = dev_copy(&p->gpu, bits, 2 * (size_t)W * 4);
     struct {
         float t, top_p;
         int top_k;
-    } cases[] = {{0.8f, 1.0f, 0}, {1.0f, 1.0f, 10}, {1.0f, 0.6f, 0}, {0.0f, 1.0f, 0}};
-    for (size_t c = 0; c < 4; c++) {
-        double total = 0;
-        for (int i = 0; i < V; i++)
-            total += pr[i] = cases[c].t > 0 ? exp(((double)one[i] - mx) / cases[c].t) : 0;
-        /* the kept set's cut: the smallest probability kept */
-        memcpy(sorted, pr, (size_t)V * sizeof(double));
-        qsort(sorted, (size_t)V, sizeof(double), cmp_desc);
-        int keep = V;
-        if (cases[c].top_k > 0)
-            keep = cases[c].top_k;
-        if (cases[c].top_p < 1.0f) {
-            double kt = 0, m = 0;
-            for (int i = 0; i < keep; i++)
-                kt += sorted[i];
-            for (int i = 0; i < keep; i++)
-                if ((m += sorted[i]) >= cases[c].top_p * kt) {
-                    keep = i + 1;
-                    break;
-                }
+    } cases[] = {{0.8f, 1.0f, 0}, {1.0f, 1.0f, 10}, {1.0f, 0.6f, 0}, {0.0f, 1.0f, 0}, {1.5f, 0.9f, 50}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int k = 0; k < 3; k++)
+            sample_ref_make(&q[k], one, V, k ? allowed + (size_t)(k - 1) * V : NULL, cases[c].t, cases[c].top_p,
+                            cases[c].top_k, sorted);
+        for (int masked = 0; masked < 2; masked++) {
+            /* masked rounds: rows cycle through no mask, mask 1, mask 2 */
+            struct sample_row sr[64];
+            for (int r = 0; r < R; r++)
+                sr[r] = (struct sample_row){.temperature = cases[c].t, .top_p = cases[c].top_p,
+                                            .top_k = cases[c].top_k, .u = ((float)r + 0.5f) / (float)R,
+                                            .mask = masked ? r % 3 : 0};
+            struct sample_row *dsr = dev_copy(&p->gpu, sr, sizeof sr);
+            int32_t ids[64], *dids = dev_copy(&p->gpu, ids, sizeof ids);
+            p->gpu.ops->sample(&p->gpu, dl, R, V, dsr, masked ? dbits : NULL, dids);
+            gpu_ok(&p->gpu);
+            p->gpu.ops->download(&p->gpu, ids, dids, sizeof ids);
+            int checked = 0;
+            for (int r = 0; r < R; r++)
+                checked += sample_ref_check(&q[sr[r].mask], V, cases[c].t, sr[r].u, ids[r],
+                                            masked ? "masked sample" : "sample", r);
+            print_message("    sample T=%.1f top_p=%.1f top_k=%d%s: %d kept, %d/%d draws checked exactly\n",
+                          (double)cases[c].t, (double)cases[c].top_p, cases[c].top_k,
+                          masked ? " (masks)" : "", q[0].keep, checked, R);
+            p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, dids);
         }
-        double cut = sorted[keep - 1], kept = 0;
-        for (int i = 0; i < V; i++)
-            kept += pr[i] >= cut ? pr[i] : 0;
-        struct sample_row sr[64];
-        for (int r = 0; r < R; r++)
-            sr[r] = (struct sample_row){.temperature = cases[c].t, .top_p = cases[c].top_p, .top_k = cases[c].top_k,
-                                        .u = ((float)r + 0.5f) / (float)R};
-        struct sample_row *dsr = dev_copy(&p->gpu, sr, sizeof sr);
-        int32_t ids[64], *dids = dev_copy(&p->gpu, ids, sizeof ids);
-        p->gpu.ops->sample(&p->gpu, dl, R, V, dsr, dids);
-        gpu_ok(&p->gpu);
-        p->gpu.ops->download(&p->gpu, ids, dids, sizeof ids);
-        int checked = 0;
-        for (int r = 0; r < R; r++) {
-            if (cases[c].t == 0) {
-                int best = 0;
-                for (int i = 1; i < V; i++)
-                    best = one[i] > one[best] ? i : best;
-                assert_int_equal(ids[r], best);
-                continue;
-            }
-            assert_true(ids[r] >= 0 && ids[r] < V);
-            if (pr[ids[r]] < cut)
-                fail_msg("sample case %zu row %d: id %d (p %.3g) outside the kept set (cut %.3g)", c, r, ids[r],
-                         pr[ids[r]], cut);
-            /* the id whose cumulative kept mass (id order) first passes u * kept */
-            double target = sr[r].u * kept, acc = 0, margin = 1e-4 * kept;
-            int want = -1;
-            bool near = false;
-            for (int i = 0; i < V && want < 0; i++) {
-                if (pr[i] < cut)
-                    continue;
-                acc += pr[i];
-                near |= fabs(acc - target) < margin;
-                if (target < acc)
-                    want = i;
-            }
-            if (!near) {
-                assert_int_equal(ids[r], want);
-                checked++;
-            }
-        }
-        print_message("    sample T=%.1f top_p=%.1f top_k=%d: %d kept, %d/%d draws checked exactly\n",
-                      (double)cases[c].t, (double)cases[c].top_p, cases[c].top_k, keep, checked, R);
-        p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, dids);
     }
-    /* a NaN row is refused, whatever the parameters */
-    l[7] = NAN;
-    p->gpu.ops->upload(&p->gpu, dl, l, (size_t)V * 4);
-    struct sample_row sr = {.temperature = 1.0f, .top_p = 0.9f, .u = 0.3f};
-    struct sample_row *dsr = dev_copy(&p->gpu, &sr, sizeof sr);
-    int32_t id = 5, *did = dev_copy(&p->gpu, &id, 4);
-    p->gpu.ops->sample(&p->gpu, dl, 1, V, dsr, did);
-    gpu_ok(&p->gpu);
-    p->gpu.ops->download(&p->gpu, &id, did, 4);
-    assert_int_equal(id, -1);
-    p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, did), p->gpu.ops->free(&p->gpu, dl);
-    free(one), free(l), free(pr), free(sorted);
+    /* a NaN row is refused, whatever the parameters; under a mask only when the mask allows the NaN */
+    const int nan_at = 7; /* 7 % 3 == 1: mask 1 allows it, mask 2 (7 < 700, not a multiple of 5) too */
+    const int nan_out = 10; /* 10 % 3 == 1 but a multiple of 5: mask 1 allows it, mask 2 does not */
+    struct {
+        int at, mask, want_fail;
+    } nan_cases[] = {{nan_at, 0, 1}, {nan_at, 1, 1}, {nan_out, 2, 0}, {3, 1, 0}};
+    for (size_t c = 0; c < sizeof nan_cases / sizeof nan_cases[0]; c++) {
+        memcpy(l, one, (size_t)V * 4);
+        l[nan_cases[c].at] = NAN;
+        p->gpu.ops->upload(&p->gpu, dl, l, (size_t)V * 4);
+        struct sample_row sr = {.temperature = 1.0f, .top_p = 0.9f, .u = 0.3f, .mask = nan_cases[c].mask};
+        struct sample_row *dsr = dev_copy(&p->gpu, &sr, sizeof sr);
+        int32_t id = 5, *did = dev_copy(&p->gpu, &id, 4);
+        p->gpu.ops->sample(&p->gpu, dl, 1, V, dsr, dbits, did);
+        gpu_ok(&p->gpu);
+        p->gpu.ops->download(&p->gpu, &id, did, 4);
+        if (nan_cases[c].want_fail)
+            assert_int_equal(id, -1);
+        else if (id < 0 || (nan_cases[c].mask && !allowed[(size_t)(nan_cases[c].mask - 1) * V + id]))
+            fail_msg("NaN at %d outside mask %d: id %d", nan_cases[c].at, nan_cases[c].mask, id);
+        p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, did);
+    }
+    /* a mask that allows nothing: -1, not id 0 */
+    memset(bits, 0, (size_t)W * 4);
+    p->gpu.ops->upload(&p->gpu, dbits, bits, (size_t)W * 4);
+    p->gpu.ops->upload(&p->gpu, dl, one, (size_t)V * 4);
+    for (int t = 0; t < 2; t++) {
+        struct sample_row sr = {.temperature = (float)t, .top_p = 1.0f, .u = 0.5f, .mask = 1};
+        struct sample_row *dsr = dev_copy(&p->gpu, &sr, sizeof sr);
+        int32_t id = 5, *did = dev_copy(&p->gpu, &id, 4);
+        p->gpu.ops->sample(&p->gpu, dl, 1, V, dsr, dbits, did);
+        gpu_ok(&p->gpu);
+        p->gpu.ops->download(&p->gpu, &id, did, 4);
+        assert_int_equal(id, -1);
+        p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, did);
+    }
+    p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, dbits);
+    for (int k = 0; k < 3; k++)
+        free(q[k].pr);
+    free(one), free(l), free(sorted), free(allowed), free(bits);
 }
 
 int main(void)

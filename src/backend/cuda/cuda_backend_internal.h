@@ -154,7 +154,8 @@ bool cu_moe_experts_shared(struct backend *be, const float *x, int n_tokens, con
 void cu_embed(struct backend *be, const struct weight *table, const int32_t *tokens, int n, float *out);
 void cu_attn_prep(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads, const float *q_norm, const float *k_norm, float eps, const struct rope_args *rope, const int32_t *pos, const struct paged_kv *kv, const int32_t *slots);
 void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
-void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params, int32_t *ids);
+void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+               const uint32_t *masks, int32_t *ids);
 void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps, float *y);
 void cu_add_rmsnorm(struct backend *be, float *h, const float *delta, const float *w, int rows, int dim, float eps, float *y);
 void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_stride, const struct rope_args *args, const int32_t *pos);

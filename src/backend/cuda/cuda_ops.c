@@ -41,10 +41,10 @@ void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int
 }
 
 void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
-                      int32_t *ids)
+               const uint32_t *masks, int32_t *ids)
 {
     struct cuda_backend *c = cuda_ctx(be);
-    CHECK(c, cuda_sample(c->stream, logits, rows, vocab, params, ids));
+    CHECK(c, cuda_sample(c->stream, logits, rows, vocab, params, masks, ids));
 }
 
 void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps,

@@ -84,9 +84,9 @@ cudaError_t cuda_attn_prep(cudaStream_t stream, float *q, float *k, const float 
 size_t cuda_argmax_workspace_bytes(int rows, int vocab);
 cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int vocab, int32_t *ids, void *work,
                         int *sem);
-/* backend_ops.sample; params (rows) device memory. */
+/* backend_ops.sample; params (rows) and masks device memory. */
 cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
-                        const struct sample_row *params, int32_t *ids);
+                        const struct sample_row *params, const uint32_t *masks, int32_t *ids);
 
 /* ---- cuda_weight_synth.cu ---- */
 /* The share s of a synthetic weight (format/weight_synth.h) into data (and scale for NVFP4), rows x

@@ -204,14 +204,22 @@ __device__ __forceinline__ float block_sumf(float v, float *sh)
     return s;
 }
 
+/* A row's logit as the draw sees it: -inf where the row's mask (NULL: none) leaves the id out. */
+__device__ __forceinline__ float masked_logit(const float *row, const uint32_t *mask, int i)
+{
+    return !mask || (__ldg(mask + (i >> 5)) >> (i & 31)) & 1u ? row[i] : -INFINITY;
+}
+
 /* One block per row. z_i = (l_i - max) / T, p_i = exp(z_i) <= 1. The kept set is
  * {i : z_i >= tau}: tau is found by bisection in z (32 steps over [-88, 0], finer than any
  * probability that matters): first the top-k cut (the largest tau keeping >= k tokens), then
  * within it the top-p cut (the largest tau keeping >= top_p of the top-k mass). The draw
  * walks the kept tokens in id order: thread t owns ids [t*C, (t+1)*C), an exclusive scan of
- * the threads' kept mass finds the thread holding u * mass, which finds the token. */
+ * the threads' kept mass finds the thread holding u * mass, which finds the token. A masked
+ * row reads its logits through its mask: the ids it leaves out are -inf (never kept, never
+ * the argmax, their NaNs ignored), as the host's token_mask_apply makes them. */
 __global__ void __launch_bounds__(ARGMAX_THREADS)
-    sample_kernel(const float *logits, int vocab, const sample_row *params, int32_t *ids)
+    sample_kernel(const float *logits, int vocab, const sample_row *params, const uint32_t *masks, int32_t *ids)
 {
     __shared__ float sh[32];
     __shared__ float bv[32];
@@ -219,6 +227,8 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     __shared__ int nan_seen, found;
     const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
     const sample_row P = params[blockIdx.x];
+    const uint32_t *mask =
+        masks && P.mask > 0 ? masks + (size_t)(P.mask - 1) * (size_t)((vocab + 31) / 32) : nullptr;
     if (threadIdx.x == 0)
         nan_seen = 0, found = -1;
     __syncthreads();
@@ -226,7 +236,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     float best = -INFINITY;
     int bid = 0x7fffffff, nan = 0;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = row[i];
+        float v = masked_logit(row, mask, i);
         if (v != v)
             nan = 1;
         else if (v > best || (v == best && i < bid))
@@ -249,8 +259,9 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
         if (bv[w] > best || (bv[w] == best && bi[w] < bid))
             best = bv[w], bid = bi[w];
     if (nan_seen || best == -INFINITY || !(P.temperature > 0.0f)) {
+        /* nothing allowed under a mask (every kept logit -inf) is an error, as a NaN is */
         if (threadIdx.x == 0)
-            ids[blockIdx.x] = nan_seen ? -1 : (bid == 0x7fffffff ? 0 : bid);
+            ids[blockIdx.x] = nan_seen || (mask && best == -INFINITY) ? -1 : (bid == 0x7fffffff ? 0 : bid);
         return;
     }
     const float inv_t = 1.0f / P.temperature, mx = best;
@@ -262,7 +273,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
             float mid = 0.5f * (lo + hi);
             float cnt = 0.0f;
             for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-                cnt += (row[i] - mx) * inv_t >= mid ? 1.0f : 0.0f;
+                cnt += (masked_logit(row, mask, i) - mx) * inv_t >= mid ? 1.0f : 0.0f;
             if (block_sumf(cnt, sh) >= (float)P.top_k)
                 lo = mid;
             else
@@ -274,7 +285,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     if (P.top_p < 1.0f) {
         float total = 0.0f;
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            float z = (row[i] - mx) * inv_t;
+            float z = (masked_logit(row, mask, i) - mx) * inv_t;
             total += z >= tau ? expf(z) : 0.0f;
         }
         total = block_sumf(total, sh);
@@ -283,7 +294,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
             float mid = 0.5f * (lo + hi);
             float m = 0.0f;
             for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-                float z = (row[i] - mx) * inv_t;
+                float z = (masked_logit(row, mask, i) - mx) * inv_t;
                 m += z >= mid ? expf(z) : 0.0f;
             }
             if (block_sumf(m, sh) >= P.top_p * total)
@@ -298,7 +309,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     const int i0 = threadIdx.x * chunk, i1 = min(vocab, i0 + chunk);
     float mine = 0.0f;
     for (int i = i0; i < i1; i++) {
-        float z = (row[i] - mx) * inv_t;
+        float z = (masked_logit(row, mask, i) - mx) * inv_t;
         mine += z >= tau ? expf(z) : 0.0f;
     }
     /* inclusive scan of `mine` over the block: warp scan, then the warp totals */
@@ -323,7 +334,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
         float acc = excl;
         int pick = -1, last = -1;
         for (int i = i0; i < i1 && pick < 0; i++) {
-            float z = (row[i] - mx) * inv_t;
+            float z = (masked_logit(row, mask, i) - mx) * inv_t;
             if (z >= tau) {
                 last = i;
                 acc += expf(z);
@@ -341,13 +352,13 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
 } // namespace
 
 extern "C" cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
-                                   const struct sample_row *params, int32_t *ids)
+                                   const struct sample_row *params, const uint32_t *masks, int32_t *ids)
 {
     if (rows <= 0)
         return cudaSuccess;
     if (vocab <= 0)
         return cudaErrorInvalidValue;
-    sample_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, ids);
+    sample_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, masks, ids);
     return CUDA_LAUNCH_RESULT();
 }
 
