@@ -3,6 +3,9 @@
  * grammar is complete (the end-of-sequence id is not published), max_new still cuts; under a KV
  * cache too small for the load (preemption and recomputation), each request's tokens equal the
  * same request run alone (batch-invariant CPU backend): the matcher's state survives preemption.
+ * Where the backend draws tokens itself (the CUDA backend's sample op), the masks go to it with
+ * the rows (forward_batch.masks): a host stand-in for that op, drawing greedily among the
+ * allowed ids, must give the host path's tokens exactly, and sampled answers still fit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,8 +14,10 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "engine/grammar_json.h"
@@ -199,11 +204,109 @@ static void test_preemption_keeps_state(void **state)
     fixture_close(&f);
 }
 
+/* A host stand-in for a backend's sample op (CPU memory is the backend's): the argmax among the
+ * row's allowed ids at T = 0; else the id where u * mass falls, walking the allowed ids in order
+ * under softmax(l / T) (top-k / top-p left to the CUDA op test). Counts the masked rows it saw. */
+static int g_masked_rows, g_sample_calls;
+
+static void stand_in_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                            const uint32_t *masks, int32_t *ids)
+{
+    (void)be;
+    g_sample_calls++;
+    const int words = (vocab + 31) / 32;
+    for (int r = 0; r < rows; r++) {
+        const float *l = logits + (size_t)r * vocab;
+        const uint32_t *m = masks && params[r].mask > 0 ? masks + (size_t)(params[r].mask - 1) * words : NULL;
+        g_masked_rows += m != NULL;
+        int best = -1;
+        for (int i = 0; i < vocab; i++)
+            if ((!m || (m[i >> 5] >> (i & 31) & 1u)) && (best < 0 || l[i] > l[best]))
+                best = i;
+        ids[r] = best;
+        if (best < 0 || !(params[r].temperature > 0))
+            continue;
+        double mass = 0;
+        for (int i = 0; i < vocab; i++)
+            if (!m || (m[i >> 5] >> (i & 31) & 1u))
+                mass += exp(((double)l[i] - l[best]) / params[r].temperature);
+        double acc = 0, target = params[r].u * mass;
+        for (int i = 0; i < vocab; i++)
+            if (!m || (m[i >> 5] >> (i & 31) & 1u))
+                if ((acc += exp(((double)l[i] - l[best]) / params[r].temperature)) > target) {
+                    ids[r] = i;
+                    break;
+                }
+    }
+}
+
+/* Runs N greedy grammar requests (then N sampled ones when sampled) with or without the stand-in
+ * sample op; out receives the greedy requests' tokens. */
+static void run_masked(struct fixture *f, bool device, int32_t (*out)[400], int *out_n, bool sampled)
+{
+    struct backend_ops ops = *f->s.be.ops;
+    const struct backend_ops *host_ops = f->s.be.ops;
+    if (device) {
+        ops.sample = stand_in_sample;
+        f->s.be.ops = &ops;
+    }
+    struct scheduler sch;
+    struct scheduler_opts o = {.max_context = 512, .no_prefix_cache = true};
+    struct err err = {0};
+    if (scheduler_init(&sch, &f->s, &o, &err))
+        fail_msg("%s", err.msg);
+    enum { N = 6 };
+    struct sched_req *r[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = make_req(f, 500 + i, 8 + 3 * i, 400);
+        r[i]->p.sampling.temperature = 0.0f;
+    }
+    run(&sch, r, N);
+    for (int i = 0; i < N; i++) {
+        out_n[i] = r[i]->n_out;
+        memcpy(out[i], r[i]->out_ids, (size_t)r[i]->n_out * sizeof *r[i]->out_ids);
+        if (r[i]->finish == SCHED_FINISH_STOP)
+            check_answer(f, r[i]);
+        sched_req_put(r[i]);
+    }
+    if (sampled) {
+        for (int i = 0; i < N; i++)
+            r[i] = make_req(f, 600 + i, 8 + 3 * i, 400);
+        run(&sch, r, N);
+        for (int i = 0; i < N; i++) {
+            check_answer(f, r[i]);
+            sched_req_put(r[i]);
+        }
+    }
+    scheduler_free(&sch);
+    f->s.be.ops = host_ops;
+}
+
+static void test_device_masks(void **state)
+{
+    (void)state;
+    static int32_t host[6][400], dev[6][400];
+    int host_n[6], dev_n[6];
+    struct fixture f;
+    fixture_open(&f, 8, 512);
+    run_masked(&f, false, host, host_n, false);
+    assert_int_equal(g_sample_calls, 0);
+    run_masked(&f, true, dev, dev_n, true);
+    print_message("  stand-in sample op: %d calls, %d masked rows\n", g_sample_calls, g_masked_rows);
+    assert_true(g_masked_rows > 0);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(dev_n[i], host_n[i]);
+        assert_memory_equal(dev[i], host[i], (size_t)host_n[i] * sizeof host[i][0]);
+    }
+    fixture_close(&f);
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
     const char *src = getenv("MOESERVE_SRC");
     snprintf(g_src, sizeof g_src, "%s", src ? src : ".");
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_answers_fit), cmocka_unit_test(test_preemption_keeps_state)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_answers_fit), cmocka_unit_test(test_preemption_keeps_state),
+                                       cmocka_unit_test(test_device_masks)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
