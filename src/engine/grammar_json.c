@@ -30,7 +30,7 @@ struct jc_memo {
 };
 
 struct jc {
-    struct gram_builder b;
+    struct gram_builder *b;  /* the grammar being built: grammar_json_compile's own, or a sub's caller's */
     const struct json *root; /* of the schema being compiled ($ref "#") */
     int ws_max;
     char path[512];
@@ -48,7 +48,7 @@ struct jc {
 
 static bool jc_ok(const struct jc *c)
 {
-    return c->st == STATUS_OK && c->b.err.code == STATUS_OK;
+    return c->st == STATUS_OK && c->b->err.code == STATUS_OK;
 }
 
 __attribute__((format(printf, 3, 4))) static int jc_fail(struct jc *c, enum status st, const char *fmt, ...)
@@ -91,17 +91,17 @@ static struct gram_class cls_range(unsigned lo, unsigned hi)
 /* A rule of one byte class. */
 static int rule_class(struct jc *c, struct gram_class k)
 {
-    int r = gram_rule(&c->b);
-    gram_push_class(&c->b, gram_alt(&c->b, r), &k);
+    int r = gram_rule(c->b);
+    gram_push_class(c->b, gram_alt(c->b, r), &k);
     return r;
 }
 
 static int rule_seq2(struct jc *c, int x, int y)
 {
-    int r = gram_rule(&c->b);
-    int a = gram_alt(&c->b, r);
-    gram_push_ref(&c->b, a, x);
-    gram_push_ref(&c->b, a, y);
+    int r = gram_rule(c->b);
+    int a = gram_alt(c->b, r);
+    gram_push_ref(c->b, a, x);
+    gram_push_ref(c->b, a, y);
     return r;
 }
 
@@ -114,10 +114,10 @@ static int ws_rule(struct jc *c)
     gram_class_range(&k, '\t', '\t');
     gram_class_range(&k, '\n', '\n');
     if (c->ws_max <= 0) {
-        c->ws = gram_rule(&c->b);
-        gram_alt(&c->b, c->ws);
+        c->ws = gram_rule(c->b);
+        gram_alt(c->b, c->ws);
     } else {
-        c->ws = gram_repeat(&c->b, rule_class(c, k), -1, 0, c->ws_max);
+        c->ws = gram_repeat(c->b, rule_class(c, k), -1, 0, c->ws_max);
     }
     return c->ws;
 }
@@ -130,7 +130,7 @@ static int str_char_rule(struct jc *c)
 {
     if (c->str_char >= 0)
         return c->str_char;
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int r = gram_rule(b);
     struct gram_class ascii = cls_range(0x20, 0x7e);
     ascii.w[0] &= ~(1ull << '"');
@@ -160,7 +160,7 @@ static int utf8_rule(struct jc *c)
 {
     if (c->utf8 >= 0)
         return c->utf8;
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int r = gram_rule(b), a;
     const struct gram_class cont = cls_range(0x80, 0xbf);
     static const unsigned seqs[][4][2] = {
@@ -185,12 +185,12 @@ static int string_rule(struct jc *c, int min, int max)
 {
     if (min == 0 && max < 0 && c->string >= 0)
         return c->string;
-    int body = gram_repeat(&c->b, str_char_rule(c), -1, min, max);
-    int r = gram_rule(&c->b);
-    int a = gram_alt(&c->b, r);
-    gram_push_bytes(&c->b, a, "\"", 1);
-    gram_push_ref(&c->b, a, body);
-    gram_push_bytes(&c->b, a, "\"", 1);
+    int body = gram_repeat(c->b, str_char_rule(c), -1, min, max);
+    int r = gram_rule(c->b);
+    int a = gram_alt(c->b, r);
+    gram_push_bytes(c->b, a, "\"", 1);
+    gram_push_ref(c->b, a, body);
+    gram_push_bytes(c->b, a, "\"", 1);
     if (min == 0 && max < 0)
         c->string = r;
     return r;
@@ -198,7 +198,7 @@ static int string_rule(struct jc *c, int min, int max)
 
 static int digits(struct jc *c, int min, int max)
 {
-    return gram_repeat(&c->b, rule_class(c, cls_range('0', '9')), -1, min, max);
+    return gram_repeat(c->b, rule_class(c, cls_range('0', '9')), -1, min, max);
 }
 
 /* -?(0|[1-9][0-9]{0,19}) */
@@ -206,7 +206,7 @@ static int integer_rule(struct jc *c)
 {
     if (c->integer >= 0)
         return c->integer;
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int nat = gram_rule(b);
     gram_push_bytes(b, gram_alt(b, nat), "0", 1);
     int a = gram_alt(b, nat);
@@ -226,7 +226,7 @@ static int number_rule(struct jc *c)
 {
     if (c->number >= 0)
         return c->number;
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int frac = gram_rule(b);
     gram_alt(b, frac);
     int a = gram_alt(b, frac);
@@ -255,7 +255,7 @@ static int number_rule(struct jc *c)
 
 static int literal(struct jc *c, const char *s)
 {
-    return gram_rule_bytes(&c->b, s, strlen(s));
+    return gram_rule_bytes(c->b, s, strlen(s));
 }
 
 static int value_rule(struct jc *c);
@@ -267,7 +267,7 @@ static int object_any_rule(struct jc *c)
         return -1;
     if (c->object_any >= 0)
         return c->object_any;
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int r = c->object_any = gram_rule(b); /* made first: values inside refer back to it */
     int mem = gram_rule(b);
     int a = gram_alt(b, mem);
@@ -293,7 +293,7 @@ static int object_any_rule(struct jc *c)
 /* "[" ws (item ws ("," ws item ws){min-1, max-1})? "]" with items given as one rule. */
 static int array_of(struct jc *c, int item, int min, int max)
 {
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int it = rule_seq2(c, item, ws_rule(c));
     int sep = gram_rule(b);
     int a = gram_alt(b, sep);
@@ -315,9 +315,9 @@ static int array_any_rule(struct jc *c)
         return -1;
     if (c->array_any >= 0)
         return c->array_any;
-    int r = c->array_any = gram_rule(&c->b);
+    int r = c->array_any = gram_rule(c->b);
     int inner = array_of(c, value_rule(c), 0, -1);
-    gram_push_ref(&c->b, gram_alt(&c->b, r), inner);
+    gram_push_ref(c->b, gram_alt(c->b, r), inner);
     return r;
 }
 
@@ -328,7 +328,7 @@ static int value_rule(struct jc *c)
         return -1;
     if (c->value >= 0)
         return c->value;
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int r = c->value = gram_rule(b);
     int parts[] = {object_any_rule(c), array_any_rule(c), string_rule(c, 0, -1), number_rule(c), literal(c, "true"),
                    literal(c, "false"), literal(c, "null")};
@@ -343,18 +343,18 @@ static int value_rule(struct jc *c)
 static void push_n(struct jc *c, int a, struct gram_class k, int n)
 {
     for (int i = 0; i < n; i++)
-        gram_push_class(&c->b, a, &k);
+        gram_push_class(c->b, a, &k);
 }
 
 /* Two-digit fields: 0[1-9]|1[0-2] (month), 0[1-9]|[12][0-9]|3[01] (day), [01][0-9]|2[0-3] (hour). */
 static int two_digits(struct jc *c, const char *const *alts, int n)
 {
-    int r = gram_rule(&c->b);
+    int r = gram_rule(c->b);
     for (int i = 0; i < n; i++) {
-        int a = gram_alt(&c->b, r);
+        int a = gram_alt(c->b, r);
         for (int k = 0; k < 2; k++) {
             struct gram_class x = cls_range((unsigned char)alts[i][2 * k], (unsigned char)alts[i][2 * k + 1]);
-            gram_push_class(&c->b, a, &x);
+            gram_push_class(c->b, a, &x);
         }
     }
     return r;
@@ -363,20 +363,20 @@ static int two_digits(struct jc *c, const char *const *alts, int n)
 static int date_body(struct jc *c)
 {
     static const char *const month[] = {"0019", "1102"}, *const day[] = {"0019", "1209", "3301"};
-    int r = gram_rule(&c->b);
-    int a = gram_alt(&c->b, r);
+    int r = gram_rule(c->b);
+    int a = gram_alt(c->b, r);
     push_n(c, a, cls_range('0', '9'), 4);
-    gram_push_bytes(&c->b, a, "-", 1);
-    gram_push_ref(&c->b, a, two_digits(c, month, 2));
-    gram_push_bytes(&c->b, a, "-", 1);
-    gram_push_ref(&c->b, a, two_digits(c, day, 3));
+    gram_push_bytes(c->b, a, "-", 1);
+    gram_push_ref(c->b, a, two_digits(c, month, 2));
+    gram_push_bytes(c->b, a, "-", 1);
+    gram_push_ref(c->b, a, two_digits(c, day, 3));
     return r;
 }
 
 static int time_body(struct jc *c)
 {
     static const char *const hour[] = {"0109", "2203"}, *const min[] = {"0509"};
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int hh = two_digits(c, hour, 2), mm = two_digits(c, min, 1);
     int frac = gram_rule(b);
     gram_alt(b, frac);
@@ -409,12 +409,12 @@ static int uuid_body(struct jc *c)
     struct gram_class hex = cls_range('0', '9');
     gram_class_range(&hex, 'a', 'f');
     gram_class_range(&hex, 'A', 'F');
-    int r = gram_rule(&c->b);
-    int a = gram_alt(&c->b, r);
+    int r = gram_rule(c->b);
+    int a = gram_alt(c->b, r);
     static const int groups[] = {8, 4, 4, 4, 12};
     for (int i = 0; i < 5; i++) {
         if (i)
-            gram_push_bytes(&c->b, a, "-", 1);
+            gram_push_bytes(c->b, a, "-", 1);
         push_n(c, a, hex, groups[i]);
     }
     return r;
@@ -434,7 +434,7 @@ static int email_body(struct jc *c)
     gram_class_range(&lab, 'A', 'Z');
     gram_class_range(&lab, '0', '9');
     gram_class_range(&lab, '-', '-');
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int local = gram_repeat(b, rule_class(c, atext), -1, 1, -1);
     int label = gram_repeat(b, rule_class(c, lab), -1, 1, -1);
     int dot_label = gram_rule(b);
@@ -452,11 +452,11 @@ static int email_body(struct jc *c)
 
 static int quoted(struct jc *c, int body)
 {
-    int r = gram_rule(&c->b);
-    int a = gram_alt(&c->b, r);
-    gram_push_bytes(&c->b, a, "\"", 1);
-    gram_push_ref(&c->b, a, body);
-    gram_push_bytes(&c->b, a, "\"", 1);
+    int r = gram_rule(c->b);
+    int a = gram_alt(c->b, r);
+    gram_push_bytes(c->b, a, "\"", 1);
+    gram_push_ref(c->b, a, body);
+    gram_push_bytes(c->b, a, "\"", 1);
     return r;
 }
 
@@ -493,6 +493,7 @@ static int get_count(struct jc *c, const struct json *s, const char *key, int df
 }
 
 static int compile(struct jc *c, const struct json *s);
+static int string_text(struct jc *c, const struct json *s);
 
 /* An enum value or const: its JSON text, compact. */
 static int json_literal(struct jc *c, const struct json *v)
@@ -500,7 +501,7 @@ static int json_literal(struct jc *c, const struct json *v)
     char *t = json_print(v, false);
     if (!t)
         return jc_fail(c, STATUS_NOMEM, "out of memory");
-    int r = gram_rule_bytes(&c->b, t, strlen(t));
+    int r = gram_rule_bytes(c->b, t, strlen(t));
     free(t);
     return r;
 }
@@ -509,9 +510,9 @@ static int compile_enum(struct jc *c, const struct json *e)
 {
     if (!json_is_array(e) || json_array_size(e) == 0)
         return jc_fail(c, STATUS_INVALID, "'enum' must be a non-empty array");
-    int r = gram_rule(&c->b);
+    int r = gram_rule(c->b);
     for (const struct json *v = json_child(e); v && jc_ok(c); v = json_next(v))
-        gram_push_ref(&c->b, gram_alt(&c->b, r), json_literal(c, v));
+        gram_push_ref(c->b, gram_alt(c->b, r), json_literal(c, v));
     return r;
 }
 
@@ -522,6 +523,15 @@ static int compile_string(struct jc *c, const struct json *s)
         return -1;
     if (max >= 0 && max < min)
         return jc_fail(c, STATUS_INVALID, "'maxLength' %d is below 'minLength' %d", max, min);
+    if (!json_get(s, "format") && !json_get(s, "pattern"))
+        return string_rule(c, min, max);
+    int body = string_text(c, s);
+    return body < 0 ? -1 : quoted(c, body);
+}
+
+/* The text of a string with a format or a pattern, without its quotes (s has one of them). */
+static int string_text(struct jc *c, const struct json *s)
+{
     const struct json *f = json_get(s, "format"), *pat = json_get(s, "pattern");
     if (pat) {
         if (!json_is_string(pat))
@@ -530,34 +540,32 @@ static int compile_string(struct jc *c, const struct json *s)
             return jc_fail(c, STATUS_UNSUPPORTED, "'pattern' together with 'format', 'minLength' or 'maxLength' is not "
                            "supported");
         struct err rerr = {0};
-        int body = grammar_regex_rule(&c->b, json_string(pat), utf8_rule(c), &rerr);
+        int body = grammar_regex_rule(c->b, json_string(pat), utf8_rule(c), &rerr);
         if (body < 0)
             return jc_fail(c, rerr.code ? rerr.code : STATUS_INVALID, "%s", rerr.msg);
-        return quoted(c, body);
+        return body;
     }
-    if (!f)
-        return string_rule(c, min, max);
     if (!json_is_string(f))
         return jc_fail(c, STATUS_INVALID, "'format' must be a string");
     if (json_get(s, "minLength") || json_get(s, "maxLength"))
         return jc_fail(c, STATUS_UNSUPPORTED, "'format' together with 'minLength'/'maxLength' is not supported");
     const char *fm = json_string(f);
     if (strcmp(fm, "date") == 0)
-        return quoted(c, date_body(c));
+        return date_body(c);
     if (strcmp(fm, "time") == 0)
-        return quoted(c, time_body(c));
+        return time_body(c);
     if (strcmp(fm, "date-time") == 0) {
-        int r = gram_rule(&c->b);
-        int a = gram_alt(&c->b, r);
-        gram_push_ref(&c->b, a, date_body(c));
-        gram_push_bytes(&c->b, a, "T", 1);
-        gram_push_ref(&c->b, a, time_body(c));
-        return quoted(c, r);
+        int r = gram_rule(c->b);
+        int a = gram_alt(c->b, r);
+        gram_push_ref(c->b, a, date_body(c));
+        gram_push_bytes(c->b, a, "T", 1);
+        gram_push_ref(c->b, a, time_body(c));
+        return r;
     }
     if (strcmp(fm, "uuid") == 0)
-        return quoted(c, uuid_body(c));
+        return uuid_body(c);
     if (strcmp(fm, "email") == 0)
-        return quoted(c, email_body(c));
+        return email_body(c);
     return jc_fail(c, STATUS_UNSUPPORTED, "'format' \"%.64s\" is not supported (date, time, date-time, uuid, email are)",
                    fm);
 }
@@ -589,7 +597,7 @@ static int compile_array(struct jc *c, const struct json *s)
     int np = (int)json_array_size(prefix);
     if (max >= 0 && max < np)
         return jc_fail(c, STATUS_UNSUPPORTED, "'maxItems' below the number of 'prefixItems' is not supported");
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     int ws = ws_rule(c);
     /* the tail after the prefix: ("," ws item ws){min', max'} */
     int tail;
@@ -642,20 +650,20 @@ static int compile_array(struct jc *c, const struct json *s)
 /* member = "key" ws ":" ws value ws */
 static int member_rule(struct jc *c, int key, int value)
 {
-    int r = gram_rule(&c->b);
-    int a = gram_alt(&c->b, r);
-    gram_push_ref(&c->b, a, key);
-    gram_push_ref(&c->b, a, ws_rule(c));
-    gram_push_bytes(&c->b, a, ":", 1);
-    gram_push_ref(&c->b, a, ws_rule(c));
-    gram_push_ref(&c->b, a, value);
-    gram_push_ref(&c->b, a, ws_rule(c));
+    int r = gram_rule(c->b);
+    int a = gram_alt(c->b, r);
+    gram_push_ref(c->b, a, key);
+    gram_push_ref(c->b, a, ws_rule(c));
+    gram_push_bytes(c->b, a, ":", 1);
+    gram_push_ref(c->b, a, ws_rule(c));
+    gram_push_ref(c->b, a, value);
+    gram_push_ref(c->b, a, ws_rule(c));
     return r;
 }
 
 static int compile_object(struct jc *c, const struct json *s)
 {
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     const struct json *props = json_get(s, "properties"), *req = json_get(s, "required");
     const struct json *addl = json_get(s, "additionalProperties");
     if (props && !json_is_object(props))
@@ -802,9 +810,9 @@ static int type_rule(struct jc *c, const struct json *s, const char *t)
         return integer_rule(c);
     if (strcmp(t, "boolean") == 0) {
         if (c->boolean < 0) {
-            c->boolean = gram_rule(&c->b);
-            gram_push_ref(&c->b, gram_alt(&c->b, c->boolean), literal(c, "true"));
-            gram_push_ref(&c->b, gram_alt(&c->b, c->boolean), literal(c, "false"));
+            c->boolean = gram_rule(c->b);
+            gram_push_ref(c->b, gram_alt(c->b, c->boolean), literal(c, "true"));
+            gram_push_ref(c->b, gram_alt(c->b, c->boolean), literal(c, "false"));
         }
         return c->boolean;
     }
@@ -816,7 +824,7 @@ static int type_rule(struct jc *c, const struct json *s, const char *t)
 /* The body of schema s (a new rule's alternatives go to r). */
 static void compile_body(struct jc *c, const struct json *s, int r)
 {
-    struct gram_builder *b = &c->b;
+    struct gram_builder *b = c->b;
     if (json_is_bool(s)) {
         if (!json_bool(s))
             jc_fail(c, STATUS_UNSUPPORTED, "the schema false (no value) is not supported");
@@ -947,7 +955,7 @@ static int compile(struct jc *c, const struct json *s)
             return jc_fail(c, STATUS_NOMEM, "out of memory");
         c->memo = m, c->cap_memo = nc;
     }
-    r = gram_rule(&c->b); /* registered before its body: a $ref back to s refers to r */
+    r = gram_rule(c->b); /* registered before its body: a $ref back to s refers to r */
     c->memo[c->n_memo++] = (struct jc_memo){s, r};
     c->depth++;
     compile_body(c, s, r);
@@ -955,18 +963,25 @@ static int compile(struct jc *c, const struct json *s)
     return jc_ok(c) ? r : -1;
 }
 
+static void jc_init(struct jc *c, struct gram_builder *b, const struct grammar_json_opts *o, struct err *err)
+{
+    *c = (struct jc){.b = b, .ws_max = o && o->ws_max ? o->ws_max : GRAMMAR_JSON_WS_MAX, .err = err};
+    c->ws = c->value = c->string = c->number = c->integer = c->boolean = c->null = c->str_char = c->object_any =
+        c->array_any = c->utf8 = -1;
+}
+
 enum status grammar_json_compile(const struct grammar_json_part *parts, int n_parts, const struct grammar_json_opts *o,
                                  struct grammar **out, struct err *err)
 {
     *out = NULL;
-    struct jc c = {.ws_max = o && o->ws_max ? o->ws_max : GRAMMAR_JSON_WS_MAX, .err = err};
-    c.ws = c.value = c.string = c.number = c.integer = c.boolean = c.null = c.str_char = c.object_any = c.array_any =
-        c.utf8 = -1;
-    gram_builder_init(&c.b);
+    struct gram_builder own;
+    struct jc c;
+    jc_init(&c, &own, o, err);
+    gram_builder_init(c.b);
     const char *name = o && o->path ? o->path : "schema";
     if (n_parts < 1)
         return err_set(err, STATUS_INVALID, "%s: no parts to compile", name);
-    int root = gram_rule(&c.b);
+    int root = gram_rule(c.b);
     for (int i = 0; i < n_parts && jc_ok(&c); i++) {
         c.root = parts[i].schema;
         c.n_memo = 0; /* schemas of different parts are different documents */
@@ -978,19 +993,19 @@ enum status grammar_json_compile(const struct grammar_json_part *parts, int n_pa
             path_push(&c, "%s", idx);
         }
         int v = parts[i].schema ? compile(&c, parts[i].schema) : object_any_rule(&c);
-        int a = gram_alt(&c.b, root);
+        int a = gram_alt(c.b, root);
         if (parts[i].prefix)
-            gram_push_bytes(&c.b, a, parts[i].prefix, strlen(parts[i].prefix));
-        gram_push_ref(&c.b, a, v);
+            gram_push_bytes(c.b, a, parts[i].prefix, strlen(parts[i].prefix));
+        gram_push_ref(c.b, a, v);
         if (parts[i].suffix)
-            gram_push_bytes(&c.b, a, parts[i].suffix, strlen(parts[i].suffix));
+            gram_push_bytes(c.b, a, parts[i].suffix, strlen(parts[i].suffix));
     }
     free(c.memo);
     if (c.st) {
-        gram_builder_free(&c.b);
+        gram_builder_free(c.b);
         return c.st;
     }
-    enum status st = gram_builder_finish(&c.b, root, out, err);
+    enum status st = gram_builder_finish(c.b, root, out, err);
     if (st)
         err_prefix(err, "%s", name);
     return st;
@@ -1017,4 +1032,73 @@ enum status grammar_json_compile_text(const char *schema, size_t len, const stru
     enum status st = grammar_json_compile(&p, 1, o, out, err);
     json_free(j);
     return st;
+}
+
+/* ---- schemas inside another grammar ---- */
+
+struct grammar_json_sub {
+    struct jc c;
+};
+
+enum status grammar_json_sub_init(struct grammar_json_sub **out, struct gram_builder *b,
+                                  const struct grammar_json_opts *o, struct err *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return err_set(err, STATUS_NOMEM, "out of memory");
+    jc_init(&(*out)->c, b, o, err);
+    return STATUS_OK;
+}
+
+void grammar_json_sub_free(struct grammar_json_sub *sub)
+{
+    if (!sub)
+        return;
+    free(sub->c.memo);
+    free(sub);
+}
+
+/* Points c at schema's document and path; a new document drops the rules memoised for the last
+ * (their $refs meant another root). */
+static void sub_enter(struct jc *c, const struct json *root, const char *path)
+{
+    if (c->root != root)
+        c->n_memo = 0;
+    c->root = root;
+    c->path_len = 0;
+    c->path[0] = 0;
+    path_push(c, "%s", path ? path : "schema");
+}
+
+enum status grammar_json_sub_value(struct grammar_json_sub *sub, const struct json *root, const struct json *schema,
+                                   const char *path, int *rule)
+{
+    struct jc *c = &sub->c;
+    sub_enter(c, root, path);
+    *rule = schema ? compile(c, schema) : value_rule(c);
+    return c->st;
+}
+
+enum status grammar_json_sub_format_text(struct grammar_json_sub *sub, const struct json *root,
+                                         const struct json *schema, const char *path, int *rule)
+{
+    struct jc *c = &sub->c;
+    sub_enter(c, root, path);
+    *rule = -1;
+    if (!json_get(schema, "format"))
+        return jc_fail(c, STATUS_INVALID, "no 'format'"), c->st;
+    if (json_get(schema, "pattern")) /* grammar_regex matches JSON-escaped text, not the characters */
+        return jc_fail(c, STATUS_UNSUPPORTED, "'pattern' is not supported here (only in JSON strings)"), c->st;
+    *rule = string_text(c, schema);
+    return c->st;
+}
+
+int grammar_json_sub_utf8(struct grammar_json_sub *sub)
+{
+    return jc_ok(&sub->c) ? utf8_rule(&sub->c) : -1;
+}
+
+bool grammar_json_is_annotation(const char *key)
+{
+    return IN_LIST(key, ANNOTATIONS);
 }

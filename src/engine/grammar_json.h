@@ -26,8 +26,16 @@
  * are alternatives (one of several tools). E.g. tool_choice named "f" with parameters P:
  *   {.prefix = "<tool_call>\n{\"name\": \"f\", \"arguments\": ", .schema = P, .suffix = "}\n</tool_call>"}
  *
+ * Schemas inside another grammar: a format that is not one JSON value between literals (GLM's
+ * tool calls: tag pairs, a JSON value or raw text in each) builds its own rules and asks a sub
+ * for a schema's rules in the same builder: grammar_json_sub_value (the JSON text) and
+ * grammar_json_sub_format_text (a string format's text, unquoted).
+ *
  * defines: GRAMMAR_JSON_WS_MAX, GRAMMAR_JSON_MAX_DEPTH, struct grammar_json_part,
- *          struct grammar_json_opts, grammar_json_compile(), grammar_json_compile_text()
+ *          struct grammar_json_opts, grammar_json_compile(), grammar_json_compile_text(),
+ *          struct grammar_json_sub, grammar_json_sub_init(), grammar_json_sub_free(),
+ *          grammar_json_sub_value(), grammar_json_sub_format_text(), grammar_json_sub_utf8(),
+ *          grammar_json_is_annotation()
  */
 #ifndef MOESERVE_ENGINE_GRAMMAR_JSON_H
 #define MOESERVE_ENGINE_GRAMMAR_JSON_H
@@ -63,5 +71,27 @@ enum status grammar_json_compile(const struct grammar_json_part *parts, int n_pa
 /* The same for one schema given as JSON text (NULL: any JSON object), without prefix or suffix. */
 enum status grammar_json_compile_text(const char *schema, size_t len, const struct grammar_json_opts *o,
                                       struct grammar **out, struct err *err);
+
+/* A compiler of schemas into rules of b (borrowed: the caller's builder, which it finishes). o may
+ * be NULL; err (borrowed) gets the first failure, which every later call returns again. */
+struct grammar_json_sub;
+enum status grammar_json_sub_init(struct grammar_json_sub **out, struct gram_builder *b,
+                                  const struct grammar_json_opts *o, struct err *err);
+/* Safe on NULL. */
+void grammar_json_sub_free(struct grammar_json_sub *sub);
+/* *rule: the JSON text of a value of schema (NULL: any JSON value), a part of root (the document
+ * its $refs resolve in); path names it in messages ("tools[0].function.parameters.properties.x").
+ * Rules of one root are memoised: the same subschema twice is one rule. *rule is -1 on a failure
+ * or once b has failed (gram_builder_finish then says why). */
+enum status grammar_json_sub_value(struct grammar_json_sub *sub, const struct json *root, const struct json *schema,
+                                   const char *path, int *rule);
+/* *rule: the text of a string schema's 'format' (required; with 'pattern', minLength or maxLength:
+ * STATUS_UNSUPPORTED), without quotes: the formats' characters need no escaping. */
+enum status grammar_json_sub_format_text(struct grammar_json_sub *sub, const struct json *root,
+                                         const struct json *schema, const char *path, int *rule);
+/* A rule of one whole non-ASCII UTF-8 character (no surrogates, no overlongs); -1 once failed. */
+int grammar_json_sub_utf8(struct grammar_json_sub *sub);
+/* Whether a schema keyword is one of the annotations the compiler ignores ("description", ...). */
+bool grammar_json_is_annotation(const char *key);
 
 #endif

@@ -2,12 +2,18 @@
  *
  * A forced call is constrained decoding (engine/grammar_json.h): the answer must be one call
  * written in the model's format, its arguments valid for the function's parameters schema, then
- * the end of the sequence. qwen3: "<tool_call>\n{\"name\": \"NAME\", \"arguments\": " + a value
- * of the schema + "}\n</tool_call>", exactly as Qwen3's template writes calls; "required" is one
- * such part per tool, as alternatives. glm45 writes arguments as tag pairs, not JSON, which the
- * JSON-schema compiler cannot express: refused (400). A schema outside the compiler's subset is a
- * 400 naming the tool's parameters and the keyword. The call is forced from the answer's first
- * token, so a thinking model does not think first.
+ * the end of the sequence; "required" is one such call per tool, as alternatives.
+ *   qwen3: "<tool_call>\n{\"name\": \"NAME\", \"arguments\": " + a value of the schema +
+ *          "}\n</tool_call>", exactly as Qwen3's template writes calls.
+ *   glm45: "<tool_call>NAME\n" + "<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n" per
+ *          argument + "</tool_call>", as GLM-4.5's template writes calls (each "\n" optional:
+ *          GLM-4.7/5 write none); keys in the schema's order, required ones present; a string
+ *          parameter's VALUE is raw text (enum, const, format, minLength/maxLength honoured;
+ *          pattern refused), any other one's the JSON text of its schema. tool_grammar.c says
+ *          what exactly is taken. The parameters must be one object schema (no anyOf, $ref, ...
+ *          at the top).
+ * A schema outside the compilers' subset is a 400 naming the tool's parameters and the keyword.
+ * Where the server splits reasoning off, a thinking block may come first (api_format_bind).
  *
  * defines: tool_grammar_compile()
  */

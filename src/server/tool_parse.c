@@ -333,29 +333,34 @@ static bool qwen_step(struct tool_parse *p, char c)
 
 /* ---- glm45 ---- */
 
-/* The JSON type the schema of call `name`'s parameter `key` names: is it (only) a string? */
+bool tool_param_is_string(const struct json *schema)
+{
+    const struct json *type = json_get(schema, "type");
+    if (json_is_string(type))
+        return strcmp(json_string(type), "string") == 0;
+    if (json_is_array(type)) { /* ["string", "null"]: a string, "null" included */
+        bool str = false, other = false;
+        for (const struct json *e = json_child(type); e; e = json_next(e)) {
+            if (!json_is_string(e) || strcmp(json_string(e), "null") == 0)
+                continue;
+            if (strcmp(json_string(e), "string") == 0)
+                str = true;
+            else
+                other = true;
+        }
+        return str && !other;
+    }
+    return false;
+}
+
+/* Whether call `name`'s parameter `key` is a string parameter (its value is the text as written). */
 static bool glm_param_is_string(const struct tool_parse *p, const char *name, const char *key)
 {
     for (const struct json *t = json_child(p->tools); t; t = json_next(t)) {
         const struct json *f = json_get(t, "function");
         if (!json_is_string(json_get(f, "name")) || strcmp(json_string(json_get(f, "name")), name) != 0)
             continue;
-        const struct json *type = json_get(json_get(json_get(json_get(f, "parameters"), "properties"), key), "type");
-        if (json_is_string(type))
-            return strcmp(json_string(type), "string") == 0;
-        if (json_is_array(type)) { /* ["string", "null"]: a string unless it reads as null */
-            bool str = false, other = false;
-            for (const struct json *e = json_child(type); e; e = json_next(e)) {
-                if (!json_is_string(e) || strcmp(json_string(e), "null") == 0)
-                    continue;
-                if (strcmp(json_string(e), "string") == 0)
-                    str = true;
-                else
-                    other = true;
-            }
-            return str && !other;
-        }
-        return false;
+        return tool_param_is_string(json_get(json_get(json_get(f, "parameters"), "properties"), key));
     }
     return false;
 }

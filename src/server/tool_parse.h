@@ -24,7 +24,7 @@
  *
  * defines: enum tool_format, struct tool_call, struct tool_parse, tool_parse_init(),
  *          tool_parse_feed(), tool_parse_free(), tool_format_from_name(), tool_format_name(),
- *          TOOL_MAX_CALLS
+ *          tool_param_is_string(), TOOL_MAX_CALLS
  */
 #ifndef MOESERVE_SERVER_TOOL_PARSE_H
 #define MOESERVE_SERVER_TOOL_PARSE_H
@@ -76,5 +76,9 @@ void tool_parse_free(struct tool_parse *p);
 /* "qwen3", "glm45", "none" -> the format; false for another name. */
 bool tool_format_from_name(const char *name, enum tool_format *out);
 const char *tool_format_name(enum tool_format f);
+/* glm45: whether a parameter of this schema (a property of the function's parameters; NULL: not
+ * listed) is read as the text written, never as JSON: its "type" is "string", or a list of
+ * "string" and "null". tool_grammar writes such values as raw text, the others as JSON. */
+bool tool_param_is_string(const struct json *schema);
 
 #endif

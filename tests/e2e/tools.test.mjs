@@ -283,9 +283,54 @@ describe('tool calls in GLM-4.5\'s format (the rigged checkpoint with GLM-4.5\'s
     assert.equal(name, WANT_GLM.name);
     assert.equal(args, WANT_GLM.arguments);
     assert.ok(pieces >= 2, `${pieces} delta(s)`);
-    // a call cannot be forced in this format (its arguments are not JSON)
-    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: ASK, tools: GLM_TOOLS, tool_choice: 'required' }),
-      (e) => e.status === 400 && e.param === 'tool_choice');
+  });
+
+  test('tool_choice required and named: one call in GLM-4.5\'s tags, raw enum strings and JSON booleans that fit the schema', async () => {
+    // The rigged model thinks as it always does (the grammar lets a reasoning block come first);
+    // then the text it would write is masked and, as for Qwen3 above, the call is written by the
+    // grammar among equal logits, seeded; enums and a boolean keep it short.
+    const tool = (name, key, values) => ({ type: 'function', function: { name, parameters: { type: 'object',
+      properties: { [key]: { type: 'string', enum: values }, quiet: { type: 'boolean' } }, required: [key, 'quiet'],
+      additionalProperties: false } } });
+    const tools = [tool('set_unit', 'unit', ['celsius', 'fahrenheit']), tool('set_mode', 'mode', ['fast', 'slow'])];
+    const check = (m, names) => {
+      assert.equal(m.tool_calls.length, 1);
+      const call = m.tool_calls[0];
+      assert.ok(names.includes(call.function.name), call.function.name);
+      const props = tools.find((t) => t.function.name === call.function.name).function.parameters.properties;
+      const args = JSON.parse(call.function.arguments);
+      const key = Object.keys(props)[0];
+      assert.deepEqual(Object.keys(args), [key, 'quiet'], call.function.arguments);
+      assert.ok(props[key].enum.includes(args[key]), call.function.arguments); // raw text read back as the string
+      assert.equal(typeof args.quiet, 'boolean', call.function.arguments);
+      return call;
+    };
+    for (const [choice, names] of [['required', ['set_unit', 'set_mode']],
+                                   [{ type: 'function', function: { name: 'set_mode' } }, ['set_mode']]]) {
+      const r = await client.chat.completions.create({ model: MODEL, messages: ASK, tools, tool_choice: choice, max_tokens: 400,
+        seed: 7 });
+      assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0]));
+      assert.equal(r.choices[0].message.content, null);
+      assert.equal(r.choices[0].message.reasoning_content, WANT_GLM.reasoning);
+      const whole = check(r.choices[0].message, names);
+      const stream = await client.chat.completions.create({ model: MODEL, messages: ASK, tools, tool_choice: choice,
+        max_tokens: 400, seed: 7, stream: true });
+      let name = '', args = '', finish = null;
+      for await (const chunk of stream) {
+        const c = chunk.choices[0];
+        if (!c) continue;
+        for (const d of c.delta.tool_calls ?? []) { name += d.function.name ?? ''; args += d.function.arguments ?? ''; }
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+      assert.equal(finish, 'tool_calls');
+      assert.equal(name, whole.function.name);
+      assert.equal(args, whole.function.arguments);
+    }
+    // a parameters schema the tags cannot carry is refused, naming it
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: ASK, tool_choice: 'required', tools: [
+      { type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {
+        s: { type: 'string', pattern: '^a+$' } } } } }] }),
+    (e) => e.status === 400 && e.param === 'tools' && /tools\[0\]\.function\.parameters\.properties\.s: 'pattern'/.test(e.message));
   });
 });
 
