@@ -9,7 +9,7 @@
  *
  * defines: struct backend, struct backend_ops, struct paged_kv, struct attn_batch,
  *          struct rope_args, struct route_args, struct moe_args,
- *          struct sample_row,
+ *          struct sample_row, struct logit_edit,
  *          backend_moe_workspace_floats(),
  *          enum kv_dtype, kv_dtype_name(), kv_dtype_parse(), kv_latent_row_bytes(), kv_index_row_bytes(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
@@ -141,8 +141,19 @@ struct sample_row {
     float top_p;       /* (0, 1]; 1 = off */
     int32_t top_k;     /* 0 = off */
     float u;           /* the row's uniform draw in [0, 1) (engine/sampler.h: sampler_uniform) */
+    float min_p;       /* [0, 1]; 0 = off: after top-k, ids below min_p x the likeliest's probability dropped */
     int32_t mask;      /* 0: every id may be drawn; k > 0: only the ids set in the sample op's masks row
                           k - 1 (a grammar's allowed tokens, a bit an id) */
+};
+
+/* One id's change by the logit processors (backend_ops.logits_edit; engine/sampler.h):
+ * x += pre; then, where rep != 1, x = x > 0 ? x / rep : x * rep; then x += post (-inf: the id
+ * cannot be drawn). */
+struct logit_edit {
+    int32_t id;
+    float pre;  /* logit_bias */
+    float rep;  /* repetition_penalty, 1: none */
+    float post; /* -(frequency x count + presence); -inf for an id min_tokens holds back */
 };
 
 /* weight_load flags: the weight's role. DENSE: read in full for every token (attention, a dense
@@ -287,9 +298,14 @@ struct backend_ops {
      * the top_k most likely and then to the smallest set holding top_p of the mass; the argmax
      * when T == 0; -1 if the row holds a NaN. A row with params[r].mask = k > 0 draws only among
      * the ids set in masks[(k - 1) * ((vocab + 31) / 32) ...] (backend memory; NULL when no row
-     * has a mask), as if every other logit were -inf; its NaN guard looks at those ids alone. */
+     * has a mask), as if every other logit were -inf; its NaN guard looks at those ids alone.
+     * min_p cuts after top-k and before top-p, as engine/sampler.c does. */
     void (*sample)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
                    const uint32_t *masks, int32_t *ids);
+    /* Row r of logits (rows x vocab, backend memory) gets edits[start[r] .. start[r + 1]) (both
+     * backend memory; at most one edit an id in a row), in place. */
+    void (*logits_edit)(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
+                        const struct logit_edit *edits);
     /* Replays the op sequence captured under key; false when there is none. */
     bool (*graph_replay)(struct backend *be, uint64_t key);
     /* Starts recording the ops that follow instead of running them; false if not possible. */

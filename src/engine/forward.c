@@ -60,6 +60,7 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     f->sample_rows = max_seqs > f->logit_chunk ? max_seqs : f->logit_chunk;
     f->graph_rows = max_seqs < f->logit_chunk ? max_seqs : f->logit_chunk;
     f->pad_decode = graphs;
+    f->edit_cap = be->ops->logits_edit ? f->sample_rows * FORWARD_EDITS_PER_ROW : 0;
     size_t T = (size_t)max_tokens, D = (size_t)d->d_model;
     size_t qd = (size_t)d->n_heads * (size_t)d->head_dim;
     size_t kvd = (size_t)d->n_kv_heads * (size_t)d->head_dim;
@@ -91,6 +92,8 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->d_meta, forward_meta_ints(f) * 4},
         {(void **)&f->d_argmax, (size_t)f->logit_chunk * 4},
         {(void **)&f->d_sample, (size_t)f->sample_rows * sizeof(struct sample_row)},
+        {(void **)&f->d_edit_start, f->edit_cap ? ((size_t)f->sample_rows + 1) * 4 : 0},
+        {(void **)&f->d_edits, (size_t)f->edit_cap * sizeof(struct logit_edit)},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].bytes) /* a buffer this model does not need */
@@ -112,7 +115,8 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     f->graph_seen = calloc(FORWARD_MAX_GRAPH_KEYS, sizeof *f->graph_seen);
     f->h_rows = malloc((size_t)f->logit_chunk * sizeof *f->h_rows);
     f->h_sample = malloc((size_t)f->logit_chunk * sizeof *f->h_sample);
-    if (!f->h_meta || !f->graph_seen || !f->h_rows || !f->h_sample) {
+    f->h_edit_start = malloc(((size_t)f->sample_rows + 1) * sizeof *f->h_edit_start);
+    if (!f->h_meta || !f->graph_seen || !f->h_rows || !f->h_sample || !f->h_edit_start) {
         forward_free(f);
         return err_set(err, STATUS_NOMEM, "forward: out of host memory");
     }
@@ -141,7 +145,7 @@ void forward_free(struct forward *f)
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
                         f->v,        f->attn,     f->gate,      f->up,       f->router,   f->route_w,
                         f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_meta,
-                        f->d_argmax, f->d_sample, f->logits_part, f->d_masks};
+                        f->d_argmax, f->d_sample, f->logits_part, f->d_masks, f->d_edit_start, f->d_edits};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 f->be->ops->free(f->be, bufs[i]);
@@ -153,6 +157,7 @@ void forward_free(struct forward *f)
     free(f->h_rows);
     free(f->h_sample);
     free(f->h_masks);
+    free(f->h_edit_start);
     memset(f, 0, sizeof *f);
 }
 
@@ -183,6 +188,11 @@ static enum status forward_check_batch(const struct forward *f, const struct for
     if (b->sample && b->n_logits > f->sample_rows)
         return err_set(err, STATUS_INVALID, "forward: %d sampled rows in one pass (at most %d)", b->n_logits,
                        f->sample_rows);
+    if (b->edit_start && (!b->sample || b->edit_start[0] != 0 || b->edit_start[b->n_logits] > f->edit_cap))
+        return err_set(err, STATUS_INVALID, "forward: %d logit edits in one pass (at most %d, with sampling)",
+                       b->edit_start[b->n_logits], f->edit_cap);
+    if (b->masks && !b->sample)
+        return err_set(err, STATUS_INVALID, "forward: grammar masks need the backend's sampling");
     return STATUS_OK;
 }
 
@@ -367,6 +377,8 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
     } else {
         be->ops->linear(be, &f->w->lm_head, f->x_sel, cn, f->logits);
     }
+    if (b->tokens_out && b->sample && b->edit_start)
+        be->ops->logits_edit(be, f->logits, cn, f->d->vocab_size, f->d_edit_start + c0, f->d_edits);
     if (b->tokens_out && b->sample)
         be->ops->sample(be, f->logits, cn, f->d->vocab_size, f->d_sample + c0, NULL, f->d_argmax);
     else if (b->tokens_out && be->ops->argmax)
@@ -376,6 +388,11 @@ static void forward_logits_chunk(struct forward *f, const struct forward_batch *
 bool forward_can_sample(const struct forward *f)
 {
     return f->be->ops->sample != NULL;
+}
+
+int forward_edit_capacity(const struct forward *f)
+{
+    return f->be->ops->sample ? f->edit_cap : 0;
 }
 
 /* Draws chunk c0 .. c0+cn again where its rows carry masks (b->masks, complete only now: the
@@ -587,7 +604,8 @@ static int forward_decode_rows(const struct forward *f, const struct forward_bat
 /* The graph key of a decode-shaped pass of `rows` rows (0: not one). */
 static uint64_t forward_graph_key(const struct forward_batch *b, int rows)
 {
-    return rows ? (uint64_t)rows << 2 | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u) : 0;
+    return rows ? (uint64_t)rows << 3 | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u) | (b->edit_start ? 4u : 0u)
+                : 0;
 }
 
 /* Runs the pass from a graph when one is captured for its key; captures it the second time
@@ -642,6 +660,14 @@ enum status forward_launch(struct forward *f, const struct forward_batch *b, str
             f->h_sample[i] = (struct sample_row){.top_p = 1.0f};
     } else if (b->sample) {
         f->be->ops->upload(f->be, f->d_sample, b->sample, (size_t)b->n_logits * sizeof(struct sample_row));
+    }
+    if (b->edit_start) { /* the padding rows' ranges empty */
+        const int n = rows > b->n_logits ? rows : b->n_logits;
+        memcpy(f->h_edit_start, b->edit_start, ((size_t)b->n_logits + 1) * sizeof *f->h_edit_start);
+        for (int i = b->n_logits + 1; i <= n; i++)
+            f->h_edit_start[i] = b->edit_start[b->n_logits];
+        f->be->ops->upload(f->be, f->d_edit_start, f->h_edit_start, ((size_t)n + 1) * sizeof *f->h_edit_start);
+        f->be->ops->upload(f->be, f->d_edits, b->edits, (size_t)b->edit_start[b->n_logits] * sizeof *b->edits);
     }
     forward_run_device(f, &pb, forward_graph_key(&pb, rows));
     f->launched = b;

@@ -49,11 +49,18 @@ struct forward_batch {
                                      ids set in masks[i] ((vocab + 31) / 32 words, a bit an id; NULL:
                                      any id). Read by forward_finish, so the caller may fill it between
                                      launch and finish: a grammar's masks, made while the device runs */
+    const int32_t *edit_start;    /* (n_logits + 1) host, or NULL: with sample, row i's logits get
+                                     edits[edit_start[i] .. edit_start[i + 1]) before its draw (the
+                                     logit processors, engine/sampler.h); at most forward_edit_capacity */
+    const struct logit_edit *edits;
 };
 
 /* FORWARD_MAX_GRAPH_ROWS: a backend with graphs computes this many logits rows at once where
  * max_seqs asks (a decode step of up to that many sequences is one graph). */
 enum { FORWARD_MAX_GRAPH_KEYS = 256, FORWARD_MAX_GRAPH_ROWS = 256 };
+/* Logit edits a pass may carry, on average a sampled row (a row's penalties touch the distinct
+ * ids of its prompt and output; a longer list is processed on the host). */
+enum { FORWARD_EDITS_PER_ROW = 1024 };
 
 struct forward {
     const struct model_desc *d;     /* borrowed */
@@ -92,6 +99,9 @@ struct forward {
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_table;
     int32_t *d_argmax;  /* (logit_chunk) chosen tokens */
     struct sample_row *d_sample; /* (sample_rows) */
+    int32_t *d_edit_start; /* (sample_rows + 1) forward_batch.edit_start, padding rows empty */
+    struct logit_edit *d_edits; /* (edit_cap) */
+    int edit_cap;       /* sample_rows x FORWARD_EDITS_PER_ROW where the backend edits logits; else 0 */
     uint32_t *d_masks;  /* (logit_chunk, (vocab + 31) / 32) a chunk's masked rows' allowed ids, compacted;
                            taken at the first masked pass */
 
@@ -102,6 +112,7 @@ struct forward {
     int32_t *h_rows;    /* (logit_chunk) 0, 1, ..: a padded pass's logit rows */
     struct sample_row *h_sample; /* (logit_chunk) a padded pass's sampling rows (the padding greedy) */
     uint32_t *h_masks;  /* staging of d_masks, taken with it */
+    int32_t *h_edit_start; /* (sample_rows + 1) staging of d_edit_start */
     uint64_t *graph_seen; /* (FORWARD_MAX_GRAPH_KEYS) graph keys run once, captured when seen again */
     int n_graph_seen;
     bool use_graphs;    /* backend graphs for decode-shaped passes (MOESERVE_NO_GRAPHS=1: off) */
@@ -126,6 +137,8 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
 void forward_free(struct forward *f);
 /* Whether forward_batch.sample can be used (the backend draws tokens itself). */
 bool forward_can_sample(const struct forward *f);
+/* How many logit edits a pass may carry (forward_batch.edits); 0: none (the backend cannot). */
+int forward_edit_capacity(const struct forward *f);
 /* Runs the batch; writes logits for the requested rows to logits_out
  * (n_logits, vocab) host memory (NULL: not wanted), and the chosen tokens
  * to b->tokens_out when set. Bad token ids or positions are an error.

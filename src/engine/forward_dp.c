@@ -168,7 +168,8 @@ enum status forward_dp_split(struct forward *f, const struct forward_batch **pb,
     dp->local = (struct forward_batch){.n_tokens = n, .tokens = dp->tokens, .pos = dp->pos, .seq = dp->seq,
                                        .n_seqs = n_local_seqs, .seqs = dp->seqs, .n_logits = b->n_logits,
                                        .logit_rows = dp->logit_rows, .tokens_out = b->tokens_out,
-                                       .sample = b->sample, .masks = b->masks};
+                                       .sample = b->sample, .masks = b->masks,
+                                       .edit_start = b->edit_start, .edits = b->edits};
     *pb = &dp->local;
     return STATUS_OK;
 }

@@ -50,8 +50,10 @@ enum status sampler_init(struct sampler *s, const struct sampler_params *p, int 
         s->counts = calloc((size_t)vocab_size, sizeof *s->counts);
     if (rep)
         s->in_prompt = calloc((size_t)vocab_size, 1);
+    if (s->counts)
+        s->touched = malloc((size_t)vocab_size * sizeof *s->touched);
     if (!s->cand || (rep && (!s->counts || !s->in_prompt)) ||
-        ((p->frequency_penalty != 0 || p->presence_penalty != 0) && !s->counts)) {
+        ((p->frequency_penalty != 0 || p->presence_penalty != 0) && !s->counts) || (s->counts && !s->touched)) {
         sampler_free(s);
         return err_set(err, STATUS_NOMEM, "sampling: out of memory for %d-entry vocabulary", vocab_size);
     }
@@ -63,6 +65,7 @@ void sampler_free(struct sampler *s)
     free(s->cand);
     free(s->counts);
     free(s->in_prompt);
+    free(s->touched);
     memset(s, 0, sizeof *s);
 }
 
@@ -182,23 +185,66 @@ float sampler_uniform(struct sampler *s)
     return pcg32_uniform(s);
 }
 
-bool sampler_needs_host(const struct sampler_params *p)
-{
-    return p->min_p > 0 || p->frequency_penalty != 0 || p->presence_penalty != 0 ||
-           (p->repetition_penalty > 0 && p->repetition_penalty != 1) || p->n_bias > 0;
-}
-
 void sampler_observe(struct sampler *s, int32_t token)
 {
-    if (s->counts && token >= 0 && token < s->vocab_size)
-        s->counts[token]++;
+    if (!s->counts || token < 0 || token >= s->vocab_size)
+        return;
+    if (s->counts[token]++ == 0 && !(s->in_prompt && s->in_prompt[token]))
+        s->touched[s->n_touched++] = token;
 }
 
 void sampler_observe_prompt(struct sampler *s, const int32_t *ids, int n)
 {
     for (int i = 0; s->in_prompt && i < n; i++)
-        if (ids[i] >= 0 && ids[i] < s->vocab_size)
+        if (ids[i] >= 0 && ids[i] < s->vocab_size && !s->in_prompt[ids[i]]) {
             s->in_prompt[ids[i]] = 1;
+            if (s->counts[ids[i]] == 0)
+                s->touched[s->n_touched++] = ids[i];
+        }
+}
+
+bool sampler_has_edits(const struct sampler *s)
+{
+    return s->p.n_bias > 0 || s->counts;
+}
+
+int sampler_edits(const struct sampler *s, struct logit_edit *out, int cap)
+{
+    const struct sampler_params *p = &s->p;
+    int n = 0;
+    /* logit_bias first (its ids are distinct: a JSON object's keys; a repeated one adds their sum) */
+    for (int i = 0; i < p->n_bias; i++) {
+        int j = 0;
+        while (j < n && out[j].id != p->bias_ids[i])
+            j++;
+        if (j == n) {
+            if (n == cap)
+                return -1;
+            out[n++] = (struct logit_edit){.id = p->bias_ids[i], .rep = 1.0f};
+        }
+        out[j].pre += p->bias[i];
+    }
+    const int n_bias = n;
+    const float rep = s->in_prompt ? p->repetition_penalty : 1.0f;
+    for (int k = 0; k < s->n_touched; k++) {
+        const int32_t t = s->touched[k];
+        const int c = s->counts[t];
+        int j = 0;
+        while (j < n_bias && out[j].id != t)
+            j++;
+        if (j == n_bias) /* not biased: its own edit (touched ids are distinct) */
+            j = n;
+        if (j == n) {
+            if (n == cap)
+                return -1;
+            out[n++] = (struct logit_edit){.id = t, .rep = 1.0f};
+        }
+        if (rep != 1.0f && (c > 0 || s->in_prompt[t]))
+            out[j].rep = rep;
+        if (c > 0)
+            out[j].post = -(p->frequency_penalty * (float)c + p->presence_penalty);
+    }
+    return n;
 }
 
 void sampler_apply(const struct sampler *s, float *logits)

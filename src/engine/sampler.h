@@ -8,12 +8,15 @@
  * Logit processors (sampler_apply, before the choice, greedy too), as vLLM defines them: logit_bias
  * added; repetition_penalty over the prompt's and the generated tokens (a positive logit divided
  * by it, a negative one multiplied); frequency_penalty x count and presence_penalty x (count > 0)
- * subtracted over the generated tokens. The counts follow sampler_observe*(). A backend's sample
- * op has none of these nor min-p: sampler_needs_host() says when a row must be sampled here.
+ * subtracted over the generated tokens. The counts follow sampler_observe*(). Where a backend
+ * draws (its sample op takes min-p), the processors go to it as a row's sparse edits
+ * (sampler_edits: struct logit_edit, backend_ops.logits_edit), the same arithmetic in the same
+ * order (a row whose edits do not fit the pass is drawn here instead).
  *
  * defines: struct sampler_params, struct sampler, sampler_init(), sampler_free(),
  *          sampler_sample(), sampler_sample_masked(), sampler_uniform(), struct sampler_cand, SAMPLER_MAX_BIAS,
- *          sampler_apply(), sampler_observe(), sampler_observe_prompt(), sampler_needs_host()
+ *          sampler_apply(), sampler_observe(), sampler_observe_prompt(),
+ *          sampler_has_edits(), sampler_edits()
  */
 #ifndef MOESERVE_ENGINE_SAMPLER_H
 #define MOESERVE_ENGINE_SAMPLER_H
@@ -21,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/status.h"
 
 enum { SAMPLER_MAX_BIAS = 300 }; /* logit_bias entries (OpenAI's limit) */
@@ -51,6 +55,8 @@ struct sampler {
     struct sampler_cand *cand; /* (vocab_size) scratch, owned */
     int32_t *counts;           /* (vocab_size) generated tokens, owned; only with penalties */
     uint8_t *in_prompt;        /* (vocab_size) 1 for the prompt's tokens, owned; only with repetition_penalty */
+    int32_t *touched;          /* (vocab_size) the ids with counts > 0 or in_prompt, each once, owned; with counts */
+    int n_touched;
 };
 
 enum status sampler_init(struct sampler *s, const struct sampler_params *p, int vocab_size,
@@ -72,7 +78,10 @@ void sampler_apply(const struct sampler *s, float *logits);
 /* A generated token joins the counts; the prompt's tokens join the repetition set. */
 void sampler_observe(struct sampler *s, int32_t token);
 void sampler_observe_prompt(struct sampler *s, const int32_t *ids, int n);
-/* Whether rows with these parameters must be sampled on the host (processors or min-p). */
-bool sampler_needs_host(const struct sampler_params *p);
+/* Whether sampler_apply changes anything (logit_bias or a penalty set). */
+bool sampler_has_edits(const struct sampler *s);
+/* sampler_apply as sparse edits of one row: at most one an id, in out[0 .. cap); returns how many,
+ * or -1 when more than cap would be needed (the row is then processed on the host). */
+int sampler_edits(const struct sampler *s, struct logit_edit *out, int cap);
 
 #endif

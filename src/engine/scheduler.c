@@ -162,6 +162,9 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->b_sample = malloc(S * sizeof *sch->b_sample);
     sch->b_next = malloc(S * sizeof(int32_t));
     sch->b_masks = calloc(S, sizeof *sch->b_masks);
+    sch->b_edit_start = calloc(S + 1, sizeof *sch->b_edit_start);
+    const int edit_cap = forward_edit_capacity(&s->fwd);
+    sch->b_edits = edit_cap ? malloc((size_t)edit_cap * sizeof *sch->b_edits) : NULL;
     sch->b_seqs = malloc(S * sizeof *sch->b_seqs);
     sch->b_reqs = malloc(S * sizeof *sch->b_reqs);
     sch->pub = malloc(S * sizeof *sch->pub);
@@ -169,7 +172,8 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->logits = malloc(S * (size_t)sch->vocab * sizeof(float));
     sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
     if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
-        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->b_masks || !sch->pub) {
+        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->b_masks || !sch->b_edit_start || (edit_cap && !sch->b_edits) ||
+        !sch->pub) {
         scheduler_free(sch);
         return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
     }
@@ -558,11 +562,29 @@ static bool is_stop_id(const struct sched_params *p, int32_t tok)
     return false;
 }
 
-/* Whether r's next token must be chosen here: logit processors, min-p, or min_tokens still masking.
- * A grammar's mask does not: it goes to the backend with the row (forward_batch.masks). */
-static bool needs_host(const struct sched_req *r)
+/* r's logit processors as edits for the backend's draw (sampler_edits), and before min_tokens the
+ * ids that would end the request at -inf, into out[0 .. cap); -1 when they do not fit. */
+static int row_edits(const struct scheduler *sch, const struct sched_req *r, struct logit_edit *out, int cap)
 {
-    return sampler_needs_host(&r->p.sampling) || generated(r) < r->p.min_new;
+    int n = sampler_edits(&r->smp, out, cap);
+    if (n < 0 || generated(r) >= r->p.min_new)
+        return n;
+    const struct model_desc *d = &sch->s->desc;
+    for (int i = 0; i < d->n_eos + r->p.n_stop_ids; i++) {
+        const int32_t id = i < d->n_eos ? d->eos_ids[i] : r->p.stop_ids[i - d->n_eos];
+        if (id < 0 || id >= sch->vocab)
+            continue;
+        int j = 0;
+        while (j < n && out[j].id != id)
+            j++;
+        if (j == n) {
+            if (n == cap)
+                return -1;
+            out[n++] = (struct logit_edit){.id = id, .rep = 1.0f};
+        }
+        out[j].post = -INFINITY;
+    }
+    return n;
 }
 
 /* Before min_tokens: the tokens that would end the request cannot be drawn. */
@@ -634,7 +656,7 @@ static void grammar_masks(struct scheduler *sch, int ns, bool dev, const uint32_
         if (r->tm && r->logit_index >= 0 && r->p.max_new > 0) {
             r->tm_status = token_mask_compute(r->tm, &r->tm_err);
             r->tm_ready = true;
-            if (dev && !r->tm_status && !needs_host(r))
+            if (dev && !r->tm_status && !r->host_draw)
                 masks[r->logit_index] = r->tm->bits;
         }
     }
@@ -755,19 +777,45 @@ bool scheduler_step(struct scheduler *sch)
     }
     for (int j = 0; j < ns; j++)
         want_rows |= sch->b_reqs[j]->logit_first >= 0;
-    for (int j = 0; dev && j < ns; j++) {
+    /* each drawn row's logit processors go with it as edits (rows in logit order), unless they do
+     * not fit what the pass can carry: that row is drawn here */
+    const int edit_cap = forward_edit_capacity(&sch->s->fwd);
+    int filled = 0;
+    sch->b_edit_start[0] = 0;
+    for (int j = 0; j < ns; j++) {
         struct sched_req *r = sch->b_reqs[j];
         if (r->logit_index < 0)
             continue;
         const struct sampler_params *sp = &r->p.sampling;
-        const bool host = needs_host(r); /* drawn here from its row: no uniform taken for the device's */
-        sch->b_sample[r->logit_index] = (struct sample_row){
+        const int li = r->logit_index;
+        ASSERT(li >= filled); /* batch_add numbers a request's rows after the previous request's */
+        for (; filled < li; filled++) /* rows without edits (prompt log-probabilities) */
+            sch->b_edit_start[filled + 1] = sch->b_edit_start[filled];
+        int ne = 0;
+        r->host_draw = !dev;
+        if (dev && (sampler_has_edits(&r->smp) || generated(r) < r->p.min_new)) {
+            const int at = sch->b_edit_start[li];
+            ne = edit_cap ? row_edits(sch, r, sch->b_edits + at, edit_cap - at) : -1;
+            r->host_draw = ne < 0;
+            ne = ne < 0 ? 0 : ne;
+        }
+        sch->b_edit_start[li + 1] = sch->b_edit_start[li] + ne;
+        filled = li + 1;
+        if (!dev)
+            continue;
+        /* drawn here from its row: greedy on the device, no uniform taken for its draw */
+        const bool host = r->host_draw;
+        sch->b_sample[li] = (struct sample_row){
             .temperature = host ? 0.0f : sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
-            .u = !host && sp->temperature > 0 ? sampler_uniform(&r->smp) : 0.0f};
+            .min_p = sp->min_p, .u = !host && sp->temperature > 0 ? sampler_uniform(&r->smp) : 0.0f};
         want_rows |= r->out_logprob != NULL || host;
     }
+    for (; filled < nl; filled++)
+        sch->b_edit_start[filled + 1] = sch->b_edit_start[filled];
     if (dev)
         b.tokens_out = sch->b_next, b.sample = sch->b_sample, b.masks = sch->b_masks;
+    if (dev && sch->b_edit_start[nl] > 0)
+        b.edit_start = sch->b_edit_start, b.edits = sch->b_edits;
     struct err err = {0};
     const double t_fwd = timer_now();
     enum status st = forward_launch(&sch->s->fwd, &b, &err);
@@ -803,7 +851,7 @@ bool scheduler_step(struct scheduler *sch)
             req_finish(sch, r, SCHED_FINISH_LENGTH, NULL);
         } else if (r->logit_index >= 0) {
             sample_next(sch, r, want_rows ? sch->logits + (size_t)r->logit_index * (size_t)sch->vocab : NULL,
-                        dev && !needs_host(r) ? sch->b_next[r->logit_index] : -1);
+                        r->host_draw ? -1 : sch->b_next[r->logit_index]);
         }
     }
     if (st)
@@ -900,6 +948,8 @@ void scheduler_free(struct scheduler *sch)
     free(sch->b_logit_rows);
     free(sch->b_sample);
     free(sch->b_masks);
+    free(sch->b_edit_start);
+    free(sch->b_edits);
     free(sch->b_next);
     free(sch->b_seqs);
     free(sch->b_reqs);

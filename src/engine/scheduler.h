@@ -132,6 +132,8 @@ struct sched_req {
     struct err tm_err;
     uint64_t admit_order;           /* larger = admitted later (preempted first) */
     bool in_batch;                  /* has rows in the batch being built */
+    bool host_draw;                 /* this step's token is drawn here from its logits row, not by the backend
+                                       (a CPU backend, or logit edits past what the pass can carry) */
     int batch_seq;                  /* its index in the batch's seqs */
     int batch_rows;                 /* tokens in this batch */
     int logit_index;                /* row of the batch's logits, or -1 */
@@ -208,6 +210,8 @@ struct scheduler {
     struct sample_row *b_sample;    /* (max_seqs) how each logit row is drawn, where the backend samples */
     int32_t *b_next;                /* (max_seqs) the backend's draws */
     const uint32_t **b_masks;       /* (max_seqs) each logit row's grammar mask for the backend's draw, or NULL */
+    int32_t *b_edit_start;          /* (max_seqs + 1) each logit row's range of b_edits */
+    struct logit_edit *b_edits;     /* (forward_edit_capacity) the rows' logit processors, for the backend */
     struct kv_seq **b_seqs;         /* (max_seqs) */
     bool defer;                     /* opts.defer_publish decided */
     struct sched_req **pub;         /* (max_seqs) requests whose newest token waits for the next launch, each

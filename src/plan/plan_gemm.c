@@ -484,6 +484,12 @@ enum status pl_tail(struct plan_ctx *x, struct err *err)
     if ((st = pl_choose(x, "sample", WEIGHT_BF16, "one row per block; tile_n = top-k candidates kept in smem",
                           err)))
         return st;
+    /* the logit processors of device-drawn rows (penalties, logit_bias, min_tokens) as sparse
+     * edits before the draw: a block a row, a thread an edit (a few hundred ids a row) */
+    pl_simple(x, "logits_edit", 1, 256, 1, 256, 0, B * 256 * 3, B * 256 * 24, B);
+    if ((st = pl_choose(x, "logits_edit", WEIGHT_BF16, "logit processors as a row's sparse edits, a thread an edit",
+                        err)))
+        return st;
     /* greedy decoding: a block per 8192 logits of a row (tile_n), each thread's 8 float4 loads
      * issued at once, the row's last block reducing the partials in order: one block a row is a
      * chain of ~150 loads a thread (64 us against 6.4 us for a 151936 vocab on the H200) */

@@ -304,7 +304,7 @@ struct sample_ref {
 };
 
 static void sample_ref_make(struct sample_ref *q, const float *l, int V, const bool *allowed, float t, float top_p,
-                            int top_k, double *sorted)
+                            int top_k, float min_p, double *sorted)
 {
     double mx = -1e30;
     q->best = -1;
@@ -324,6 +324,11 @@ static void sample_ref_make(struct sample_ref *q, const float *l, int V, const b
     int keep = n;
     if (top_k > 0 && top_k < n)
         keep = top_k;
+    for (int i = 1; min_p > 0 && i < keep; i++) /* sorted[0] is the likeliest: 1 */
+        if (sorted[i] < min_p * sorted[0]) {
+            keep = i;
+            break;
+        }
     if (top_p < 1.0f) {
         double kt = 0, m = 0;
         for (int i = 0; i < keep; i++)
@@ -407,18 +412,20 @@ static void test_sample(void **state)
     struct {
         float t, top_p;
         int top_k;
-    } cases[] = {{0.8f, 1.0f, 0}, {1.0f, 1.0f, 10}, {1.0f, 0.6f, 0}, {0.0f, 1.0f, 0}, {1.5f, 0.9f, 50}};
+        float min_p;
+    } cases[] = {{0.8f, 1.0f, 0, 0}, {1.0f, 1.0f, 10, 0}, {1.0f, 0.6f, 0, 0}, {0.0f, 1.0f, 0, 0}, {1.5f, 0.9f, 50, 0},
+                 {1.0f, 1.0f, 0, 0.05f}, {2.0f, 0.8f, 40, 0.2f}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int k = 0; k < 3; k++)
             sample_ref_make(&q[k], one, V, k ? allowed + (size_t)(k - 1) * V : NULL, cases[c].t, cases[c].top_p,
-                            cases[c].top_k, sorted);
+                            cases[c].top_k, cases[c].min_p, sorted);
         for (int masked = 0; masked < 2; masked++) {
             /* masked rounds: rows cycle through no mask, mask 1, mask 2 */
             struct sample_row sr[64];
             for (int r = 0; r < R; r++)
                 sr[r] = (struct sample_row){.temperature = cases[c].t, .top_p = cases[c].top_p,
-                                            .top_k = cases[c].top_k, .u = ((float)r + 0.5f) / (float)R,
-                                            .mask = masked ? r % 3 : 0};
+                                            .top_k = cases[c].top_k, .min_p = cases[c].min_p,
+                                            .u = ((float)r + 0.5f) / (float)R, .mask = masked ? r % 3 : 0};
             struct sample_row *dsr = dev_copy(&p->gpu, sr, sizeof sr);
             int32_t ids[64], *dids = dev_copy(&p->gpu, ids, sizeof ids);
             p->gpu.ops->sample(&p->gpu, dl, R, V, dsr, masked ? dbits : NULL, dids);
@@ -428,8 +435,8 @@ static void test_sample(void **state)
             for (int r = 0; r < R; r++)
                 checked += sample_ref_check(&q[sr[r].mask], V, cases[c].t, sr[r].u, ids[r],
                                             masked ? "masked sample" : "sample", r);
-            print_message("    sample T=%.1f top_p=%.1f top_k=%d%s: %d kept, %d/%d draws checked exactly\n",
-                          (double)cases[c].t, (double)cases[c].top_p, cases[c].top_k,
+            print_message("    sample T=%.1f top_p=%.1f top_k=%d min_p=%.2f%s: %d kept, %d/%d draws checked exactly\n",
+                          (double)cases[c].t, (double)cases[c].top_p, cases[c].top_k, (double)cases[c].min_p,
                           masked ? " (masks)" : "", q[0].keep, checked, R);
             p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, dids);
         }
@@ -476,6 +483,45 @@ static void test_sample(void **state)
     free(one), free(l), free(sorted), free(allowed), free(bits);
 }
 
+/* The logit processors' edits (engine/sampler.h: sampler_edits): each row's own list, ids
+ * distinct within a row, every kind (bias, repetition both signs, penalties, -inf), rows without
+ * edits untouched: the CPU op's rows bit for bit. */
+static void test_logits_edit(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 77;
+    const int V = 3000, R = 6;
+    float *l = rand_floats((size_t)R * V, 4.0f, &rng);
+    struct logit_edit e[R * 400];
+    int32_t start[R + 1];
+    int n = 0;
+    for (int r = 0; r < R; r++) {
+        start[r] = n;
+        const int count = r == 2 ? 0 : 50 + 70 * r; /* row 2: no edits */
+        for (int k = 0; k < count; k++) {
+            const int32_t id = (int32_t)((k * 7 + r) % V); /* distinct: k * 7 < V */
+            e[n++] = (struct logit_edit){.id = id, .pre = k % 3 == 0 ? 1.5f * (float)(k % 5) - 3.0f : 0.0f,
+                                         .rep = k % 4 == 0 ? 1.0f : 1.0f + 0.1f * (float)(k % 7),
+                                         .post = k % 11 == 5 ? -INFINITY : -0.37f * (float)(k % 6)};
+        }
+    }
+    start[R] = n;
+    float *dl = dev_copy(&p->gpu, l, (size_t)R * V * 4);
+    int32_t *ds = dev_copy(&p->gpu, start, sizeof start);
+    struct logit_edit *de = dev_copy(&p->gpu, e, (size_t)n * sizeof *e);
+    p->gpu.ops->logits_edit(&p->gpu, dl, R, V, ds, de);
+    gpu_ok(&p->gpu);
+    float *got = malloc((size_t)R * V * 4);
+    p->gpu.ops->download(&p->gpu, got, dl, (size_t)R * V * 4);
+    p->cpu.ops->logits_edit(&p->cpu, l, R, V, start, e);
+    for (int i = 0; i < R * V; i++)
+        if (memcmp(&got[i], &l[i], 4) != 0)
+            fail_msg("logits_edit row %d id %d: gpu %a, cpu %a", i / V, i % V, (double)got[i], (double)l[i]);
+    print_message("    logits_edit: %d edits over %d rows, bit for bit\n", n, R);
+    p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, ds), p->gpu.ops->free(&p->gpu, de);
+    free(l), free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_attn_prep),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_logits_edit),
     };
     return ops_cuda_main("test_ops_common_cuda", tests, sizeof tests / sizeof tests[0]);
 }

@@ -2,7 +2,9 @@
  * defines them: logit_bias moves the greedy choice; repetition_penalty divides a positive logit
  * (multiplies a negative one) of every prompt or generated token; frequency and presence
  * penalties subtract count x f + p from generated tokens only; min-p keeps only tokens at least
- * min_p x the likeliest's probability; without any of them a row needs no host sampling. */
+ * min_p x the likeliest's probability. The same processors as a backend's sparse edits
+ * (sampler_edits, applied by the CPU backend's logits_edit, the reference of the device's) give
+ * sampler_apply's row bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "base/status.h"
 #include "engine/sampler.h"
 
 enum { V = 8 };
@@ -32,7 +36,7 @@ static void test_bias(void **state)
     struct sampler_params p = {.top_p = 1, .n_bias = 2, .bias_ids = {6, 3}, .bias = {5, -10}};
     struct sampler s;
     assert_int_equal(sampler_init(&s, &p, V, NULL), STATUS_OK);
-    assert_true(sampler_needs_host(&p));
+    assert_true(sampler_has_edits(&s));
     assert_int_equal(pick(&s, logits), 6);
     sampler_free(&s);
     p.bias_ids[0] = V; /* not in the vocabulary */
@@ -88,7 +92,7 @@ static void test_min_p(void **state)
     p.min_p = 0;
     memset(seen, 0, sizeof seen);
     assert_int_equal(sampler_init(&s, &p, V, NULL), STATUS_OK);
-    assert_false(sampler_needs_host(&p));
+    assert_false(sampler_has_edits(&s));
     for (int i = 0; i < 2000; i++)
         seen[pick(&s, logits)]++;
     sampler_free(&s);
@@ -133,9 +137,59 @@ static void test_masked(void **state)
         }
 }
 
+/* Every processor at once over a larger vocabulary, the prompt and output overlapping the biased
+ * ids: the edits applied by the CPU backend's op equal sampler_apply exactly; too small a cap is -1. */
+static void test_edits(void **state)
+{
+    (void)state;
+    enum { VE = 3000 };
+    static float row[VE], want[VE];
+    uint64_t x = 99;
+    for (int i = 0; i < VE; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        row[i] = (float)((int)(x >> 40) % 2000 - 1000) / 97.0f;
+    }
+    struct sampler_params p = {.temperature = 1, .top_p = 1, .frequency_penalty = 0.7f, .presence_penalty = -0.3f,
+                               .repetition_penalty = 1.3f, .n_bias = 3, .bias_ids = {5, 17, 2999},
+                               .bias = {2.5f, -100, 7}};
+    struct sampler s;
+    assert_int_equal(sampler_init(&s, &p, VE, NULL), STATUS_OK);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = (i * 37) % 200; /* repeats; 5 and 17 among them */
+    sampler_observe_prompt(&s, prompt, 40);
+    for (int i = 0; i < 60; i++)
+        sampler_observe(&s, (i * i) % 250); /* overlaps the prompt, repeats */
+    memcpy(want, row, sizeof row);
+    sampler_apply(&s, want);
+    struct logit_edit e[VE];
+    const int n = sampler_edits(&s, e, VE);
+    assert_true(n > 3 && n < 500);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            assert_int_not_equal(e[i].id, e[j].id);
+    struct backend be;
+    assert_int_equal(backend_cpu_create(&be, NULL), STATUS_OK);
+    const int32_t start[2] = {0, n};
+    be.ops->logits_edit(&be, row, 1, VE, start, e);
+    backend_destroy(&be);
+    for (int i = 0; i < VE; i++)
+        if (memcmp(&row[i], &want[i], sizeof row[i]) != 0)
+            fail_msg("id %d: edits give %a, sampler_apply %a", i, (double)row[i], (double)want[i]);
+    assert_int_equal(sampler_edits(&s, e, n - 1), -1);
+    sampler_free(&s);
+    /* no processors: no edits */
+    p = (struct sampler_params){.temperature = 1, .top_p = 1};
+    assert_int_equal(sampler_init(&s, &p, VE, NULL), STATUS_OK);
+    sampler_observe(&s, 3);
+    assert_int_equal(sampler_edits(&s, e, VE), 0);
+    sampler_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bias), cmocka_unit_test(test_penalties),
-                                       cmocka_unit_test(test_min_p), cmocka_unit_test(test_masked)};
+                                       cmocka_unit_test(test_min_p), cmocka_unit_test(test_masked),
+                                       cmocka_unit_test(test_edits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

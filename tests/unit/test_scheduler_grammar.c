@@ -5,7 +5,9 @@
  * same request run alone (batch-invariant CPU backend): the matcher's state survives preemption.
  * Where the backend draws tokens itself (the CUDA backend's sample op), the masks go to it with
  * the rows (forward_batch.masks): a host stand-in for that op, drawing greedily among the
- * allowed ids, must give the host path's tokens exactly, and sampled answers still fit.
+ * allowed ids, must give the host path's tokens exactly, and sampled answers still fit. The
+ * logit processors (penalties, logit_bias, min_tokens) go to such a backend as edits, applied by
+ * its logits_edit op (the CPU backend's here): greedy tokens equal the host path's too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -301,12 +303,85 @@ static void test_device_masks(void **state)
     fixture_close(&f);
 }
 
+/* The CPU backend's logits_edit, counting the edits it applies. */
+static void (*g_cpu_edit)(struct backend *, float *, int, int, const int32_t *, const struct logit_edit *);
+static long g_edits;
+
+static void counting_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
+                          const struct logit_edit *edits)
+{
+    g_edits += start[rows] - start[0];
+    g_cpu_edit(be, logits, rows, vocab, start, edits);
+}
+
+/* Greedy requests with every logit processor and min_tokens, no grammar: host path and stand-in. */
+static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *out_n)
+{
+    struct backend_ops ops = *f->s.be.ops;
+    const struct backend_ops *host_ops = f->s.be.ops;
+    if (device) {
+        ops.sample = stand_in_sample;
+        g_cpu_edit = host_ops->logits_edit;
+        ops.logits_edit = counting_edit;
+        f->s.be.ops = &ops;
+    }
+    struct scheduler sch;
+    struct scheduler_opts o = {.max_context = 512, .no_prefix_cache = true};
+    struct err err = {0};
+    if (scheduler_init(&sch, &f->s, &o, &err))
+        fail_msg("%s", err.msg);
+    assert_true(!device || forward_edit_capacity(&f->s.fwd) > 0);
+    enum { N = 5 };
+    struct sched_req *r[N];
+    for (int i = 0; i < N; i++) {
+        int32_t p[40];
+        for (int k = 0; k < 10 + 6 * i; k++)
+            p[k] = 20 + (k * 7 + i) % 30; /* repeated ids: the repetition penalty bites */
+        struct sched_params sp = {.max_new = 48, .min_new = 12 + 4 * i, .top_logprobs = -1, .n_stop_ids = 1,
+                                  .stop_ids = {f->s.desc.eos_ids[0] + 1 + i},
+                                  .sampling = {.top_p = 1, .repetition_penalty = 1.0f + 0.2f * (float)i,
+                                               .frequency_penalty = 0.3f * (float)(i % 3), .presence_penalty = 0.25f,
+                                               .n_bias = 2, .bias_ids = {25, 100 + i}, .bias = {3.0f, -2.0f}}};
+        if (sched_req_create(&r[i], p, 10 + 6 * i, &sp, &err))
+            fail_msg("%s", err.msg);
+    }
+    run(&sch, r, N);
+    for (int i = 0; i < N; i++) {
+        assert_true(r[i]->n_out >= r[i]->p.min_new || r[i]->finish == SCHED_FINISH_LENGTH);
+        out_n[i] = r[i]->n_out;
+        memcpy(out[i], r[i]->out_ids, (size_t)r[i]->n_out * sizeof *r[i]->out_ids);
+        sched_req_put(r[i]);
+    }
+    scheduler_free(&sch);
+    f->s.be.ops = host_ops;
+}
+
+static void test_device_edits(void **state)
+{
+    (void)state;
+    static int32_t host[5][64], dev[5][64];
+    int host_n[5], dev_n[5];
+    struct fixture f;
+    fixture_open(&f, 8, 512);
+    g_sample_calls = 0;
+    run_edits(&f, false, host, host_n);
+    assert_int_equal(g_sample_calls, 0);
+    run_edits(&f, true, dev, dev_n);
+    print_message("  stand-in sample op: %d calls, %ld logit edits applied\n", g_sample_calls, g_edits);
+    assert_true(g_sample_calls > 0 && g_edits > 0);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(dev_n[i], host_n[i]);
+        assert_memory_equal(dev[i], host[i], (size_t)host_n[i] * sizeof host[i][0]);
+    }
+    fixture_close(&f);
+}
+
 int main(void)
 {
     log_set_level(LOG_LEVEL_WARN);
     const char *src = getenv("MOESERVE_SRC");
     snprintf(g_src, sizeof g_src, "%s", src ? src : ".");
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_answers_fit), cmocka_unit_test(test_preemption_keeps_state),
-                                       cmocka_unit_test(test_device_masks)};
+                                       cmocka_unit_test(test_device_masks), cmocka_unit_test(test_device_edits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -127,6 +127,21 @@ static void cpu_add_rmsnorm(struct backend *be, float *h, const float *delta, co
     }
 }
 
+/* The reference of backend_ops.logits_edit (the CPU draws on the host: the forward never asks it). */
+static void cpu_logits_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
+                            const struct logit_edit *edits)
+{
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        for (int k = start[r]; k < start[r + 1]; k++) {
+            const struct logit_edit e = edits[k];
+            float x = logits[(size_t)r * (size_t)vocab + (size_t)e.id] + e.pre;
+            if (e.rep != 1.0f)
+                x = x > 0 ? x / e.rep : x * e.rep;
+            logits[(size_t)r * (size_t)vocab + (size_t)e.id] = x + e.post;
+        }
+}
+
 static void cpu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_stride,
                      const struct rope_args *a, const int32_t *pos)
 {
@@ -415,6 +430,7 @@ static const struct backend_ops CPU_OPS = {
     .mla_expand_o = cpu_mla_expand_o,
     .mla_attention_expanded = cpu_mla_attention_expanded, /* the reference; the CPU runs the absorbed form */
     .dsa_select = cpu_dsa_select,
+    .logits_edit = cpu_logits_edit,
 };
 
 enum status backend_cpu_create(struct backend *be, struct err *err)

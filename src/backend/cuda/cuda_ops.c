@@ -47,6 +47,13 @@ void cu_sample(struct backend *be, const float *logits, int rows, int vocab, con
     CHECK(c, cuda_sample(c->stream, logits, rows, vocab, params, masks, ids));
 }
 
+void cu_logits_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
+                    const struct logit_edit *edits)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    CHECK(c, cuda_logits_edit(c->stream, logits, rows, vocab, start, edits));
+}
+
 void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps,
                        float *y)
 {

@@ -87,6 +87,9 @@ cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int 
 /* backend_ops.sample; params (rows) and masks device memory. */
 cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
                         const struct sample_row *params, const uint32_t *masks, int32_t *ids);
+/* backend_ops.logits_edit; start (rows + 1) and edits device memory. */
+cudaError_t cuda_logits_edit(cudaStream_t stream, float *logits, int rows, int vocab, const int32_t *start,
+                             const struct logit_edit *edits);
 
 /* ---- cuda_weight_synth.cu ---- */
 /* The share s of a synthetic weight (format/weight_synth.h) into data (and scale for NVFP4), rows x

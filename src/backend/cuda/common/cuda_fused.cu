@@ -204,6 +204,22 @@ __device__ __forceinline__ float block_sumf(float v, float *sh)
     return s;
 }
 
+/* One block a row: the row's edits, one a thread (their ids are distinct within the row). */
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+    logits_edit_kernel(float *logits, int vocab, const int32_t *start, const logit_edit *edits)
+{
+    float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    const int k1 = start[blockIdx.x + 1];
+    for (int k = start[blockIdx.x] + threadIdx.x; k < k1; k += blockDim.x) {
+        const logit_edit e = edits[k];
+        /* rounded op by op (no fused multiply-add): the host's sampler_apply, bit for bit */
+        float x = __fadd_rn(row[e.id], e.pre);
+        if (e.rep != 1.0f)
+            x = x > 0.0f ? __fdiv_rn(x, e.rep) : __fmul_rn(x, e.rep);
+        row[e.id] = __fadd_rn(x, e.post);
+    }
+}
+
 /* A row's logit as the draw sees it: -inf where the row's mask (NULL: none) leaves the id out. */
 __device__ __forceinline__ float masked_logit(const float *row, const uint32_t *mask, int i)
 {
@@ -281,7 +297,10 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
         }
         tau = lo;
     }
-    /* tau_p within the top-k set */
+    /* min-p within the top-k set: p_i >= min_p x p_max is z_i >= log(min_p) */
+    if (P.min_p > 0.0f)
+        tau = fmaxf(tau, logf(P.min_p));
+    /* tau_p within the kept set */
     if (P.top_p < 1.0f) {
         float total = 0.0f;
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -359,6 +378,15 @@ extern "C" cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int
     if (vocab <= 0)
         return cudaErrorInvalidValue;
     sample_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, masks, ids);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_logits_edit(cudaStream_t stream, float *logits, int rows, int vocab,
+                                        const int32_t *start, const struct logit_edit *edits)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    logits_edit_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, start, edits);
     return CUDA_LAUNCH_RESULT();
 }
 
