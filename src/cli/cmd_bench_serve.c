@@ -4,7 +4,7 @@
  * /v1/completions requests between them (each thread starts its next request
  * when its last one ends), every prompt a list of --input-len random token
  * ids, each asking for exactly --output-len tokens (temperature 0,
- * ignore_eos). From the server-sent events, per request: TTFT (send to first
+ * ignore_eos; --request-fields adds or replaces fields such as sampling parameters). From the server-sent events, per request: TTFT (send to first
  * token event), ITL (gaps between token events), TPOT ((last - first) /
  * (tokens - 1)), end-to-end latency; per level: throughput, and mean, median
  * and p99 of each. Plain sockets and HTTP/1.1 (chunked or not); one
@@ -38,7 +38,49 @@ struct bench_target {
     uint64_t seed;
     double timeout;
     const char *response_format; /* JSON text put in every request as response_format, or NULL */
+    char *extra;                 /* ",\"key\":value..." of --request-fields, owned, or NULL */
+    bool own_temperature, own_max_tokens, own_ignore_eos; /* --request-fields replaces these defaults */
 };
+
+/* --request-fields: a JSON object whose members go into every request (sampling parameters,
+ * structured output), replacing the defaults of the same name; the fields the measurement rests
+ * on (model, prompt, stream, stream_options) stay the benchmark's. */
+static enum status target_set_fields(struct bench_target *t, const char *text, struct err *err)
+{
+    struct json *j = NULL;
+    enum status st = json_parse(text, strlen(text), "--request-fields", &j, err);
+    if (st)
+        return st;
+    if (!json_is_object(j)) {
+        json_free(j);
+        return err_set(err, STATUS_INVALID, "--request-fields: want a JSON object, e.g. '{\"frequency_penalty\": 0.5}'");
+    }
+    static const char *const KEEP[] = {"model", "prompt", "stream", "stream_options", "response_format"};
+    size_t cap = strlen(text) * 2 + 64, n = 0;
+    t->extra = malloc(cap);
+    for (const struct json *m = json_child(j); m && t->extra; m = json_next(m)) {
+        const char *k = json_key(m);
+        for (size_t i = 0; i < sizeof KEEP / sizeof KEEP[0]; i++)
+            if (strcmp(k, KEEP[i]) == 0) {
+                st = err_set(err, STATUS_INVALID, "--request-fields: '%s' is the benchmark's own field%s", k,
+                             i == 4 ? " (use --response-format)" : "");
+                json_free(j);
+                return st;
+            }
+        t->own_temperature |= strcmp(k, "temperature") == 0;
+        t->own_max_tokens |= strcmp(k, "max_tokens") == 0;
+        t->own_ignore_eos |= strcmp(k, "ignore_eos") == 0;
+        char *v = json_print(m, false);
+        if (!v)
+            break;
+        n += (size_t)snprintf(t->extra + n, cap - n, ",\"%s\":%s", k, v);
+        free(v);
+    }
+    json_free(j);
+    if (!t->extra || n >= cap)
+        return err_set(err, STATUS_NOMEM, "--request-fields: out of memory");
+    return STATUS_OK;
+}
 
 /* One request's measurements. */
 struct bench_sample {
@@ -244,11 +286,15 @@ static size_t request_build_body(const struct bench_target *t, int index, char *
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         n += (size_t)snprintf(body + n, cap - n, "%s%d", i ? "," : "", 16 + (int)((x >> 33) % (uint64_t)(t->vocab - 16)));
     }
-    n += (size_t)snprintf(body + n, cap - n,
-                          "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
-                          "\"stream_options\":{\"include_usage\":true}%s%s}",
-                          t->output_len, t->response_format ? ",\"response_format\":" : "",
-                          t->response_format ? t->response_format : "");
+    n += (size_t)snprintf(body + n, cap - n, "],\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    if (!t->own_max_tokens)
+        n += (size_t)snprintf(body + n, cap - n, ",\"max_tokens\":%d", t->output_len);
+    if (!t->own_temperature)
+        n += (size_t)snprintf(body + n, cap - n, ",\"temperature\":0");
+    if (!t->own_ignore_eos)
+        n += (size_t)snprintf(body + n, cap - n, ",\"ignore_eos\":true");
+    n += (size_t)snprintf(body + n, cap - n, "%s%s%s}", t->response_format ? ",\"response_format\":" : "",
+                          t->response_format ? t->response_format : "", t->extra ? t->extra : "");
     return n;
 }
 
@@ -286,7 +332,8 @@ static void run_one(const struct bench_target *t, int index, struct bench_sample
 {
     memset(s, 0, sizeof *s);
     /* the prompt: random ids from this request's own stream */
-    size_t cap = (size_t)t->input_len * 12 + 512 + (t->response_format ? strlen(t->response_format) + 32 : 0);
+    size_t cap = (size_t)t->input_len * 12 + 512 + (t->response_format ? strlen(t->response_format) + 32 : 0) +
+                 (t->extra ? strlen(t->extra) : 0);
     char *body = malloc(cap), *req = malloc(cap + 1024);
     struct sse e = {.s = s};
     struct rd *r = malloc(sizeof *r);
@@ -504,6 +551,10 @@ int cmd_bench_serve(int argc, char **argv)
         {.name = "response-format", .metavar = "JSON",
          .help = "response_format of every request (structured output's cost; a grammar may end a request "
                  "before --output-len)"},
+        {.name = "request-fields", .metavar = "JSON",
+         .help = "a JSON object whose fields go into every request, replacing the defaults (temperature 0, "
+                 "max_tokens = --output-len, ignore_eos true): sampling parameters' cost, e.g. "
+                 "'{\"temperature\": 1, \"frequency_penalty\": 0.5}'"},
         {.name = "api-key", .metavar = "KEY", .help = "sent as a Bearer token (default $MOESERVE_API_KEY)"},
         {.name = "timeout", .metavar = "S", .help = "seconds without data before a request fails (default 600)"},
         {.name = "json", .help = "print JSON instead of a table"},
@@ -548,11 +599,18 @@ int cmd_bench_serve(int argc, char **argv)
     t.timeout = timeout;
     t.api_key = cli_get(opts, n, "api-key", cli_env_api_key());
     t.response_format = cli_get(opts, n, "response-format", NULL);
+    const char *fields = cli_get(opts, n, "request-fields", NULL);
+    if (fields && target_set_fields(&t, fields, &err)) {
+        LOG_ERROR("bench serve: %s", err.msg);
+        free(t.extra);
+        return 2;
+    }
     char model[256];
     t.model = cli_get(opts, n, "model", NULL);
     if (!t.model) {
         if (ask_model(&t, model, sizeof model, &err)) {
             LOG_ERROR("bench serve: %s", err.msg);
+            free(t.extra);
             return 1;
         }
         t.model = model;
@@ -567,6 +625,7 @@ int cmd_bench_serve(int argc, char **argv)
         pthread_t *th = calloc((size_t)levels[l], sizeof *th);
         if (!lv.samples || !th) {
             LOG_ERROR("bench serve: out of memory");
+            free(t.extra);
             return 1;
         }
         LOG_INFO("bench serve: concurrency %d, %d requests of %ld+%ld tokens", levels[l], lv.n_requests, in_len, out_len);
@@ -626,5 +685,6 @@ int cmd_bench_serve(int argc, char **argv)
             printf("\n");
         }
     }
+    free(t.extra);
     return rc;
 }

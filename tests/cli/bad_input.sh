@@ -128,6 +128,11 @@ expect fifo_chat_template "not a regular file" -- serve --model "$src/models/moe
 # logits honours the model's positions as generate does (--allow-long-context to go past them)
 expect logits_past_positions "past the model's max_position_embeddings (256)" -- logits --model "$good" \
     --tokens "$(seq -s, 1 300)" --out "$work/o.bin"
+# bench serve --request-fields: an object, and never the fields the measurement rests on
+expect bench_serve_fields_array "want a JSON object" -- bench serve --url http://127.0.0.1:9 --request-fields '[1]'
+expect bench_serve_fields_json "--request-fields" -- bench serve --url http://127.0.0.1:9 --request-fields '{"a":'
+expect bench_serve_fields_stream "'stream' is the benchmark's own field" -- bench serve --url http://127.0.0.1:9 \
+    --request-fields '{"stream": false}'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
