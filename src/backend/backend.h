@@ -302,6 +302,11 @@ struct backend_ops {
      * min_p cuts after top-k and before top-p, as engine/sampler.c does. */
     void (*sample)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
                    const uint32_t *masks, int32_t *ids);
+    /* Log-probabilities of rows just drawn (base/logprobs.h: logprobs_row, the reference): lp[r] of
+     * ids[r] and the k likeliest into top_ids / top_lp [r * k ...], each row read through its
+     * params[r].mask as the sample op reads it (masks NULL: none). All backend memory. */
+    void (*logprobs)(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                     const uint32_t *masks, const int32_t *ids, int k, float *lp, int32_t *top_ids, float *top_lp);
     /* Row r of logits (rows x vocab, backend memory) gets edits[start[r] .. start[r + 1]) (both
      * backend memory; at most one edit an id in a row), in place. */
     void (*logits_edit)(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,

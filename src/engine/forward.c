@@ -94,6 +94,9 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
         {(void **)&f->d_sample, (size_t)f->sample_rows * sizeof(struct sample_row)},
         {(void **)&f->d_edit_start, f->edit_cap ? ((size_t)f->sample_rows + 1) * 4 : 0},
         {(void **)&f->d_edits, (size_t)f->edit_cap * sizeof(struct logit_edit)},
+        {(void **)&f->d_lp, be->ops->logprobs ? (size_t)f->logit_chunk * 4 : 0},
+        {(void **)&f->d_top_ids, be->ops->logprobs ? (size_t)f->logit_chunk * FORWARD_MAX_TOP_LOGPROBS * 4 : 0},
+        {(void **)&f->d_top_lp, be->ops->logprobs ? (size_t)f->logit_chunk * FORWARD_MAX_TOP_LOGPROBS * 4 : 0},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].bytes) /* a buffer this model does not need */
@@ -145,7 +148,8 @@ void forward_free(struct forward *f)
         void *bufs[] = {f->h,        f->x,        f->delta,     f->tmp,      f->q,        f->k,
                         f->v,        f->attn,     f->gate,      f->up,       f->router,   f->route_w,
                         f->route_ids, f->moe_work, f->logits,   f->x_sel,    f->inv_freq, f->d_meta,
-                        f->d_argmax, f->d_sample, f->logits_part, f->d_masks, f->d_edit_start, f->d_edits};
+                        f->d_argmax, f->d_sample, f->logits_part, f->d_masks, f->d_edit_start, f->d_edits,
+                        f->d_lp,     f->d_top_ids, f->d_top_lp};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 f->be->ops->free(f->be, bufs[i]);
@@ -193,6 +197,10 @@ static enum status forward_check_batch(const struct forward *f, const struct for
                        b->edit_start[b->n_logits], f->edit_cap);
     if (b->masks && !b->sample)
         return err_set(err, STATUS_INVALID, "forward: grammar masks need the backend's sampling");
+    if (b->lp_out && (!b->sample || !f->be->ops->logprobs || b->logprob_k < 0 ||
+                      b->logprob_k > FORWARD_MAX_TOP_LOGPROBS || (b->logprob_k > 0 && (!b->top_ids_out || !b->top_lp_out))))
+        return err_set(err, STATUS_INVALID, "forward: log-probabilities beside the logits need the backend's sampling "
+                       "and 0 .. %d likeliest (asked %d)", FORWARD_MAX_TOP_LOGPROBS, b->logprob_k);
     return STATUS_OK;
 }
 
@@ -395,6 +403,11 @@ int forward_edit_capacity(const struct forward *f)
     return f->be->ops->sample ? f->edit_cap : 0;
 }
 
+bool forward_can_logprobs(const struct forward *f)
+{
+    return f->be->ops->sample && f->be->ops->logprobs;
+}
+
 /* Draws chunk c0 .. c0+cn again where its rows carry masks (b->masks, complete only now: the
  * host made them while the device ran the pass): the masks go up compacted, each masked row's
  * parameters name its own, and the sample op rewrites the chunk's ids. The unmasked rows draw
@@ -449,6 +462,16 @@ static enum status forward_emit(struct forward *f, const struct forward_batch *b
     enum status st;
     if (b->sample && b->masks && (st = forward_sample_masked(f, b, c0, cn, err)))
         return st;
+    if (b->sample && b->lp_out) { /* from the rows as drawn (their masks too), only the figures come back */
+        const int k = b->logprob_k;
+        be->ops->logprobs(be, f->logits, cn, (int)V, f->d_sample + c0, f->d_masks, f->d_argmax, k, f->d_lp,
+                          f->d_top_ids, f->d_top_lp);
+        be->ops->download(be, b->lp_out + c0, f->d_lp, (size_t)cn * sizeof(float));
+        if (k > 0) {
+            be->ops->download(be, b->top_ids_out + (size_t)c0 * k, f->d_top_ids, (size_t)cn * k * sizeof(int32_t));
+            be->ops->download(be, b->top_lp_out + (size_t)c0 * k, f->d_top_lp, (size_t)cn * k * sizeof(float));
+        }
+    }
     if (b->sample || be->ops->argmax) {
         be->ops->download(be, ids, f->d_argmax, (size_t)cn * sizeof(int32_t));
     } else {

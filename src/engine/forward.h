@@ -53,6 +53,11 @@ struct forward_batch {
                                      edits[edit_start[i] .. edit_start[i + 1]) before its draw (the
                                      logit processors, engine/sampler.h); at most forward_edit_capacity */
     const struct logit_edit *edits;
+    float *lp_out;                /* (n_logits) host, or NULL: with sample, forward_finish writes each row's drawn
+                                     token's log-probability (base/logprobs.h) here, computed beside the logits */
+    int32_t *top_ids_out;         /* (n_logits, logprob_k) host: each row's logprob_k likeliest, best first */
+    float *top_lp_out;            /* (n_logits, logprob_k) host: their log-probabilities */
+    int logprob_k;                /* 0 .. FORWARD_MAX_TOP_LOGPROBS */
 };
 
 /* FORWARD_MAX_GRAPH_ROWS: a backend with graphs computes this many logits rows at once where
@@ -61,6 +66,8 @@ enum { FORWARD_MAX_GRAPH_KEYS = 256, FORWARD_MAX_GRAPH_ROWS = 256 };
 /* Logit edits a pass may carry, on average a sampled row (a row's penalties touch the distinct
  * ids of its prompt and output; a longer list is processed on the host). */
 enum { FORWARD_EDITS_PER_ROW = 1024 };
+/* The most likeliest tokens a row's log-probabilities may list (OpenAI's top_logprobs limit). */
+enum { FORWARD_MAX_TOP_LOGPROBS = 20 };
 
 struct forward {
     const struct model_desc *d;     /* borrowed */
@@ -102,6 +109,9 @@ struct forward {
     int32_t *d_edit_start; /* (sample_rows + 1) forward_batch.edit_start, padding rows empty */
     struct logit_edit *d_edits; /* (edit_cap) */
     int edit_cap;       /* sample_rows x FORWARD_EDITS_PER_ROW where the backend edits logits; else 0 */
+    float *d_lp;        /* (logit_chunk) drawn tokens' log-probabilities, where the backend has logprobs */
+    int32_t *d_top_ids; /* (logit_chunk, FORWARD_MAX_TOP_LOGPROBS) */
+    float *d_top_lp;    /* (logit_chunk, FORWARD_MAX_TOP_LOGPROBS) */
     uint32_t *d_masks;  /* (logit_chunk, (vocab + 31) / 32) a chunk's masked rows' allowed ids, compacted;
                            taken at the first masked pass */
 
@@ -139,6 +149,8 @@ void forward_free(struct forward *f);
 bool forward_can_sample(const struct forward *f);
 /* How many logit edits a pass may carry (forward_batch.edits); 0: none (the backend cannot). */
 int forward_edit_capacity(const struct forward *f);
+/* Whether forward_batch.lp_out can be used (the backend computes drawn rows' log-probabilities). */
+bool forward_can_logprobs(const struct forward *f);
 /* Runs the batch; writes logits for the requested rows to logits_out
  * (n_logits, vocab) host memory (NULL: not wanted), and the chosen tokens
  * to b->tokens_out when set. Bad token ids or positions are an error.

@@ -169,7 +169,9 @@ enum status forward_dp_split(struct forward *f, const struct forward_batch **pb,
                                        .n_seqs = n_local_seqs, .seqs = dp->seqs, .n_logits = b->n_logits,
                                        .logit_rows = dp->logit_rows, .tokens_out = b->tokens_out,
                                        .sample = b->sample, .masks = b->masks,
-                                       .edit_start = b->edit_start, .edits = b->edits};
+                                       .edit_start = b->edit_start, .edits = b->edits,
+                                       .lp_out = b->lp_out, .top_ids_out = b->top_ids_out,
+                                       .top_lp_out = b->top_lp_out, .logprob_k = b->logprob_k};
     *pb = &dp->local;
     return STATUS_OK;
 }

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/logprobs.h"
 #include "base/timer.h"
 
 static void cond_init_monotonic(pthread_cond_t *cv)
@@ -163,6 +164,9 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->b_next = malloc(S * sizeof(int32_t));
     sch->b_masks = calloc(S, sizeof *sch->b_masks);
     sch->b_edit_start = calloc(S + 1, sizeof *sch->b_edit_start);
+    sch->b_lp = malloc(S * sizeof *sch->b_lp);
+    sch->b_top_ids = malloc(S * SCHED_MAX_TOP_LOGPROBS * sizeof *sch->b_top_ids);
+    sch->b_top_lp = malloc(S * SCHED_MAX_TOP_LOGPROBS * sizeof *sch->b_top_lp);
     const int edit_cap = forward_edit_capacity(&s->fwd);
     sch->b_edits = edit_cap ? malloc((size_t)edit_cap * sizeof *sch->b_edits) : NULL;
     sch->b_seqs = malloc(S * sizeof *sch->b_seqs);
@@ -173,6 +177,7 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
     if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
         !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->b_masks || !sch->b_edit_start || (edit_cap && !sch->b_edits) ||
+        !sch->b_lp || !sch->b_top_ids || !sch->b_top_lp ||
         !sch->pub) {
         scheduler_free(sch);
         return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
@@ -520,32 +525,6 @@ static void build_batch(struct scheduler *sch, int *nt, int *ns, int *nl)
     }
 }
 
-/* log p of every token is x - logsumexp(x); the k largest go to top_*, best first. */
-static float row_logprobs(const float *x, int V, int32_t tok, int k, int32_t *top_ids, float *top_lp)
-{
-    float mx = x[0];
-    for (int i = 1; i < V; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)(x[i] - mx));
-    float lse = mx + (float)log(sum);
-    int n = 0;
-    for (int i = 0; i < V && k > 0; i++) {
-        if (n == k && x[i] <= x[top_ids[n - 1]])
-            continue;
-        int j = n < k ? n++ : k - 1;
-        while (j > 0 && x[top_ids[j - 1]] < x[i]) {
-            top_ids[j] = top_ids[j - 1];
-            j--;
-        }
-        top_ids[j] = i;
-    }
-    for (int j = 0; j < n; j++)
-        top_lp[j] = x[top_ids[j]] - lse;
-    return x[tok] - lse;
-}
-
 static bool is_eos(const struct model_desc *d, int32_t tok)
 {
     for (int i = 0; i < d->n_eos; i++)
@@ -673,7 +652,7 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
         if (r->tm && !grammar_mask(r, &err)) /* only what keeps the grammar alive */
             token_mask_apply(r->tm, row);
         sampler_apply(&r->smp, row);
-    } else if (r->tm && !grammar_mask(r, &err) && row) {
+    } else if (r->tm && !grammar_mask(r, &err) && row && sch->b_top_k < 0) {
         token_mask_apply(r->tm, row); /* drawn under the mask on the device: log-probabilities under it too */
     }
     if (err.msg[0] || (drawn < 0 && (r->tm ? sampler_sample_masked(&r->smp, row, r->tm->bits, &tok, &err)
@@ -699,9 +678,18 @@ static void sample_next(struct scheduler *sch, struct sched_req *r, float *row, 
     r->out_ids[i] = tok;
     r->out_time[i] = timer_now();
     if (r->out_logprob) {
-        int k = r->p.top_logprobs;
-        r->out_logprob[i] = row_logprobs(row, sch->vocab, tok, k, k ? r->out_top_ids + (size_t)i * k : NULL,
-                                         k ? r->out_top_lp + (size_t)i * k : NULL);
+        const int k = r->p.top_logprobs;
+        if (!r->host_draw && sch->b_top_k >= 0) { /* the backend's, beside the logits: the first k of its b_top_k */
+            const size_t at = (size_t)r->logit_index * (size_t)sch->b_top_k;
+            r->out_logprob[i] = sch->b_lp[r->logit_index];
+            if (k) {
+                memcpy(r->out_top_ids + (size_t)i * k, sch->b_top_ids + at, (size_t)k * sizeof *r->out_top_ids);
+                memcpy(r->out_top_lp + (size_t)i * k, sch->b_top_lp + at, (size_t)k * sizeof *r->out_top_lp);
+            }
+        } else {
+            r->out_logprob[i] = logprobs_row(row, sch->vocab, NULL, tok, k, k ? r->out_top_ids + (size_t)i * k : NULL,
+                                             k ? r->out_top_lp + (size_t)i * k : NULL);
+        }
     }
     publish_token(sch, r);
     sch->counters.generated_tokens++;
@@ -725,7 +713,7 @@ static void prompt_logprobs_take(struct scheduler *sch, struct sched_req *r)
         if (p + 1 >= r->n_prompt)
             break;
         const float *row = sch->logits + (size_t)(r->logit_first + j) * (size_t)sch->vocab;
-        r->prompt_lp[p + 1] = row_logprobs(row, sch->vocab, r->tokens[p + 1], k,
+        r->prompt_lp[p + 1] = logprobs_row(row, sch->vocab, NULL, r->tokens[p + 1], k,
                                            k ? r->prompt_top_ids + (size_t)(p + 1) * k : NULL,
                                            k ? r->prompt_top_lp + (size_t)(p + 1) * k : NULL);
         const float x = row[r->tokens[p + 1]];
@@ -780,6 +768,12 @@ bool scheduler_step(struct scheduler *sch)
     /* each drawn row's logit processors go with it as edits (rows in logit order), unless they do
      * not fit what the pass can carry: that row is drawn here */
     const int edit_cap = forward_edit_capacity(&sch->s->fwd);
+    /* and where the backend computes log-probabilities, those of its rows come back as figures */
+    const bool dev_lp = dev && forward_can_logprobs(&sch->s->fwd);
+    int top_k = -1;
+    for (int j = 0; dev_lp && j < ns; j++)
+        if (sch->b_reqs[j]->logit_index >= 0 && sch->b_reqs[j]->out_logprob)
+            top_k = 0; /* raised below to the largest top_logprobs of a device-drawn row */
     int filled = 0;
     sch->b_edit_start[0] = 0;
     for (int j = 0; j < ns; j++) {
@@ -808,7 +802,9 @@ bool scheduler_step(struct scheduler *sch)
         sch->b_sample[li] = (struct sample_row){
             .temperature = host ? 0.0f : sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k,
             .min_p = sp->min_p, .u = !host && sp->temperature > 0 ? sampler_uniform(&r->smp) : 0.0f};
-        want_rows |= r->out_logprob != NULL || host;
+        want_rows |= host || (r->out_logprob && !dev_lp);
+        if (dev_lp && !host && r->out_logprob && r->p.top_logprobs > top_k)
+            top_k = r->p.top_logprobs;
     }
     for (; filled < nl; filled++)
         sch->b_edit_start[filled + 1] = sch->b_edit_start[filled];
@@ -816,6 +812,9 @@ bool scheduler_step(struct scheduler *sch)
         b.tokens_out = sch->b_next, b.sample = sch->b_sample, b.masks = sch->b_masks;
     if (dev && sch->b_edit_start[nl] > 0)
         b.edit_start = sch->b_edit_start, b.edits = sch->b_edits;
+    sch->b_top_k = top_k;
+    if (top_k >= 0)
+        b.lp_out = sch->b_lp, b.top_ids_out = sch->b_top_ids, b.top_lp_out = sch->b_top_lp, b.logprob_k = top_k;
     struct err err = {0};
     const double t_fwd = timer_now();
     enum status st = forward_launch(&sch->s->fwd, &b, &err);
@@ -950,6 +949,9 @@ void scheduler_free(struct scheduler *sch)
     free(sch->b_masks);
     free(sch->b_edit_start);
     free(sch->b_edits);
+    free(sch->b_lp);
+    free(sch->b_top_ids);
+    free(sch->b_top_lp);
     free(sch->b_next);
     free(sch->b_seqs);
     free(sch->b_reqs);

@@ -212,6 +212,10 @@ struct scheduler {
     const uint32_t **b_masks;       /* (max_seqs) each logit row's grammar mask for the backend's draw, or NULL */
     int32_t *b_edit_start;          /* (max_seqs + 1) each logit row's range of b_edits */
     struct logit_edit *b_edits;     /* (forward_edit_capacity) the rows' logit processors, for the backend */
+    float *b_lp;                    /* (max_seqs) drawn tokens' log-probabilities, computed by the backend */
+    int32_t *b_top_ids;             /* (max_seqs, SCHED_MAX_TOP_LOGPROBS) their likeliest (b_top_k a row) */
+    float *b_top_lp;
+    int b_top_k;                    /* this step's k of b_top_*; -1: no log-probabilities from the backend */
     struct kv_seq **b_seqs;         /* (max_seqs) */
     bool defer;                     /* opts.defer_publish decided */
     struct sched_req **pub;         /* (max_seqs) requests whose newest token waits for the next launch, each

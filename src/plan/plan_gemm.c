@@ -490,6 +490,12 @@ enum status pl_tail(struct plan_ctx *x, struct err *err)
     if ((st = pl_choose(x, "logits_edit", WEIGHT_BF16, "logit processors as a row's sparse edits, a thread an edit",
                         err)))
         return st;
+    /* requested log-probabilities of drawn rows: logsumexp and up to 20 likeliest, a block a row
+     * (k passes over the row, which stays in L2) */
+    pl_simple(x, "logprobs_topk", 1, 256, 1, 256, 0, B * V * 22, B * V * 4 * 22, B);
+    if ((st = pl_choose(x, "logprobs", WEIGHT_BF16, "log-probabilities beside the logits: logsumexp, the k likeliest "
+                        "by k passes", err)))
+        return st;
     /* greedy decoding: a block per 8192 logits of a row (tile_n), each thread's 8 float4 loads
      * issued at once, the row's last block reducing the partials in order: one block a row is a
      * chain of ~150 loads a thread (64 us against 6.4 us for a 151936 vocab on the H200) */

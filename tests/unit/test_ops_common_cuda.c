@@ -483,6 +483,58 @@ static void test_sample(void **state)
     free(one), free(l), free(sorted), free(allowed), free(bits);
 }
 
+/* Log-probabilities beside the logits (base/logprobs.h the reference, through the CPU op): the
+ * drawn token's and the k likeliest, rows masked or not, a row with -inf logits; ids exact,
+ * values within 2e-5 (float sums on the device, double on the host). */
+static void test_logprobs(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 31;
+    const int V = 7001, R = 5, K = 6, W = (V + 31) / 32;
+    float *l = rand_floats((size_t)R * V, 5.0f, &rng);
+    for (int i = 0; i < V; i += 3)
+        l[(size_t)3 * V + i] = -INFINITY; /* row 3: a third of its ids at -inf (processed away) */
+    uint32_t *bits = calloc((size_t)W, 4);
+    for (int i = 0; i < V; i++)
+        if (i % 7 == 2 || i < 40)
+            bits[i / 32] |= 1u << (i % 32);
+    struct sample_row sr[5] = {{.top_p = 1}, {.top_p = 1, .mask = 1}, {.top_p = 1}, {.top_p = 1}, {.top_p = 1, .mask = 1}};
+    int32_t ids[5] = {0, 2, 7000, 4, 9}; /* row 1 / 4: allowed ids (2 % 7 == 2, 9 < 40) */
+    float *dl = dev_copy(&p->gpu, l, (size_t)R * V * 4);
+    uint32_t *dbits = dev_copy(&p->gpu, bits, (size_t)W * 4);
+    struct sample_row *dsr = dev_copy(&p->gpu, sr, sizeof sr);
+    int32_t *dids = dev_copy(&p->gpu, ids, sizeof ids);
+    float lp[5], want_lp[5], top_lp[5 * 6], want_top_lp[5 * 6];
+    int32_t top[5 * 6], want_top[5 * 6];
+    float *dlp = dev_copy(&p->gpu, lp, sizeof lp), *dtop_lp = dev_copy(&p->gpu, top_lp, sizeof top_lp);
+    int32_t *dtop = dev_copy(&p->gpu, top, sizeof top);
+    p->gpu.ops->logprobs(&p->gpu, dl, R, V, dsr, dbits, dids, K, dlp, dtop, dtop_lp);
+    gpu_ok(&p->gpu);
+    p->gpu.ops->download(&p->gpu, lp, dlp, sizeof lp);
+    p->gpu.ops->download(&p->gpu, top, dtop, sizeof top);
+    p->gpu.ops->download(&p->gpu, top_lp, dtop_lp, sizeof top_lp);
+    p->cpu.ops->logprobs(&p->cpu, l, R, V, sr, bits, ids, K, want_lp, want_top, want_top_lp);
+    for (int r = 0; r < R; r++) {
+        if (fabsf(lp[r] - want_lp[r]) > 2e-5f)
+            fail_msg("logprobs row %d: gpu %.7g, cpu %.7g", r, (double)lp[r], (double)want_lp[r]);
+        for (int j = 0; j < K; j++) {
+            if (top[r * K + j] != want_top[r * K + j])
+                fail_msg("logprobs row %d top %d: gpu id %d, cpu %d", r, j, top[r * K + j], want_top[r * K + j]);
+            if (fabsf(top_lp[r * K + j] - want_top_lp[r * K + j]) > 2e-5f)
+                fail_msg("logprobs row %d top %d: gpu %.7g, cpu %.7g", r, j, (double)top_lp[r * K + j],
+                         (double)want_top_lp[r * K + j]);
+        }
+        if (sr[r].mask)
+            for (int j = 0; j < K; j++)
+                assert_true(bits[top[r * K + j] / 32] >> (top[r * K + j] % 32) & 1u);
+    }
+    print_message("    logprobs: %d rows (2 masked) x top %d: ids exact, values within 2e-5\n", R, K);
+    p->gpu.ops->free(&p->gpu, dl), p->gpu.ops->free(&p->gpu, dbits), p->gpu.ops->free(&p->gpu, dsr);
+    p->gpu.ops->free(&p->gpu, dids), p->gpu.ops->free(&p->gpu, dlp), p->gpu.ops->free(&p->gpu, dtop);
+    p->gpu.ops->free(&p->gpu, dtop_lp);
+    free(l), free(bits);
+}
+
 /* The logit processors' edits (engine/sampler.h: sampler_edits): each row's own list, ids
  * distinct within a row, every kind (bias, repetition both signs, penalties, -inf), rows without
  * edits untouched: the CPU op's rows bit for bit. */
@@ -535,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_sample),
         cmocka_unit_test(test_logits_edit),
+        cmocka_unit_test(test_logprobs),
     };
     return ops_cuda_main("test_ops_common_cuda", tests, sizeof tests / sizeof tests[0]);
 }

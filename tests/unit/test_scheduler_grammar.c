@@ -7,7 +7,8 @@
  * the rows (forward_batch.masks): a host stand-in for that op, drawing greedily among the
  * allowed ids, must give the host path's tokens exactly, and sampled answers still fit. The
  * logit processors (penalties, logit_bias, min_tokens) go to such a backend as edits, applied by
- * its logits_edit op (the CPU backend's here): greedy tokens equal the host path's too.
+ * its logits_edit op (the CPU backend's here): greedy tokens equal the host path's too, and so do the
+ * log-probabilities the backend computes beside the logits (its logprobs op).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -314,8 +315,23 @@ static void counting_edit(struct backend *be, float *logits, int rows, int vocab
     g_cpu_edit(be, logits, rows, vocab, start, edits);
 }
 
-/* Greedy requests with every logit processor and min_tokens, no grammar: host path and stand-in. */
-static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *out_n)
+/* The CPU backend's logprobs, counted. */
+static void (*g_cpu_lp)(struct backend *, const float *, int, int, const struct sample_row *, const uint32_t *,
+                        const int32_t *, int, float *, int32_t *, float *);
+static long g_lp_rows;
+
+static void counting_logprobs(struct backend *be, const float *logits, int rows, int vocab,
+                              const struct sample_row *params, const uint32_t *masks, const int32_t *ids, int k,
+                              float *lp, int32_t *top_ids, float *top_lp)
+{
+    g_lp_rows += rows;
+    g_cpu_lp(be, logits, rows, vocab, params, masks, ids, k, lp, top_ids, top_lp);
+}
+
+/* Greedy requests with every logit processor and min_tokens, no grammar, some with log-probabilities
+ * (3 likeliest): host path and stand-in; lp receives each token's log-probability and its top 3. */
+static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *out_n, float (*lp)[64 * 4],
+                      int32_t (*top)[64 * 3])
 {
     struct backend_ops ops = *f->s.be.ops;
     const struct backend_ops *host_ops = f->s.be.ops;
@@ -323,6 +339,8 @@ static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *o
         ops.sample = stand_in_sample;
         g_cpu_edit = host_ops->logits_edit;
         ops.logits_edit = counting_edit;
+        g_cpu_lp = host_ops->logprobs;
+        ops.logprobs = counting_logprobs;
         f->s.be.ops = &ops;
     }
     struct scheduler sch;
@@ -337,7 +355,7 @@ static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *o
         int32_t p[40];
         for (int k = 0; k < 10 + 6 * i; k++)
             p[k] = 20 + (k * 7 + i) % 30; /* repeated ids: the repetition penalty bites */
-        struct sched_params sp = {.max_new = 48, .min_new = 12 + 4 * i, .top_logprobs = -1, .n_stop_ids = 1,
+        struct sched_params sp = {.max_new = 48, .min_new = 12 + 4 * i, .top_logprobs = i % 2 ? 3 : -1, .n_stop_ids = 1,
                                   .stop_ids = {f->s.desc.eos_ids[0] + 1 + i},
                                   .sampling = {.top_p = 1, .repetition_penalty = 1.0f + 0.2f * (float)i,
                                                .frequency_penalty = 0.3f * (float)(i % 3), .presence_penalty = 0.25f,
@@ -350,6 +368,13 @@ static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *o
         assert_true(r[i]->n_out >= r[i]->p.min_new || r[i]->finish == SCHED_FINISH_LENGTH);
         out_n[i] = r[i]->n_out;
         memcpy(out[i], r[i]->out_ids, (size_t)r[i]->n_out * sizeof *r[i]->out_ids);
+        for (int t = 0; r[i]->out_logprob && t < r[i]->n_out; t++) {
+            lp[i][4 * t] = r[i]->out_logprob[t];
+            for (int q = 0; q < 3; q++) {
+                lp[i][4 * t + 1 + q] = r[i]->out_top_lp[3 * t + q];
+                top[i][3 * t + q] = r[i]->out_top_ids[3 * t + q];
+            }
+        }
         sched_req_put(r[i]);
     }
     scheduler_free(&sch);
@@ -359,19 +384,25 @@ static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *o
 static void test_device_edits(void **state)
 {
     (void)state;
-    static int32_t host[5][64], dev[5][64];
+    static int32_t host[5][64], dev[5][64], host_top[5][64 * 3], dev_top[5][64 * 3];
+    static float host_lp[5][64 * 4], dev_lp[5][64 * 4];
     int host_n[5], dev_n[5];
     struct fixture f;
     fixture_open(&f, 8, 512);
     g_sample_calls = 0;
-    run_edits(&f, false, host, host_n);
+    run_edits(&f, false, host, host_n, host_lp, host_top);
     assert_int_equal(g_sample_calls, 0);
-    run_edits(&f, true, dev, dev_n);
-    print_message("  stand-in sample op: %d calls, %ld logit edits applied\n", g_sample_calls, g_edits);
-    assert_true(g_sample_calls > 0 && g_edits > 0);
+    run_edits(&f, true, dev, dev_n, dev_lp, dev_top);
+    print_message("  stand-in sample op: %d calls, %ld logit edits applied, %ld rows' log-probabilities\n",
+                  g_sample_calls, g_edits, g_lp_rows);
+    assert_true(g_sample_calls > 0 && g_edits > 0 && g_lp_rows > 0);
     for (int i = 0; i < 5; i++) {
         assert_int_equal(dev_n[i], host_n[i]);
         assert_memory_equal(dev[i], host[i], (size_t)host_n[i] * sizeof host[i][0]);
+        if (i % 2) { /* log-probabilities after the processors, as the host computes them */
+            assert_memory_equal(dev_lp[i], host_lp[i], (size_t)host_n[i] * 4 * sizeof(float));
+            assert_memory_equal(dev_top[i], host_top[i], (size_t)host_n[i] * 3 * sizeof(int32_t));
+        }
     }
     fixture_close(&f);
 }

@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_mla.h"
 #include "base/dtype.h"
+#include "base/logprobs.h"
 
 #define CPU_MAX_HEAD_DIM 1024
 
@@ -124,6 +125,19 @@ static void cpu_add_rmsnorm(struct backend *be, float *h, const float *delta, co
         for (int j = 0; j < dim; j++)
             hr[j] += dr[j];
         rmsnorm_row(hr, w, dim, eps, y + (size_t)r * (size_t)dim);
+    }
+}
+
+/* backend_ops.logprobs: base/logprobs.h row by row (the scheduler's own computation). */
+static void cpu_logprobs(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                         const uint32_t *masks, const int32_t *ids, int k, float *lp, int32_t *top_ids, float *top_lp)
+{
+    (void)be;
+    const size_t words = ((size_t)vocab + 31) / 32;
+    for (int r = 0; r < rows; r++) {
+        const uint32_t *m = masks && params[r].mask > 0 ? masks + (size_t)(params[r].mask - 1) * words : NULL;
+        lp[r] = logprobs_row(logits + (size_t)r * (size_t)vocab, vocab, m, ids[r], k, top_ids + (size_t)r * k,
+                             top_lp + (size_t)r * k);
     }
 }
 
@@ -431,6 +445,7 @@ static const struct backend_ops CPU_OPS = {
     .mla_attention_expanded = cpu_mla_attention_expanded, /* the reference; the CPU runs the absorbed form */
     .dsa_select = cpu_dsa_select,
     .logits_edit = cpu_logits_edit,
+    .logprobs = cpu_logprobs,
 };
 
 enum status backend_cpu_create(struct backend *be, struct err *err)

@@ -107,6 +107,7 @@ static const struct backend_ops CUDA_OPS = {
     .argmax = cu_argmax,
     .sample = cu_sample,
     .logits_edit = cu_logits_edit,
+    .logprobs = cu_logprobs,
     .graph_replay = cu_graph_replay,
     .graph_capture_begin = cu_graph_capture_begin,
     .graph_capture_end = cu_graph_capture_end,

@@ -156,6 +156,8 @@ void cu_attn_prep(struct backend *be, float *q, float *k, const float *v, int n_
 void cu_argmax(struct backend *be, const float *logits, int rows, int vocab, int32_t *ids);
 void cu_sample(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
                const uint32_t *masks, int32_t *ids);
+void cu_logprobs(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                 const uint32_t *masks, const int32_t *ids, int k, float *lp, int32_t *top_ids, float *top_lp);
 void cu_logits_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
                     const struct logit_edit *edits);
 void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps, float *y);

@@ -47,6 +47,13 @@ void cu_sample(struct backend *be, const float *logits, int rows, int vocab, con
     CHECK(c, cuda_sample(c->stream, logits, rows, vocab, params, masks, ids));
 }
 
+void cu_logprobs(struct backend *be, const float *logits, int rows, int vocab, const struct sample_row *params,
+                 const uint32_t *masks, const int32_t *ids, int k, float *lp, int32_t *top_ids, float *top_lp)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    CHECK(c, cuda_logprobs(c->stream, logits, rows, vocab, params, masks, ids, k, lp, top_ids, top_lp));
+}
+
 void cu_logits_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
                     const struct logit_edit *edits)
 {

@@ -169,6 +169,7 @@ static const struct kernel_desc KERNELS[] = {
     K("kv_cache_write_bf16", "kv_cache_write", FP32, 0, 0, "common/cuda_elementwise.cu", CK_FIXED, NULL, NULL),
     K("sample_topk_topp", "sample", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
     K("logits_edit", "logits_edit", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
+    K("logprobs_topk", "logprobs", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
     K("argmax_split", "argmax", FP32, 0, 0, "common/cuda_fused.cu", CK_FIXED, NULL, NULL),
     /* attention */
     K("attn_prefill_fp32", "attention_prefill", FP32, 0, 0, "attention/cuda_attention.cu", CK_FIXED, NULL, NULL),

@@ -87,6 +87,10 @@ cudaError_t cuda_argmax(cudaStream_t stream, const float *logits, int rows, int 
 /* backend_ops.sample; params (rows) and masks device memory. */
 cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int rows, int vocab,
                         const struct sample_row *params, const uint32_t *masks, int32_t *ids);
+/* backend_ops.logprobs; every pointer device memory. */
+cudaError_t cuda_logprobs(cudaStream_t stream, const float *logits, int rows, int vocab,
+                          const struct sample_row *params, const uint32_t *masks, const int32_t *ids, int k, float *lp,
+                          int32_t *top_ids, float *top_lp);
 /* backend_ops.logits_edit; start (rows + 1) and edits device memory. */
 cudaError_t cuda_logits_edit(cudaStream_t stream, float *logits, int rows, int vocab, const int32_t *start,
                              const struct logit_edit *edits);

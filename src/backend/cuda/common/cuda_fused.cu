@@ -226,6 +226,77 @@ __device__ __forceinline__ float masked_logit(const float *row, const uint32_t *
     return !mask || (__ldg(mask + (i >> 5)) >> (i & 31)) & 1u ? row[i] : -INFINITY;
 }
 
+/* Whether (v, i) comes before (w, j) in the top-k order: larger first, the lower id on ties. */
+__device__ __forceinline__ bool lp_before(float v, int i, float w, int j)
+{
+    return v > w || (v == w && i < j);
+}
+
+/* One block a row: max, then the sum of exp(x - max) (logsumexp), the chosen id's log-probability,
+ * then the k likeliest by k passes, each taking the best entry after the previous one in the
+ * order (k <= 20: the row stays in L2 between passes). Masked ids are -inf, as in the draw. */
+__global__ void __launch_bounds__(ARGMAX_THREADS)
+    logprobs_kernel(const float *logits, int vocab, const sample_row *params, const uint32_t *masks,
+                    const int32_t *ids, int k, float *lp, int32_t *top_ids, float *top_lp)
+{
+    __shared__ float sh[32];
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
+    const sample_row P = params[blockIdx.x];
+    const uint32_t *mask =
+        masks && P.mask > 0 ? masks + (size_t)(P.mask - 1) * (size_t)((vocab + 31) / 32) : nullptr;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        mx = fmaxf(mx, masked_logit(row, mask, i));
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0)
+        bv[warp] = mx;
+    __syncthreads();
+    mx = bv[0];
+    for (int w = 1; w < nw; w++)
+        mx = fmaxf(mx, bv[w]);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        sum += expf(masked_logit(row, mask, i) - mx);
+    const float lse = mx + logf(block_sumf(sum, sh));
+    const int tok = ids[blockIdx.x];
+    if (threadIdx.x == 0)
+        lp[blockIdx.x] = tok >= 0 && tok < vocab ? masked_logit(row, mask, tok) - lse : -INFINITY;
+    float pv = INFINITY;
+    int pi = -1;
+    for (int j = 0; j < k; j++) {
+        float best = -INFINITY;
+        int bid = 0x7fffffff;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float v = masked_logit(row, mask, i);
+            if (lp_before(pv, pi, v, i) && lp_before(v, i, best, bid))
+                best = v, bid = i;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bid, o);
+            if (lp_before(ov, oi, best, bid))
+                best = ov, bid = oi;
+        }
+        __syncthreads(); /* bv / bi of the previous pass read by every thread */
+        if (lane == 0)
+            bv[warp] = best, bi[warp] = bid;
+        __syncthreads();
+        best = bv[0], bid = bi[0];
+        for (int w = 1; w < nw; w++)
+            if (lp_before(bv[w], bi[w], best, bid))
+                best = bv[w], bid = bi[w];
+        if (threadIdx.x == 0) {
+            top_ids[(size_t)blockIdx.x * k + j] = bid == 0x7fffffff ? 0 : bid;
+            top_lp[(size_t)blockIdx.x * k + j] = best - lse;
+        }
+        pv = best, pi = bid;
+    }
+}
+
 /* One block per row. z_i = (l_i - max) / T, p_i = exp(z_i) <= 1. The kept set is
  * {i : z_i >= tau}: tau is found by bisection in z (32 steps over [-88, 0], finer than any
  * probability that matters): first the top-k cut (the largest tau keeping >= k tokens), then
@@ -378,6 +449,17 @@ extern "C" cudaError_t cuda_sample(cudaStream_t stream, const float *logits, int
     if (vocab <= 0)
         return cudaErrorInvalidValue;
     sample_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, masks, ids);
+    return CUDA_LAUNCH_RESULT();
+}
+
+extern "C" cudaError_t cuda_logprobs(cudaStream_t stream, const float *logits, int rows, int vocab,
+                                     const struct sample_row *params, const uint32_t *masks, const int32_t *ids, int k,
+                                     float *lp, int32_t *top_ids, float *top_lp)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    logprobs_kernel<<<(unsigned)rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, params, masks, ids, k, lp, top_ids,
+                                                                   top_lp);
     return CUDA_LAUNCH_RESULT();
 }
 
