@@ -19,10 +19,10 @@ static const struct synth_preset PRESETS[] = {
      .n_kv = 2, .head_dim = 64, .n_experts = 8, .k = 2, .d_expert = 128},
     /* hidden 2048, 8 layers, 64 experts top-8: the CPU decode benchmark of issue 2 */
     {.name = "cpu-bench", .family = SYNTH_QWEN3_MOE, .vocab = 151936, .d_model = 2048, .n_layers = 8,
-     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 64, .k = 8, .d_expert = 768},
-    /* Qwen3-30B-A3B (spec/models.md A.1) */
+     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 64, .k = 8, .d_expert = 768, .eos = 151645},
+    /* Qwen3-30B-A3B (spec/models.md A.1); eos_token_id 151645 (<|im_end|>) as its config.json has it */
     {.name = "qwen3-30b-a3b", .family = SYNTH_QWEN3_MOE, .vocab = 151936, .d_model = 2048, .n_layers = 48,
-     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 128, .k = 8, .d_expert = 768},
+     .n_heads = 32, .n_kv = 4, .head_dim = 128, .n_experts = 128, .k = 8, .d_expert = 768, .eos = 151645},
     /* GLM-5 (spec C.1) over 4 layers by default, 1 dense + MoE: the slice benchmark of issue 7.
      * head_dim = qk_rope_head_dim, as the config class sets it; n_kv = n_heads (no GQA). */
     {.name = "glm5-slice", .family = SYNTH_GLM_MOE_DSA, .vocab = 154880, .d_model = 6144, .n_layers = 4,
@@ -130,6 +130,8 @@ static struct json *synth_config_qwen3_moe(const struct synth_preset *s)
     json_add(c, "max_position_embeddings", json_new_number(40960));
     json_add(c, "hidden_act", json_new_string("silu"));
     json_add(c, "torch_dtype", json_new_string("bfloat16"));
+    if (s->eos)
+        json_add(c, "eos_token_id", json_new_number(s->eos));
     return c;
 }
 

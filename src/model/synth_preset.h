@@ -22,6 +22,7 @@ struct synth_preset {
     const char *name;
     enum synth_family family;
     int vocab, d_model, n_layers, n_heads, n_kv, head_dim, n_experts, k, d_expert;
+    int eos; /* the real model's eos_token_id, 0: none (then structured output, which must end, is refused) */
     /* glm_moe_dsa only (spec C.1): leading dense layers and their width, shared experts,
      * MLA ranks and head dims, the DSA indexer */
     int n_dense, d_ff, n_shared, q_lora, kv_lora, nope, rope, v_dim, index_heads, index_dim, index_topk;

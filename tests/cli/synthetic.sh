@@ -64,13 +64,17 @@ else
             -d '{"model":"cpu-bench","prompt":"Hello there","max_tokens":4,"ignore_eos":true}')
         h=$(curl -s "$url/v1/chat/completions" -H 'content-type: application/json' \
             -d '{"model":"cpu-bench","messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"ignore_eos":true}')
+        # the preset has Qwen3's end-of-sequence id, so structured output (which must end) is served
+        j=$(curl -s "$url/v1/completions" -H 'content-type: application/json' \
+            -d '{"model":"cpu-bench","prompt":"Hi","max_tokens":3,"response_format":{"type":"json_object"}}')
         if python3 -c "
 import json, sys
-c, h = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+c, h, j = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 assert c['usage']['completion_tokens'] == 4 and c['model'] == 'cpu-bench', c
 assert h['usage']['completion_tokens'] == 3 and h['choices'][0]['message']['role'] == 'assistant', h
-" "$c" "$h"; then
-            ok "serve --synthetic cpu-bench (1 layer, the Qwen3 tokenizer): completions and chat answer"
+assert j['choices'][0]['text'].startswith('{') and j['usage']['completion_tokens'] >= 1, j
+" "$c" "$h" "$j"; then
+            ok "serve --synthetic cpu-bench (1 layer, the Qwen3 tokenizer): completions, chat and json_object answer"
         else
             bad "serve --synthetic cpu-bench: $c | $h"
         fi
