@@ -82,6 +82,14 @@ fi
 a=$("$bin" generate --prompt "And Moses said" -n 24 --temperature 0.8 --top-p 0.9 --seed 7 2>/dev/null)
 b=$("$bin" generate --prompt "And Moses said" -n 24 --temperature 0.8 --top-p 0.9 --seed 7 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "seeded sampling is reproducible" || bad "seeded sampling differs: $a / $b"
+# the shipped model chats: "Hello" gets an answer, not an immediate end of turn, for nearly every seed
+answered=0
+for seed in $(seq 1 30); do
+    t=$("$bin" generate --chat --prompt Hello -n 12 --temperature 1 --seed "$seed" 2>/dev/null)
+    [ -n "$(tr -d '[:space:]' <<<"$t")" ] && answered=$((answered + 1))
+done
+[ "$answered" -ge 29 ] && ok "chat 'Hello' answered for $answered of 30 seeds" ||
+    bad "chat 'Hello' answered for only $answered of 30 seeds (want >= 29)"
 stats=$("$bin" generate --prompt "And Moses said" -n 8 2>&1 >/dev/null)
 grep -q "tok/s" <<<"$stats" && ok "generate reports tok/s" || bad "no tok/s line: $stats"
 printf 'In the beginning God created the heaven and the earth. And the earth was without form, and void.' >"$work/p.txt"
