@@ -8,7 +8,7 @@
 # the old cost; TPOT against greedy's is the cost. A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib", ".carry/tok"]   PACKS="base new" [CONC=1,64] tools/gpu_sampling_cost.sh
-# (SERVE_ARGS replaces the model options: SERVE_ARGS="--model models/moeserve-tiny" tries it on a CPU.)
+# KINDS="greedy json_object": only those kinds. (SERVE_ARGS replaces the model options: SERVE_ARGS="--model models/moeserve-tiny" tries it on a CPU.)
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_sampling_cost}
@@ -41,6 +41,7 @@ for p in "${packs[@]}"; do
     [ -n "$url" ] || { rows+=("$p: serve did not start: $(tail -2 "$out/serve_$p.err")"); kill $sp; continue; }
     for k in "${kinds[@]}"; do
         IFS='|' read -r name fields rf <<<"$k"
+        [ -z "${KINDS:-}" ] || [[ " $KINDS " == *" $name "* ]] || continue
         "$client" bench serve --url "$url" --concurrency "${CONC:-1,64}" --input-len 16 --output-len 128 --json \
             ${fields:+--request-fields "$fields"} ${rf:+--response-format "$rf"} \
             >"$out/bs_${p}_$name.json" 2>"$out/bs_${p}_$name.err"
