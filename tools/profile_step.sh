@@ -22,15 +22,19 @@ preset=${PRESET:-qwen3-30b-a3b}
 layers=${LAYERS:-48}
 want="$preset nvfp4 layers=$layers"
 model=(--model "$synth")
+only=()
 if [ -n "${SYNTHETIC:-}" ]; then # weights made on the device: no checkpoint on disk
     model=(--synthetic "$preset" --synthetic-layers "$layers")
+    # the weight synthesis launches a kernel a tensor (thousands for a GLM-5 layer): counted out of the
+    # skip and the window, so both count the model's kernels alone
+    only=(--kernel-name-base function --kernel-name 'regex:^(?!.*synth).*')
 elif ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
     rm -rf "$synth" && mkdir -p "$synth"
     "$build/make_synth_checkpoint" --out "$synth" --preset "$preset" --layers "$layers" --format nvfp4 >"$logs/synth.log" 2>&1 ||
         { echo "profile_step: checkpoint failed"; exit 1; }
     echo "$want" >"$synth/.complete"
 fi
-MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none --launch-skip "${SKIP_LAUNCHES:-3000}" \
+MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none "${only[@]}" --launch-skip "${SKIP_LAUNCHES:-3000}" \
     --launch-count "${LAUNCHES:-700}" --metrics gpu__time_duration.sum --csv \
     "$build/moeserve" bench "${model[@]}" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" ${BENCH_ARGS:-} \
     >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
