@@ -479,10 +479,9 @@ bool cu_moe_experts_shared(struct backend *be, const float *x, int n_tokens, con
     for (int i = 0; i < d->n && !k; i++)
         if (!d->kernels[i]->fits || d->kernels[i]->fits(&sh, c->smem_budget))
             k = d->kernels[i];
-    /* the act rows of the extra slot must fit the caller's workspace */
-    if (!k || k->id != CK_MOE_PAIR_MMA ||
-        (size_t)n_tokens * (size_t)(a->n_used + 1) * (size_t)a->d_expert >
-            backend_moe_workspace_floats(n_tokens, a->n_used, a->d_model, a->d_expert))
+    /* the extra slot's act rows (tokens x (n_used + 1) x d_expert floats) always fit the caller's
+     * workspace (backend_moe_workspace_floats: tokens x n_used x (2 d_model + 2 d_expert) and more) */
+    if (!k || k->id != CK_MOE_PAIR_MMA)
         return false;
     const struct cuda_wdev *table = cuda_moe_table_get(c, a, shared);
     if (!table)
