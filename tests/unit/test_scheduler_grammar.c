@@ -243,21 +243,61 @@ static void stand_in_sample(struct backend *be, const float *logits, int rows, i
     }
 }
 
+/* The CPU backend's logits_edit, counting the edits it applies. */
+static void (*g_cpu_edit)(struct backend *, float *, int, int, const int32_t *, const struct logit_edit *);
+static long g_edits;
+
+static void counting_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
+                          const struct logit_edit *edits)
+{
+    g_edits += start[rows] - start[0];
+    g_cpu_edit(be, logits, rows, vocab, start, edits);
+}
+
+/* The CPU backend's logprobs, counted. */
+static void (*g_cpu_lp)(struct backend *, const float *, int, int, const struct sample_row *, const uint32_t *,
+                        const int32_t *, int, float *, int32_t *, float *);
+static long g_lp_rows;
+
+static void counting_logprobs(struct backend *be, const float *logits, int rows, int vocab,
+                              const struct sample_row *params, const uint32_t *masks, const int32_t *ids, int k,
+                              float *lp, int32_t *top_ids, float *top_lp)
+{
+    g_lp_rows += rows;
+    g_cpu_lp(be, logits, rows, vocab, params, masks, ids, k, lp, top_ids, top_lp);
+}
+
+/* The stand-in backend: the CPU backend's ops with the stand-in sample op and the counting edit and
+ * log-probability ops; returns the host's ops, to put back. */
+static const struct backend_ops *stand_in_install(struct fixture *f, struct backend_ops *ops)
+{
+    const struct backend_ops *host = f->s.be.ops;
+    *ops = *host;
+    ops->sample = stand_in_sample;
+    g_cpu_edit = host->logits_edit;
+    ops->logits_edit = counting_edit;
+    g_cpu_lp = host->logprobs;
+    ops->logprobs = counting_logprobs;
+    f->s.be.ops = ops;
+    return host;
+}
+
+static void sched_open(struct fixture *f, struct scheduler *sch)
+{
+    struct scheduler_opts o = {.max_context = 512, .no_prefix_cache = true};
+    struct err err = {0};
+    if (scheduler_init(sch, &f->s, &o, &err))
+        fail_msg("%s", err.msg);
+}
+
 /* Runs N greedy grammar requests (then N sampled ones when sampled) with or without the stand-in
  * sample op; out receives the greedy requests' tokens. */
 static void run_masked(struct fixture *f, bool device, int32_t (*out)[400], int *out_n, bool sampled)
 {
-    struct backend_ops ops = *f->s.be.ops;
-    const struct backend_ops *host_ops = f->s.be.ops;
-    if (device) {
-        ops.sample = stand_in_sample;
-        f->s.be.ops = &ops;
-    }
+    struct backend_ops ops;
+    const struct backend_ops *host_ops = device ? stand_in_install(f, &ops) : f->s.be.ops;
     struct scheduler sch;
-    struct scheduler_opts o = {.max_context = 512, .no_prefix_cache = true};
-    struct err err = {0};
-    if (scheduler_init(&sch, &f->s, &o, &err))
-        fail_msg("%s", err.msg);
+    sched_open(f, &sch);
     enum { N = 6 };
     struct sched_req *r[N];
     for (int i = 0; i < N; i++) {
@@ -304,50 +344,16 @@ static void test_device_masks(void **state)
     fixture_close(&f);
 }
 
-/* The CPU backend's logits_edit, counting the edits it applies. */
-static void (*g_cpu_edit)(struct backend *, float *, int, int, const int32_t *, const struct logit_edit *);
-static long g_edits;
-
-static void counting_edit(struct backend *be, float *logits, int rows, int vocab, const int32_t *start,
-                          const struct logit_edit *edits)
-{
-    g_edits += start[rows] - start[0];
-    g_cpu_edit(be, logits, rows, vocab, start, edits);
-}
-
-/* The CPU backend's logprobs, counted. */
-static void (*g_cpu_lp)(struct backend *, const float *, int, int, const struct sample_row *, const uint32_t *,
-                        const int32_t *, int, float *, int32_t *, float *);
-static long g_lp_rows;
-
-static void counting_logprobs(struct backend *be, const float *logits, int rows, int vocab,
-                              const struct sample_row *params, const uint32_t *masks, const int32_t *ids, int k,
-                              float *lp, int32_t *top_ids, float *top_lp)
-{
-    g_lp_rows += rows;
-    g_cpu_lp(be, logits, rows, vocab, params, masks, ids, k, lp, top_ids, top_lp);
-}
-
 /* Greedy requests with every logit processor and min_tokens, no grammar, some with log-probabilities
  * (3 likeliest): host path and stand-in; lp receives each token's log-probability and its top 3. */
 static void run_edits(struct fixture *f, bool device, int32_t (*out)[64], int *out_n, float (*lp)[64 * 4],
                       int32_t (*top)[64 * 3])
 {
-    struct backend_ops ops = *f->s.be.ops;
-    const struct backend_ops *host_ops = f->s.be.ops;
-    if (device) {
-        ops.sample = stand_in_sample;
-        g_cpu_edit = host_ops->logits_edit;
-        ops.logits_edit = counting_edit;
-        g_cpu_lp = host_ops->logprobs;
-        ops.logprobs = counting_logprobs;
-        f->s.be.ops = &ops;
-    }
+    struct backend_ops ops;
+    const struct backend_ops *host_ops = device ? stand_in_install(f, &ops) : f->s.be.ops;
     struct scheduler sch;
-    struct scheduler_opts o = {.max_context = 512, .no_prefix_cache = true};
+    sched_open(f, &sch);
     struct err err = {0};
-    if (scheduler_init(&sch, &f->s, &o, &err))
-        fail_msg("%s", err.msg);
     assert_true(!device || forward_edit_capacity(&f->s.fwd) > 0);
     enum { N = 5 };
     struct sched_req *r[N];
