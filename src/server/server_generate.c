@@ -645,21 +645,35 @@ static bool stream_produce(struct gen *g)
     return !atomic_load(&g->srv->stopping) && !server_client_gone(g->conn);
 }
 
+/* A stream's reader for libmicrohttpd over a byte buffer (out, its len bytes, pos of them handed
+ * out): what is buffered first; when it is empty, the end once done, else produce(cls) refills it
+ * (false: the client left or the server stops). */
+static ssize_t sse_drain(void *cls, bool (*produce)(void *), const bool *done, const char *const *out, size_t *len,
+                         size_t *pos, char *buf, size_t max)
+{
+    while (*pos == *len) {
+        if (*done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        *len = *pos = 0;
+        if (!produce(cls))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = *len - *pos < max ? *len - *pos : max;
+    memcpy(buf, *out + *pos, n);
+    *pos += n;
+    return (ssize_t)n;
+}
+
+static bool stream_produce_cb(void *cls)
+{
+    return stream_produce(cls);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct gen *g = cls;
-    while (g->out_pos == g->out_len) {
-        if (g->done)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        g->out_len = g->out_pos = 0;
-        if (!stream_produce(g))
-            return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left, or the server stops */
-    }
-    size_t n = g->out_len - g->out_pos < max ? g->out_len - g->out_pos : max;
-    memcpy(buf, g->out + g->out_pos, n);
-    g->out_pos += n;
-    return (ssize_t)n;
+    return sse_drain(g, stream_produce_cb, &g->done, (const char *const *)&g->out, &g->out_len, &g->out_pos, buf, max);
 }
 
 static void stream_free(void *cls)
@@ -823,21 +837,17 @@ static bool several_produce(struct several *s)
     }
 }
 
+static bool several_produce_cb(void *cls)
+{
+    return several_produce(cls);
+}
+
 static ssize_t several_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct several *s = cls;
-    while (s->out_pos == s->out_len) {
-        if (s->done)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        s->out_len = s->out_pos = 0;
-        if (!several_produce(s))
-            return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left, or the server stops */
-    }
-    size_t n = s->out_len - s->out_pos < max ? s->out_len - s->out_pos : max;
-    memcpy(buf, s->out + s->out_pos, n);
-    s->out_pos += n;
-    return (ssize_t)n;
+    return sse_drain(s, several_produce_cb, &s->done, (const char *const *)&s->out, &s->out_len, &s->out_pos, buf,
+                     max);
 }
 
 static void several_stream_free(void *cls)
