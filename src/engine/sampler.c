@@ -208,41 +208,40 @@ bool sampler_has_edits(const struct sampler *s)
     return s->p.n_bias > 0 || s->counts;
 }
 
+struct logit_edit *sampler_edit_slot(struct logit_edit *out, int *n, int cap, int search, int32_t id)
+{
+    for (int j = 0; j < search && j < *n; j++)
+        if (out[j].id == id)
+            return &out[j];
+    if (*n == cap)
+        return NULL;
+    out[*n] = (struct logit_edit){.id = id, .rep = 1.0f};
+    return &out[(*n)++];
+}
+
 int sampler_edits(const struct sampler *s, struct logit_edit *out, int cap)
 {
     const struct sampler_params *p = &s->p;
     int n = 0;
+    struct logit_edit *e;
     /* logit_bias first (its ids are distinct: a JSON object's keys; a repeated one adds their sum) */
     for (int i = 0; i < p->n_bias; i++) {
-        int j = 0;
-        while (j < n && out[j].id != p->bias_ids[i])
-            j++;
-        if (j == n) {
-            if (n == cap)
-                return -1;
-            out[n++] = (struct logit_edit){.id = p->bias_ids[i], .rep = 1.0f};
-        }
-        out[j].pre += p->bias[i];
+        if (!(e = sampler_edit_slot(out, &n, cap, n, p->bias_ids[i])))
+            return -1;
+        e->pre += p->bias[i];
     }
+    /* the touched ids are distinct: only the biased ones can have an edit already */
     const int n_bias = n;
     const float rep = s->in_prompt ? p->repetition_penalty : 1.0f;
     for (int k = 0; k < s->n_touched; k++) {
         const int32_t t = s->touched[k];
         const int c = s->counts[t];
-        int j = 0;
-        while (j < n_bias && out[j].id != t)
-            j++;
-        if (j == n_bias) /* not biased: its own edit (touched ids are distinct) */
-            j = n;
-        if (j == n) {
-            if (n == cap)
-                return -1;
-            out[n++] = (struct logit_edit){.id = t, .rep = 1.0f};
-        }
+        if (!(e = sampler_edit_slot(out, &n, cap, n_bias, t)))
+            return -1;
         if (rep != 1.0f && (c > 0 || s->in_prompt[t]))
-            out[j].rep = rep;
+            e->rep = rep;
         if (c > 0)
-            out[j].post = -(p->frequency_penalty * (float)c + p->presence_penalty);
+            e->post = -(p->frequency_penalty * (float)c + p->presence_penalty);
     }
     return n;
 }

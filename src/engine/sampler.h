@@ -16,7 +16,7 @@
  * defines: struct sampler_params, struct sampler, sampler_init(), sampler_free(),
  *          sampler_sample(), sampler_sample_masked(), sampler_uniform(), struct sampler_cand, SAMPLER_MAX_BIAS,
  *          sampler_apply(), sampler_observe(), sampler_observe_prompt(),
- *          sampler_has_edits(), sampler_edits()
+ *          sampler_has_edits(), sampler_edits(), sampler_edit_slot()
  */
 #ifndef MOESERVE_ENGINE_SAMPLER_H
 #define MOESERVE_ENGINE_SAMPLER_H
@@ -83,5 +83,8 @@ bool sampler_has_edits(const struct sampler *s);
 /* sampler_apply as sparse edits of one row: at most one an id, in out[0 .. cap); returns how many,
  * or -1 when more than cap would be needed (the row is then processed on the host). */
 int sampler_edits(const struct sampler *s, struct logit_edit *out, int cap);
+/* id's edit among out[0 .. search), else a new no-op one appended at out[*n] (++*n); NULL when
+ * that would pass cap. */
+struct logit_edit *sampler_edit_slot(struct logit_edit *out, int *n, int cap, int search, int32_t id);
 
 #endif

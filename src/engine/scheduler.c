@@ -176,8 +176,8 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
     sch->logits = malloc(S * (size_t)sch->vocab * sizeof(float));
     sch->match = malloc((size_t)s->kv.n_blocks * sizeof(int32_t));
     if (!sch->running || !sch->b_tokens || !sch->b_pos || !sch->b_seq || !sch->b_logit_rows || !sch->b_seqs ||
-        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->b_masks || !sch->b_edit_start || (edit_cap && !sch->b_edits) ||
-        !sch->b_lp || !sch->b_top_ids || !sch->b_top_lp ||
+        !sch->b_reqs || !sch->logits || !sch->match || !sch->b_sample || !sch->b_next || !sch->b_masks ||
+        !sch->b_edit_start || (edit_cap && !sch->b_edits) || !sch->b_lp || !sch->b_top_ids || !sch->b_top_lp ||
         !sch->pub) {
         scheduler_free(sch);
         return err_set(err, STATUS_NOMEM, "scheduler: out of memory for %d sequences", sch->o.max_seqs);
@@ -553,15 +553,10 @@ static int row_edits(const struct scheduler *sch, const struct sched_req *r, str
         const int32_t id = i < d->n_eos ? d->eos_ids[i] : r->p.stop_ids[i - d->n_eos];
         if (id < 0 || id >= sch->vocab)
             continue;
-        int j = 0;
-        while (j < n && out[j].id != id)
-            j++;
-        if (j == n) {
-            if (n == cap)
-                return -1;
-            out[n++] = (struct logit_edit){.id = id, .rep = 1.0f};
-        }
-        out[j].post = -INFINITY;
+        struct logit_edit *e = sampler_edit_slot(out, &n, cap, n, id);
+        if (!e)
+            return -1;
+        e->post = -INFINITY;
     }
     return n;
 }
