@@ -9,7 +9,7 @@
  *
  * defines: struct backend, struct backend_ops, struct paged_kv, struct attn_batch,
  *          struct rope_args, struct route_args, struct moe_args,
- *          struct sample_row, struct logit_edit,
+ *          struct sample_row, struct logit_edit, BACKEND_GRAPH_KEY_MODE_BITS,
  *          backend_moe_workspace_floats(),
  *          enum kv_dtype, kv_dtype_name(), kv_dtype_parse(), kv_latent_row_bytes(), kv_index_row_bytes(),
  *          struct paged_latent, struct mla_dims, struct dsa_args, backend_dsa_workspace_floats(),
@@ -134,6 +134,10 @@ struct dsa_args {
     float head_scale;   /* index_n_heads^-0.5, multiplies the weights_proj output */
     float score_scale;  /* index_head_dim^-0.5, inside the ReLU */
 };
+
+/* A decode graph's key (backend_ops.graph_capture_end / graph_replay): its rows << this | the
+ * pass's mode bits (tokens out, sampled, logit edits: engine/forward.c); backends log the rows. */
+enum { BACKEND_GRAPH_KEY_MODE_BITS = 3 };
 
 /* How to draw one row's token (backend_ops.sample). */
 struct sample_row {

@@ -627,7 +627,8 @@ static int forward_decode_rows(const struct forward *f, const struct forward_bat
 /* The graph key of a decode-shaped pass of `rows` rows (0: not one). */
 static uint64_t forward_graph_key(const struct forward_batch *b, int rows)
 {
-    return rows ? (uint64_t)rows << 3 | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u) | (b->edit_start ? 4u : 0u)
+    return rows ? (uint64_t)rows << BACKEND_GRAPH_KEY_MODE_BITS | (b->tokens_out ? 1u : 0u) | (b->sample ? 2u : 0u) |
+                      (b->edit_start ? 4u : 0u)
                 : 0;
 }
 

@@ -126,10 +126,11 @@ bool cu_graph_capture_end(struct backend *be, uint64_t key)
     c->graph_dev_bytes += n->dev_bytes;
     c->graph_host_bytes += n->host_bytes;
     c->graph_captures++;
-    /* key: rows << 2 | sampling mode (engine/forward.c) */
+    /* key: rows << BACKEND_GRAPH_KEY_MODE_BITS | the pass's mode (engine/forward.c) */
     LOG_INFO("cuda: decode graph of %llu rows (mode %llu) captured: %zu nodes, %.1f MiB device, %.1f MiB host; "
              "%d graphs hold %.1f MiB device, %.1f MiB host (%lld captured since start)",
-             (unsigned long long)(key >> 2), (unsigned long long)(key & 3), n_nodes, (double)n->dev_bytes / 1048576.0,
+             (unsigned long long)(key >> BACKEND_GRAPH_KEY_MODE_BITS),
+             (unsigned long long)(key & ((1u << BACKEND_GRAPH_KEY_MODE_BITS) - 1)), n_nodes, (double)n->dev_bytes / 1048576.0,
              (double)n->host_bytes / 1048576.0, c->n_graphs, (double)c->graph_dev_bytes / 1048576.0,
              (double)c->graph_host_bytes / 1048576.0, c->graph_captures);
     return true;
