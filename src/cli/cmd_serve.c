@@ -437,7 +437,10 @@ int cmd_serve(int argc, char **argv)
                                                        "512; cuda the plan's, ~256 rows an expert a chunk)"},
         {.name = "max-context", .metavar = "N", .help = "prompt + generated tokens per request (default: the model's "
                                                        "max_position_embeddings, at most 32768)"},
-        {.name = "kv-blocks", .metavar = "N", .help = "KV cache blocks of --block-size tokens (default: see above)"},
+        {.name = "kv-blocks",
+         .metavar = "N",
+         .help = "KV cache blocks of --block-size tokens (default: --max-seqs sequences of 1024 tokens, or one of "
+                 "--max-context tokens if that is more)"},
         {.name = "block-size", .metavar = "N", .help = "tokens per KV block (default 16)"},
         {.name = "max-queue", .metavar = "N", .help = "requests waiting before new ones get 503 (default 256)"},
         {.name = "max-body-bytes", .metavar = "N", .help = "largest request body (default 4194304)"},
