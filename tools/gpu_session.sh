@@ -4,20 +4,25 @@
 #
 #   carry [".carry/ab", ".carry/lib", ...]: JOBS="train_tiny glm5_b1" [their environment] tools/gpu_session.sh
 #   (job J runs tools/gpu_J.sh with OUT=$OUT/J and the limit LIMIT_J seconds, default 300)
+# A job J:TAG runs tools/gpu_J.sh with OUT=$OUT/TAG, the limit LIMIT_TAG and, on top of the
+# session's environment, the assignments in ENV_TAG (shell words: ENV_ab="PACKS='base new' ROUNDS=2"),
+# so one script can run twice with different settings:
+#   JOBS="glm5_b1:chk glm5_b1:ab" ENV_chk="BENCH=0 TESTS=gemm" ENV_ab="PACKS='base new'" tools/gpu_session.sh
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_session}
 rows=()
-for j in ${JOBS:-}; do
-    lim_var=LIMIT_$j
+for spec in ${JOBS:-}; do
+    j=${spec%%:*} tag=${spec#*:}
+    lim_var=LIMIT_$tag env_var=ENV_$tag
     lim=${!lim_var:-300}
-    mkdir -p "$out/$j"
+    mkdir -p "$out/$tag"
     t0=$SECONDS
-    OUT="$out/$j" timeout "$lim" bash "$src/tools/gpu_$j.sh" >"$out/$j/stdout.txt" 2>&1
+    ([ -z "${!env_var:-}" ] || eval "export ${!env_var}"; OUT="$out/$tag" timeout "$lim" bash "$src/tools/gpu_$j.sh") >"$out/$tag/stdout.txt" 2>&1
     rc=$?
-    rows+=("$(printf '%-16s rc %-3s %4ss' "$j" "$rc" $((SECONDS - t0)))")
-    echo "== $j (rc $rc)"
-    tail -${TAIL:-40} "$out/$j/stdout.txt"
+    rows+=("$(printf '%-16s rc %-3s %4ss' "$tag" "$rc" $((SECONDS - t0)))")
+    echo "== $spec (rc $rc)"
+    tail -${TAIL:-40} "$out/$tag/stdout.txt"
 done
 printf '%s\n' "${rows[@]}"
 # few files come back from a device call: the files named in KEEP (basenames) stay, the rest go into logs.tgz
