@@ -102,21 +102,7 @@ bool cuda_launch_gemv_mma(void *backend, const void *call)
     const struct linear_call *l = call;
     if (!cuda_gemv_mma_supported(l->n_w, l->wd, l->K, l->m, c->smem_budget) || !aligned16(l->x))
         return false;
-    /* K sliced across blocks: a partials buffer and counters (none where a capture could not grow
-     * them: the capture is spoiled and rerun, the kernel then stages the whole K a block) */
-    int64_t tiles = 0;
-    for (int j = 0; j < l->n_w; j++)
-        tiles += (l->N[j] + 7) / 8;
-    int ks, kb;
-    cuda_gemv_mma_slices(tiles, l->K, c->sm_count, &ks, &kb);
-    float *partial = NULL;
-    int *sem = NULL;
-    if (kb > 1) {
-        partial = cuda_scratch_get(c, cuda_gemv_mma_partial_floats(tiles, ks, kb, l->m) * sizeof(float));
-        sem = partial ? cuda_sem_get(c, cuda_gemv_mma_counters(tiles, ks, kb)) : NULL;
-    }
-    CHECK(c, cuda_gemv_mma(c->stream, l->n_w, l->wd, l->N, l->K, l->x, l->m, l->ys, c->sm_count, partial, sem,
-                           c->pdl));
+    CHECK(c, cuda_gemv_mma(c->stream, l->n_w, l->wd, l->N, l->K, l->x, l->m, l->ys, c->sm_count, c->pdl));
     return true;
 }
 

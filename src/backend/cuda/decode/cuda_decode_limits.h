@@ -7,8 +7,7 @@
  * same rules. Pointer alignment is the launchers' own check on top of these.
  *
  * defines: the DEC_* and MD_* block constants, cuda_dec_k_ok(), cuda_gemv1_fits(),
- *          cuda_moe_decode_fits(), cuda_gemv_mma_fits(), cuda_gemv_mma_slices() (+ its partials and
- *          counters), cuda_moe_decode_mma_fits(),
+ *          cuda_moe_decode_fits(), cuda_gemv_mma_fits(), cuda_moe_decode_mma_fits(),
  *          cuda_moe_decode_mma_smem_bytes(), cuda_moe_decode_mma_smem_fits(),
  *          cuda_moe_decode_mma_smem_tpw(), cuda_moe_grouped_mma_fits()
  */
@@ -60,42 +59,6 @@ static inline bool cuda_gemv_mma_fits(int n_w, int64_t K, int n_tokens, size_t s
 {
     return n_w >= 1 && n_w <= MD_MAX_JOBS && K > 0 && K % 128 == 0 && n_tokens >= 1 && n_tokens <= GM_MAX_TOKENS &&
            (size_t)n_tokens * (size_t)K * 4 + 1024 <= smem_budget;
-}
-
-/* gemv_mma's K slices. GM_PREFETCH: the 128-k weight groups a warp loads before its PDL wait (and
- * keeps in flight after it). ks slices K among a block's warps (their sums added through shared
- * memory) and doubles while the blocks leave SMs empty; kb slices it across blocks (each stages
- * only its part of x; the last block of a row tile to finish adds the kb partial sums in slice
- * order, so the result does not depend on timing) and doubles while a warp would walk more than
- * GM_PREFETCH groups: GLM-5's o_proj (K 16384, 768 tiles) gets ks 2 x kb 8, a warp's 8 groups all
- * loaded before the wait and 8 KB of x a block, where ks 4 alone staged 64 KB of x in every
- * block and walked chains of 32 groups. Qwen3-30B-A3B's q/k/v (ks 2) and o (ks 8) keep kb 1. The
- * slices depend on the weights and the SM count only, not on the tokens. */
-enum { GM_PREFETCH = 8 };
-
-static inline void cuda_gemv_mma_slices(int64_t tiles, int64_t K, int sm_count, int *ks, int *kb)
-{
-    const int64_t G = K / 128;
-    int s = 1, b = 1;
-    while (s < MD_WARPS && G >= 2 * s && (tiles * s + MD_WARPS - 1) / MD_WARPS < sm_count)
-        s *= 2;
-    while ((G + s * b - 1) / (s * b) > GM_PREFETCH && G >= 2 * s * b)
-        b *= 2;
-    *ks = s;
-    *kb = b;
-}
-
-/* The partial sums buffer (floats) and arrival counters of a gemv_mma call sliced kb ways across
- * blocks; 0 where kb is 1. */
-static inline size_t cuda_gemv_mma_partial_floats(int64_t tiles, int ks, int kb, int n_tokens)
-{
-    return kb > 1 ? (size_t)kb * (size_t)tiles * 8 * (size_t)n_tokens : 0;
-}
-
-static inline size_t cuda_gemv_mma_counters(int64_t tiles, int ks, int kb)
-{
-    const int64_t per_block = MD_WARPS / ks;
-    return kb > 1 ? (size_t)((tiles + per_block - 1) / per_block) : 0;
 }
 
 /* The tensor-core MoE pair kernels (register form): NVFP4, both widths in 128-k groups. */

@@ -27,10 +27,9 @@
  * does). One wave for Qwen3-30B-A3B at one token: 384 gate/up blocks of 128 threads and 256 down
  * blocks of 256. Both beat cuda_decode.cu's pair kernels at 1 and 8 tokens (H200,
  * docs/lab/journal.md).
- * gemv_mma (1-8 tokens, up to 3 weights, K split over warps until every SM has a block, then
- * across blocks until every warp's weight groups are loaded before the PDL wait): beats
- * cuda_decode.cu's gemv1, whose dot after the wait is bound by instruction issue (H200,
- * docs/lab/journal.md).
+ * gemv_mma (1-8 tokens, up to 3 weights, K split over warps until every SM has a block; all of a
+ * warp's weight groups loaded before the PDL wait): beats cuda_decode.cu's gemv1, whose dot after
+ * the wait is bound by instruction issue (H200, docs/lab/journal.md).
  */
 #include "backend/cuda/decode/decode.h"
 #include "backend/cuda/decode/cuda_decode_mma.cuh"
@@ -285,45 +284,41 @@ __global__ void __launch_bounds__(MD_THREADS, 3)
 }
 
 /* y_j = x W_j^T for up to 3 NVFP4 weights sharing x (1-8 tokens); a row tile is 8 rows of one
- * weight, a block 8 warps = MD_WARPS / ks row tiles x ks slices of its part of K (summed in a
- * fixed order through shared memory); blockIdx.y the block's part of K, one of kb
- * (cuda_gemv_mma_slices). */
+ * weight, a block 8 warps = MD_WARPS / ks row tiles x ks slices of K (summed in a fixed order
+ * through shared memory). */
 /* GM_U: weight groups a warp loads before the wait (and keeps in flight after it). 8 covers a
  * whole q/k/v row slice of Qwen3-30B-A3B (K 2048 in 2 slices: 8 groups of 128), so its dot
  * waits on no load after the wait; with 4 that dot takes 4598 cycles against o's 2140, whose 4
  * groups are all in (H200 kernel trace). */
-enum { GM_U = GM_PREFETCH };
+enum { GM_U = 8 };
+/* GM_MAX_CHAIN: the most 128-k groups one warp of gemv_mma walks (its loads are a chain of GM_U at a
+ * time: a long one leaves the SM waiting on DRAM latency, not bandwidth) */
+enum { GM_MAX_CHAIN = 32 };
 
 struct gemv_mma_params {
     cuda_wdev w[MD_MAX_JOBS];
     int64_t N[MD_MAX_JOBS];
     float *y[MD_MAX_JOBS];
     int64_t first_tile[MD_MAX_JOBS + 1]; /* tile offsets of the jobs; [n_jobs] = all tiles */
-    int n_jobs, ks, kb;
+    int n_jobs, ks;
     int64_t K;
     const float *x;
-    int T;          /* tokens (rows of x and of each y), 1..GM_MAX_TOKENS */
-    float *partial; /* kb > 1: [kb][tiles][T][8] raw sums */
-    int *sem;       /* kb > 1: a block column's arrivals, zero between launches */
+    int T; /* tokens (rows of x and of each y), 1..GM_MAX_TOKENS */
 };
 
 __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_constant__ gemv_mma_params p)
 {
     extern __shared__ uint2 xf[];
     __shared__ float part[MD_WARPS][GM_MAX_TOKENS][8];
-    __shared__ int last;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, T = p.T;
-    const int tiles_per_block = MD_WARPS / p.ks, s = warp % p.ks, sb = (int)blockIdx.y;
-    const int64_t all_tiles = p.first_tile[p.n_jobs];
+    const int tiles_per_block = MD_WARPS / p.ks, s = warp % p.ks;
     const int64_t tile = (int64_t)blockIdx.x * tiles_per_block + warp / p.ks;
-    const bool live = tile < all_tiles;
+    const bool live = tile < p.first_tile[p.n_jobs];
     int j = 0;
     while (j + 1 < p.n_jobs && tile >= p.first_tile[j + 1])
         j++;
     const int64_t n0 = (tile - p.first_tile[j]) * 8, row = n0 + g;
-    /* the block's groups [b0, b1) of K, the warp's [g0, g1) of those */
-    const int groups = (int)(p.K / 128), b0 = groups * sb / p.kb, b1 = groups * (sb + 1) / p.kb, nb = b1 - b0;
-    const int g0 = b0 + nb * s / p.ks, g1 = b0 + nb * (s + 1) / p.ks;
+    const int groups = (int)(p.K / 128), g0 = groups * s / p.ks, g1 = groups * (s + 1) / p.ks;
     const cuda_wdev w = p.w[j];
     KT_BEGIN();
     chunk16 pre[GM_U];
@@ -332,61 +327,28 @@ __global__ void __launch_bounds__(MD_THREADS, 2) gemv_mma_kernel(const __grid_co
     KT_MARK(1); /* phases: 0 weight issue, 1 PDL wait, 2 x staging, 3 the dot, 4 K slices + store */
     pdl_wait();
     KT_MARK(2);
-    const int64_t xk = (int64_t)nb * 128; /* x values staged a token */
-    for (int tok = 0; tok < T; tok++)     /* token tok's fragments at xk / 2 uint2 each */
-        xfrag_stage(xf + (size_t)tok * (size_t)(xk / 2), p.x + (size_t)tok * (size_t)p.K + (size_t)b0 * 128,
-                    (int)xk, threadIdx.x, MD_THREADS);
+    for (int tok = 0; tok < T; tok++) /* token tok's fragments at K / 2 uint2 each */
+        xfrag_stage(xf + (size_t)tok * (size_t)(p.K / 2), p.x + (size_t)tok * (size_t)p.K, (int)p.K, threadIdx.x,
+                    MD_THREADS);
     __syncthreads();
     KT_MARK(3);
     float2 r = make_float2(0.f, 0.f);
     if (live)
-        r = rows8_dot_range<GM_U>(w, row, row < p.N[j], p.K, xf, g0, g1, pre, T, b0, xk);
+        r = rows8_dot_range<GM_U>(w, row, row < p.N[j], p.K, xf, g0, g1, pre, T);
     KT_MARK(4);
     pdl_trigger(); /* late: see pdl_trigger() */
     if (g < T)     /* lane (g, t): token g's rows n0 + 2t, n0 + 2t + 1 */
         part[warp][g][2 * (lane % 4)] = r.x, part[warp][g][2 * (lane % 4) + 1] = r.y;
     __syncthreads();
-    const bool mine = live && s == 0; /* the tile's first warp adds its slices and writes */
-    if (p.kb > 1) {
-        /* this block's sums to the partials; the column's last block to arrive adds them all */
-        if (mine)
-            for (int idx = lane; idx < 8 * T; idx += 32) {
-                const int tok = idx / 8, rr = idx % 8;
-                float v = part[warp][tok][rr];
-                for (int k = 1; k < p.ks; k++)
-                    v += part[warp + k][tok][rr];
-                p.partial[(((size_t)sb * (size_t)all_tiles + (size_t)tile) * (size_t)T + (size_t)tok) * 8 + rr] = v;
-            }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            last = atomicAdd(&p.sem[blockIdx.x], 1) == p.kb - 1;
-            if (last)
-                p.sem[blockIdx.x] = 0; /* every block of the column has arrived: ready for the next launch */
-        }
-        __syncthreads();
-        if (!last)
-            return;
-        __threadfence();
-    }
-    if (!mine)
+    if (!live || s != 0)
         return;
     for (int idx = lane; idx < 8 * T; idx += 32) { /* (token, row) pairs of the tile */
         const int tok = idx / 8, rr = idx % 8;
         if (n0 + rr >= p.N[j])
             continue;
-        float v;
-        if (p.kb > 1) {
-            v = 0.0f;
-            for (int k = 0; k < p.kb; k++)
-                v += __ldcg(&p.partial[(((size_t)k * (size_t)all_tiles + (size_t)tile) * (size_t)T + (size_t)tok) *
-                                           8 +
-                                       rr]);
-        } else {
-            v = part[warp][tok][rr];
-            for (int k = 1; k < p.ks; k++)
-                v += part[warp + k][tok][rr];
-        }
+        float v = part[warp][tok][rr];
+        for (int k = 1; k < p.ks; k++)
+            v += part[warp + k][tok][rr];
         v = v * (0x1p62f * w.scale2) + (w.bias ? w.bias[n0 + rr] : 0.0f);
         p.y[j][(size_t)tok * (size_t)p.N[j] + n0 + rr] = v;
     }
@@ -409,7 +371,7 @@ extern "C" int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64
 
 extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w,
                                      const int64_t *N, int64_t K, const float *x, int n_tokens,
-                                     float *const *y, int sm_count, float *partial, int *sem, int pdl)
+                                     float *const *y, int sm_count, int pdl)
 {
     if (!cuda_gemv_mma_supported(n_w, w, K, n_tokens, (size_t)-1))
         return cudaErrorInvalidValue;
@@ -421,18 +383,20 @@ extern "C" cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct 
     const int64_t tiles = gemv_jobs_fill(p, n_w, w, N, y, 8);
     if (!tiles)
         return cudaSuccess;
-    cuda_gemv_mma_slices(tiles, K, sm_count, &p.ks, &p.kb);
-    if (!partial || !sem)
-        p.kb = 1; /* no buffers (a spoiled capture, rerun directly): the whole K a block */
-    p.partial = partial;
-    p.sem = sem;
+    /* K slices until every SM has a block (q/k/v of Qwen3-30B: 640 tiles -> 2 slices, 160
+     * blocks; o: 256 tiles -> 8 slices, 256 blocks) and no warp walks more than GM_MAX_CHAIN
+     * groups (GLM-5's o_proj, K = 16384: 4 slices, 384 blocks, where 2 left 72 of 132 SMs one
+     * block of 64-group chains), each slice at least one 128-k group */
+    p.ks = 1;
+    while (p.ks < MD_WARPS && K / 128 >= 2 * p.ks &&
+           ((tiles * p.ks + MD_WARPS - 1) / MD_WARPS < sm_count || K / 128 / p.ks > GM_MAX_CHAIN))
+        p.ks *= 2;
     const int64_t blocks = (tiles + MD_WARPS / p.ks - 1) / (MD_WARPS / p.ks);
-    const int64_t most_groups = (K / 128 + p.kb - 1) / p.kb;
-    const size_t smem = (size_t)n_tokens * (size_t)most_groups * 128 * 4;
+    const size_t smem = (size_t)n_tokens * (size_t)K * 4;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
-    return launch_pdl_smem(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks, (unsigned)p.kb), dim3(MD_THREADS), smem,
-                           stream, p);
+    return launch_pdl_smem(pdl != 0, gemv_mma_kernel, dim3((unsigned)blocks), dim3(MD_THREADS), smem, stream,
+                           p);
 }
 
 extern "C" int cuda_moe_decode_mma_supported(enum weight_format fmt, int64_t d_model, int64_t d_expert, int n_used,

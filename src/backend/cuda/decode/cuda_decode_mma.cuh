@@ -236,17 +236,15 @@ __device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, 
 }
 
 /* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x over the
- * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K, or, with xg0 and
- * xK, for xK values a token starting at group xg0), the first U groups already in pre, U more per
- * round after: returns in lanes 0..3 the raw sums of rows 2t and 2t + 1 (times 2^-62). The sums
- * are added group by group in order. */
+ * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K), the first
+ * U groups already in pre, U more per round after: returns in lanes 0..3 the raw sums of rows
+ * 2t and 2t + 1 (times 2^-62). The sums are added group by group in order. */
 template <int U>
 __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t row, bool ok, int64_t K,
                                                   const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U],
-                                                  int T = 1, int xg0 = 0, int64_t xK = 0)
+                                                  int T = 1)
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
-    const int64_t xk = xK ? xK : K;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
     /* rolling: as soon as group i is multiplied, its registers ask for group i + U, so U groups
      * stay in flight the whole way instead of the warp draining them and waiting a full round
@@ -260,8 +258,7 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
         for (int u = 0; u < U; u++) {
             if (i0 + u < g1) {
                 chunk_mma(q[u],
-                          T == 1 ? xfrag_group(xf, i0 + u - xg0, lane)
-                                 : xfrag_group_tokens(xf, i0 + u - xg0, lane, T, xk),
+                          T == 1 ? xfrag_group(xf, i0 + u, lane) : xfrag_group_tokens(xf, i0 + u, lane, T, K),
                           lane, d0, d1);
                 if (i0 + u + U < g1)
                     q[u] = load_chunk(w, row, 4 * (i0 + u + U) + t, K, ok);

@@ -57,13 +57,9 @@ cudaError_t cuda_moe_decode_mma(cudaStream_t stream, const struct cuda_wdev *tab
 int cuda_gemv_mma_supported(int n_w, const struct cuda_wdev *w, int64_t K, int n_tokens, size_t smem_budget);
 /* y[j][t, :N[j]] = x[t, :K] W_j^T for j < n_w <= 3 NVFP4 weights and t < n_tokens <= 8, on bf16
  * tensor cores: the tokens share each mma (rows of its A operand), so 8 tokens cost about what one
- * does. The backend's default for NVFP4 linears of 1-8 rows where the device has mma.sync.
- * partial and sem: where cuda_gemv_mma_slices() slices K across blocks, a buffer of
- * cuda_gemv_mma_partial_floats() floats and cuda_gemv_mma_counters() zeroed counters (left zero);
- * NULL: K is not sliced across blocks. */
+ * does. The backend's default for NVFP4 linears of 1-8 rows where the device has mma.sync. */
 cudaError_t cuda_gemv_mma(cudaStream_t stream, int n_w, const struct cuda_wdev *w, const int64_t *N,
-                          int64_t K, const float *x, int n_tokens, float *const *y, int sm_count, float *partial,
-                          int *sem, int pdl);
+                          int64_t K, const float *x, int n_tokens, float *const *y, int sm_count, int pdl);
 
 /* ---- cuda_moe_grouped_mma.cu (sorted experts, a few tokens an expert, bf16 tensor cores) ---- */
 /* y[j][r, :N] = x_r W_{e,j}^T (+ bias) for each row tile (e, first row, rows <= GG_TILE_ROWS) of
