@@ -4,7 +4,7 @@
 # server pack of PACKS (`serve --backend cuda --synthetic qwen3-30b-a3b`, the Qwen3 tokenizer from
 # .carry/tok), `bench serve` (the last pack's client) at CONC with 16 + 128 tokens, one row per
 # request kind: greedy, sampled (T 1, top_p 0.9), json_object, json_schema, penalties + logit_bias,
-# min_p, min_tokens. A pack that draws on the host (before the device-side masks and edits) shows
+# min_p, top_k (50), min_tokens. A pack that draws on the host (before the device-side masks and edits) shows
 # the old cost; TPOT against greedy's is the cost. A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib", ".carry/tok"]   PACKS="base new" [CONC=1,64] tools/gpu_sampling_cost.sh
@@ -28,6 +28,7 @@ kinds=(
     "json_schema|{\"temperature\":1,\"seed\":1}|$schema"
     "penalties|{\"temperature\":1,\"seed\":1,\"frequency_penalty\":0.5,\"presence_penalty\":0.3,\"repetition_penalty\":1.1,\"logit_bias\":{\"100\":2,\"200\":-5}}|"
     "min_p|{\"temperature\":1,\"seed\":1,\"min_p\":0.05}|"
+    "top_k|{\"temperature\":1,\"seed\":1,\"top_k\":50}|"
     "min_tokens|{\"min_tokens\":100}|"
 )
 rows=()

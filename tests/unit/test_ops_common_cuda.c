@@ -483,6 +483,54 @@ static void test_sample(void **state)
     free(one), free(l), free(sorted), free(allowed), free(bits);
 }
 
+/* The cuts on hard rows: every logit within 1e-4 of 5 (z values a few ulps apart, many exact ties),
+ * every logit equal, and a width that is not a multiple of 4 (rows not 16-byte aligned: the scalar
+ * loads). The same reference as test_sample. Not top-k and
+ * top-p together: with ties across the k-th token the device takes top-p of the whole tied set,
+ * the CPU sampler of exactly k of them (the documented difference at ties). */
+static void test_sample_narrow(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 77;
+    const int V = 4999, R = 8;
+    float *one = rand_floats((size_t)V, 1e-4f, &rng), *l = malloc((size_t)R * V * 4);
+    double *sorted = malloc((size_t)V * sizeof(double));
+    struct sample_ref q = {.pr = malloc((size_t)V * sizeof(double))};
+    struct {
+        float t, top_p;
+        int top_k;
+        int flat; /* every logit 5 */
+    } cases[] = {{1.0f, 0.6f, 0, 0}, {1.0f, 1.0f, 10, 0}, {0.7f, 0.9f, 0, 0}, {1.0f, 1.0f, 100, 0}, {1.0f, 0.5f, 0, 1},
+                 {1.0f, 1.0f, 7, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *row = malloc((size_t)V * 4);
+        for (int i = 0; i < V; i++)
+            row[i] = cases[c].flat ? 5.0f : 5.0f + one[i];
+        for (int r = 0; r < R; r++)
+            memcpy(l + (size_t)r * V, row, (size_t)V * 4);
+        float *dl = dev_copy(&p->gpu, l, (size_t)R * V * 4);
+        sample_ref_make(&q, row, V, NULL, cases[c].t, cases[c].top_p, cases[c].top_k, 0.0f, sorted);
+        struct sample_row sr[8];
+        for (int r = 0; r < R; r++)
+            sr[r] = (struct sample_row){.temperature = cases[c].t, .top_p = cases[c].top_p, .top_k = cases[c].top_k,
+                                        .u = ((float)r + 0.5f) / (float)R};
+        struct sample_row *dsr = dev_copy(&p->gpu, sr, sizeof sr);
+        int32_t ids[8], *dids = dev_copy(&p->gpu, ids, sizeof ids);
+        p->gpu.ops->sample(&p->gpu, dl, R, V, dsr, NULL, dids);
+        gpu_ok(&p->gpu);
+        p->gpu.ops->download(&p->gpu, ids, dids, sizeof ids);
+        int checked = 0;
+        for (int r = 0; r < R; r++)
+            checked += sample_ref_check(&q, V, cases[c].t, sr[r].u, ids[r], cases[c].flat ? "flat row" : "narrow row", r);
+        print_message("    %s T=%.1f top_p=%.1f top_k=%d: %d kept, %d/%d draws checked exactly\n",
+                      cases[c].flat ? "equal logits" : "logits within 1e-4", (double)cases[c].t,
+                      (double)cases[c].top_p, cases[c].top_k, q.keep, checked, R);
+        p->gpu.ops->free(&p->gpu, dsr), p->gpu.ops->free(&p->gpu, dids), p->gpu.ops->free(&p->gpu, dl);
+        free(row);
+    }
+    free(q.pr), free(one), free(l), free(sorted);
+}
+
 /* Log-probabilities beside the logits (base/logprobs.h the reference, through the CPU op): the
  * drawn token's and the k likeliest, rows masked or not, a row with -inf logits; ids exact,
  * values within 2e-5 (float sums on the device, double on the host). */
@@ -586,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_attn_prep),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_sample_narrow),
         cmocka_unit_test(test_logits_edit),
         cmocka_unit_test(test_logprobs),
     };

@@ -12,7 +12,10 @@
  * step downloads one id per row instead of a vocabulary of logits. The kept
  * set is the CPU sampler's (engine/sampler.c) up to ties at the cut; the
  * draw walks it in id order (the CPU walks it by descending probability),
- * so a seed gives a different but equally distributed text.
+ * so a seed gives a different but equally distributed text. One block a row:
+ * on the H100 (tools/bench_sample.c, a 152k row) greedy 21 us, temperature
+ * alone 57, but each top-k or top-p cut is 32 bisection passes over the row:
+ * ~1.0-1.4 ms (docs/lab/experiments.md: what was tried).
  */
 #include "backend/cuda/common/common.h"
 #include "backend/cuda/common/cuda_attn_prep.cuh"
@@ -226,6 +229,42 @@ __device__ __forceinline__ float masked_logit(const float *row, const uint32_t *
     return !mask || (__ldg(mask + (i >> 5)) >> (i & 31)) & 1u ? row[i] : -INFINITY;
 }
 
+/* f(i, masked logit i) for the ids this thread visits of a row, in no particular order: 16-byte
+ * loads, RV of them in flight a thread where the row is 16-byte aligned. One block reads a whole
+ * row; with one load in flight a thread the pass waits out an L2 round trip per 1024 values. */
+enum { RV = 4 };
+template <typename F>
+__device__ __forceinline__ void row_visit(const float *row, const uint32_t *mask, int vocab, F &&f)
+{
+    int rest = 0;
+    if (((uintptr_t)row & 15u) == 0) {
+        const int n4 = vocab / 4;
+        const float4 *r4 = (const float4 *)row;
+        for (int b = threadIdx.x; b < n4; b += RV * blockDim.x) {
+            float4 v[RV];
+#pragma unroll
+            for (int u = 0; u < RV; u++)
+                if (b + u * (int)blockDim.x < n4)
+                    v[u] = r4[b + u * blockDim.x];
+#pragma unroll
+            for (int u = 0; u < RV; u++) {
+                const int j = b + u * (int)blockDim.x;
+                if (j >= n4)
+                    continue;
+                const float e[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int i = 4 * j + q;
+                    f(i, !mask || (__ldg(mask + (i >> 5)) >> (i & 31)) & 1u ? e[q] : -INFINITY);
+                }
+            }
+        }
+        rest = n4 * 4;
+    }
+    for (int i = rest + threadIdx.x; i < vocab; i += blockDim.x)
+        f(i, masked_logit(row, mask, i));
+}
+
 /* Whether (v, i) comes before (w, j) in the top-k order: larger first, the lower id on ties. */
 __device__ __forceinline__ bool lp_before(float v, int i, float w, int j)
 {
@@ -322,13 +361,12 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     /* argmax (lowest id on ties) and the NaN guard */
     float best = -INFINITY;
     int bid = 0x7fffffff, nan = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = masked_logit(row, mask, i);
+    row_visit(row, mask, vocab, [&](int i, float v) {
         if (v != v)
             nan = 1;
         else if (v > best || (v == best && i < bid))
             best = v, bid = i;
-    }
+    });
     if (nan)
         atomicExch(&nan_seen, 1);
     for (int o = 16; o > 0; o >>= 1) {
@@ -395,12 +433,28 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
         tau = lo;
     }
     /* the draw, in id order over the kept set */
-    const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
-    const int i0 = threadIdx.x * chunk, i1 = min(vocab, i0 + chunk);
+    /* chunks of a multiple of 4 ids: 16-byte loads where the row is aligned, summed in id order */
+    const int chunk = ((vocab + (int)blockDim.x - 1) / (int)blockDim.x + 3) & ~3;
+    const int i0 = min(vocab, (int)threadIdx.x * chunk), i1 = min(vocab, i0 + chunk);
+    const bool vec = ((uintptr_t)row & 15u) == 0;
     float mine = 0.0f;
-    for (int i = i0; i < i1; i++) {
-        float z = (masked_logit(row, mask, i) - mx) * inv_t;
-        mine += z >= tau ? expf(z) : 0.0f;
+    for (int i = i0; i < i1; i += 4) {
+        float e[4];
+        if (vec && i + 4 <= i1) {
+            const float4 v = *(const float4 *)(row + i);
+            e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (i + q >= i1)
+                break;
+            const float l = vec && i + 4 <= i1 ? (!mask || (__ldg(mask + ((i + q) >> 5)) >> ((i + q) & 31)) & 1u
+                                                      ? e[q]
+                                                      : -INFINITY)
+                                               : masked_logit(row, mask, i + q);
+            const float z = (l - mx) * inv_t;
+            mine += z >= tau ? expf(z) : 0.0f;
+        }
     }
     /* inclusive scan of `mine` over the block: warp scan, then the warp totals */
     float incl = mine;
