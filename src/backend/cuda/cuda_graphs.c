@@ -122,7 +122,9 @@ bool cu_graph_capture_end(struct backend *be, uint64_t key)
     struct cuda_graph *n = &c->graphs[c->n_graphs++];
     *n = (struct cuda_graph){.key = key, .exec = exec, .last_use = ++c->graph_tick, .n_nodes = n_nodes,
                              .dev_bytes = (long long)free0 - (long long)free1,
-                             .host_bytes = rss0 >= 0 && rss1 >= 0 ? rss1 - rss0 : 0};
+                             /* the process's growth while instantiating: other threads' frees meanwhile
+                              * (a server's) can make it negative, read as none */
+                             .host_bytes = rss0 >= 0 && rss1 > rss0 ? rss1 - rss0 : 0};
     c->graph_dev_bytes += n->dev_bytes;
     c->graph_host_bytes += n->host_bytes;
     c->graph_captures++;
