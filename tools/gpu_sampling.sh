@@ -2,9 +2,8 @@
 # gpu_sampling.sh — on the GPU machine, one call: the sample kernel's variants side by side. The pack
 # .carry/sampling.tar.xz holds bench_sample_NAME and test_ops_common_cuda_NAME for each variant
 # (built here: main, and the branches sample-bisect-vec, sample-radix and sample-select with their
-# cuda_fused.cu); for
-# each NAME of NAMES its op tests (the sample cases) and then tools/bench_sample.c's table (the sample
-# op on flat and peaked 152k rows, 1 and 64 rows). A table last; logs in $OUT.
+# cuda_fused.cu); for each NAME of NAMES its op tests (the sample cases) and then tools/bench_sample.c's
+# table (the sample op on flat and peaked 152k rows, 1 and 64 rows). A table last; logs in $OUT.
 #
 #   carry [".carry/sampling.tar.xz", ".carry/lib"]    [NAMES="main bisectvec radix select"] [ITERS=30] tools/gpu_sampling.sh
 set -u
