@@ -18,7 +18,6 @@
 #include "base/timer.h"
 #ifdef MOESERVE_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
-#endif
 
 static uint64_t rng_next(uint64_t *s) /* splitmix64 */
 {
@@ -69,6 +68,7 @@ static int int_arg(int argc, char **argv, const char *name, int dflt)
             return atoi(argv[i + 1]);
     return dflt;
 }
+#endif
 
 int main(int argc, char **argv)
 {
