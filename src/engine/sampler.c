@@ -77,13 +77,24 @@ static int cmp_cand_desc(const void *a, const void *b)
     return x->id - y->id;
 }
 
-/* The draw among cand[0..m) (their unnormalised probabilities): top-k, min-p, top-p, then the
- * seeded uniform. */
+/* How many of cand[0..m) (sorted, descending) a cut after the first n keeps: n, and every later
+ * candidate as likely as the n-th, so that a tie at the cut never depends on the ids' order
+ * (transformers' top-k drops only what is below the k-th value; the device sampler keeps ties at
+ * each cut too). */
+static int cut_with_ties(const struct sampler_cand *cand, int m, int n)
+{
+    while (n < m && cand[n].p == cand[n - 1].p)
+        n++;
+    return n;
+}
+
+/* The draw among cand[0..m) (their unnormalised probabilities): top-k, min-p, top-p (ties at a
+ * cut kept), then the seeded uniform. */
 static enum status draw(struct sampler *s, int m, int32_t *token)
 {
     qsort(s->cand, (size_t)m, sizeof *s->cand, cmp_cand_desc);
     if (s->p.top_k > 0 && m > s->p.top_k)
-        m = s->p.top_k;
+        m = cut_with_ties(s->cand, m, s->p.top_k);
     if (s->p.min_p > 0) /* cand[0] is the likeliest; at least it stays */
         for (int i = 1; i < m; i++)
             if (s->cand[i].p < s->p.min_p * s->cand[0].p) {
@@ -99,7 +110,7 @@ static enum status draw(struct sampler *s, int m, int32_t *token)
     for (int i = 0; i < m; i++) {
         mass += s->cand[i].p;
         if (mass >= (double)s->p.top_p * total) {
-            keep = i + 1;
+            keep = cut_with_ties(s->cand, m, i + 1);
             break;
         }
     }

@@ -322,8 +322,9 @@ static void sample_ref_make(struct sample_ref *q, const float *l, int V, const b
     }
     qsort(sorted, (size_t)n, sizeof(double), cmp_desc);
     int keep = n;
-    if (top_k > 0 && top_k < n)
-        keep = top_k;
+    if (top_k > 0 && top_k < n) /* ties with the k-th stay, as in the CPU sampler */
+        for (keep = top_k; keep < n && sorted[keep] == sorted[keep - 1]; keep++)
+            ;
     for (int i = 1; min_p > 0 && i < keep; i++) /* sorted[0] is the likeliest: 1 */
         if (sorted[i] < min_p * sorted[0]) {
             keep = i;
@@ -485,9 +486,8 @@ static void test_sample(void **state)
 
 /* The cuts on hard rows: every logit within 1e-4 of 5 (z values a few ulps apart, many exact ties),
  * every logit equal, and a width that is not a multiple of 4 (rows not 16-byte aligned: the scalar
- * loads). The same reference as test_sample. Not top-k and
- * top-p together: with ties across the k-th token the device takes top-p of the whole tied set,
- * the CPU sampler of exactly k of them (the documented difference at ties). */
+ * loads). The same reference as test_sample: ties at a cut stay (top-k 100 with top-p keeps the
+ * tokens tied with the 100th, and takes top-p of them all). */
 static void test_sample_narrow(void **state)
 {
     struct pair *p = *state;
@@ -500,8 +500,8 @@ static void test_sample_narrow(void **state)
         float t, top_p;
         int top_k;
         int flat; /* every logit 5 */
-    } cases[] = {{1.0f, 0.6f, 0, 0}, {1.0f, 1.0f, 10, 0}, {0.7f, 0.9f, 0, 0}, {1.0f, 1.0f, 100, 0}, {1.0f, 0.5f, 0, 1},
-                 {1.0f, 1.0f, 7, 1}};
+    } cases[] = {{1.0f, 0.6f, 0, 0}, {1.0f, 1.0f, 10, 0}, {0.7f, 0.9f, 0, 0}, {1.0f, 1.0f, 100, 0},
+                 {0.7f, 0.9f, 100, 0}, {1.0f, 0.5f, 0, 1}, {1.0f, 1.0f, 7, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float *row = malloc((size_t)V * 4);
         for (int i = 0; i < V; i++)

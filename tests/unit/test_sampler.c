@@ -99,6 +99,35 @@ static void test_min_p(void **state)
     assert_true(seen[2] > 0); /* without min-p it occurs (~4%) */
 }
 
+/* Ties at a cut stay: top_k 2 over logits {3, 1, 1, 1, ...} keeps the three tokens tied at the
+ * second place (transformers' top-k, and the device sampler), and top_p 0.5 over {1, 1, 1, 1, -30...}
+ * keeps all four equal ones though two reach half the mass. */
+static void test_cut_ties(void **state)
+{
+    (void)state;
+    const float k_logits[V] = {3, 1, 1, 1, -30, -30, -30, -30}, p_logits[V] = {1, 1, 1, 1, -30, -30, -30, -30};
+    int seen[V] = {0};
+    struct sampler_params p = {.temperature = 1, .top_p = 1, .top_k = 2, .seed = 9};
+    struct sampler s;
+    assert_int_equal(sampler_init(&s, &p, V, NULL), STATUS_OK);
+    for (int i = 0; i < 3000; i++)
+        seen[pick(&s, k_logits)]++;
+    sampler_free(&s);
+    for (int i = 0; i < 4; i++)
+        assert_true(seen[i] > 0);
+    memset(seen, 0, sizeof seen);
+    p.top_k = 0;
+    p.top_p = 0.5f;
+    assert_int_equal(sampler_init(&s, &p, V, NULL), STATUS_OK);
+    for (int i = 0; i < 3000; i++)
+        seen[pick(&s, p_logits)]++;
+    sampler_free(&s);
+    for (int i = 0; i < 4; i++)
+        assert_true(seen[i] > 500); /* ~750 each */
+    for (int i = 4; i < V; i++)
+        assert_int_equal(seen[i], 0);
+}
+
 /* Sampling among a mask's ids draws what sampler_sample draws from the row with the rest at -inf,
  * the same stream consumed: greedy, temperature, top-k, top-p, min-p, a mask of one id. */
 static void test_masked(void **state)
@@ -190,6 +219,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bias), cmocka_unit_test(test_penalties),
                                        cmocka_unit_test(test_min_p), cmocka_unit_test(test_masked),
-                                       cmocka_unit_test(test_edits)};
+                                       cmocka_unit_test(test_edits), cmocka_unit_test(test_cut_ties)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,7 @@
  *
  * sample: temperature, top-k and top-p on the device, so a sampled decode
  * step downloads one id per row instead of a vocabulary of logits. The kept
- * set is the CPU sampler's (engine/sampler.c) up to ties at the cut; the
+ * set is the CPU sampler's (engine/sampler.c; both keep ties at a cut); the
  * draw walks it in id order (the CPU walks it by descending probability),
  * so a seed gives a different but equally distributed text. One block a row:
  * on the H100 (tools/bench_sample.c, a 152k row) greedy 21 us, temperature
