@@ -14,8 +14,10 @@
  * draw walks it in id order (the CPU walks it by descending probability),
  * so a seed gives a different but equally distributed text. One block a row:
  * on the H100 (tools/bench_sample.c, a 152k row) greedy 21 us, temperature
- * alone 57, but each top-k or top-p cut is 32 bisection passes over the row:
- * ~1.0-1.4 ms (docs/lab/experiments.md: what was tried).
+ * alone 57; the cuts by radix select (cut_search): top_p 0.9 673 us on a flat
+ * row / 327 on a peaked one, top_k 50 335 / 303, both 463 / 434 (the 32-pass
+ * bisections were 1264 / 1047, 877, 1857; docs/lab/experiments.md: the rest
+ * of what was tried). Still one block a row: the floor is one SM's passes.
  */
 #include "backend/cuda/common/common.h"
 #include "backend/cuda/common/cuda_attn_prep.cuh"
@@ -336,10 +338,161 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     }
 }
 
+/* The cuts of the sample kernel by radix select on z's bits: z as an ordered 32-bit key; the
+ * bits that every key of the candidates shares (from the smallest key: the largest is z = 0's)
+ * are fixed at once, then one pass over the row for each 12 bits left (at most three), each a
+ * histogram of those bits of the keys that share the bits fixed so far, weighted by 1 (top-k) or
+ * by p = exp(z) in fixed point (top-p: 2^-44 units, so the sums are integers and the same
+ * whatever order the atomics land in: one seed, one text). At the end the key is the exact z of
+ * the cut token. Fixing the shared bits first spreads a narrow row (every z within a few ulps
+ * of each other) over the bins instead of sending every atomic to one. Before, each cut was 32
+ * bisection passes over the row. */
+enum { CUT_BITS = 12, CUT_BINS = 1 << CUT_BITS };
+
+__device__ __forceinline__ uint32_t z_key(float z)
+{
+    const uint32_t b = __float_as_uint(z);
+    return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+__device__ __forceinline__ float key_z(uint32_t k)
+{
+    return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+}
+
+/* One histogram pass of cut_search: bins (key >> sh) & (nb - 1) of the keys of z >= lo whose bits
+ * above hs equal prefix's. Lanes of a warp adding to the same bin add once: the warp's lanes run
+ * every iteration together, group by bin (__match_any_sync), sum their measures (as two 22-bit
+ * halves) and the group's first lane adds them. Atomics lane by lane serialised on the few bins a
+ * language model's row fills (3.6 ms a 152k row on the H100, bench_sample). */
+template <bool MASS>
+__device__ void cut_hist(const float *row, const uint32_t *mask, int vocab, float mx, float inv_t, float lo,
+                         uint32_t prefix, int hs, int sh, int nb, unsigned long long *hist)
+{
+    const bool vec = ((uintptr_t)row & 15u) == 0;
+    const int lane = threadIdx.x % 32, per = vec ? 4 : 1, n = vec ? (vocab + 3) / 4 : vocab;
+    const int rounds = (n + (int)blockDim.x - 1) / (int)blockDim.x;
+    for (int r = 0; r < rounds; r++) {
+        const int it = r * (int)blockDim.x + (int)threadIdx.x;
+        float e[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        if (it < n) {
+            if (vec && 4 * it + 3 < vocab) {
+                const float4 v = ((const float4 *)row)[it];
+                e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+            } else {
+                for (int q = 0; q < per; q++)
+                    if (per * it + q < vocab)
+                        e[q] = row[per * it + q];
+            }
+        }
+        for (int q = 0; q < per; q++) {
+            const int i = per * it + q;
+            const bool in = it < n && i < vocab && (!mask || (__ldg(mask + (i >> 5)) >> (i & 31)) & 1u);
+            const float z = ((in ? e[q] : -INFINITY) - mx) * inv_t;
+            const uint32_t key = z_key(z);
+            const bool ok = z >= lo && (hs >= 32 || key >> hs == prefix >> hs);
+            const uint32_t bin = ok ? (key >> sh) & (uint32_t)(nb - 1) : 0xffffffffu;
+            const unsigned peers = __match_any_sync(0xffffffffu, bin);
+            if (bin == 0xffffffffu)
+                continue;
+            unsigned long long add = __popc(peers);
+            if (MASS) {
+                const unsigned long long m = __float2ull_rz(expf(z) * 0x1p44f);
+                const unsigned lo22 = __reduce_add_sync(peers, (unsigned)(m & 0x3fffffu)),
+                               hi22 = __reduce_add_sync(peers, (unsigned)(m >> 22));
+                add = ((unsigned long long)hi22 << 22) + lo22;
+            }
+            if (lane == __ffs(peers) - 1 && add)
+                atomicAdd(&hist[bin], add);
+        }
+    }
+}
+
+/* The largest z value t of the row such that the measure of {i : z_i >= t, z_i >= lo} reaches
+ * the target: k tokens (!MASS), or top_p of the measure of {z_i >= lo} (MASS); lo when the
+ * whole set does not reach it. hist: CUT_BINS counters in shared memory; st: 4 more. */
+template <bool MASS>
+__device__ float cut_search(const float *row, const uint32_t *mask, int vocab, float mx, float inv_t, float lo,
+                            float top_p, int k, unsigned long long *hist, unsigned long long *st)
+{
+    const int lane = threadIdx.x % 32;
+    /* the smallest candidate key: with z = 0's key (the row's max) it bounds every candidate */
+    uint32_t kmin = 0xffffffffu;
+    row_visit(row, mask, vocab, [&](int, float l) {
+        const float z = (l - mx) * inv_t;
+        if (z >= lo)
+            kmin = min(kmin, z_key(z));
+    });
+    for (int o = 16; o > 0; o >>= 1)
+        kmin = min(kmin, __shfl_xor_sync(0xffffffffu, kmin, o));
+    if (threadIdx.x == 0)
+        st[0] = 0xffffffffu;
+    __syncthreads();
+    if (lane == 0)
+        atomicMin(&st[0], (unsigned long long)kmin);
+    __syncthreads();
+    kmin = (uint32_t)st[0];
+    __syncthreads(); /* st[0] read by every thread */
+    const uint32_t kmax = z_key(0.0f);
+    if (kmin > kmax)
+        return lo; /* no candidate (lo above the max): nothing to cut */
+    int left = 32 - __clz((int)(kmin ^ kmax)); /* the bits still to find */
+    uint32_t prefix = left == 32 ? 0u : kmax & ~((1u << left) - 1u);
+    for (bool first = true; left > 0; first = false) {
+        const int w = left < CUT_BITS ? left : CUT_BITS, sh = left - w, nb = 1 << w, hs = sh + w;
+        for (int b = threadIdx.x; b < nb; b += blockDim.x)
+            hist[b] = 0;
+        __syncthreads();
+        cut_hist<MASS>(row, mask, vocab, mx, inv_t, lo, prefix, hs, sh, nb, hist);
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            /* lane L: bins [nb - (L + 1) per, nb - L per), walked from the top (nb < 32: lane 0 alone) */
+            const int per = nb >= 32 ? nb / 32 : (lane == 0 ? nb : 0), top = nb >= 32 ? nb - lane * per : nb;
+            unsigned long long mine = 0;
+            for (int b = top - 1; b >= top - per; b--)
+                mine += hist[b];
+            unsigned long long incl = mine;
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned long long v = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o)
+                    incl += v;
+            }
+            if (first) { /* st[0]: the measure above the band so far, st[1]: the target */
+                const unsigned long long total = __shfl_sync(0xffffffffu, incl, 31);
+                unsigned long long target = k;
+                if (MASS) {
+                    const double want = ceil((double)top_p * (double)total);
+                    target = want < 1.0 ? 1ull : (unsigned long long)want;
+                }
+                if (lane == 0)
+                    st[0] = 0, st[1] = target, st[2] = total >= target;
+            }
+            __syncwarp();
+            const unsigned long long need = st[1] - st[0];
+            const unsigned hit = __ballot_sync(0xffffffffu, per > 0 && st[2] && incl >= need);
+            if (hit && lane == __ffs(hit) - 1) {
+                unsigned long long acc = incl - mine;
+                int b = top - 1;
+                for (; b > top - per && acc + hist[b] < need; b--)
+                    acc += hist[b];
+                st[0] += acc;
+                st[3] = (unsigned long long)b;
+            }
+        }
+        __syncthreads();
+        if (!st[2])
+            return lo; /* fewer than k tokens (or no mass) at or above lo: no cut */
+        prefix |= (uint32_t)st[3] << sh;
+        left = sh;
+        __syncthreads(); /* st and hist read before the next level clears them */
+    }
+    return kmin == kmax ? 0.0f : key_z(prefix); /* one key: every candidate is z = 0 */
+}
+
 /* One block per row. z_i = (l_i - max) / T, p_i = exp(z_i) <= 1. The kept set is
- * {i : z_i >= tau}: tau is found by bisection in z (32 steps over [-88, 0], finer than any
- * probability that matters): first the top-k cut (the largest tau keeping >= k tokens), then
- * within it the top-p cut (the largest tau keeping >= top_p of the top-k mass). The draw
+ * {i : z_i >= tau, tau >= -88}: first the top-k cut (the largest tau keeping >= k tokens), then
+ * within it the top-p cut (the largest tau keeping >= top_p of the top-k mass), both by
+ * cut_search (exact z values of the row; ties at the cut kept). The draw
  * walks the kept tokens in id order: thread t owns ids [t*C, (t+1)*C), an exclusive scan of
  * the threads' kept mass finds the thread holding u * mass, which finds the token. A masked
  * row reads its logits through its mask: the ids it leaves out are -inf (never kept, never
@@ -351,6 +504,7 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     __shared__ float bv[32];
     __shared__ int bi[32];
     __shared__ int nan_seen, found;
+    __shared__ unsigned long long hist[CUT_BINS], st[4];
     const float *row = logits + (size_t)blockIdx.x * (size_t)vocab;
     const sample_row P = params[blockIdx.x];
     const uint32_t *mask =
@@ -392,46 +546,14 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     const float inv_t = 1.0f / P.temperature, mx = best;
     /* tau_k */
     float tau = -88.0f;
-    if (P.top_k > 0 && P.top_k < vocab) {
-        float lo = -88.0f, hi = 0.0f; /* count(z >= hi) >= 1 always (the max) */
-        for (int it = 0; it < 32; it++) {
-            float mid = 0.5f * (lo + hi);
-            float cnt = 0.0f;
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-                cnt += (masked_logit(row, mask, i) - mx) * inv_t >= mid ? 1.0f : 0.0f;
-            if (block_sumf(cnt, sh) >= (float)P.top_k)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        tau = lo;
-    }
+    if (P.top_k > 0 && P.top_k < vocab)
+        tau = cut_search<false>(row, mask, vocab, mx, inv_t, tau, 1.0f, P.top_k, hist, st);
     /* min-p within the top-k set: p_i >= min_p x p_max is z_i >= log(min_p) */
     if (P.min_p > 0.0f)
         tau = fmaxf(tau, logf(P.min_p));
     /* tau_p within the kept set */
-    if (P.top_p < 1.0f) {
-        float total = 0.0f;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            float z = (masked_logit(row, mask, i) - mx) * inv_t;
-            total += z >= tau ? expf(z) : 0.0f;
-        }
-        total = block_sumf(total, sh);
-        float lo = tau, hi = 0.0f;
-        for (int it = 0; it < 32; it++) {
-            float mid = 0.5f * (lo + hi);
-            float m = 0.0f;
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-                float z = (masked_logit(row, mask, i) - mx) * inv_t;
-                m += z >= mid ? expf(z) : 0.0f;
-            }
-            if (block_sumf(m, sh) >= P.top_p * total)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        tau = lo;
-    }
+    if (P.top_p < 1.0f)
+        tau = cut_search<true>(row, mask, vocab, mx, inv_t, tau, P.top_p, 0, hist, st);
     /* the draw, in id order over the kept set */
     /* chunks of a multiple of 4 ids: 16-byte loads where the row is aligned, summed in id order */
     const int chunk = ((vocab + (int)blockDim.x - 1) / (int)blockDim.x + 3) & ~3;
