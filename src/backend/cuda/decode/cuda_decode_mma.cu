@@ -66,7 +66,7 @@ __device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int
  * dynamic shared memory holds x's fragments then MG_WARPS areas of D / 128 groups. !SM: the
  * weights in registers, MOE_U groups in flight. */
 template <bool SM>
-__global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 4)
+__global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, int shared_e, float *act)
 {
