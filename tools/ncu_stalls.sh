@@ -8,14 +8,21 @@
 #
 # Prefill kernels: PROMPT_LEN=2048 DECODE=1 SKIP=0 COUNT=8 KERNELS='gemm_wgmma|attn_mma' (layer 0 of
 # the bench's warm-up prefill: q, k, v, attention, o, gate, up, down).
+# A model made on the device instead (no checkpoint): SYNTHETIC=glm5-slice LAYERS=2 BENCH_ARGS="--decode-context
+# 2048 --context-fill random" KERNELS='moe_gate_up|moe_down|gemv_mma|mla_' SKIP=100 COUNT=20.
 # Each variant's text report goes to $OUT/ncu_<name>.txt; a short table of the headline figures
-# (duration, issued IPC, warps per scheduler, the three largest stall reasons) is printed last.
+# (duration, DRAM throughput, issued IPC, warps per scheduler, the largest stall reasons) is printed last.
 set -u
 build=$(cd "${1:-build-dev}" && pwd) || exit 2
 out=${OUT:-/tmp/ncu_stalls}
 mkdir -p "$out"
 synth=${SYNTH_DIR:-/tmp/synth-30b-nvfp4}
-[ -f "$synth/.complete" ] || { echo "no synthetic checkpoint in $synth (tools/decode_iter.sh makes it)"; exit 2; }
+model=(--model "$synth")
+if [ -n "${SYNTHETIC:-}" ]; then
+    model=(--synthetic "$SYNTHETIC" --synthetic-layers "${LAYERS:-2}")
+else
+    [ -f "$synth/.complete" ] || { echo "no synthetic checkpoint in $synth (tools/decode_iter.sh makes it)"; exit 2; }
+fi
 kernels=${KERNELS:-moe_gate_up|moe_down}
 while IFS= read -r line; do
     [ -z "$line" ] && continue
@@ -28,8 +35,8 @@ while IFS= read -r line; do
         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section InstructionStats \
         --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats --section SourceCounters --print-units base \
         --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-        "$build/moeserve" bench --model "$synth" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" \
-        --decode "${DECODE:-16}" >"$out/ncu_$name.txt" 2>"$out/ncu_$name.err"
+        "$build/moeserve" bench "${model[@]}" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" \
+        --decode "${DECODE:-16}" ${BENCH_ARGS:-} >"$out/ncu_$name.txt" 2>"$out/ncu_$name.err"
     echo "== $name [$envs]"
     python3 - "$out/ncu_$name.txt" <<'PY'
 import re, sys
@@ -43,8 +50,8 @@ for p in parts[1:]:
     def metric(label):
         m = re.search(r"\n\s+" + re.escape(label) + r"\s+(\S+)\s+([\d.,]+)", p)
         return m.group(2) if m else "-"
-    print("%-40s %s dur %s ns, IPC issued %s, warps/sched %s, eligible %s, regs %s" % (
-        name, grid.group(0) if grid else "", metric("Duration"), metric("Issued Ipc Active"),
+    print("%-40s %s dur %s ns, dram %s%%, IPC issued %s, warps/sched %s, eligible %s, regs %s" % (
+        name, grid.group(0) if grid else "", metric("Duration"), metric("DRAM Throughput"), metric("Issued Ipc Active"),
         metric("Active Warps Per Scheduler"), metric("Eligible Warps Per Scheduler"),
         metric("Registers Per Thread")))
     st = re.findall(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio\s+\S*\s+([\d.]+)", p)

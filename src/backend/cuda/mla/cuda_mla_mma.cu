@@ -82,7 +82,9 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     const int ld = p.ld, RW = p.rows, nbs = PLAN_MLA_MMA_SCALE_BLOCKS(p.Dk);
     uint16_t *Qh = sm, *Ql = Qh + (size_t)RW * ld, *Kb = Ql + (size_t)RW * ld;
     float *Scb = (float *)(Kb + (size_t)(p.stages > 1 ? 2 : 1) * TN * ld); /* FP8: the tiles' scales */
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    /* each key slot's position in the cache's order (-1: none), for the softmax's mask */
+    __shared__ int kpos[2][64];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = (int)blockDim.x / 32;
     const int r0 = (warp >> 1) * 16, vh = warp & 1;
     const int t = blockIdx.x / p.head_blocks, h0 = (blockIdx.x % p.head_blocks) * RW, split = blockIdx.y;
     const int nh = p.H - h0 < RW ? p.H - h0 : RW;
@@ -97,26 +99,36 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     }
     const int Dk = p.Dk, ksteps = (Dk + 15) / 16, cpr = Dk / 8, q4 = ld / 4;
     /* the queries as hi + lo, 4 values a load, Q_BATCH loads a thread in flight before their
-     * stores (a block stages 37-74 KB from L2: ~36 loads a thread at 32 rows and 128 threads) */
-    for (int base = threadIdx.x; base < RW * q4; base += Q_BATCH * blockDim.x) {
-        float4 v[Q_BATCH];
+     * stores (a block stages 37-74 KB from L2: ~36 loads a thread at 32 rows and 128 threads).
+     * A thread's (row, float4) steps by blockDim.x float4s: carried along, not divided out per
+     * load (two divisions a load were a quarter of a batch-1 block's instructions) */
+    {
+        const int step_r = (int)blockDim.x / q4, step_c = (int)blockDim.x % q4;
+        int r = (int)threadIdx.x / q4, c = (int)threadIdx.x % q4;
+        for (int base = threadIdx.x; base < RW * q4; base += Q_BATCH * blockDim.x) {
+            float4 v[Q_BATCH];
+            int at[Q_BATCH]; /* the smem offset of the load, -1 past the rows */
 #pragma unroll
-        for (int u = 0; u < Q_BATCH; u++) {
-            const int i = base + u * blockDim.x, r = i / q4, d = (i % q4) * 4;
-            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < RW * q4 && r < nh && d < Dk)
-                v[u] = __ldg((const float4 *)(p.q + ((size_t)t * p.H + h0 + r) * Dk + d));
-        }
+            for (int u = 0; u < Q_BATCH; u++) {
+                const int d = c * 4;
+                at[u] = r < RW ? r * ld + d : -1;
+                v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (r < nh && d < Dk)
+                    v[u] = __ldg((const float4 *)(p.q + ((size_t)t * p.H + h0 + r) * Dk + d));
+                c += step_c, r += step_r;
+                if (c >= q4)
+                    c -= q4, r++;
+            }
 #pragma unroll
-        for (int u = 0; u < Q_BATCH; u++) {
-            const int i = base + u * blockDim.x, r = i / q4, d = (i % q4) * 4;
-            if (i >= RW * q4)
-                break;
-            uint32_t h0w, l0w, h1w, l1w;
-            mma_split_bf16x2(v[u].x, v[u].y, h0w, l0w);
-            mma_split_bf16x2(v[u].z, v[u].w, h1w, l1w);
-            *(uint2 *)(Qh + (size_t)r * ld + d) = make_uint2(h0w, h1w);
-            *(uint2 *)(Ql + (size_t)r * ld + d) = make_uint2(l0w, l1w);
+            for (int u = 0; u < Q_BATCH; u++) {
+                if (at[u] < 0)
+                    break;
+                uint32_t h0w, l0w, h1w, l1w;
+                mma_split_bf16x2(v[u].x, v[u].y, h0w, l0w);
+                mma_split_bf16x2(v[u].z, v[u].w, h1w, l1w);
+                *(uint2 *)(Qh + at[u]) = make_uint2(h0w, h1w);
+                *(uint2 *)(Ql + at[u]) = make_uint2(l0w, l1w);
+            }
         }
     }
     /* the key rows' pad columns past Dk are never loaded: zero once */
@@ -132,10 +144,10 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     auto load = [&](int k0, int buf) {
         const int nk = hi - k0 < TN ? hi - k0 : TN;
         uint16_t *dst = Kb + (size_t)buf * TN * ld;
-        /* a short tile's missing rows: zeros (weight 0 times whatever the buffer held could be NaN) */
-        for (int i = threadIdx.x; i < (TN - nk) * cpr; i += blockDim.x)
-            *(uint4 *)(dst + (size_t)(nk + i / cpr) * ld + (i % cpr) * 8) = make_uint4(0, 0, 0, 0);
         if constexpr (FP8) {
+            /* a short tile's missing rows: zeros (weight 0 times whatever the buffer held could be NaN) */
+            for (int i = threadIdx.x; i < (TN - nk) * cpr; i += blockDim.x)
+                *(uint4 *)(dst + (size_t)(nk + i / cpr) * ld + (i % cpr) * 8) = make_uint4(0, 0, 0, 0);
             const uint8_t *lat = (const uint8_t *)p.latent;
             for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
                 const int jj = i / cpr, d0 = (i % cpr) * 8, kp = sel ? sel[k0 + jj] : k0 + jj;
@@ -153,6 +165,8 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                 }
                 *(uint4 *)(dst + (size_t)jj * ld + d0) = v;
             }
+            for (int jj = threadIdx.x; jj < TN; jj += blockDim.x)
+                kpos[buf][jj] = jj < nk ? (sel ? sel[k0 + jj] : k0 + jj) : -1;
             /* the scales; 0 for missing and padded keys (their weight 0 must stay 0 in P V) */
             float *sc = Scb + (size_t)buf * TN * nbs;
             for (int i = threadIdx.x; i < TN * nbs; i += blockDim.x) {
@@ -161,13 +175,38 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                                             : 0.0f;
             }
         } else {
-            for (int i = threadIdx.x; i < nk * cpr; i += blockDim.x) {
-                int jj = i / cpr, c = i % cpr, kp = sel ? sel[k0 + jj] : k0 + jj;
-                if (kp < 0) { /* -1 padding: masked below, zeros meanwhile */
-                    *(uint4 *)(dst + (size_t)jj * ld + c * 8) = make_uint4(0, 0, 0, 0);
-                    continue;
+            /* KL rows a warp at a time: their positions, then their slots, each KL loads in flight
+             * together (a position -> block table -> row chain a chunk was the latency of a tile),
+             * then the lanes' 16-byte chunks of each row */
+            constexpr int KL = 4;
+            for (int j0 = warp * KL; j0 < TN; j0 += nwarps * KL) {
+                int kp[KL];
+#pragma unroll
+                for (int u = 0; u < KL; u++) {
+                    const int jj = j0 + u;
+                    kp[u] = jj < nk ? (sel ? __ldg(sel + k0 + jj) : k0 + jj) : -1;
                 }
-                cp_async16(dst + (size_t)jj * ld + c * 8, (const uint16_t *)p.latent + slot_of(kp) * Dk + c * 8);
+                size_t sl[KL];
+#pragma unroll
+                for (int u = 0; u < KL; u++)
+                    sl[u] = kp[u] >= 0 ? slot_of(kp[u]) : 0;
+#pragma unroll
+                for (int u = 0; u < KL; u++) {
+                    const int jj = j0 + u;
+                    if (jj >= TN)
+                        break;
+                    uint16_t *drow = dst + (size_t)jj * ld;
+                    if (lane == 0)
+                        kpos[buf][jj] = kp[u];
+                    if (kp[u] < 0) { /* past the tile or -1 padding: zeros (masked below) */
+                        for (int c = lane; c < cpr; c += 32)
+                            *(uint4 *)(drow + c * 8) = make_uint4(0, 0, 0, 0);
+                        continue;
+                    }
+                    const uint16_t *srow = (const uint16_t *)p.latent + sl[u] * Dk;
+                    for (int c = lane; c < cpr; c += 32)
+                        cp_async16(drow + c * 8, srow + c * 8);
+                }
             }
         }
         cp_async_commit(); /* FP8: an empty group, so the waits below count alike */
@@ -184,7 +223,6 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         load(lo, 0);
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = lo + it * TN, buf = p.stages > 1 ? (it & 1) : 0;
-        const int nk = hi - k0 < TN ? hi - k0 : TN;
         if (p.stages > 1 && it + 1 < n_tiles) {
             load(k0 + TN, buf ^ 1); /* the next tile streams in under this one */
             cp_async_wait_upto(1);
@@ -197,13 +235,15 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         const uint16_t *K = Kb + (size_t)buf * TN * ld;
         const float *Ksc = Scb + (size_t)buf * TN * nbs; /* FP8 */
 
-        float s[TN / 8][4], st[TN / 8][4]; /* st (FP8): one scale block's partial S */
+        /* st: FP8, one scale block's partial S; bf16, the lo half's products (their own chain: the
+         * hi and lo MMAs of a step into one accumulator made a chain of 2 x ksteps dependent MMAs) */
+        float s[TN / 8][4], st[TN / 8][4];
 #pragma unroll
         for (int n = 0; n < TN / 8; n++) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
             st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
         }
-        auto qk_step = [&](int kk, float (&acc)[TN / 8][4]) {
+        auto qk_step = [&](int kk, float (&acc_lo)[TN / 8][4], float (&acc)[TN / 8][4]) {
             uint32_t ah[4], al[4];
             const size_t qo = (size_t)(r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + kk * 16 + (lane >> 4) * 8;
             mma_ldsm_x4(ah, Qh + qo);
@@ -213,9 +253,9 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                 uint32_t b[4];
                 mma_ldsm_x4(b, K + (size_t)(n2 * 16 + (lane & 7) + (lane >> 4) * 8) * ld + kk * 16 +
                                    ((lane >> 3) & 1) * 8);
-                mma_bf16_16816(acc[2 * n2], al, b[0], b[1]);
+                mma_bf16_16816(acc_lo[2 * n2], al, b[0], b[1]);
                 mma_bf16_16816(acc[2 * n2], ah, b[0], b[1]);
-                mma_bf16_16816(acc[2 * n2 + 1], al, b[2], b[3]);
+                mma_bf16_16816(acc_lo[2 * n2 + 1], al, b[2], b[3]);
                 mma_bf16_16816(acc[2 * n2 + 1], ah, b[2], b[3]);
             }
         };
@@ -223,10 +263,10 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
             /* the latent columns block by block, each block's S times its scale; then the rope */
             for (int kk = 0; kk < ksteps; kk++) {
                 if (kk * 16 >= p.R) {
-                    qk_step(kk, s);
+                    qk_step(kk, s, s);
                     continue;
                 }
-                qk_step(kk, st);
+                qk_step(kk, st, st);
                 if ((kk + 1) * 16 == p.R || ((kk + 1) * 16) % KV_FP8_BLOCK == 0) {
                     const int blk = kk * 16 / KV_FP8_BLOCK;
 #pragma unroll
@@ -242,7 +282,12 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
         } else {
 #pragma unroll 2 /* the next step's ldmatrix issues under this step's MMAs */
             for (int kk = 0; kk < ksteps; kk++)
-                qk_step(kk, s);
+                qk_step(kk, st, s);
+#pragma unroll
+            for (int n = 0; n < TN / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[n][e] += st[n][e];
         }
         /* online softmax over this tile; the 4 lanes of a row reduce by shuffles */
         float mx_a = -INFINITY, mx_b = -INFINITY;
@@ -251,7 +296,7 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = n * 8 + 2 * (lane & 3) + (e & 1);
-                const bool ok = key < nk && (!sel || sel[k0 + key] >= 0);
+                const bool ok = kpos[buf][key] >= 0;
                 const float v = ok ? s[n][e] * p.scale : -INFINITY;
                 s[n][e] = v;
                 if (e < 2)
@@ -333,28 +378,37 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-    const int ra = r0 + lane / 4, rb = ra + 8, R = p.R;
+    const int ra = r0 + lane / 4, rb = ra + 8, R = p.R, os_ld = R + 8;
+    /* O through shared memory (the queries' area, free after the loop's last barrier; rows of R + 8
+     * floats: 2-way bank conflicts at most), then a warp a row: whole 256-byte spans a store where
+     * the fragments' stores left each 32 bytes across two sectors of the partial rows */
+    float *os = (float *)sm;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = half ? rb : ra;
         if (r >= nh)
             continue;
         const float m = half ? m_b : m_a, l = half ? l_b : l_a;
-        const size_t th = (size_t)t * p.H + h0 + r;
-        float *dst = p.n_splits == 1 ? p.out + th * R : p.part + ((size_t)split * p.n_tokens * p.H + th) * (R + 2) + 2;
         const float inv = p.n_splits == 1 ? 1.0f / l : 1.0f;
 #pragma unroll
         for (int j = 0; j < MAX_VT; j++) {
             if (j >= vt)
                 break;
             const int col = vcol + j * 8 + 2 * (lane & 3);
-            dst[col] = o[j][half * 2] * inv;
-            dst[col + 1] = o[j][half * 2 + 1] * inv;
+            *(float2 *)(os + r * os_ld + col) = make_float2(o[j][half * 2] * inv, o[j][half * 2 + 1] * inv);
         }
         if (p.n_splits > 1 && vh == 0 && (lane & 3) == 0) {
-            dst[-2] = m;
-            dst[-1] = l;
+            float *ml = p.part + ((size_t)split * p.n_tokens * p.H + (size_t)t * p.H + h0 + r) * (R + 2);
+            ml[0] = m;
+            ml[1] = l;
         }
+    }
+    __syncthreads();
+    for (int r = warp; r < nh; r += nwarps) {
+        const size_t th = (size_t)t * p.H + h0 + r;
+        float *dst = p.n_splits == 1 ? p.out + th * R : p.part + ((size_t)split * p.n_tokens * p.H + th) * (R + 2) + 2;
+        for (int c = 2 * lane; c < R; c += 64) /* R even (v_dim % 16 == 0): 8-byte aligned */
+            *(float2 *)(dst + c) = *(const float2 *)(os + r * os_ld + c);
     }
 }
 
