@@ -65,7 +65,7 @@ __device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int
  * at once, few registers), the kernel triggers its dependent right after its wait, and the
  * dynamic shared memory holds x's fragments then MG_WARPS areas of D / 128 groups. !SM: the
  * weights in registers, MOE_U groups in flight. */
-template <bool SM>
+template <bool SM, int TPW = 1>
 __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, int shared_e, float *act)
@@ -81,17 +81,16 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
     const int pair = blockIdx.y, slots = n_used + (shared_e >= 0), tok = pair / slots, slot = pair % slots;
     const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32;
     const int e = slot < n_used ? ids[(size_t)tok * n_used + slot] : shared_e;
-    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + wib) * 4;
+    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + wib) * 4 * TPW;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
-        if (lane < 4 && n0 + lane < I)
+        if (lane < 4 * TPW && n0 + lane < I)
             out[n0 + lane] = 0.0f;
         return;
     }
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
     const int G = (int)(D / 128);
-    float2 r;
     if constexpr (SM) {
         uint8_t *area = (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)G * RS8_GROUP_BYTES;
         int commits = 0;
@@ -101,20 +100,27 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
             [&] { commits = rows8_stage_async(w, row, row < I, D, 0, G, area, MOE_SMEM_BATCH); });
         __syncthreads();
         KT_MARK(2);
-        r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
+        const float2 r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
+        KT_MARK(3);
+        pdl_trigger(); /* late: see pdl_trigger() */
+        gate_up_finish(r, w, n0, I, out, lane);
     } else {
-        /* the first MOE_U weight groups in flight while x is staged, asked for after x */
+        /* the first MOE_U weight groups in flight while x is staged, asked for after x; the TPW
+         * tiles (rows n0 + 4 tt + g % 4) one stream of groups */
         chunk16 pre[MOE_U];
         xfrag_zeros_init();
         xfrag_stage_around<4>(xf, x + (size_t)tok * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
-                              [&] { rows8_prefetch<MOE_U>(w, row, row < I, D, 0, G, pre); });
+                              [&] { rows8_stream_prefetch<MOE_U, TPW>(w, row, I, D, 0, G, pre, 4); });
         __syncthreads();
         KT_MARK(2);
-        r = rows8_dot_range<MOE_U>(w, row, row < I, D, xf, 0, G, pre);
+        float2 rt[TPW];
+        rows8_stream_dot<MOE_U, TPW>(w, row, I, D, xf, 0, G, pre, rt, 4);
+        KT_MARK(3);
+        pdl_trigger(); /* late: see pdl_trigger() */
+#pragma unroll
+        for (int tt = 0; tt < TPW; tt++)
+            gate_up_finish(rt[tt], w, n0 + 4 * tt, I, out, lane);
     }
-    KT_MARK(3);
-    pdl_trigger(); /* late: see pdl_trigger() */
-    gate_up_finish(r, w, n0, I, out, lane);
     KT_END(decode_mma, 0);
 }
 
@@ -162,18 +168,15 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         const cuda_wdev w = table[2 * n_experts + e];
         __syncwarp();
         xfrag_stage_around<6>(mine, act + ((size_t)t * slots + j) * (size_t)I, (int)I, lane, 32,
-                              [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, 0, GI, pre); });
+                              [&] { rows8_stream_prefetch<UD, TPW>(w, n0 + g, D, I, 0, GI, pre); });
         __syncwarp();
         if (j == 0)
             KT_MARK(2);
+        float2 r[TPW];
+        rows8_stream_dot<UD, TPW>(w, n0 + g, D, I, mine, 0, GI, pre, r);
 #pragma unroll
-        for (int tt = 0; tt < TPW; tt++) {
-            const int64_t row = n0 + 8 * tt + g;
-            if (tt > 0)
-                rows8_prefetch<UD>(w, row, row < D, I, 0, GI, pre);
-            const float2 r = rows8_dot_range<UD>(w, row, row < D, I, mine, 0, GI, pre);
-            slot_part_put(part[tt], j, r, true, 0x1p62f * w.scale2, w.bias, n0 + 8 * tt, D, lane);
-        }
+        for (int tt = 0; tt < TPW; tt++)
+            slot_part_put(part[tt], j, r[tt], true, 0x1p62f * w.scale2, w.bias, n0 + 8 * tt, D, lane);
         if (j == 0)
             KT_MARK(3);
     }
@@ -182,17 +185,14 @@ __global__ void __launch_bounds__(MD_THREADS, 2)
         const int g0 = GI * wib / MD_WARPS, g1 = GI * (wib + 1) / MD_WARPS;
         __syncwarp();
         xfrag_stage_around_span<2>(mine, act + ((size_t)t * slots + n_used) * (size_t)I, 32 * g0, 32 * g1, lane, 32,
-                                   [&] { rows8_prefetch<UD>(w, n0 + g, n0 + g < D, I, g0, g1, pre); });
+                                   [&] { rows8_stream_prefetch<UD, TPW>(w, n0 + g, D, I, g0, g1, pre); });
         __syncwarp();
+        float2 r[TPW];
+        rows8_stream_dot<UD, TPW>(w, n0 + g, D, I, mine, g0, g1, pre, r);
 #pragma unroll
-        for (int tt = 0; tt < TPW; tt++) {
-            const int64_t row = n0 + 8 * tt + g;
-            if (tt > 0)
-                rows8_prefetch<UD>(w, row, row < D, I, g0, g1, pre);
-            const float2 r = rows8_dot_range<UD>(w, row, row < D, I, mine, g0, g1, pre);
-            slot_part_put(part_sh[tt], wib, r, true, 0x1p62f * w.scale2, wib == 0 ? w.bias : nullptr, n0 + 8 * tt,
+        for (int tt = 0; tt < TPW; tt++)
+            slot_part_put(part_sh[tt], wib, r[tt], true, 0x1p62f * w.scale2, wib == 0 ? w.bias : nullptr, n0 + 8 * tt,
                           D, lane);
-        }
     }
     pdl_trigger(); /* late: see pdl_trigger() */
     __syncthreads();
@@ -479,6 +479,31 @@ int down_tiles_per_block(int64_t D, int n_tokens, size_t smem, cudaError_t *err)
     return best;
 }
 
+/* The register-form gate/up kernel's row tiles a warp: 2 where one tile a warp is more than one
+ * resident wave and two are not (GLM-5's 9 pairs x 2048 rows at one token: 1152 blocks, 1.75
+ * waves at 5 an SM on an H100; each block stages x, 24 KB, and ramps its loads again), else 1
+ * (Qwen3-30B-A3B's 384 blocks are one wave). Sets its dynamic shared memory attribute. */
+int gate_up_tiles_per_warp(int64_t I, int pairs, size_t smem, cudaError_t *err)
+{
+    int dev = 0, sms = 0, per_sm = 0;
+    *err = cudaGetDevice(&dev);
+    if (*err == cudaSuccess)
+        *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    for (int tpw = 1; tpw <= 2 && *err == cudaSuccess; tpw++) {
+        void (*k)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, int, int, float *) =
+            tpw == 2 ? moe_gate_up_mma_kernel<false, 2> : moe_gate_up_mma_kernel<false, 1>;
+        if (smem > 48 * 1024 &&
+            (*err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+            return 1;
+        if ((*err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MG_THREADS, smem)) != cudaSuccess)
+            return 1;
+        const int64_t blocks = (I + 4 * MG_WARPS * tpw - 1) / (4 * MG_WARPS * tpw) * (int64_t)pairs;
+        if (per_sm == 0 || blocks <= (int64_t)per_sm * sms)
+            return per_sm == 0 ? 1 : tpw;
+    }
+    return *err == cudaSuccess ? 2 : 1;
+}
+
 /* The register form (moe_gate_up_mma_kernel<false>, moe_down_mma_kernel); shared_e >= 0: each
  * token's shared expert as one more slot. */
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
@@ -488,9 +513,8 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
     cudaError_t e = cudaSuccess;
-    if (smem1 > 48 * 1024)
-        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem1);
+    const int slots = n_used + (shared_e >= 0);
+    const int gtpw = gate_up_tiles_per_warp(d_expert, n_tokens * slots, smem1, &e);
     if (e != cudaSuccess)
         return e;
     void (*down)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int, int,
@@ -499,10 +523,10 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     if (e != cudaSuccess)
         return e;
     down = tpw == 3 ? moe_down_mma_kernel<3> : tpw == 2 ? moe_down_mma_kernel<2> : moe_down_mma_kernel<1>;
-    const int rows_per_block = 4 * MG_WARPS, slots = n_used + (shared_e >= 0);
+    const int rows_per_block = 4 * MG_WARPS * gtpw;
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * slots));
-    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<false>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
-                   d_expert, d_model, x, ids, n_used, shared_e, act);
+    e = launch_pdl(pdl != 0, gtpw == 2 ? moe_gate_up_mma_kernel<false, 2> : moe_gate_up_mma_kernel<false, 1>, g1,
+                   dim3(MG_THREADS), smem1, stream, table, n_experts, d_expert, d_model, x, ids, n_used, shared_e, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);

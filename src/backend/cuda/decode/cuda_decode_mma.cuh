@@ -269,6 +269,77 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
     return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
 }
 
+/* TPW row tiles of a warp as one stream of chunk groups (tile 0's [g0, g1), then tile 1's, ...;
+ * tile tt is rows row0 + stride tt, row0 being the lane's row of tile 0, rows >= D absent): the loads
+ * roll across the tiles' boundaries, so a tile's first groups are in flight while the previous
+ * tile's last are multiplied, where rows8_dot_range per tile drains its window at each tile's end
+ * and waits a whole round trip for the next. The stream's first U groups (tile 0's, then tile
+ * 1's where a tile has fewer): */
+template <int U, int TPW>
+__device__ __forceinline__ void rows8_stream_prefetch(const cuda_wdev &w, int64_t row0, int64_t D, int64_t K, int g0,
+                                                      int g1, chunk16 (&q)[U], int stride = 8)
+{
+    const int t = threadIdx.x % 4;
+    int tt = 0, gi = g0;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t row = row0 + (int64_t)stride * tt;
+        q[u] = load_chunk(w, row, 4 * gi + t, K, tt < TPW && row < D && gi < g1);
+        if (++gi >= g1)
+            gi = g0, tt++;
+    }
+}
+
+/* ... and its sums: res[tt] = rows8_dot_range's result for tile tt, the same sums in the same
+ * order (so the same bits); pre = rows8_stream_prefetch's groups. */
+template <int U, int TPW>
+__device__ __forceinline__ void rows8_stream_dot(const cuda_wdev &w, int64_t row0, int64_t D, int64_t K,
+                                                 const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U],
+                                                 float2 (&res)[TPW], int stride = 8)
+{
+    const int lane = threadIdx.x % 32, t = lane % 4;
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+    chunk16 q[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        q[u] = pre[u];
+#pragma unroll
+    for (int k = 0; k < TPW; k++)
+        res[k] = make_float2(0.f, 0.f);
+    if (g1 <= g0)
+        return;
+    int ct = 0, cg = g0, lt = 0, lg = g0; /* the group multiplied next, the group loaded next */
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (++lg >= g1)
+            lg = g0, lt++;
+    while (ct < TPW) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (ct < TPW) {
+                chunk_mma(q[u], xfrag_group(xf, cg, lane), lane, d0, d1);
+                if (lt < TPW) {
+                    const int64_t row = row0 + (int64_t)stride * lt;
+                    q[u] = load_chunk(w, row, 4 * lg + t, K, row < D);
+                    if (++lg >= g1)
+                        lg = g0, lt++;
+                }
+                if (++cg >= g1) {
+                    const float2 r = make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
+#pragma unroll
+                    for (int k = 0; k < TPW; k++)
+                        if (k == ct)
+                            res[k] = r;
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        d0[e] = d1[e] = 0.f;
+                    cg = g0, ct++;
+                }
+            }
+        }
+    }
+}
+
 /* Weights staged through shared memory instead of registers (the smem_tpw form of the MoE pair
  * kernels, which the backend runs from 2 tokens): cp.async copies global memory into shared
  * memory without holding a register until the data arrives, so a warp has all of its rows in
