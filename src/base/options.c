@@ -26,9 +26,14 @@ enum status options_read(struct options *o, struct err *err)
         o->smem_budget = (size_t)v;
     }
     if ((s = env("MOESERVE_ATTN_SPLITS"))) {
-        if (strcmp(s, "none") != 0)
-            return err_set(err, STATUS_INVALID, "MOESERVE_ATTN_SPLITS=\"%s\": the only value is \"none\"", s);
-        o->attn_splits_none = true;
+        char *end = NULL;
+        errno = 0;
+        long v = strcmp(s, "none") == 0 ? 0 : strtol(s, &end, 10);
+        if (strcmp(s, "none") != 0 && (errno || !end || *end || v < 1 || v > 64))
+            return err_set(err, STATUS_INVALID, "MOESERVE_ATTN_SPLITS=\"%s\": expected \"none\" or a split count 1..64",
+                           s);
+        o->attn_splits_none = v == 0;
+        o->attn_splits = (int)v;
     }
     s = env("MOESERVE_NO_GRAPHS");
     o->no_graphs = s && strcmp(s, "0") != 0;

@@ -11,7 +11,8 @@
  *   MOESERVE_SMEM_BUDGET  shared-memory budget per block in bytes (tests: the sm_120 tiles on a
  *                         larger GPU); --smem-budget where a command has it
  *   MOESERVE_ATTN_SPLITS  "none": never split the attention's keys (tests: the golden fixtures
- *                         then reach the prefill attention kernels)
+ *                         then reach the prefill attention kernels); N: always N splits where the
+ *                         kernel splits (measuring the plan's split rule)
  *   MOESERVE_NO_GRAPHS    "1": every pass runs op by op (measuring what graphs save, debugging)
  *   MOESERVE_CUDA_FORCE   "op[@bucket]:kernel,...": run these kernels instead of the plan's
  *                         choice (measuring); validated against the kernel registry; a plan
@@ -36,6 +37,7 @@ struct options {
     const char *api_key;    /* NULL when unset; "" is kept (serve refuses it) */
     size_t smem_budget;     /* 0: the device's own */
     bool attn_splits_none;
+    int attn_splits;        /* MOESERVE_ATTN_SPLITS=N; 0 when unset or "none" */
     bool no_graphs;
     const char *cuda_force; /* "" when unset */
     const char *trace_out;  /* "" when unset */

@@ -295,6 +295,8 @@ enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_
         c->sm_count = 1;
     if (opt.attn_splits_none)
         c->force_splits = -1;
+    else if (opt.attn_splits > 0)
+        c->force_splits = opt.attn_splits;
     configure_from_plan(c);
     LOG_DEBUG("cuda: %s", cuda_build_arch_list());
     const struct plan_dispatch *d1 = plan_dispatch_for(&c->plan, PLAN_OP_MOE_EXPERTS, 1, c->plan.weights.experts),

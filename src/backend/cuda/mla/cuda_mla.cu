@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(MERGE_COLS) mla_merge_kernel(const float *part
     if (d >= R)
         return;
     float a = 0.0f;
-#pragma unroll 8
+#pragma unroll 16 /* 16 L2 loads a thread in flight (8: 8 round trips for 64 splits) */
     for (int s = 0; s < n_splits; s++) {
         const float v = p0[s * stride + 2 + d], w = wsplit[s];
         a += w != 0.0f ? v * w : 0.0f; /* an empty split's values are not read into the sum */
