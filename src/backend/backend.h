@@ -59,6 +59,13 @@ struct rope_args {
     const float *inv_freq;  /* (dim/2) */
 };
 
+/* One tensor of a rope_multi call: x[t, h * head_stride + offset ...] for h < n_heads. */
+enum { ROPE_MAX_JOBS = 4 };
+struct rope_job {
+    float *x;
+    int n_heads, head_stride, offset;
+};
+
 enum route_score { ROUTE_SOFTMAX, ROUTE_SIGMOID };
 
 struct route_args {
@@ -291,6 +298,10 @@ struct backend_ops {
      * (q/k/v) in one pass where the backend can. */
     void (*linear_multi)(struct backend *be, int n_w, const struct weight *const *ws, const float *x, int m,
                          float *const *ys);
+    /* rope on each of n_jobs <= ROPE_MAX_JOBS tensors at the same positions (args->offset unused:
+     * each job's own), as that many rope calls would give, in one pass. */
+    void (*rope_multi)(struct backend *be, int n_jobs, const struct rope_job *jobs, int n_tokens,
+                       const struct rope_args *args, const int32_t *pos);
     /* Per token: per-head RMSNorm of q and k (skipped when q_norm is NULL), RoPE on both, then
      * k and v into the cache slots: rmsnorm + rope + rope + kv_store in one op. */
     void (*attn_prep)(struct backend *be, float *q, float *k, const float *v, int n_tokens, int n_heads,

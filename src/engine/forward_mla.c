@@ -124,14 +124,16 @@ static void mla_rope(struct forward *f, float *x, int n, int n_heads, int stride
  * them all without scoring): what runs never depends on the positions, so a captured
  * sequence of ops stays valid as the context grows past index_topk. */
 static void mla_select(struct forward *f, int n, const struct layer_weights *lw, const struct attn_batch *ab,
-                       const struct paged_latent *kv)
+                       const struct paged_latent *kv, bool have_q)
 {
     const struct model_desc *d = f->d;
     struct backend *be = f->be;
     struct forward_mla *m = f->mla;
     int HI = d->index_n_heads, DI = d->index_head_dim;
-    be->ops->linear(be, &lw->idx_wq, m->cq, n, m->idx_q);
-    mla_rope(f, m->idx_q, n, HI, DI, 0); /* the indexer's rope dims come first (spec D.4) */
+    if (!have_q) { /* else made beside q and roped with it (forward_mla_attention) */
+        be->ops->linear(be, &lw->idx_wq, m->cq, n, m->idx_q);
+        mla_rope(f, m->idx_q, n, HI, DI, 0); /* the indexer's rope dims come first (spec D.4) */
+    }
     be->ops->linear(be, &lw->idx_wproj, f->x, n, m->idx_w);
     struct dsa_args da = {.n_heads = HI, .head_dim = DI, .topk = d->index_topk,
                           .head_scale = 1.0f / sqrtf((float)HI), .score_scale = 1.0f / sqrtf((float)DI)};
@@ -180,25 +182,48 @@ void forward_mla_attention(struct forward *f, int n, int l)
         }
     }
 
-    /* queries: c_q (kept for the indexer), then per-head q with its rope dims rotated */
+    /* queries: c_q (kept for the indexer), then per-head q; the indexer's query from the same
+     * c_q in the same pass where the backend takes several weights */
     be->ops->rmsnorm(be, m->cq, lw->q_a_norm, n, d->q_lora_rank, MLA_LATENT_EPS, m->cq);
-    be->ops->linear(be, &lw->q_b, m->cq, n, m->q);
-    mla_rope(f, m->q, n, H, nope + rope, nope);
+    const bool idx_q_now = lw->has_indexer && be->ops->linear_multi;
+    if (idx_q_now) {
+        const struct weight *ws[2] = {&lw->q_b, &lw->idx_wq};
+        float *ys[2] = {m->q, m->idx_q};
+        be->ops->linear_multi(be, 2, ws, m->cq, n, ys);
+    } else {
+        be->ops->linear(be, &lw->q_b, m->cq, n, m->q);
+    }
+    int DI = d->index_head_dim, HI = d->index_n_heads;
+    if (lw->has_indexer)
+        be->ops->layernorm(be, m->idx_k, lw->idx_k_norm_w, lw->idx_k_norm_b, n, DI, DSA_KEY_NORM_EPS, m->idx_k);
+
+    /* the rope dims of q, of this token's latent row and of the indexer's key (and query): they
+     * share the positions, so one pass where the backend has it (the indexer's rope dims come
+     * first, spec D.4) */
+    struct rope_job jobs[ROPE_MAX_JOBS] = {{m->q, H, nope + rope, nope}, {m->ckv, 1, R + rope, R}};
+    int n_jobs = 2;
+    if (lw->has_indexer)
+        jobs[n_jobs++] = (struct rope_job){m->idx_k, 1, DI, 0};
+    if (idx_q_now)
+        jobs[n_jobs++] = (struct rope_job){m->idx_q, HI, DI, 0};
+    if (be->ops->rope_multi) {
+        const struct rope_desc *r = &d->rope;
+        struct rope_args ra = {.dim = r->dim, .offset = 0, .interleaved = r->layout == ROPE_INTERLEAVED,
+                               .attention_factor = r->attention_factor, .inv_freq = f->inv_freq};
+        be->ops->rope_multi(be, n_jobs, jobs, n, &ra, f->d_pos);
+    } else {
+        for (int j = 0; j < n_jobs; j++)
+            mla_rope(f, jobs[j].x, n, jobs[j].n_heads, jobs[j].head_stride, jobs[j].offset);
+    }
 
     /* this token's latent row and indexer key, into the cache */
-    mla_rope(f, m->ckv, n, 1, R + rope, R);
-    if (lw->has_indexer) {
-        int DI = d->index_head_dim;
-        be->ops->layernorm(be, m->idx_k, lw->idx_k_norm_w, lw->idx_k_norm_b, n, DI, DSA_KEY_NORM_EPS, m->idx_k);
-        mla_rope(f, m->idx_k, n, 1, DI, 0);
-    }
     be->ops->mla_store(be, kv, m->ckv, lw->kv_a_norm, MLA_LATENT_EPS, lw->has_indexer ? m->idx_k : NULL, n,
                        f->d_slots);
 
     struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
                             .max_blocks = f->max_blocks};
     if (lw->has_indexer)
-        mla_select(f, n, lw, &ab, kv);
+        mla_select(f, n, lw, &ab, kv, idx_q_now);
     /* INDEXER_SHARED: the last full layer's selection stands (layer 0 is always full);
      * INDEXER_NONE (MLA without DSA): every causal key */
     bool dense = d->layers[l].indexer == INDEXER_NONE;

@@ -119,6 +119,56 @@ static void test_rope(void **state)
     }
 }
 
+/* rope_multi against the CPU's rope on each tensor: GLM-5's four at one and at 7 tokens (64
+ * query heads of 256 with the rope dims last, the latent row's 64 after 512, the indexer's
+ * key and 32 query heads of 128 with the rope dims first), and a pair with YaRN's factor. */
+static void test_rope_multi(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 19;
+    int32_t pos[7];
+    float inv[32];
+    for (int i = 0; i < 32; i++)
+        inv[i] = powf(10000.0f, -2.0f * (float)i / 64.0f);
+    float *dinv = dev_copy(&p->gpu, inv, sizeof inv);
+    struct {
+        int heads, stride, offset;
+    } glm[] = {{64, 256, 192}, {1, 576, 512}, {1, 128, 0}, {32, 128, 0}}, two[] = {{3, 96, 32}, {2, 64, 0}};
+    for (int c = 0; c < 3; c++) {
+        const int T = c == 0 ? 1 : 7, nj = c < 2 ? 4 : 2, inter = c == 2;
+        const float af = c == 2 ? 1.25f : 1.0f;
+        for (int t = 0; t < T; t++)
+            pos[t] = (int32_t)(rng_next(&rng) % 40000);
+        int32_t *dpos = dev_copy(&p->gpu, pos, (size_t)T * sizeof pos[0]);
+        struct rope_job jobs[ROPE_MAX_JOBS];
+        float *x[ROPE_MAX_JOBS];
+        size_t n[ROPE_MAX_JOBS];
+        for (int j = 0; j < nj; j++) {
+            const int h = c < 2 ? glm[j].heads : two[j].heads, hs = c < 2 ? glm[j].stride : two[j].stride;
+            n[j] = (size_t)T * (size_t)h * (size_t)hs;
+            x[j] = rand_floats(n[j], 1.0f, &rng);
+            jobs[j] = (struct rope_job){dev_copy(&p->gpu, x[j], n[j] * 4), h, hs, c < 2 ? glm[j].offset : two[j].offset};
+        }
+        struct rope_args a = {.dim = 64, .offset = 0, .interleaved = inter != 0, .attention_factor = af,
+                              .inv_freq = dinv};
+        p->gpu.ops->rope_multi(&p->gpu, nj, jobs, T, &a, dpos);
+        gpu_ok(&p->gpu);
+        a.inv_freq = inv;
+        for (int j = 0; j < nj; j++) {
+            a.offset = jobs[j].offset;
+            p->cpu.ops->rope(&p->cpu, x[j], T, jobs[j].n_heads, jobs[j].head_stride, &a, pos);
+            float *got = fetch(&p->gpu, jobs[j].x, n[j]);
+            char what[64];
+            snprintf(what, sizeof what, "rope_multi case %d job %d", c, j);
+            check_close(what, got, x[j], n[j], TOL_F32);
+            free(got), free(x[j]);
+            p->gpu.ops->free(&p->gpu, jobs[j].x);
+        }
+        p->gpu.ops->free(&p->gpu, dpos);
+    }
+    p->gpu.ops->free(&p->gpu, dinv);
+}
+
 static void test_silu_mul_add(void **state)
 {
     struct pair *p = *state;
@@ -629,6 +679,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_add_rmsnorm),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_multi),
         cmocka_unit_test(test_silu_mul_add),
         cmocka_unit_test(test_kv_store),
         cmocka_unit_test(test_attn_prep),

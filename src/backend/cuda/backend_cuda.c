@@ -103,6 +103,7 @@ static const struct backend_ops CUDA_OPS = {
     .moe_mask_ids = cu_moe_mask_ids,
     .add = cu_add,
     .linear_multi = cu_linear_multi,
+    .rope_multi = cu_rope_multi,
     .attn_prep = cu_attn_prep,
     .argmax = cu_argmax,
     .sample = cu_sample,

@@ -163,6 +163,8 @@ void cu_logits_edit(struct backend *be, float *logits, int rows, int vocab, cons
 void cu_rmsnorm(struct backend *be, const float *x, const float *w, int rows, int dim, float eps, float *y);
 void cu_add_rmsnorm(struct backend *be, float *h, const float *delta, const float *w, int rows, int dim, float eps, float *y);
 void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_stride, const struct rope_args *args, const int32_t *pos);
+void cu_rope_multi(struct backend *be, int n_jobs, const struct rope_job *jobs, int n_tokens,
+                   const struct rope_args *args, const int32_t *pos);
 void cu_kv_store(struct backend *be, const struct paged_kv *kv, const float *k, const float *v, int n_tokens, const int32_t *slots);
 void cu_attention(struct backend *be, const float *q, const struct paged_kv *kv, const struct attn_batch *b, int n_heads, float scale, float *out);
 void cu_silu_mul(struct backend *be, const float *gate, const float *up, int rows, int dim, float *out);

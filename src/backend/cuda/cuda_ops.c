@@ -82,6 +82,13 @@ void cu_rope(struct backend *be, float *x, int n_tokens, int n_heads, int head_s
     CHECK(c, cuda_rope(c->stream, x, n_tokens, n_heads, head_stride, args, pos, c->pdl));
 }
 
+void cu_rope_multi(struct backend *be, int n_jobs, const struct rope_job *jobs, int n_tokens,
+                   const struct rope_args *args, const int32_t *pos)
+{
+    struct cuda_backend *c = cuda_ctx(be);
+    CHECK(c, cuda_rope_multi(c->stream, n_jobs, jobs, n_tokens, args, pos, c->pdl));
+}
+
 void cu_kv_store(struct backend *be, const struct paged_kv *kv, const float *k, const float *v,
                         int n_tokens, const int32_t *slots)
 {

@@ -66,6 +66,9 @@ cudaError_t cuda_add_rmsnorm(cudaStream_t stream, float *h, const float *delta, 
 /* args is a host struct; args->inv_freq and pos are device pointers. */
 cudaError_t cuda_rope(cudaStream_t stream, float *x, int n_tokens, int n_heads, int head_stride,
                       const struct rope_args *args, const int32_t *pos, int pdl);
+/* jobs: host array of n_jobs <= ROPE_MAX_JOBS (args->offset unused: each job's own) */
+cudaError_t cuda_rope_multi(cudaStream_t stream, int n_jobs, const struct rope_job *jobs, int n_tokens,
+                            const struct rope_args *args, const int32_t *pos, int pdl);
 
 /* ---- cuda_ktrace.cu (diagnostics, see cuda_ktrace.cuh) ---- */
 /* Writes the kernels' per-block phase records to path (a warning when built without
