@@ -235,6 +235,13 @@ __device__ __forceinline__ void rows8_prefetch(const cuda_wdev &w, int64_t row, 
         q[u] = load_chunk(w, row, 4 * (g0 + u) + t, K, ok && g0 + u < g1);
 }
 
+/* A warp tile's two accumulators as the sums of rows 2t, 2t + 1: C rows g (x's hi) and g + 8 (its
+ * lo) of columns 2t, 2t + 1, token g's in lanes 4g .. 4g + 3. */
+__device__ __forceinline__ float2 rows8_result(const float (&d0)[4], const float (&d1)[4])
+{
+    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
+}
+
 /* Row g (of the warp's 8) of weight w, row index `row` (ok: it exists), dotted with x over the
  * chunk groups [g0, g1) (a group: 4 chunks, 128 k; fragments xf for the whole K), the first
  * U groups already in pre, U more per round after: returns in lanes 0..3 the raw sums of rows
@@ -265,8 +272,7 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
             }
         }
     }
-    /* C rows g (x's hi) and g + 8 (its lo) of columns 2t, 2t + 1: token g's, in lanes 4g .. 4g + 3 */
-    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
+    return rows8_result(d0, d1);
 }
 
 /* TPW row tiles of a warp as one stream of chunk groups (tile 0's [g0, g1), then tile 1's, ...;
@@ -325,7 +331,7 @@ __device__ __forceinline__ void rows8_stream_dot(const cuda_wdev &w, int64_t row
                         lg = g0, lt++;
                 }
                 if (++cg >= g1) {
-                    const float2 r = make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
+                    const float2 r = rows8_result(d0, d1);
 #pragma unroll
                     for (int k = 0; k < TPW; k++)
                         if (k == ct)
@@ -402,7 +408,7 @@ __device__ __forceinline__ float2 rows8_dot_smem(const uint8_t *area, const uint
             chunk_mma(q, xfrag_group(xf, g0 + i, lane), lane, d0, d1);
         }
     }
-    return make_float2((d0[0] + d1[0]) + (d0[2] + d1[2]), (d0[1] + d1[1]) + (d0[3] + d1[3]));
+    return rows8_result(d0, d1);
 }
 
 /* A GEMV launcher's job table (p.w, p.N, p.y, p.first_tile of gemv_mma's parameters) for n_w
