@@ -65,7 +65,7 @@ __device__ __forceinline__ void gate_up_finish(float2 r, const cuda_wdev &w, int
  * at once, few registers), the kernel triggers its dependent right after its wait, and the
  * dynamic shared memory holds x's fragments then MG_WARPS areas of D / 128 groups. !SM: the
  * weights in registers, MOE_U groups in flight. */
-template <bool SM, int TPW = 1>
+template <bool SM>
 __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
     moe_gate_up_mma_kernel(const cuda_wdev *table, int n_experts, int64_t I, int64_t D, const float *x,
                            const int32_t *ids, int n_used, int shared_e, float *act)
@@ -81,16 +81,17 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
     const int pair = blockIdx.y, slots = n_used + (shared_e >= 0), tok = pair / slots, slot = pair % slots;
     const int lane = threadIdx.x % 32, g = lane / 4, wib = threadIdx.x / 32;
     const int e = slot < n_used ? ids[(size_t)tok * n_used + slot] : shared_e;
-    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + wib) * 4 * TPW;
+    const int64_t n0 = ((int64_t)blockIdx.x * MG_WARPS + wib) * 4;
     float *out = act + (size_t)pair * (size_t)I;
     if (e < 0 || e >= n_experts) { /* no expert: contributes nothing (down skips it too) */
-        if (lane < 4 * TPW && n0 + lane < I)
+        if (lane < 4 && n0 + lane < I)
             out[n0 + lane] = 0.0f;
         return;
     }
     const cuda_wdev w = g < 4 ? table[e] : table[n_experts + e];
     const int64_t row = n0 + (g % 4);
     const int G = (int)(D / 128);
+    float2 r;
     if constexpr (SM) {
         uint8_t *area = (uint8_t *)xf + (size_t)D * 4 + (size_t)wib * (size_t)G * RS8_GROUP_BYTES;
         int commits = 0;
@@ -100,30 +101,20 @@ __global__ void __launch_bounds__(MG_THREADS, SM ? 8 : 5)
             [&] { commits = rows8_stage_async(w, row, row < I, D, 0, G, area, MOE_SMEM_BATCH); });
         __syncthreads();
         KT_MARK(2);
-        const float2 r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
-        KT_MARK(3);
-        pdl_trigger(); /* late: see pdl_trigger() */
-        gate_up_finish(r, w, n0, I, out, lane);
+        r = rows8_dot_smem(area, xf, 0, G, MOE_SMEM_BATCH, commits);
     } else {
-        /* the first MOE_U weight groups in flight while x is staged, asked for after x; the TPW
-         * tiles (rows n0 + 4 tt + g % 4) one stream of groups */
+        /* the first MOE_U weight groups in flight while x is staged, asked for after x */
         chunk16 pre[MOE_U];
         xfrag_zeros_init();
         xfrag_stage_around<4>(xf, x + (size_t)tok * (size_t)D, (int)D, threadIdx.x, MG_THREADS,
-                              [&] { rows8_stream_prefetch<MOE_U, TPW>(w, row, I, D, 0, G, pre, 4); });
+                              [&] { rows8_prefetch<MOE_U>(w, row, row < I, D, 0, G, pre); });
         __syncthreads();
         KT_MARK(2);
-        float2 rt[TPW];
-        if constexpr (TPW == 1) /* the stream's counters cost this issue-bound loop ~1.5% (Qwen3 b1) */
-            rt[0] = rows8_dot_range<MOE_U>(w, row, row < I, D, xf, 0, G, pre);
-        else
-            rows8_stream_dot<MOE_U, TPW>(w, row, I, D, xf, 0, G, pre, rt, 4);
-        KT_MARK(3);
-        pdl_trigger(); /* late: see pdl_trigger() */
-#pragma unroll
-        for (int tt = 0; tt < TPW; tt++)
-            gate_up_finish(rt[tt], w, n0 + 4 * tt, I, out, lane);
+        r = rows8_dot_range<MOE_U>(w, row, row < I, D, xf, 0, G, pre);
     }
+    KT_MARK(3);
+    pdl_trigger(); /* late: see pdl_trigger() */
+    gate_up_finish(r, w, n0, I, out, lane);
     KT_END(decode_mma, 0);
 }
 
@@ -485,31 +476,6 @@ int down_tiles_per_block(int64_t D, int n_tokens, size_t smem, cudaError_t *err)
     return best;
 }
 
-/* The register-form gate/up kernel's row tiles a warp: 2 where one tile a warp is more than one
- * resident wave and two are not (GLM-5's 9 pairs x 2048 rows at one token: 1152 blocks, 1.75
- * waves at 5 an SM on an H100; each block stages x, 24 KB, and ramps its loads again), else 1
- * (Qwen3-30B-A3B's 384 blocks are one wave). Sets its dynamic shared memory attribute. */
-int gate_up_tiles_per_warp(int64_t I, int pairs, size_t smem, cudaError_t *err)
-{
-    int dev = 0, sms = 0, per_sm = 0;
-    *err = cudaGetDevice(&dev);
-    if (*err == cudaSuccess)
-        *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    for (int tpw = 1; tpw <= 2 && *err == cudaSuccess; tpw++) {
-        void (*k)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, int, int, float *) =
-            tpw == 2 ? moe_gate_up_mma_kernel<false, 2> : moe_gate_up_mma_kernel<false, 1>;
-        if (smem > 48 * 1024 &&
-            (*err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
-            return 1;
-        if ((*err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MG_THREADS, smem)) != cudaSuccess)
-            return 1;
-        const int64_t blocks = (I + 4 * MG_WARPS * tpw - 1) / (4 * MG_WARPS * tpw) * (int64_t)pairs;
-        if (per_sm == 0 || blocks <= (int64_t)per_sm * sms)
-            return per_sm == 0 ? 1 : tpw;
-    }
-    return *err == cudaSuccess ? 2 : 1;
-}
-
 /* The register form (moe_gate_up_mma_kernel<false>, moe_down_mma_kernel); shared_e >= 0: each
  * token's shared expert as one more slot. */
 cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, int n_experts, int64_t d_model,
@@ -519,8 +485,9 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     /* x fragments: 2 uint2 (hi, lo) per 4 floats = as many bytes as the floats */
     const size_t smem1 = (size_t)d_model * 4, smem2 = (size_t)MD_WARPS * (size_t)d_expert * 4;
     cudaError_t e = cudaSuccess;
-    const int slots = n_used + (shared_e >= 0);
-    const int gtpw = gate_up_tiles_per_warp(d_expert, n_tokens * slots, smem1, &e);
+    if (smem1 > 48 * 1024)
+        e = cudaFuncSetAttribute(moe_gate_up_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem1);
     if (e != cudaSuccess)
         return e;
     void (*down)(const cuda_wdev *, int, int64_t, int64_t, const float *, const int32_t *, const float *, int, int,
@@ -529,10 +496,10 @@ cudaError_t moe_mma_launch(cudaStream_t stream, const struct cuda_wdev *table, i
     if (e != cudaSuccess)
         return e;
     down = tpw == 3 ? moe_down_mma_kernel<3> : tpw == 2 ? moe_down_mma_kernel<2> : moe_down_mma_kernel<1>;
-    const int rows_per_block = 4 * MG_WARPS * gtpw;
+    const int rows_per_block = 4 * MG_WARPS, slots = n_used + (shared_e >= 0);
     dim3 g1((unsigned)((d_expert + rows_per_block - 1) / rows_per_block), (unsigned)(n_tokens * slots));
-    e = launch_pdl(pdl != 0, gtpw == 2 ? moe_gate_up_mma_kernel<false, 2> : moe_gate_up_mma_kernel<false, 1>, g1,
-                   dim3(MG_THREADS), smem1, stream, table, n_experts, d_expert, d_model, x, ids, n_used, shared_e, act);
+    e = launch_pdl(pdl != 0, moe_gate_up_mma_kernel<false>, g1, dim3(MG_THREADS), smem1, stream, table, n_experts,
+                   d_expert, d_model, x, ids, n_used, shared_e, act);
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)((d_model + 8 * tpw - 1) / (8 * tpw)), (unsigned)n_tokens);

@@ -276,20 +276,20 @@ __device__ __forceinline__ float2 rows8_dot_range(const cuda_wdev &w, int64_t ro
 }
 
 /* TPW row tiles of a warp as one stream of chunk groups (tile 0's [g0, g1), then tile 1's, ...;
- * tile tt is rows row0 + stride tt, row0 being the lane's row of tile 0, rows >= D absent): the loads
+ * tile tt is rows row0 + 8 tt, row0 being the lane's row of tile 0, rows >= D absent): the loads
  * roll across the tiles' boundaries, so a tile's first groups are in flight while the previous
  * tile's last are multiplied, where rows8_dot_range per tile drains its window at each tile's end
  * and waits a whole round trip for the next. The stream's first U groups (tile 0's, then tile
  * 1's where a tile has fewer): */
 template <int U, int TPW>
 __device__ __forceinline__ void rows8_stream_prefetch(const cuda_wdev &w, int64_t row0, int64_t D, int64_t K, int g0,
-                                                      int g1, chunk16 (&q)[U], int stride = 8)
+                                                      int g1, chunk16 (&q)[U])
 {
     const int t = threadIdx.x % 4;
     int tt = 0, gi = g0;
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        const int64_t row = row0 + (int64_t)stride * tt;
+        const int64_t row = row0 + 8 * tt;
         q[u] = load_chunk(w, row, 4 * gi + t, K, tt < TPW && row < D && gi < g1);
         if (++gi >= g1)
             gi = g0, tt++;
@@ -301,7 +301,7 @@ __device__ __forceinline__ void rows8_stream_prefetch(const cuda_wdev &w, int64_
 template <int U, int TPW>
 __device__ __forceinline__ void rows8_stream_dot(const cuda_wdev &w, int64_t row0, int64_t D, int64_t K,
                                                  const uint2 *xf, int g0, int g1, const chunk16 (&pre)[U],
-                                                 float2 (&res)[TPW], int stride = 8)
+                                                 float2 (&res)[TPW])
 {
     const int lane = threadIdx.x % 32, t = lane % 4;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -325,7 +325,7 @@ __device__ __forceinline__ void rows8_stream_dot(const cuda_wdev &w, int64_t row
             if (ct < TPW) {
                 chunk_mma(q[u], xfrag_group(xf, cg, lane), lane, d0, d1);
                 if (lt < TPW) {
-                    const int64_t row = row0 + (int64_t)stride * lt;
+                    const int64_t row = row0 + 8 * lt;
                     q[u] = load_chunk(w, row, 4 * lg + t, K, row < D);
                     if (++lg >= g1)
                         lg = g0, lt++;
