@@ -577,6 +577,8 @@ extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format
         return cudaSuccess;
     if (!mla_shape_ok(m, n_tokens))
         return cudaErrorInvalidValue;
+    if (cuda_mla_absorb_mma_fits(fmt, w, m, n_tokens))
+        return cuda_mla_absorb_mma(stream, w, m, q, q_abs, pdl);
     mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
     switch (fmt) {
     case WEIGHT_F32: return launch_absorb<WEIGHT_F32>(stream, *w, s, n_tokens, q, q_abs, pdl);

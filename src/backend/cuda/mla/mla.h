@@ -29,6 +29,12 @@ cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const
                               const struct mla_dims *m, const float *q, int n_tokens, float *q_abs, int pdl);
 cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
                               const struct mla_dims *m, const float *o_lat, int n_tokens, float *out, int pdl);
+/* cuda_mla_absorb_mma.cu: the absorption at one token from an NVFP4 kv_b on bf16 tensor cores, where
+ * it fits (cuda_mla_absorb_q takes it then) */
+int cuda_mla_absorb_mma_fits(enum weight_format fmt, const struct cuda_wdev *w, const struct mla_dims *m,
+                             int n_tokens);
+cudaError_t cuda_mla_absorb_mma(cudaStream_t stream, const struct cuda_wdev *w, const struct mla_dims *m,
+                                const float *q, float *q_abs, int pdl);
 /* Latent attention tile: rows = heads of one token per block, keys per step; stages 1:
  * queries, accumulators and keys in shared memory, 0: read from global memory. */
 struct cuda_mla_cfg {
