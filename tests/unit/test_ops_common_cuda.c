@@ -35,8 +35,10 @@ static void test_rmsnorm(void **state)
 {
     struct pair *p = *state;
     uint64_t rng = 12;
-    int dims[] = {64, 130, 4096};
-    for (int c = 0; c < 3; c++) {
+    /* the plain kernel (64, 130), the register-row kernel with 2 and 8 float4s a thread (2048 and 6144:
+     * GLM-5's q_a norm and its width; 4096) */
+    int dims[] = {64, 130, 2048, 4096, 6144};
+    for (int c = 0; c < 5; c++) {
         int rows = 7, dim = dims[c];
         size_t n = (size_t)rows * (size_t)dim;
         float *x = rand_floats(n, 3.0f, &rng), *w = rand_floats((size_t)dim, 1.0f, &rng);
