@@ -598,6 +598,8 @@ extern "C" cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format
         return cudaSuccess;
     if (!mla_shape_ok(m, n_tokens))
         return cudaErrorInvalidValue;
+    if (cuda_mla_expand_mma_fits(fmt, w, m, n_tokens))
+        return cuda_mla_expand_mma(stream, w, m, o_lat, out, pdl);
     mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
     switch (fmt) {
     case WEIGHT_F32: return launch_expand<WEIGHT_F32>(stream, *w, s, n_tokens, o_lat, out, pdl);

@@ -35,6 +35,12 @@ int cuda_mla_absorb_mma_fits(enum weight_format fmt, const struct cuda_wdev *w, 
                              int n_tokens);
 cudaError_t cuda_mla_absorb_mma(cudaStream_t stream, const struct cuda_wdev *w, const struct mla_dims *m,
                                 const float *q, float *q_abs, int pdl);
+/* cuda_mla_expand_mma.cu: the same at one token from an NVFP4 kv_b on bf16 tensor cores, where it
+ * fits (cuda_mla_expand_o takes it then) */
+int cuda_mla_expand_mma_fits(enum weight_format fmt, const struct cuda_wdev *w, const struct mla_dims *m,
+                             int n_tokens);
+cudaError_t cuda_mla_expand_mma(cudaStream_t stream, const struct cuda_wdev *w, const struct mla_dims *m,
+                                const float *o_lat, float *out, int pdl);
 /* Latent attention tile: rows = heads of one token per block, keys per step; stages 1:
  * queries, accumulators and keys in shared memory, 0: read from global memory. */
 struct cuda_mla_cfg {
