@@ -283,7 +283,8 @@ bool plan_mla_proj_gemm(int n_tokens, enum weight_format kv_b);
 /* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
  * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8), then an fp8
  * cache's scales of those keys: PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) f32 a key (its latent part has
- * at most that many 128-value blocks; a bf16 cache leaves them unused). */
+ * at most that many 128-value blocks; a bf16 cache leaves them unused), then one 16 x keys f32
+ * area a warp pair (a bf16 cache's S halves meet there). */
 #define PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) (((k_dim) + 127) / 128)
 int plan_mla_mma_ld(int k_dim);
 size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages);

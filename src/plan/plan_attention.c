@@ -258,7 +258,7 @@ size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages)
 {
     const size_t tiles = (size_t)(stages > 1 ? 2 : 1) * (size_t)keys;
     return 2 * (size_t)plan_mla_mma_ld(k_dim) * (2 * (size_t)rows + tiles) +
-           4 * tiles * (size_t)PLAN_MLA_MMA_SCALE_BLOCKS(k_dim);
+           4 * tiles * (size_t)PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) + 4 * (size_t)rows * (size_t)keys;
 }
 
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)

@@ -28,7 +28,8 @@
  *
  * Shared memory: Qhi[rows][ld], Qlo[rows][ld], K[stages][keys][ld] in bf16, ld = Dk rounded up to
  * 16, + 8 (the ldmatrix rows then fall in distinct banks), then the fp8 scales [stages][keys]
- * [ceil(Dk / 128)] in f32; plan_mla_mma_smem() is the formula.
+ * [ceil(Dk / 128)] in f32, then the warp pairs' S exchange [rows / 16][16][keys] in f32;
+ * plan_mla_mma_smem() is the formula.
  */
 #include "backend/cuda/mla/mla.h"
 #include <cuda_fp8.h>
@@ -82,6 +83,8 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     const int ld = p.ld, RW = p.rows, nbs = PLAN_MLA_MMA_SCALE_BLOCKS(p.Dk);
     uint16_t *Qh = sm, *Ql = Qh + (size_t)RW * ld, *Kb = Ql + (size_t)RW * ld;
     float *Scb = (float *)(Kb + (size_t)(p.stages > 1 ? 2 : 1) * TN * ld); /* FP8: the tiles' scales */
+    /* bf16: a warp pair's exchange of its row group's S (16 x TN) */
+    float *Sx = Scb + (size_t)(p.stages > 1 ? 2 : 1) * TN * nbs;
     /* each key slot's position in the cache's order (-1: none), for the softmax's mask */
     __shared__ int kpos[2][64];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = (int)blockDim.x / 32;
@@ -280,14 +283,39 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                 }
             }
         } else {
+            /* the warp pair splits the dims: vh 0 the first half of the k-steps, vh 1 the rest (before,
+             * both walked all of them for the same S). vh 1 hands its half over in shared memory, vh 0
+             * adds it to its own and hands the sum back: both hold the same S. One 16 x TN area a pair
+             * (two would cost the second block an SM at 32 x 16 x 2 stages) */
+            const int kh = (ksteps + 1) / 2, kk0 = vh ? kh : 0, kk1 = vh ? ksteps : kh;
 #pragma unroll 2 /* the next step's ldmatrix issues under this step's MMAs */
-            for (int kk = 0; kk < ksteps; kk++)
+            for (int kk = kk0; kk < kk1; kk++)
                 qk_step(kk, st, s);
+            float *px = Sx + (size_t)(warp >> 1) * 16 * TN;
 #pragma unroll
             for (int n = 0; n < TN / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
+                for (int e = 0; e < 4; e++) {
                     s[n][e] += st[n][e];
+                    if (vh)
+                        px[(n * 4 + e) * 32 + lane] = s[n][e];
+                }
+            __syncthreads();
+            if (!vh)
+#pragma unroll
+                for (int n = 0; n < TN / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s[n][e] += px[(n * 4 + e) * 32 + lane];
+                        px[(n * 4 + e) * 32 + lane] = s[n][e];
+                    }
+            __syncthreads();
+            if (vh)
+#pragma unroll
+                for (int n = 0; n < TN / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[n][e] = px[(n * 4 + e) * 32 + lane];
         }
         /* online softmax over this tile; the 4 lanes of a row reduce by shuffles */
         float mx_a = -INFINITY, mx_b = -INFINITY;
