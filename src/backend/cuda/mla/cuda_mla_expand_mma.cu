@@ -18,7 +18,7 @@ namespace
 
 constexpr int EXP_WARPS = 8;
 constexpr int EXP_TPW = 2;  /* 8-row tiles a warp: GLM-5's 256 rows a head are 2 blocks, 128 in all */
-constexpr int EXP_U = 4;    /* weight groups in flight a warp: R 512 is 4 groups a row */
+constexpr int EXP_U = 8;    /* weight groups in flight a warp: all of its two tiles (R 512 is 4 groups a row), loaded before the PDL wait */
 
 /* grid (ceil(v / (EXP_WARPS 8 EXP_TPW)), H); smem: the head's o_lat as A fragments (R x 4 bytes) */
 __global__ void __launch_bounds__(EXP_WARPS * 32)
