@@ -16,7 +16,8 @@
  *   MOESERVE_NO_GRAPHS    "1": every pass runs op by op (measuring what graphs save, debugging)
  *   MOESERVE_CUDA_FORCE   "op[@bucket]:kernel,...": run these kernels instead of the plan's
  *                         choice (measuring); validated against the kernel registry; a plan
- *                         entry's form too (mla_prefill:mla_prefill_expanded | _absorbed)
+ *                         entry's form too (mla_prefill:mla_prefill_expanded | _absorbed,
+ *                         mla_proj:mla_proj_fp32 | mla_proj_mma_bf16)
  *   MOESERVE_TRACE_OUT    FILE: the kernels' phase records (a -DMOESERVE_KERNEL_TRACE=ON build)
  *   OMPI_COMM_WORLD_SIZE, PMIX_RANK  set by mpirun: this process is one of its ranks
  *   OMPI_COMM_WORLD_LOCAL_RANK       its index on its node (a GPU rank's GPU)

@@ -280,6 +280,9 @@ size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim);
  * the fp32 kernels that read kv_b once per 8 tokens. */
 #define PLAN_MLA_PROJ_GEMM_MIN_TOKENS 16
 bool plan_mla_proj_gemm(int n_tokens, enum weight_format kv_b);
+/* Whether the plan's "mla_proj" entry (kv_b at one token) is the tensor-core pair
+ * (mla_proj_mma_bf16, MOESERVE_CUDA_FORCE included); the fp32 kernels otherwise. */
+bool plan_mla_proj_mma(const struct plan *p);
 /* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
  * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8), then an fp8
  * cache's scales of those keys: PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) f32 a key (its latent part has

@@ -249,6 +249,12 @@ bool plan_mla_proj_gemm(int n_tokens, enum weight_format kv_b)
     return n_tokens >= PLAN_MLA_PROJ_GEMM_MIN_TOKENS && (kv_b == WEIGHT_NVFP4 || kv_b == WEIGHT_BF16);
 }
 
+bool plan_mla_proj_mma(const struct plan *p)
+{
+    const struct op_plan *o = plan_find(p, "mla_proj");
+    return o && !strcmp(o->kernel, "mla_proj_mma_bf16");
+}
+
 int plan_mla_mma_ld(int k_dim)
 {
     return (k_dim + 15) / 16 * 16 + 8;
@@ -371,6 +377,38 @@ static enum status pl_mla_prefill(struct plan_ctx *x, const struct mla_ref *r, s
     return STATUS_OK;
 }
 
+/* mla_proj: kv_b_proj per head at one decode token, both halves (q_nope through W_uk, the latent
+ * output through W_uv). The fp32 kernels decode every weight on CUDA cores (~6 instructions a
+ * weight, rated as 12 flops); the tensor-core pair (mla_absorb_mma_kernel, mla_expand_mma_kernel)
+ * takes an NVFP4 kv_b as bf16 products, hi + lo activations: two m16n8k16 a 128 weights (64 flops
+ * a weight at the mma rate). From PLAN_MLA_PROJ_GEMM_MIN_TOKENS tokens cuBLAS takes the products
+ * (plan_mla_proj_gemm()); between, the fp32 kernels read kv_b once per 8 tokens. */
+static enum status pl_mla_proj(struct plan_ctx *x, const struct mla_ref *r, struct err *err)
+{
+    const struct plan_shapes *s = &x->p->shapes;
+    struct mla_pass_dims m = mla_pass_dims_of(s, r);
+    enum weight_format wf = x->p->weights.attn;
+    double W = m.H * (m.nope + m.v) * m.R, blocks = m.H * 8;
+    struct cand *c;
+    if (wf == WEIGHT_NVFP4) { /* the tensor-core pair reads NVFP4 only: other formats have no fast form */
+        c = pl_cand_add(x, "mla_proj_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
+        c->threads = 256, c->tm = 1, c->tn = 8, c->tk = 128, c->stages = 1;
+        c->smem = (size_t)m.nope * (64 + 8) * 2 + (size_t)m.nope * 4; /* the absorb half's slab and query */
+        if ((int)m.R % 128 != 0 || (int)m.nope % 16 != 0 || m.nope > 256)
+            c->refused = "the tensor-core kv_b kernels need a latent rank of 128s and <= 256 nope dims of 16s";
+        pl_cand_part(c, 64.0 * W, W * pl_wf_bytes(wf), 0, blocks);
+    }
+    c = pl_cand_add(x, "mla_proj_fp32", PLAN_MATH_FP32_FMA, 0);
+    c->threads = 256, c->tm = 1, c->tn = 4, c->tk = (int)m.R, c->stages = 1;
+    c->smem = (size_t)m.R * 4;
+    pl_cand_part(c, 12.0 * W, W * pl_wf_bytes(wf), 0, blocks);
+    char note[160];
+    snprintf(note, sizeof note, "kv_b at one token (%d heads x %d rows x %d); 2-%d tokens: fp32, from %d: cuBLAS",
+             (int)m.H, (int)(m.nope + m.v), (int)m.R, PLAN_MLA_PROJ_GEMM_MIN_TOKENS - 1,
+             PLAN_MLA_PROJ_GEMM_MIN_TOKENS);
+    return pl_choose(x, "mla_proj", wf, note, err);
+}
+
 /* mla_attention: attention in latent space over the cached [c_kv | k_r] rows (the query
  * absorbed through W_uk, values = the c_kv part of the same rows): one token's tile_m heads
  * per block share every staged key; split-K over the selected keys. dsa_index: the indexer's
@@ -449,6 +487,9 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
         return st;
 
     st = pl_mla_prefill(x, &r, err);
+    if (st)
+        return st;
+    st = pl_mla_proj(x, &r, err);
     if (st)
         return st;
 

@@ -277,7 +277,7 @@ static enum status apply_force(const struct fill *x, struct err *err)
         }
         if (op == PLAN_OP_COUNT)
             return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: op \"%s\": expected linear, moe_experts, "
-                           "moe_route or a plan entry with that kernel (mla_prefill)", item);
+                           "moe_route or a plan entry with that kernel (mla_prefill, mla_proj)", item);
         const struct kernel_desc *k = kernel_table_find(x->req->kernels, kernel);
         if (!k || !plan_op_takes((enum plan_op)op, k))
             return err_set(err, STATUS_INVALID, "MOESERVE_CUDA_FORCE: the %s backend has no kernel \"%s\" for %s",

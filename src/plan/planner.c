@@ -314,13 +314,16 @@ enum status pl_choose(struct plan_ctx *x, const char *op, enum weight_format wf,
     size_t budget = p->smem_budget;
     if (p->n_ops >= PLAN_MAX_OPS)
         PANIC("planner: more than %d ops", PLAN_MAX_OPS);
-    bool any_fast = false;
+    /* a portable choice is a fallback where the op has tensor-core variants and none of them could
+     * run; one that ran and lost on cost is the cost model's choice, not a fallback */
+    bool any_fast = false, fast_eligible = false;
     for (int i = 0; i < x->n; i++) {
         struct cand *c = &x->c[i];
         c->drop = cand_check(x, c, budget);
         if (c->drop == DROP_NONE || c->drop == DROP_SMEM)
             cand_cost(x, c);
         any_fast |= !c->portable && !c->library;
+        fast_eligible |= !c->portable && !c->library && c->drop == DROP_NONE;
     }
     int b = cand_best(x, 1u << DROP_NONE);
     if (log_get_level() >= LOG_LEVEL_DEBUG)
@@ -360,7 +363,7 @@ enum status pl_choose(struct plan_ctx *x, const char *op, enum weight_format wf,
     o->weight_format = wf;
     o->split_k = c->split_k;
     o->est_us = c->t_us;
-    o->portable_fallback = c->portable && any_fast;
+    o->portable_fallback = c->portable && any_fast && !fast_eligible;
 
     char piece[256];
     if (o->portable_fallback) {

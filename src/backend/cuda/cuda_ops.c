@@ -217,7 +217,8 @@ void cu_mla_absorb_q(struct backend *be, const struct weight *kv_b, const struct
     if (plan_mla_proj_gemm(n_tokens, kv_b->format) && cuda_mla_absorb_gemm(c, kv_b, m, q, n_tokens, q_abs))
         return;
     struct cuda_wdev wd = {.data = kv_b->data, .scale = kv_b->scale, .bias = NULL, .scale2 = kv_b->scale2};
-    CHECK(c, cuda_mla_absorb_q(c->stream, kv_b->format, &wd, m, q, n_tokens, q_abs, c->pdl));
+    CHECK(c, cuda_mla_absorb_q(c->stream, kv_b->format, &wd, m, q, n_tokens, q_abs, plan_mla_proj_mma(&c->plan),
+                               c->pdl));
 }
 
 void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct mla_dims *m,
@@ -227,7 +228,8 @@ void cu_mla_expand_o(struct backend *be, const struct weight *kv_b, const struct
     if (plan_mla_proj_gemm(n_tokens, kv_b->format) && cuda_mla_expand_gemm(c, kv_b, m, o_lat, n_tokens, out))
         return;
     struct cuda_wdev wd = {.data = kv_b->data, .scale = kv_b->scale, .bias = NULL, .scale2 = kv_b->scale2};
-    CHECK(c, cuda_mla_expand_o(c->stream, kv_b->format, &wd, m, o_lat, n_tokens, out, c->pdl));
+    CHECK(c, cuda_mla_expand_o(c->stream, kv_b->format, &wd, m, o_lat, n_tokens, out, plan_mla_proj_mma(&c->plan),
+                               c->pdl));
 }
 
 /* Key splits of one MLA launch of `rows` heads a block and `keys` keys a tile: the test switch,

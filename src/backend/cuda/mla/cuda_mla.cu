@@ -571,13 +571,13 @@ extern "C" cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_la
 
 extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
                                          const struct mla_dims *m, const float *q, int n_tokens, float *q_abs,
-                                         int pdl)
+                                         int mma, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
     if (!mla_shape_ok(m, n_tokens))
         return cudaErrorInvalidValue;
-    if (cuda_mla_absorb_mma_fits(fmt, w, m, n_tokens))
+    if (mma && cuda_mla_absorb_mma_fits(fmt, w, m, n_tokens))
         return cuda_mla_absorb_mma(stream, w, m, q, q_abs, pdl);
     mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
     switch (fmt) {
@@ -592,13 +592,13 @@ extern "C" cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format
 
 extern "C" cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
                                          const struct mla_dims *m, const float *o_lat, int n_tokens, float *out,
-                                         int pdl)
+                                         int mma, int pdl)
 {
     if (n_tokens <= 0)
         return cudaSuccess;
     if (!mla_shape_ok(m, n_tokens))
         return cudaErrorInvalidValue;
-    if (cuda_mla_expand_mma_fits(fmt, w, m, n_tokens))
+    if (mma && cuda_mla_expand_mma_fits(fmt, w, m, n_tokens))
         return cuda_mla_expand_mma(stream, w, m, o_lat, out, pdl);
     mla_shape s = {m->n_heads, m->nope, m->rope, m->v, m->kv_rank};
     switch (fmt) {

@@ -23,20 +23,21 @@ extern "C" {
 /* backend_ops.mla_store; kv is a host struct of device pointers. */
 cudaError_t cuda_mla_store(cudaStream_t stream, const struct paged_latent *kv, const float *ckv, const float *w,
                            float eps, const float *idx_k, int n_tokens, const int32_t *slots, int pdl);
-/* backend_ops.mla_absorb_q / mla_expand_o with kv_b_proj (format fmt) as w. */
-/* pdl: launched as a dependent of the kernel before it (it reads kv_b before its wait). */
+/* backend_ops.mla_absorb_q / mla_expand_o with kv_b_proj (format fmt) as w. mma: the plan's mla_proj
+ * entry chose the tensor-core kernels (mla_proj_mma_bf16), which take the calls their limits allow
+ * (one token, NVFP4: *_mma_fits()); the fp32 kernels take the rest.
+ * pdl: launched as a dependent of the kernel before it (it reads kv_b before its wait). */
 cudaError_t cuda_mla_absorb_q(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                              const struct mla_dims *m, const float *q, int n_tokens, float *q_abs, int pdl);
+                              const struct mla_dims *m, const float *q, int n_tokens, float *q_abs, int mma, int pdl);
 cudaError_t cuda_mla_expand_o(cudaStream_t stream, enum weight_format fmt, const struct cuda_wdev *w,
-                              const struct mla_dims *m, const float *o_lat, int n_tokens, float *out, int pdl);
-/* cuda_mla_absorb_mma.cu: the absorption at one token from an NVFP4 kv_b on bf16 tensor cores, where
- * it fits (cuda_mla_absorb_q takes it then) */
+                              const struct mla_dims *m, const float *o_lat, int n_tokens, float *out, int mma,
+                              int pdl);
+/* cuda_mla_absorb_mma.cu: the absorption at one token from an NVFP4 kv_b on bf16 tensor cores */
 int cuda_mla_absorb_mma_fits(enum weight_format fmt, const struct cuda_wdev *w, const struct mla_dims *m,
                              int n_tokens);
 cudaError_t cuda_mla_absorb_mma(cudaStream_t stream, const struct cuda_wdev *w, const struct mla_dims *m,
                                 const float *q, float *q_abs, int pdl);
-/* cuda_mla_expand_mma.cu: the same at one token from an NVFP4 kv_b on bf16 tensor cores, where it
- * fits (cuda_mla_expand_o takes it then) */
+/* cuda_mla_expand_mma.cu: the value expansion at one token from an NVFP4 kv_b on bf16 tensor cores */
 int cuda_mla_expand_mma_fits(enum weight_format fmt, const struct cuda_wdev *w, const struct mla_dims *m,
                              int n_tokens);
 cudaError_t cuda_mla_expand_mma(cudaStream_t stream, const struct cuda_wdev *w, const struct mla_dims *m,
