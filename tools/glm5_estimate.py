@@ -8,7 +8,8 @@ unchanged to the target GPUs. tools/bench_glm5_slice.sh runs it after its benche
 bench files does (tools/gpu_glm5_b1.sh's bench_NAME_L2_rR.json / _L4_).
 
     python3 tools/glm5_estimate.py --l1-json A.json --l2-json B.json --l1 2 --l2 4 --config config.json
-        [--context 2048] [--steps 32] [--kv-dtype bf16] [--datasheet-tb-s 3.35] [--json-out F]
+        [--context 2048] [--steps 32] [--kv-dtype bf16] [--index-key-dtype f32] [--datasheet-tb-s 3.35]
+        [--json-out F]
 
 --config: the slice's config.json (`make_synth_checkpoint --preset glm5-slice --config-only`).
 --datasheet-tb-s: the measured device's memory bandwidth; by default from its name in the bench
@@ -25,6 +26,8 @@ ap.add_argument("--config", required=True)
 ap.add_argument("--context", type=int, default=2048, help="the bench's --decode-context")
 ap.add_argument("--steps", type=int, default=32, help="the bench's --decode")
 ap.add_argument("--kv-dtype", default="bf16", choices=["f32", "bf16", "fp8"])
+ap.add_argument("--index-key-dtype", choices=["f32", "bf16", "fp8"],
+                help="the DSA keys' type (default: the latent's; f32 for runs before the keys followed it)")
 ap.add_argument("--datasheet-tb-s", type=float)
 ap.add_argument("--json-out")
 args = ap.parse_args()
@@ -43,14 +46,11 @@ DEV_BW = bw_tb * 1e12
 
 # ---- measured: one MoE layer
 # row bytes as backend.h lays them out: fp8 = e4m3 codes + an f32 scale per 128 + bf16 rope;
-# the indexer keys stay f32 under bf16 and f32, fp8 under fp8
+# the indexer keys take the latent's type (kv_cache_index_dtype())
 R_kv, R_rope, D_idx = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"], cfg["index_head_dim"]
-if dt == "fp8":
-    lat_b = R_kv + 4 * math.ceil(R_kv / 128) + 2 * R_rope
-    idx_b = D_idx + 4 * math.ceil(D_idx / 128)
-else:
-    lat_b = (R_kv + R_rope) * {"f32": 4, "bf16": 2}[dt]
-    idx_b = D_idx * 4
+idt = args.index_key_dtype or dt
+lat_b = R_kv + 4 * math.ceil(R_kv / 128) + 2 * R_rope if dt == "fp8" else (R_kv + R_rope) * {"f32": 4, "bf16": 2}[dt]
+idx_b = D_idx + 4 * math.ceil(D_idx / 128) if idt == "fp8" else D_idx * {"f32": 4, "bf16": 2}[idt]
 topk = cfg["index_topk"]
 # keys a timed step sees, averaged over the steps: the prompt, the warm-up tokens, half the steps
 T = ctx + WARMUP + (steps + 1) / 2
@@ -82,7 +82,7 @@ for r in b2["decode"]:
           f"{f(pc):>7} {f(eff and 100 * eff):>10}")
 weights = ", ".join("%.1f" % (x["weight_bytes_per_layer"] / 1e6) for x in rows)
 print(f"(MB/layer = weights ({weights} MB) + batch x {kv_seq / 1e6:.3f} MB of KV per sequence: "
-      f"{dt} latent {lat_b} B x min(T, {topk}) + indexer key {idx_b} B x T, T = {T:.1f})")
+      f"{dt} latent {lat_b} B x min(T, {topk}) + {idt} indexer key {idx_b} B x T, T = {T:.1f})")
 
 # ---- estimate: the 78-layer model, 8 GPUs, experts split 8 ways (NOTES.md "GLM-5 estimate")
 D, V, H = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]

@@ -93,9 +93,11 @@ struct moe_args {
  * default for the MLA latent (576 values, 1152 bytes a token for GLM-5); fp8: the latent in
  * e4m3 with one f32 scale per 128 values (amax / 448, round to nearest even, saturating) and
  * the rope values in bf16 (656 bytes), the DSA keys the same way without rope (132 bytes).
- * The DSA indexer keys stay f32 under bf16: rounding them flipped a top-k selection on a golden
- * fixture (dsa_basic, 1 of 24 rows, 0.51 of max|logit|) where a bf16 latent alone stays within
- * 3e-3; under fp8 the user asked for the smallest cache, and they are fp8. */
+ * The DSA indexer keys take the latent's type (256 bytes a GLM-5 key in bf16). Rounding a key
+ * can move a near-tie across the top-k boundary: on the golden fixtures bf16 keys change one row
+ * of dsa_basic's 24 (0.51 of max|logit|: another key selected) where a bf16 latent with f32 keys
+ * stays within 3e-3; the goldens allow such rows (golden_parity.h, dsa_flips), and f32 keeps the
+ * reference selection. */
 enum kv_dtype { KV_DTYPE_F32 = 0, KV_DTYPE_BF16, KV_DTYPE_FP8 };
 #define KV_DTYPE_AUTO (-2) /* session option: bf16 for MLA latent caches, f32 for GQA caches */
 const char *kv_dtype_name(enum kv_dtype t);

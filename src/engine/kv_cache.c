@@ -19,7 +19,7 @@ uint64_t kv_cache_layer_bytes(const struct model_desc *d, int l, enum kv_dtype l
 
 enum kv_dtype kv_cache_index_dtype(enum kv_dtype latent)
 {
-    return latent == KV_DTYPE_FP8 ? KV_DTYPE_FP8 : KV_DTYPE_F32; /* backend.h: why f32 under bf16 */
+    return latent; /* the keys follow the latent: f32, bf16 or fp8 (backend.h) */
 }
 
 enum kv_dtype kv_cache_latent_dtype(int requested)

@@ -506,7 +506,7 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
         c->smem = 0;
         c->streaming = true; /* each warp's loads overlap the other warps' MMAs */
         double pairs = T * ctx / 2;
-        /* the keys are f32 unless the cache is fp8 (kv_cache_index_dtype()): rated as f32 */
+        /* the keys take the cache's type (kv_cache_index_dtype()): rated as f32, the largest */
         double flops = 2.0 * 3.0 * pairs * heads16 * r.idx_dim;
         pl_cand_part(c, flops, ctx * r.idx_dim * 4 + T * ctx * 4, pairs * r.idx_dim * 4,
                      T * ceil_div(ctx / 2, 32));
