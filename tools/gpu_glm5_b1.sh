@@ -10,7 +10,7 @@
 #
 #   carry [".carry/ab", ".carry/lib"]
 #   PACKS="base new" [ROUNDS=2] [BATCHES=1,64] [DECODE_CONTEXT=2048] [KV=bf16] [SMEM=]
-#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [BENCH=1] [PROFILE=1] tools/gpu_glm5_b1.sh
+#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [BENCH=1] [PROFILE=1] [PACK_LOGS=1] tools/gpu_glm5_b1.sh
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_glm5_b1}
@@ -90,3 +90,9 @@ for p in packs:
         print(f"  {p:10s} r{r}: " + ("  ".join(cells) if cells else "no figures"))
 PY
 printf '%s\n' "${rows[@]}"
+# the device tool brings back at most 8 files: the logs in one archive (PACK_LOGS=0: leave them, for a caller
+# that packs its own)
+if [ "${PACK_LOGS:-1}" = 1 ] && [ -n "${OUT:-}" ]; then
+    (cd "$out" && tar -czf /tmp/gpu_glm5_b1_logs.tgz --exclude=logs.tgz . && mv /tmp/gpu_glm5_b1_logs.tgz logs.tgz &&
+        find . -mindepth 1 -maxdepth 1 ! -name logs.tgz -exec rm -rf {} +)
+fi

@@ -20,7 +20,7 @@ for c in ${CASES:-bf16:2048 fp8:2048 bf16:32768 fp8:32768 bf16:2048:101376}; do
     IFS=: read -r dt ctx smem <<<"$c"
     name="${dt}_${ctx}${smem:+_$smem}"
     PACKS=$pack ROUNDS=${ROUNDS:-1} TESTS= GOLDENS=0 PROFILE=0 KV=$dt DECODE_CONTEXT=$ctx SMEM=${smem:-} \
-        OUT="$out/$name" timeout 280 "$src/tools/gpu_glm5_b1.sh" >"$out/$name.log" 2>&1
+        PACK_LOGS=0 OUT="$out/$name" timeout 280 "$src/tools/gpu_glm5_b1.sh" >"$out/$name.log" 2>&1
     rows+=("$(printf '%-22s %s' "$name" "$(grep -E "^  $pack +r" "$out/$name.log" | sed "s/^  $pack *//" | tr '\n' ' ')")")
 done
 d=/tmp/abx-$pack
@@ -44,3 +44,8 @@ PY
 done
 echo "ms a MoE layer ((L4 - L2) / 2) by cache dtype, context[, smem budget]:"
 printf '%s\n' "${rows[@]}"
+# at most 8 files come back from the device: everything in one archive
+if [ -n "${OUT:-}" ]; then
+    (cd "$out" && tar -czf /tmp/gpu_glm5_table_logs.tgz --exclude=logs.tgz . && mv /tmp/gpu_glm5_table_logs.tgz logs.tgz &&
+        find . -mindepth 1 -maxdepth 1 ! -name logs.tgz -exec rm -rf {} +)
+fi
