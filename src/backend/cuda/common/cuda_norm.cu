@@ -44,9 +44,47 @@ __global__ void add_rmsnorm_kernel(float *h, const float *delta, const float *w,
         yr[j] = __fmul_rn(w[j], __fmul_rn(hr[j], inv));
 }
 
-/* One row of h += delta, y = rmsnorm(h) * w with the row in registers: NV float4s per thread of
- * 256. Decode runs it on one row between two GEMVs, where the plain kernel's three dependent
- * passes over global memory would be its whole time. The weights are read before pdl_wait(). */
+/* The register form of a model-width row: NV float4s a thread of 256, the weights loaded before
+ * pdl_wait() (they do not depend on the previous kernel), the sum of squares in double in
+ * ascending order, and y = w * (v * inv). */
+template <int NV>
+__device__ __forceinline__ void rms_vec_load_w(const float *w, int n4, float4 (&wv)[NV])
+{
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int j = threadIdx.x + 256 * i;
+        if (j < n4)
+            wv[i] = __ldg((const float4 *)w + j);
+    }
+}
+
+template <int NV>
+__device__ __forceinline__ double rms_vec_sumsq(const float4 (&v)[NV], int n4)
+{
+    double ss = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if ((int)threadIdx.x + 256 * i < n4)
+            ss += (double)v[i].x * v[i].x + (double)v[i].y * v[i].y + (double)v[i].z * v[i].z + (double)v[i].w * v[i].w;
+    return ss;
+}
+
+template <int NV>
+__device__ __forceinline__ void rms_vec_store(float4 *yr, const float4 (&wv)[NV], const float4 (&v)[NV], float inv,
+                                              int n4)
+{
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int j = threadIdx.x + 256 * i;
+        if (j < n4)
+            yr[j] = make_float4(__fmul_rn(wv[i].x, __fmul_rn(v[i].x, inv)), __fmul_rn(wv[i].y, __fmul_rn(v[i].y, inv)),
+                                __fmul_rn(wv[i].z, __fmul_rn(v[i].z, inv)), __fmul_rn(wv[i].w, __fmul_rn(v[i].w, inv)));
+    }
+}
+
+/* One row of h += delta, y = rmsnorm(h) * w in the register form. Decode runs it on one row
+ * between two GEMVs, where the plain kernel's three dependent passes over global memory would be
+ * its whole time. */
 template <int NV>
 __global__ void __launch_bounds__(256)
     add_rmsnorm_vec_kernel(float *h, const float *delta, const float *w, int dim, float eps, float *y)
@@ -55,18 +93,11 @@ __global__ void __launch_bounds__(256)
     pdl_trigger();
     const int n4 = dim / 4;
     float4 wv[NV], hv[NV];
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int j = threadIdx.x + 256 * i;
-        if (j < n4)
-            wv[i] = __ldg((const float4 *)w + j);
-    }
+    rms_vec_load_w<NV>(w, n4, wv);
     pdl_wait();
     KT_MARK(1);
     float4 *hr = (float4 *)(h + (size_t)blockIdx.x * (size_t)dim);
     const float4 *dr = (const float4 *)(delta + (size_t)blockIdx.x * (size_t)dim);
-    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * (size_t)dim);
-    double ss = 0;
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int j = threadIdx.x + 256 * i;
@@ -78,63 +109,35 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int j = threadIdx.x + 256 * i;
-        if (j < n4) {
-            hr[j] = hv[i];
-            ss += (double)hv[i].x * hv[i].x + (double)hv[i].y * hv[i].y + (double)hv[i].z * hv[i].z +
-                  (double)hv[i].w * hv[i].w;
-        }
-    }
-    float inv = dev_rms_inv(block_sum_double(ss), dim, eps);
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int j = threadIdx.x + 256 * i;
         if (j < n4)
-            yr[j] = make_float4(__fmul_rn(wv[i].x, __fmul_rn(hv[i].x, inv)), __fmul_rn(wv[i].y, __fmul_rn(hv[i].y, inv)),
-                                __fmul_rn(wv[i].z, __fmul_rn(hv[i].z, inv)), __fmul_rn(wv[i].w, __fmul_rn(hv[i].w, inv)));
+            hr[j] = hv[i];
     }
+    float inv = dev_rms_inv(block_sum_double(rms_vec_sumsq<NV>(hv, n4)), dim, eps);
+    rms_vec_store<NV>((float4 *)(y + (size_t)blockIdx.x * (size_t)dim), wv, hv, inv, n4);
     KT_END(norm, 0);
 }
 
-/* y = rmsnorm(x) * w, one row a block in registers as add_rmsnorm_vec_kernel (x == y allowed: the row is
- * read whole before it is written): GLM-5's q_a norm at one token ran the plain kernel's two passes
- * over global memory after its wait, with the next GEMV waiting on it (5.4 us, ncu, H100). */
+/* y = rmsnorm(x) * w, one row a block in the register form (x == y allowed: the row is read whole
+ * before it is written): GLM-5's q_a norm at one token ran the plain kernel's two passes over
+ * global memory after its wait, with the next GEMV waiting on it (5.4 us, ncu, H100). */
 template <int NV>
 __global__ void __launch_bounds__(256) rmsnorm_vec_kernel(const float *x, const float *w, int dim, float eps, float *y)
 {
     pdl_trigger();
     const int n4 = dim / 4;
     float4 wv[NV], xv[NV];
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int j = threadIdx.x + 256 * i;
-        if (j < n4)
-            wv[i] = __ldg((const float4 *)w + j);
-    }
+    rms_vec_load_w<NV>(w, n4, wv);
     pdl_wait();
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * (size_t)dim);
-    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * (size_t)dim);
-    double ss = 0;
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int j = threadIdx.x + 256 * i;
         if (j < n4)
             xv[i] = xr[j];
     }
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int j = threadIdx.x + 256 * i;
-        if (j < n4)
-            ss += (double)xv[i].x * xv[i].x + (double)xv[i].y * xv[i].y + (double)xv[i].z * xv[i].z +
-                  (double)xv[i].w * xv[i].w;
-    }
-    float inv = dev_rms_inv(block_sum_double(ss), dim, eps); /* its barrier: every read of x is done */
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        int j = threadIdx.x + 256 * i;
-        if (j < n4)
-            yr[j] = make_float4(__fmul_rn(wv[i].x, __fmul_rn(xv[i].x, inv)), __fmul_rn(wv[i].y, __fmul_rn(xv[i].y, inv)),
-                                __fmul_rn(wv[i].z, __fmul_rn(xv[i].z, inv)), __fmul_rn(wv[i].w, __fmul_rn(xv[i].w, inv)));
-    }
+    /* block_sum_double's barrier: every read of x is done before y is written */
+    float inv = dev_rms_inv(block_sum_double(rms_vec_sumsq<NV>(xv, n4)), dim, eps);
+    rms_vec_store<NV>((float4 *)(y + (size_t)blockIdx.x * (size_t)dim), wv, xv, inv, n4);
 }
 
 unsigned norm_threads(int dim)
