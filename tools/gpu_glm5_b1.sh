@@ -5,12 +5,13 @@
 # at BATCHES with DECODE_CONTEXT random cache rows; a MoE layer = (ms(4) - ms(2)) / 2. Before the
 # benches, the last pack's checks: TESTS (op test families, "moe" = test_ops_moe_cuda, "moe:NAME"
 # with MOESERVE_OPS_FILTER=NAME), and the goldens at both budgets; then (PROFILE=1) a
-# kernel-by-kernel profile of one batch-1 step of the last pack's 2-layer slice, in launch order.
+# kernel-by-kernel profile of one step (PROFILE_BATCH, 1) of the last pack's 2-layer slice, in launch order.
 # A table last; logs in $OUT.
 #
 #   carry [".carry/ab", ".carry/lib"]
 #   PACKS="base new" [ROUNDS=2] [BATCHES=1,64] [DECODE_CONTEXT=2048] [KV=bf16] [SMEM=]
-#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [BENCH=1] [PROFILE=1] [PACK_LOGS=1] tools/gpu_glm5_b1.sh
+#   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [BENCH=1] [PROFILE=1] [PROFILE_BATCH=1] [PACK_LOGS=1]
+#   tools/gpu_glm5_b1.sh
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/gpu_glm5_b1}
@@ -55,11 +56,11 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     done
 done
 if [ "${PROFILE:-1}" = 1 ]; then
-    SYNTHETIC=1 PRESET=glm5-slice LAYERS=2 BATCH=1 STEP=last IN_ORDER=1 SKIP_LAUNCHES=${PROFILE_SKIP:-200} \
+    SYNTHETIC=1 PRESET=glm5-slice LAYERS=2 BATCH=${PROFILE_BATCH:-1} STEP=last IN_ORDER=1 SKIP_LAUNCHES=${PROFILE_SKIP:-200} \
         LAUNCHES=300 DECODE=6 PROMPT_LEN=64 \
         BENCH_ARGS="--decode-context $ctx --context-fill random ${KV:+--kv-cache-dtype $KV}" \
         OUT="$out/profile" timeout 240 "$src/tools/profile_step.sh" "$last" >"$out/profile.log" 2>&1
-    rows+=("$(printf '%-40s rc %-3s' "profile b1 (${packs[-1]})" $?)")
+    rows+=("$(printf '%-40s rc %-3s' "profile b${PROFILE_BATCH:-1} (${packs[-1]})" $?)")
     head -45 "$out/profile/profile_step.txt" 2>/dev/null
 fi
 python3 - "$out" "${ROUNDS:-2}" "${packs[@]}" <<'PY'
