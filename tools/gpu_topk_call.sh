@@ -10,7 +10,7 @@ out=${OUT:-/tmp/gpu_topk_call}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$src/.carry/lib:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
 export MOESERVE_SRC="$src"
-PACKS="norms tkl tk" ROUNDS=3 BATCHES=1,64 DECODE_STEPS=64 TESTS="mla" GOLDENS=1 PROFILE=0 OUT="$out/c2k" \
+PACKS="norms tkl tk" ROUNDS=${ROUNDS_2K:-3} BATCHES=1,64 DECODE_STEPS=${STEPS_2K:-64} TESTS="mla" GOLDENS=1 PROFILE=0 OUT="$out/c2k" \
     bash "$src/tools/gpu_glm5_b1.sh" >"$out/c2k.txt" 2>&1
 checks=()
 for p in norms tkl; do
