@@ -221,7 +221,7 @@ void forward_mla_attention(struct forward *f, int n, int l)
                        f->d_slots);
 
     struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
-                            .max_blocks = f->max_blocks};
+                            .max_blocks = f->max_blocks, .max_len = f->max_len};
     if (lw->has_indexer)
         mla_select(f, n, lw, &ab, kv, idx_q_now);
     /* INDEXER_SHARED: the last full layer's selection stands (layer 0 is always full);

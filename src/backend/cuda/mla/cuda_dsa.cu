@@ -77,7 +77,7 @@ template <bool STAGED>
 __global__ void dsa_score_kernel(score_params p)
 {
     extern __shared__ float smem[];
-    const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
+    const int t = p.row0 + blockIdx.y, n = dsa_row_len(p.pos[t], p.ctx);
     if (n <= p.topk)
         return; /* every key is kept: dsa_topk writes 0..pos without scores */
     const int HI = p.HI, DI = p.DI, TN = p.keys;
@@ -135,7 +135,7 @@ __global__ void dsa_score_kernel(score_params p)
 __global__ void dsa_score_warp_kernel(score_params p)
 {
     extern __shared__ float smem[];
-    const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
+    const int t = p.row0 + blockIdx.y, n = dsa_row_len(p.pos[t], p.ctx);
     if (n <= p.topk)
         return;
     const int HI = p.HI, DI = p.DI, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     __shared__ int s_remaining;
     __shared__ int warp_tot[32];
     pdl_wait_trigger_small();
-    const int t = row0 + blockIdx.x, n = pos[t] + 1;
+    const int t = row0 + blockIdx.x, n = dsa_row_len(pos[t], ctx);
     int32_t *out = sel + (size_t)t * topk;
     if (n <= topk) {
         for (int i = threadIdx.x; i < topk; i += blockDim.x)
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     __shared__ int s_remaining;
     __shared__ int warp_gt[32], warp_eq[32];
     pdl_wait_trigger_small();
-    const int t = row0 + blockIdx.x, n = pos[t] + 1;
+    const int t = row0 + blockIdx.x, n = dsa_row_len(pos[t], ctx);
     int32_t *out = sel + (size_t)t * topk;
     if (n <= topk) {
         for (int i = threadIdx.x; i < topk; i += blockDim.x)

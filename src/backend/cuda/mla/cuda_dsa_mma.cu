@@ -102,7 +102,7 @@ __device__ __forceinline__ void key_load(const mma_params &p, size_t slot, int q
 template <int KT, int MT> __global__ void __launch_bounds__(WARPS * 32) dsa_score_mma_kernel(mma_params p)
 {
     pdl_wait(); /* PDL: the previous kernel's writes are visible from here */
-    const int t = p.row0 + blockIdx.y, n = p.pos[t] + 1;
+    const int t = p.row0 + blockIdx.y, n = dsa_row_len(p.pos[t], p.ctx);
     if (n <= p.topk)
         return; /* every key is kept: dsa_topk writes 0..pos without scores */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
