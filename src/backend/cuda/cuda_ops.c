@@ -311,7 +311,7 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
                             : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
                                               scores);
         if (!CHECK(c, e) ||
-            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel, c->smem_budget, c->pdl)))
+            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel, c->pdl)))
             return;
     }
 }

@@ -13,9 +13,7 @@
  *  - dsa_topk: one block per query row: a 4-pass radix select (8 bits per pass) over an
  *    order-preserving integer image of the scores finds the topk-th largest value; keys
  *    above it and the lowest-positioned keys equal to it are written in ascending
- *    position order, which is exactly the CPU's rule. Rows of up to 16384 keys sit in
- *    registers (a thread's contiguous chunk); longer ones in shared memory where the budget
- *    holds 4 bytes a key, else re-read through L2 each pass, in warp-owned line runs.
+ *    position order (two block-wide prefix sums), which is exactly the CPU's rule.
  * The keys are f32, bf16 or fp8 rows (cuda_latent.cuh decodes them as the CPU does).
  * Scores live in a scratch of (rows, ctx) floats, ctx = the longest context a block table
  * can hold; the host runs the rows in chunks that keep it bounded.
@@ -36,7 +34,6 @@ namespace
 {
 
 constexpr int TOPK_THREADS = 1024;
-constexpr size_t TOPK_STATIC_SMEM = 2048; /* dsa_topk_long_kernel's static arrays, rounded up */
 constexpr int DSA_WARPS = 8; /* dsa_score_warp_kernel: warps (keys in flight) per block */
 
 __global__ void layernorm_kernel(const float *x, const float *w, const float *b, int dim, float eps, float *y)
@@ -208,53 +205,11 @@ __device__ int block_exclusive_scan(int v, int *warp_tot)
     return before + x - v;
 }
 
-/* One key into a radix pass's 256-bin histogram, called by every lane of the warp (in: whether the
- * key matches the prefix so far): one atomic per distinct bin a warp, since the scores of a row
- * share a few top bytes and same-address shared atomics serialise. */
-__device__ __forceinline__ void topk_hist_add(unsigned *hist, uint32_t k, bool in, int shift)
-{
-    const unsigned bin = in ? (k >> shift) & 255u : 256u;
-    const unsigned peers = __match_any_sync(0xffffffffu, bin);
-    if (in && (threadIdx.x % 32) == (unsigned)(__ffs(peers) - 1))
-        atomicAdd(&hist[bin], (unsigned)__popc(peers));
-}
-
-/* Warp 0 (every lane): after a pass's histogram over the bits at `shift`, the bin that holds the
- * remaining-th largest key; writes the longer prefix and the key's rank within that bin. Lane l
- * sums bins 8l .. 8l + 7, a suffix scan over the lanes finds the lane, that lane walks its 8 bins
- * down. */
-__device__ __forceinline__ void topk_pick_bin(const unsigned *hist, uint32_t prefix, int shift, int remaining,
-                                              uint32_t *s_prefix, int *s_remaining)
-{
-    const int lane = (int)(threadIdx.x % 32);
-    int mine = 0;
-    for (int i = 0; i < 8; i++)
-        mine += (int)hist[8 * lane + i];
-    int suffix = mine; /* bins 8 lane .. 255 */
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        int y = __shfl_down_sync(0xffffffffu, suffix, o);
-        if (lane + o < 32)
-            suffix += y;
-    }
-    const int above_lane = suffix - mine; /* keys in bins past this lane's */
-    const unsigned hit = __ballot_sync(0xffffffffu, suffix >= remaining);
-    const int l = hit ? 31 - __clz(hit) : 0; /* the highest lane whose suffix reaches it */
-    if (lane == l) {
-        int above = above_lane, bin = 8 * lane + 7;
-        for (; bin > 8 * lane; bin--) {
-            if (above + (int)hist[bin] >= remaining)
-                break;
-            above += (int)hist[bin];
-        }
-        *s_prefix = prefix | ((uint32_t)bin << shift);
-        *s_remaining = remaining - above;
-    }
-}
-
-/* grid (chunk rows); blockDim.x == TOPK_THREADS; rows of up to TOPK_THREADS x KPT keys. Each
- * thread owns a contiguous chunk of the row (so that the selection comes out in ascending
- * position order), read once into registers; every radix pass then works there. */
+/* grid (chunk rows); blockDim.x == TOPK_THREADS. Each thread owns a contiguous chunk of the row
+ * (so that the selection comes out in ascending position order); KPT > 0: the chunk's keys read
+ * once into registers (rows of up to TOPK_THREADS x KPT keys), every radix pass then works there
+ * instead of re-reading the row through L2 with one dependent load an element; KPT 0: any length,
+ * the row re-read each pass. */
 template <int KPT>
 __global__ void __launch_bounds__(TOPK_THREADS)
     dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, int32_t *sel)
@@ -275,11 +230,15 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     const int chunk = (n + blockDim.x - 1) / blockDim.x;
     const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
     const int j1 = j0 + chunk < n ? j0 + chunk : n;
-    uint32_t kr[KPT];
+    constexpr int NR = KPT > 0 ? KPT : 1;
+    uint32_t kr[NR];
+    if (KPT > 0) {
 #pragma unroll
-    for (int i = 0; i < KPT; i++)
-        kr[i] = j0 + i < j1 ? score_key(row[j0 + i]) : 0u;
-    /* the loops below run KPT times, unrolled, so kr stays in registers */
+        for (int i = 0; i < NR; i++)
+            kr[i] = j0 + i < j1 ? score_key(row[j0 + i]) : 0u;
+    }
+    /* the loops below run KPT times (unrolled, so kr stays in registers) or chunk times */
+    const int iters = KPT > 0 ? KPT : chunk;
     uint32_t prefix = 0, mask = 0;
     int remaining = topk; /* rank of the wanted value among those matching prefix */
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -287,11 +246,46 @@ __global__ void __launch_bounds__(TOPK_THREADS)
             hist[i] = 0;
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < KPT; i++)
-            topk_hist_add(hist, kr[i], j0 + i < j1 && (kr[i] & mask) == prefix, shift);
+        for (int i = 0; i < iters; i++) {
+            const int j = j0 + i;
+            const uint32_t k = j < j1 ? (KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j])) : 0u;
+            const bool in = j < j1 && (k & mask) == prefix;
+            /* one atomic per distinct bin a warp: the scores of a row share a few top bytes, and
+             * same-address shared atomics serialise */
+            const unsigned bin = in ? (k >> shift) & 255u : 256u;
+            const unsigned peers = __match_any_sync(0xffffffffu, bin);
+            if (in && (threadIdx.x % 32) == (unsigned)(__ffs(peers) - 1))
+                atomicAdd(&hist[bin], (unsigned)__popc(peers));
+        }
         __syncthreads();
-        if (threadIdx.x < 32)
-            topk_pick_bin(hist, prefix, shift, remaining, &s_prefix, &s_remaining);
+        if (threadIdx.x < 32) {
+            /* the bin holding the remaining-th largest: lane l sums bins 8l .. 8l + 7, a suffix
+             * scan over the lanes finds the lane, then that lane walks its 8 bins down */
+            const int lane = (int)threadIdx.x;
+            int mine = 0;
+            for (int i = 0; i < 8; i++)
+                mine += (int)hist[8 * lane + i];
+            int suffix = mine; /* bins 8 lane .. 255 */
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int y = __shfl_down_sync(0xffffffffu, suffix, o);
+                if (lane + o < 32)
+                    suffix += y;
+            }
+            const int above_lane = suffix - mine; /* keys in bins past this lane's */
+            const unsigned hit = __ballot_sync(0xffffffffu, suffix >= remaining);
+            const int l = hit ? 31 - __clz(hit) : 0; /* the highest lane whose suffix reaches it */
+            if (lane == l) {
+                int above = above_lane, bin = 8 * lane + 7;
+                for (; bin > 8 * lane; bin--) {
+                    if (above + (int)hist[bin] >= remaining)
+                        break;
+                    above += (int)hist[bin];
+                }
+                s_prefix = prefix | ((uint32_t)bin << shift);
+                s_remaining = remaining - above;
+            }
+        }
         __syncthreads();
         prefix = s_prefix;
         remaining = s_remaining;
@@ -300,10 +294,11 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     /* prefix: the topk-th largest key; take every key above it and the first `remaining` equal */
     int gt = 0, eq = 0;
 #pragma unroll
-    for (int i = 0; i < KPT; i++) {
+    for (int i = 0; i < iters; i++) {
         if (j0 + i < j1) {
-            gt += kr[i] > prefix;
-            eq += kr[i] == prefix;
+            const uint32_t k = KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j0 + i]);
+            gt += k > prefix;
+            eq += k == prefix;
         }
     }
     const int eq_before = block_exclusive_scan(eq, warp_tot);
@@ -311,146 +306,15 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     take = take < 0 ? 0 : take > eq ? eq : take;
     int o = block_exclusive_scan(gt + take, warp_tot);
 #pragma unroll
-    for (int i = 0; i < KPT; i++) {
+    for (int i = 0; i < iters; i++) {
         if (j0 + i < j1) {
-            const uint32_t k = kr[i];
+            const uint32_t k = KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j0 + i]);
             if (k > prefix) {
                 out[o++] = j0 + i;
             } else if (k == prefix && take > 0) {
                 out[o++] = j0 + i;
                 take--;
             }
-        }
-    }
-}
-
-constexpr int TOPK_U = 8; /* 32-key steps whose loads a warp has in flight at once */
-
-/* Key j of the row: from the staged image, or read and mapped. */
-template <bool STAGED>
-__device__ __forceinline__ uint32_t topk_key(const uint32_t *staged, const float *row, int j)
-{
-    return STAGED ? staged[j] : score_key(row[j]);
-}
-
-/* grid (chunk rows); blockDim.x a multiple of 32, up to TOPK_THREADS. The same selection as
- * dsa_topk_kernel, laid out for long rows: warp w owns the 32-key steps [w * per, (w + 1) * per)
- * of the row, a step being one aligned 128-byte line read by the warp's lanes together, and every
- * pass takes TOPK_U steps' loads at once (one round trip for 8 lines, where a thread's own chunk
- * costs one round trip a key). The selection's order is the steps' order: within a step the lanes
- * place their keys by ballot, so no block-wide scan runs per step, and one scan over the warps'
- * counts places each warp's run. STAGED: the row's keys are first copied once, mapped, into
- * dynamic shared memory (4 x ctx bytes) and the six passes read them there; otherwise each pass
- * re-reads the row through L2. */
-template <bool STAGED>
-__global__ void __launch_bounds__(TOPK_THREADS)
-    dsa_topk_long_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, int32_t *sel)
-{
-    extern __shared__ uint32_t staged[];
-    __shared__ unsigned hist[256];
-    __shared__ uint32_t s_prefix;
-    __shared__ int s_remaining;
-    __shared__ int warp_gt[32], warp_eq[32];
-    pdl_wait_trigger_small();
-    const int t = row0 + blockIdx.x, n = dsa_row_len(pos[t], ctx);
-    int32_t *out = sel + (size_t)t * topk;
-    if (n <= topk) {
-        for (int i = threadIdx.x; i < topk; i += blockDim.x)
-            out[i] = i < n ? i : -1;
-        return;
-    }
-    const float *row = scores + (size_t)blockIdx.x * ctx;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    const int steps = (n + 31) / 32, per = (steps + warps - 1) / warps;
-    const int s0 = warp * per < steps ? warp * per : steps, s1 = s0 + per < steps ? s0 + per : steps;
-    if (STAGED) {
-        for (int b = 0; b < n; b += TOPK_U * (int)blockDim.x) {
-            float v[TOPK_U];
-#pragma unroll
-            for (int u = 0; u < TOPK_U; u++) {
-                const int j = b + u * (int)blockDim.x + (int)threadIdx.x;
-                v[u] = j < n ? row[j] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < TOPK_U; u++) {
-                const int j = b + u * (int)blockDim.x + (int)threadIdx.x;
-                if (j < n)
-                    staged[j] = score_key(v[u]);
-            }
-        }
-    }
-    uint32_t prefix = 0, mask = 0;
-    int remaining = topk; /* rank of the wanted value among those matching prefix */
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += blockDim.x)
-            hist[i] = 0;
-        __syncthreads(); /* (and the staged keys are in place) */
-        for (int s = s0; s < s1; s += TOPK_U) {
-            uint32_t k[TOPK_U];
-#pragma unroll
-            for (int u = 0; u < TOPK_U; u++) {
-                const int j = (s + u) * 32 + lane;
-                k[u] = s + u < s1 && j < n ? topk_key<STAGED>(staged, row, j) : 0u;
-            }
-#pragma unroll
-            for (int u = 0; u < TOPK_U; u++) {
-                const int j = (s + u) * 32 + lane;
-                topk_hist_add(hist, k[u], s + u < s1 && j < n && (k[u] & mask) == prefix, shift);
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x < 32)
-            topk_pick_bin(hist, prefix, shift, remaining, &s_prefix, &s_remaining);
-        __syncthreads();
-        prefix = s_prefix;
-        remaining = s_remaining;
-        mask |= 255u << shift;
-    }
-    /* prefix: the topk-th largest key; every key above it and the first `remaining` equal ones */
-    int gt = 0, eq = 0;
-    for (int s = s0; s < s1; s += TOPK_U) {
-        uint32_t k[TOPK_U];
-#pragma unroll
-        for (int u = 0; u < TOPK_U; u++) {
-            const int j = (s + u) * 32 + lane;
-            k[u] = s + u < s1 && j < n ? topk_key<STAGED>(staged, row, j) : 0u;
-        }
-#pragma unroll
-        for (int u = 0; u < TOPK_U; u++) {
-            const bool in = s + u < s1 && (s + u) * 32 + lane < n;
-            gt += __popc(__ballot_sync(0xffffffffu, in && k[u] > prefix));
-            eq += __popc(__ballot_sync(0xffffffffu, in && k[u] == prefix));
-        }
-    }
-    if (lane == 0)
-        warp_gt[warp] = gt, warp_eq[warp] = eq;
-    __syncthreads();
-    int eq_run = 0, o = 0; /* equal keys and selected keys in the warps before this one */
-    for (int w = 0; w < warp; w++) {
-        int take = remaining - eq_run;
-        take = take < 0 ? 0 : take > warp_eq[w] ? warp_eq[w] : take;
-        o += warp_gt[w] + take;
-        eq_run += warp_eq[w];
-    }
-    const unsigned below = (1u << lane) - 1u;
-    for (int s = s0; s < s1; s += TOPK_U) {
-        uint32_t k[TOPK_U];
-#pragma unroll
-        for (int u = 0; u < TOPK_U; u++) {
-            const int j = (s + u) * 32 + lane;
-            k[u] = s + u < s1 && j < n ? topk_key<STAGED>(staged, row, j) : 0u;
-        }
-#pragma unroll
-        for (int u = 0; u < TOPK_U; u++) {
-            const int j = (s + u) * 32 + lane;
-            const bool in = s + u < s1 && j < n;
-            const unsigned eqm = __ballot_sync(0xffffffffu, in && k[u] == prefix);
-            const bool take = in && (k[u] > prefix || (k[u] == prefix && eq_run + __popc(eqm & below) < remaining));
-            const unsigned tm = __ballot_sync(0xffffffffu, take);
-            if (take)
-                out[o + __popc(tm & below)] = j;
-            o += __popc(tm);
-            eq_run += __popc(eqm);
         }
     }
 }
@@ -544,23 +408,15 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
 }
 
 extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
-                                     int row0, int n_rows, int topk, int32_t *sel, size_t smem_budget, int pdl)
+                                     int row0, int n_rows, int topk, int32_t *sel, int pdl)
 {
     if (n_rows <= 0)
         return cudaSuccess;
     if (topk < 1)
         return cudaErrorInvalidValue;
-    /* the row's keys in registers where they fit (ctx bounds every row's length); longer rows
-     * staged in shared memory where the budget holds them */
+    /* the row's keys in registers where they fit (ctx bounds every row's length) */
     void (*k)(const float *, int, const int32_t *, int, int, int32_t *) =
-        ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : ctx <= TOPK_THREADS * 16 ? dsa_topk_kernel<16> : NULL;
-    if (k)
-        return launch_pdl(pdl != 0, k, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0,
-                          topk, sel);
-    const size_t staged = (size_t)ctx * sizeof(uint32_t);
-    if (staged + TOPK_STATIC_SMEM <= smem_budget)
-        return launch_pdl_smem(pdl != 0, dsa_topk_long_kernel<true>, dim3((unsigned)n_rows), dim3(TOPK_THREADS),
-                               staged, stream, scores, ctx, pos, row0, topk, sel);
-    return launch_pdl(pdl != 0, dsa_topk_long_kernel<false>, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream,
-                      scores, ctx, pos, row0, topk, sel);
+        ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : ctx <= TOPK_THREADS * 16 ? dsa_topk_kernel<16> : dsa_topk_kernel<0>;
+    return launch_pdl(pdl != 0, k, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0, topk,
+                      sel);
 }

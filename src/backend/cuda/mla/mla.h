@@ -119,10 +119,9 @@ int cuda_dsa_mma_fits(int idx_heads, int idx_dim, enum kv_dtype keys);
 cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const float *w_idx,
                                 const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
                                 int row0, int n_rows, int ctx, int key_blocks, float *scores, int pdl);
-/* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract); rows past
- * the register forms' length are staged in shared memory when 4 x ctx bytes fit smem_budget. */
+/* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). */
 cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
-                          int n_rows, int topk, int32_t *sel, size_t smem_budget, int pdl);
+                          int n_rows, int topk, int32_t *sel, int pdl);
 
 #ifdef __cplusplus
 }
