@@ -11,6 +11,7 @@
 #   carry [".carry/ab", ".carry/lib"]
 #   PACKS="base new" [ROUNDS=2] [BATCHES=1,64] [DECODE_CONTEXT=2048] [KV=bf16] [SMEM=]
 #   [TESTS="moe:test_moe_experts mla"] [GOLDENS=1] [BENCH=1] [PROFILE=1] [PROFILE_BATCH=1] [PACK_LOGS=1]
+#   [FORCE_ALT="linear@33-64:gemm_nvfp4_wo_wgmma"] (each pack also run as NAME+f under that MOESERVE_CUDA_FORCE)
 #   tools/gpu_glm5_b1.sh
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,11 +48,15 @@ flags=(--backend cuda --synthetic glm5-slice --batch "${BATCHES:-1,64}" --prompt
 [ -n "${KV:-}" ] && flags+=(--kv-cache-dtype "$KV")
 [ -n "${SMEM:-}" ] && flags+=(--smem-budget "$SMEM")
 [ "${BENCH:-1}" = 1 ] || ROUNDS=0 # checks only
+variants=("${packs[@]}") # FORCE_ALT: each pack once more as NAME+f, under MOESERVE_CUDA_FORCE=$FORCE_ALT
+[ -n "${FORCE_ALT:-}" ] && for p in "${packs[@]}"; do variants+=("$p+f"); done
 for r in $(seq 1 "${ROUNDS:-2}"); do
-    for p in "${packs[@]}"; do
+    for v in "${variants[@]}"; do
+        p=${v%+f} force=
+        [ "$p" != "$v" ] && force=$FORCE_ALT
         for L in 2 4; do
-            timeout 240 "/tmp/abx-$p/moeserve" bench "${flags[@]}" --synthetic-layers "$L" \
-                >"$out/bench_${p}_L${L}_r$r.json" 2>"$out/bench_${p}_L${L}_r$r.log"
+            MOESERVE_CUDA_FORCE="$force" timeout 240 "/tmp/abx-$p/moeserve" bench "${flags[@]}" --synthetic-layers "$L" \
+                >"$out/bench_${v}_L${L}_r$r.json" 2>"$out/bench_${v}_L${L}_r$r.log"
         done
     done
 done
@@ -63,7 +68,7 @@ if [ "${PROFILE:-1}" = 1 ]; then
     rows+=("$(printf '%-40s rc %-3s' "profile b${PROFILE_BATCH:-1} (${packs[-1]})" $?)")
     head -45 "$out/profile/profile_step.txt" 2>/dev/null
 fi
-python3 - "$out" "${ROUNDS:-2}" "${packs[@]}" <<'PY'
+python3 - "$out" "${ROUNDS:-2}" "${variants[@]}" <<'PY'
 import json, sys, os
 out, rounds, packs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def steps(path):
