@@ -49,7 +49,7 @@ struct attn_batch {
     const int32_t *seq;         /* (n_tokens) row of block_table */
     const int32_t *block_table; /* (n_seqs, max_blocks) block ids */
     int max_blocks;
-    int max_len; /* every pos < max_len (the caller's bound on a sequence); 0: none beyond the table */
+    int max_len; /* every pos < max_len (the pass's longest sequence, host-side); 0: none beyond the table */
 };
 
 struct rope_args {

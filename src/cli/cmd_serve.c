@@ -353,11 +353,6 @@ static enum status serve_start(struct serve_state *st, const struct serve_args *
     enum status s = cli_ranks_loaded(&st->ranks, model_session_open(&st->s, a->model, &so, err), err);
     if (s)
         return s;
-    /* a request may pass the session's max_context (it only sized the cache): every rank bounds a
-     * sequence as rank 0's scheduler will (scheduler_init), the followers too, whose DSA scratch rows
-     * must hold the same keys */
-    long pool = (long)st->s.kv.pool_blocks * st->s.kv.block_size;
-    st->s.fwd.max_len = (int)(a->max_ctx < pool ? a->max_ctx : pool);
     int rc = 0;
     if (cli_ranks_follow(&st->ranks, &st->s, &rc)) {
         st->follower = true;

@@ -47,7 +47,6 @@ enum status forward_init(struct forward *f, const struct model_desc *d, const st
     f->max_tokens = max_tokens;
     f->max_seqs = max_seqs;
     f->max_blocks = kv->n_blocks;
-    f->max_len = kv->n_blocks * kv->block_size; /* until an owner that admits the sequences lowers it */
     struct options opt;
     enum status ost = options_read(&opt, err);
     if (ost)

@@ -77,9 +77,6 @@ struct forward {
     int max_tokens;
     int max_seqs;
     int max_blocks;                 /* per sequence */
-    int max_len;                    /* tokens a sequence may reach (its positions < max_len): whoever admits
-                                       the sequences sets it, model_session from its max_context, the
-                                       scheduler from its own; bounds the per-row scratch of the DSA indexer */
     int logit_chunk;                /* rows of logits computed per lm_head call */
     int sample_rows;                /* rows of sampling parameters a pass may carry: max(logit_chunk, max_seqs) */
     int graph_rows;                 /* the largest decode pass run from a graph: min(max_seqs, logit_chunk) */

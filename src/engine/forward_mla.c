@@ -153,8 +153,11 @@ void forward_mla_batch(struct forward *f, const struct forward_batch *b)
         m->rows_dense &= b->pos[i] < f->d->index_topk;
     }
     m->n_keys = 0;
-    for (int s = 0; s < b->n_seqs; s++)
+    m->max_keys = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
         m->n_keys += m->seq_keys[s];
+        m->max_keys = m->seq_keys[s] > m->max_keys ? m->seq_keys[s] : m->max_keys;
+    }
 }
 
 void forward_mla_attention(struct forward *f, int n, int l)
@@ -221,7 +224,7 @@ void forward_mla_attention(struct forward *f, int n, int l)
                        f->d_slots);
 
     struct attn_batch ab = {.n_tokens = n, .pos = f->d_pos, .seq = f->d_seq, .block_table = f->d_table,
-                            .max_blocks = f->max_blocks, .max_len = f->max_len};
+                            .max_blocks = f->max_blocks, .max_len = f->mla->max_keys};
     if (lw->has_indexer)
         mla_select(f, n, lw, &ab, kv, idx_q_now);
     /* INDEXER_SHARED: the last full layer's selection stands (layer 0 is always full);

@@ -26,10 +26,12 @@ struct forward_mla {
     int32_t *sel;   /* (T, index_topk) key positions chosen by the last "full" layer */
     float *dsa_work; /* backend_dsa_workspace_floats(T, index_topk) */
     /* host, per pass (forward_mla_batch): the keys of each block-table row (its rows' max pos
-     * + 1), their sum, and whether every row attends densely under DSA (pos < index_topk) */
+     * + 1), their sum and largest (the DSA scratch's row length: attn_batch.max_len), and
+     * whether every row attends densely under DSA (pos < index_topk) */
     int32_t *seq_keys; /* (max_seqs) */
     int n_seqs;
     int64_t n_keys;
+    int max_keys;
     bool rows_dense;
 };
 

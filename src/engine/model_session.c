@@ -256,10 +256,6 @@ static enum status session_open(struct model_session *s, const char *dir, const 
      * else the same two ops as apart (CPU ranks: the same bits) */
     s->fwd.fuse_norm = s->fwd.comm != NULL;
     s->max_context = def.max_context;
-    /* generate, bench, logits and perplexity keep every sequence within max_context; a server's
-     * scheduler sets its own bound (scheduler_init) */
-    if ((long)s->kv.pool_blocks * s->kv.block_size > def.max_context)
-        s->fwd.max_len = def.max_context;
     return STATUS_OK;
 fail:
     model_session_close(s);

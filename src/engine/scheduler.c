@@ -147,9 +147,6 @@ enum status scheduler_init(struct scheduler *sch, struct model_session *s, const
                      s->kv.n_blocks, s->kv.block_size, sch->o.max_context);
     else if (!sch->o.no_prefix_cache)
         st = prefix_cache_init(&sch->pc, &s->kv, err);
-    if (!st) /* the forward's bound on a sequence's length is the requests' (they may pass the
-              * session's own max_context, which only sized the cache) */
-        s->fwd.max_len = sch->o.max_context;
     if (st) {
         memset(sch, 0, sizeof *sch); /* nothing to free yet */
         return st;

@@ -285,9 +285,10 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
     if (!cuda_dsa_fit(&cfg, a->n_heads, a->head_dim, c->smem_budget))
         PANIC("cuda: no DSA score tile fits %d x %d indexer dims in %zu bytes", a->n_heads, a->head_dim,
               c->smem_budget);
-    /* positions are device-side: a row is as long as the caller's bound on a sequence, else the
-     * longest context the block table holds (a server's pool: millions of keys, which would leave
-     * the top-k no form but re-reading its row and split the scratch into chunks of a few rows) */
+    /* positions are device-side: a row is as long as the pass's longest sequence (the forward
+     * knows it on the host; MLA passes are never graphs), else the longest context the block table
+     * holds (a server's pool: millions of keys, which would leave the top-k no form but re-reading
+     * its row and split the scratch into chunks of a few rows) */
     int64_t ctx64 = (int64_t)b->max_blocks * kv->block_size;
     if (b->max_len > 0 && (int64_t)b->max_len < ctx64)
         ctx64 = ((int64_t)b->max_len + 31) / 32 * 32; /* rows of whole 128-byte lines */

@@ -37,8 +37,8 @@ inline bool fp8_dims_ok(int nq, int nr)
 
 /* dtype.h's e4m3_to_f32: OCP E4M3 "fn", S.1111.111 is NaN. */
 /* The keys the DSA indexer scores for a query at position pos, within its scratch row of ctx:
- * the engine keeps every position below the row (forward.max_len); the bound only keeps a broken
- * caller from writing past the row. */
+ * the forward sizes the row from the pass's positions (attn_batch.max_len); the bound only keeps
+ * a broken caller from writing past the row. */
 __device__ __forceinline__ int dsa_row_len(int32_t pos, int ctx)
 {
     return pos + 1 < ctx ? pos + 1 : ctx;
