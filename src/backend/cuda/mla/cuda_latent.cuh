@@ -35,7 +35,6 @@ inline bool fp8_dims_ok(int nq, int nr)
     return nq % 4 == 0 && nr % 2 == 0;
 }
 
-/* dtype.h's e4m3_to_f32: OCP E4M3 "fn", S.1111.111 is NaN. */
 /* The keys the DSA indexer scores for a query at position pos, within its scratch row of ctx:
  * the forward sizes the row from the pass's positions (attn_batch.max_len); the bound only keeps
  * a broken caller from writing past the row. */
@@ -44,6 +43,7 @@ __device__ __forceinline__ int dsa_row_len(int32_t pos, int ctx)
     return pos + 1 < ctx ? pos + 1 : ctx;
 }
 
+/* dtype.h's e4m3_to_f32: OCP E4M3 "fn", S.1111.111 is NaN. */
 __device__ __forceinline__ float e4m3_decode(uint32_t b)
 {
     const uint32_t exp = (b >> 3) & 0xfu, man = b & 0x7u;
