@@ -98,7 +98,5 @@ PY
 printf '%s\n' "${rows[@]}"
 # the device tool brings back at most 8 files: the logs in one archive (PACK_LOGS=0: leave them, for a caller
 # that packs its own)
-if [ "${PACK_LOGS:-1}" = 1 ] && [ -n "${OUT:-}" ]; then
-    (cd "$out" && tar -czf /tmp/gpu_glm5_b1_logs.tgz --exclude=logs.tgz . && mv /tmp/gpu_glm5_b1_logs.tgz logs.tgz &&
-        find . -mindepth 1 -maxdepth 1 ! -name logs.tgz -exec rm -rf {} +)
-fi
+. "$src/tools/pack_out.sh"
+if [ "${PACK_LOGS:-1}" = 1 ] && [ -n "${OUT:-}" ]; then pack_out "$out" logs.tgz; fi

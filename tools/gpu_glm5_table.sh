@@ -45,7 +45,5 @@ done
 echo "ms a MoE layer ((L4 - L2) / 2) by cache dtype, context[, smem budget]:"
 printf '%s\n' "${rows[@]}"
 # at most 8 files come back from the device: everything in one archive
-if [ -n "${OUT:-}" ]; then
-    (cd "$out" && tar -czf /tmp/gpu_glm5_table_logs.tgz --exclude=logs.tgz . && mv /tmp/gpu_glm5_table_logs.tgz logs.tgz &&
-        find . -mindepth 1 -maxdepth 1 ! -name logs.tgz -exec rm -rf {} +)
-fi
+. "$src/tools/pack_out.sh"
+if [ -n "${OUT:-}" ]; then pack_out "$out" logs.tgz; fi

@@ -35,4 +35,5 @@ printf '%s\n' "${checks[@]}"
 echo "== 32768"; grep -A12 "^ms a MoE" "$out/c32k.txt"; grep -A25 "one step" "$out/c32k.txt" | head -26
 [ -f "$out/ncu.txt" ] && { echo "== ncu"; cat "$out/ncu.txt"; }
 # the device tool brings back 8 files: everything in one archive
-(cd "$out" && tar -czf /tmp/gpu_topk_call.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu_topk_call.tgz all.tgz)
+. "$src/tools/pack_out.sh"
+pack_out "$out" all.tgz
