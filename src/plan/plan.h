@@ -275,6 +275,9 @@ size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages);
 bool plan_mla_prefill_expanded(const struct plan *p, int n_tokens, int64_t n_keys);
 /* dsa_index_score_warp_fp32: a warp per key, `warps` keys in flight a block. */
 size_t plan_dsa_warp_smem(int warps, int idx_heads, int idx_dim);
+/* dsa_index_score_mma_bf16: the query's A fragments in shared memory, hi + lo, in fragment order:
+ * 16-head tiles x 8 k-steps (D_I <= 128) x 32 lanes x 16 bytes x 2. */
+#define PLAN_DSA_MMA_SMEM(idx_heads) ((size_t)(((idx_heads) + 15) / 16) * 8 * 32 * 16 * 2)
 /* MLA's absorb and expand (kv_b_proj per head): batched bf16 GEMMs (cuBLAS, activations hi + lo)
  * from PLAN_MLA_PROJ_GEMM_MIN_TOKENS tokens for NVFP4 and BF16 kv_b; below, or for other formats,
  * the fp32 kernels that read kv_b once per 8 tokens. */

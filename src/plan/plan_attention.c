@@ -500,10 +500,10 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
          * into fragments (cuda_dsa_mma.cu): hi + lo query = 2 MMAs a product (3 on f32 keys) */
         struct cand *c = pl_cand_add(x, "dsa_index_score_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
         c->threads = 128;
-        c->regs = 200; /* the query's fragments, hi + lo, stay in registers */
+        c->regs = 128; /* 4 tiles of keys in flight a warp; the query's fragments in shared memory */
         const int heads16 = r.idx_heads <= 16 ? 16 : 32;
-        c->tm = heads16, c->tn = 8, c->tk = r.idx_dim, c->stages = 1;
-        c->smem = 0;
+        c->tm = heads16, c->tn = 32, c->tk = r.idx_dim, c->stages = 1;
+        c->smem = PLAN_DSA_MMA_SMEM(heads16);
         c->streaming = true; /* each warp's loads overlap the other warps' MMAs */
         double pairs = T * ctx / 2;
         /* the keys take the cache's type (kv_cache_index_dtype()): rated as f32, the largest */

@@ -303,7 +303,12 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
         return;
     const bool mma = cfg.mma && cuda_dsa_mma_fits(a->n_heads, a->head_dim, kv->index_dtype);
     const int block_keys = mma ? CUDA_DSA_MMA_KEYS : cfg.keys;
-    int key_blocks = ceil_div(2 * (int64_t)c->sm_count, chunk);
+    /* one wave: the mma kernel's warps each keep 4 tiles of keys in flight, so more resident
+     * blocks, not more waves, is what feeds the memory system */
+    int key_blocks = mma ? (int)(CUDA_DSA_MMA_BLOCKS_SM * (int64_t)c->sm_count / chunk)
+                         : ceil_div(2 * (int64_t)c->sm_count, chunk);
+    if (key_blocks < 1)
+        key_blocks = 1;
     if (key_blocks > ceil_div(ctx_len, block_keys))
         key_blocks = ceil_div(ctx_len, block_keys);
     for (int r0 = 0; r0 < b->n_tokens; r0 += chunk) {
