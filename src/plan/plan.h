@@ -289,9 +289,11 @@ bool plan_mla_proj_mma(const struct plan *p);
 /* The bf16 tensor-core MLA tile (mla_latent_attn_mma_bf16): query hi + lo rows and `stages` key
  * tiles of bf16 rows of plan_mla_mma_ld(k_dim) values (k_dim rounded up to 16, + 8), then an fp8
  * cache's scales of those keys: PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) f32 a key (its latent part has
- * at most that many 128-value blocks; a bf16 cache leaves them unused), then one 16 x keys f32
- * area a warp pair (a bf16 cache's S halves meet there). */
+ * at most that many 128-value blocks; a bf16 cache leaves them unused), then PARTS - 1 areas of
+ * 16 x keys f32 a row group (its warps' parts of S meet there). */
 #define PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) (((k_dim) + 127) / 128)
+/* warps a 16-head row group of that tile: each a quarter of S's dims and of the value columns */
+#define PLAN_MLA_MMA_PARTS 4
 int plan_mla_mma_ld(int k_dim);
 size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages);
 /* Key splits of one attention launch (decode attention, MLA latent attention): enough splits that

@@ -264,7 +264,8 @@ size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages)
 {
     const size_t tiles = (size_t)(stages > 1 ? 2 : 1) * (size_t)keys;
     return 2 * (size_t)plan_mla_mma_ld(k_dim) * (2 * (size_t)rows + tiles) +
-           4 * tiles * (size_t)PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) + 4 * (size_t)rows * (size_t)keys;
+           4 * tiles * (size_t)PLAN_MLA_MMA_SCALE_BLOCKS(k_dim) +
+           4 * (size_t)rows * (size_t)keys * (PLAN_MLA_MMA_PARTS - 1);
 }
 
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
@@ -446,12 +447,14 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
             }
     }
     /* the tensor-core form needs a bf16 (the default) or fp8 cache and mma-shaped dims: 16 heads a
-     * warp pair, 8-value loads, value halves of whole 8-column tiles (cuda_mla_mma_fits()) */
+     * row group of PARTS warps, 8-value loads, value quarters of whole 8-column tiles; 32 rows at
+     * most (256 threads: the S and O registers of 64 rows' 512 would not fit 128 a thread)
+     * (cuda_mla_mma_fits()) */
     bool mma_cache = !x->req->shapes || s->latent_mma;
-    if (mma_cache && Dk % 8 == 0 && R % 16 == 0 && R <= 512 && Dk > R) {
-        static const int MM_TM[] = {64, 32, 16}, MM_TN[] = {64, 32, 16};
+    if (mma_cache && Dk % 8 == 0 && R % (8 * PLAN_MLA_MMA_PARTS) == 0 && R <= 512 && Dk > R) {
+        static const int MM_TM[] = {32, 16}, MM_TN[] = {64, 32, 16};
         int heads16 = (r.heads + 15) / 16 * 16;
-        for (int a = 0; a < 3; a++) {
+        for (int a = 0; a < 2; a++) {
             int tm = MM_TM[a];
             if (tm > heads16 && tm > 16)
                 continue; /* no taller tile than the heads need */
@@ -459,8 +462,8 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
                 for (int st = 2; st >= 1; st--) {
                     int tn = MM_TN[b];
                     struct cand *c = pl_cand_add(x, "mla_latent_attn_mma_bf16", PLAN_MATH_BF16_MMA, FEAT_BF16_MMA);
-                    c->threads = tm / 16 * 64;
-                    c->regs = R / 4 + tn + 40; /* a warp's O half, S, addresses (ptxas: 194-240) */
+                    c->threads = tm / 16 * 32 * PLAN_MLA_MMA_PARTS;
+                    c->regs = R / 8 + tn + 40; /* a warp's O quarter, S, addresses */
                     c->tm = tm, c->tn = tn, c->tk = Dk, c->stages = st;
                     c->smem = plan_mla_mma_smem(tm, tn, Dk, st);
                     /* each staged key serves tm heads, hi + lo query and weights: 2 MMAs a product;

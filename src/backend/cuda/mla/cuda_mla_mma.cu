@@ -7,12 +7,14 @@
  * with 64 heads on a 576-wide row is a pair of small matrix products per key tile, which is what
  * this kernel gives the tensor cores:
  *   S[heads, keys] = Q[heads, Dk] K[keys, Dk]^T,   O[heads, R] += softmax(S) K[keys, :R].
- * A block takes `rows` heads of ONE token (16 a warp pair) and a contiguous share of its keys
- * (split-K: the partials merge in cuda_mla_merge(), as the fp32 kernel's do). Each warp pair
- * shares a 16-head row group: both compute its S (cheap, and the softmax stays inside a warp),
- * each accumulates one half of the R value columns in registers. The key tiles come into shared
- * memory by cp.async straight from the bf16 cache (gathered by index under DSA), double-buffered
- * where the budget holds two.
+ * A block takes `rows` heads of ONE token (16 a row group of PLAN_MLA_MMA_PARTS warps) and a
+ * contiguous share of its keys (split-K: the partials merge in cuda_mla_merge(), as the fp32
+ * kernel's do). The warps of a row group split its S by dims (each its quarter of the k-steps,
+ * summed through shared memory, so each holds the whole S and the softmax stays inside a warp)
+ * and its R value columns (each a quarter in registers): at batch 1 a block is all an SM has, and
+ * four warps a row group are twice the warps a pair was, each with half the chain to walk. The
+ * key tiles come into shared memory by cp.async straight from the bf16 cache (gathered by index
+ * under DSA), double-buffered where the budget holds two.
  *
  * Precision: the keys and values are the cache's bf16 values exactly; the query and the softmax
  * weights are split into bf16 hi + lo (two MMAs each), so the result is fp32-grade (~1e-5 of the
@@ -28,7 +30,7 @@
  *
  * Shared memory: Qhi[rows][ld], Qlo[rows][ld], K[stages][keys][ld] in bf16, ld = Dk rounded up to
  * 16, + 8 (the ldmatrix rows then fall in distinct banks), then the fp8 scales [stages][keys]
- * [ceil(Dk / 128)] in f32, then the warp pairs' S exchange [rows / 16][16][keys] in f32;
+ * [ceil(Dk / 128)] in f32, then the row groups' S exchange [rows / 16][PARTS - 1][16][keys] in f32;
  * plan_mla_mma_smem() is the formula.
  */
 #include "backend/cuda/mla/mla.h"
@@ -45,7 +47,8 @@ extern "C" {
 namespace
 {
 
-constexpr int MAX_VT = 32; /* value n-tiles (8 columns) per warp: R / 2 <= 256 */
+constexpr int PARTS = PLAN_MLA_MMA_PARTS; /* warps a 16-head row group */
+constexpr int MAX_VT = 16;                 /* value n-tiles (8 columns) a warp: R / PARTS <= 128 */
 constexpr int Q_BATCH = 16; /* query loads a thread keeps in flight while staging */
 
 /* Two e4m3 codes (low byte first) -> two bf16 values, exactly. */
@@ -72,7 +75,7 @@ struct mma_params {
     float *part; /* (n_splits, T, H, R + 2) otherwise: m, l, unnormalised O */
 };
 
-/* grid (T * head_blocks, n_splits), (rows / 16) * 2 warps; TN keys per tile. One function past
+/* grid (T * head_blocks, n_splits), (rows / 16) * PARTS warps; TN keys per tile. One function past
  * 100 lines: the O accumulators (up to 128 registers a thread) live through every phase of the
  * tile loop (load, S, softmax, P V), which reads best, and compiles best, in one piece. */
 template <int TN, bool FP8>
@@ -83,12 +86,12 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     const int ld = p.ld, RW = p.rows, nbs = PLAN_MLA_MMA_SCALE_BLOCKS(p.Dk);
     uint16_t *Qh = sm, *Ql = Qh + (size_t)RW * ld, *Kb = Ql + (size_t)RW * ld;
     float *Scb = (float *)(Kb + (size_t)(p.stages > 1 ? 2 : 1) * TN * ld); /* FP8: the tiles' scales */
-    /* bf16: a warp pair's exchange of its row group's S (16 x TN) */
+    /* a row group's exchange of its S partials (PARTS - 1 areas of 16 x TN) */
     float *Sx = Scb + (size_t)(p.stages > 1 ? 2 : 1) * TN * nbs;
     /* each key slot's position in the cache's order (-1: none), for the softmax's mask */
     __shared__ int kpos[2][64];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = (int)blockDim.x / 32;
-    const int r0 = (warp >> 1) * 16, vh = warp & 1;
+    const int r0 = (warp / PARTS) * 16, vp = warp % PARTS;
     const int t = blockIdx.x / p.head_blocks, h0 = (blockIdx.x % p.head_blocks) * RW, split = blockIdx.y;
     const int nh = p.H - h0 < RW ? p.H - h0 : RW;
     const int pos = p.pos[t];
@@ -220,7 +223,7 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
     for (int j = 0; j < MAX_VT; j++)
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* rows lane/4 and lane/4 + 8 */
-    const int vt = p.R / 16, vcol = vh * (p.R / 2);
+    const int vt = p.R / (8 * PARTS), vcol = vp * (p.R / PARTS);
     const int n_tiles = (hi - lo + TN - 1) / TN;
     if (n_tiles > 0)
         load(lo, 0);
@@ -262,15 +265,20 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                 mma_bf16_16816(acc[2 * n2 + 1], ah, b[2], b[3]);
             }
         };
+        /* the row group's warps split the k-steps: warp vp takes [kk0, kk1). FP8: the latent
+         * columns block by block, each block's part times its key scales (at the block's end or
+         * the warp's); bf16: st holds the lo half's products (their own chain: the hi and lo
+         * MMAs of a step into one accumulator made a chain of 2 x ksteps dependent MMAs) */
+        const int kq = (ksteps + PARTS - 1) / PARTS, kk0 = vp * kq < ksteps ? vp * kq : ksteps,
+                  kk1 = kk0 + kq < ksteps ? kk0 + kq : ksteps;
         if constexpr (FP8) {
-            /* the latent columns block by block, each block's S times its scale; then the rope */
-            for (int kk = 0; kk < ksteps; kk++) {
+            for (int kk = kk0; kk < kk1; kk++) {
                 if (kk * 16 >= p.R) {
                     qk_step(kk, s, s);
                     continue;
                 }
                 qk_step(kk, st, st);
-                if ((kk + 1) * 16 == p.R || ((kk + 1) * 16) % KV_FP8_BLOCK == 0) {
+                if ((kk + 1) * 16 == p.R || ((kk + 1) * 16) % KV_FP8_BLOCK == 0 || kk + 1 == kk1) {
                     const int blk = kk * 16 / KV_FP8_BLOCK;
 #pragma unroll
                     for (int n = 0; n < TN / 8; n++)
@@ -283,34 +291,39 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                 }
             }
         } else {
-            /* the warp pair splits the dims: vh 0 the first half of the k-steps, vh 1 the rest (before,
-             * both walked all of them for the same S). vh 1 hands its half over in shared memory, vh 0
-             * adds it to its own and hands the sum back: both hold the same S. One 16 x TN area a pair
-             * (two would cost the second block an SM at 32 x 16 x 2 stages) */
-            const int kh = (ksteps + 1) / 2, kk0 = vh ? kh : 0, kk1 = vh ? ksteps : kh;
 #pragma unroll 2 /* the next step's ldmatrix issues under this step's MMAs */
             for (int kk = kk0; kk < kk1; kk++)
                 qk_step(kk, st, s);
-            float *px = Sx + (size_t)(warp >> 1) * 16 * TN;
 #pragma unroll
             for (int n = 0; n < TN / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
+                for (int e = 0; e < 4; e++)
                     s[n][e] += st[n][e];
-                    if (vh)
-                        px[(n * 4 + e) * 32 + lane] = s[n][e];
-                }
+        }
+        {
+            /* warps 1.. of the group hand their parts over, warp 0 sums them in a fixed order and
+             * hands the sum back: every warp holds the same S */
+            float *px = Sx + (size_t)(warp / PARTS) * (PARTS - 1) * 16 * TN;
+            if (vp)
+#pragma unroll
+                for (int n = 0; n < TN / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        px[(size_t)(vp - 1) * 16 * TN + (n * 4 + e) * 32 + lane] = s[n][e];
             __syncthreads();
-            if (!vh)
+            if (!vp) {
 #pragma unroll
                 for (int n = 0; n < TN / 8; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        s[n][e] += px[(n * 4 + e) * 32 + lane];
+#pragma unroll
+                        for (int w = 0; w < PARTS - 1; w++)
+                            s[n][e] += px[(size_t)w * 16 * TN + (n * 4 + e) * 32 + lane];
                         px[(n * 4 + e) * 32 + lane] = s[n][e];
                     }
+            }
             __syncthreads();
-            if (vh)
+            if (vp)
 #pragma unroll
                 for (int n = 0; n < TN / 8; n++)
 #pragma unroll
@@ -425,7 +438,7 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
             const int col = vcol + j * 8 + 2 * (lane & 3);
             *(float2 *)(os + r * os_ld + col) = make_float2(o[j][half * 2] * inv, o[j][half * 2 + 1] * inv);
         }
-        if (p.n_splits > 1 && vh == 0 && (lane & 3) == 0) {
+        if (p.n_splits > 1 && vp == 0 && (lane & 3) == 0) {
             float *ml = p.part + ((size_t)split * p.n_tokens * p.H + (size_t)t * p.H + h0 + r) * (R + 2);
             ml[0] = m;
             ml[1] = l;
@@ -444,8 +457,8 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 
 extern "C" int cuda_mla_mma_fits(int n_heads, int k_dim, int v_dim, int rows, int keys, int stages, size_t budget)
 {
-    return n_heads > 0 && k_dim > v_dim && k_dim % 8 == 0 && v_dim % 16 == 0 && v_dim <= 16 * MAX_VT &&
-           (rows == 16 || rows == 32 || rows == 64) && (keys == 16 || keys == 32 || keys == 64) &&
+    return n_heads > 0 && k_dim > v_dim && k_dim % 8 == 0 && v_dim % (8 * PARTS) == 0 &&
+           v_dim <= 8 * PARTS * MAX_VT && (rows == 16 || rows == 32) && (keys == 16 || keys == 32 || keys == 64) &&
            (stages == 1 || stages == 2) && plan_mla_mma_smem(rows, keys, k_dim, stages) + 256 <= budget;
 }
 
@@ -483,7 +496,7 @@ extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)blocks, (unsigned)n_splits);
-    e = launch_pdl(pdl != 0, kernel, grid, dim3((unsigned)(rows / 16 * 64)), smem, stream, p);
+    e = launch_pdl(pdl != 0, kernel, grid, dim3((unsigned)(rows / 16 * 32 * PARTS)), smem, stream, p);
     if (e != cudaSuccess || n_splits == 1)
         return e;
     return cuda_mla_merge(stream, work, n_splits, b->n_tokens * n_heads, p.R, o_lat, pdl);
