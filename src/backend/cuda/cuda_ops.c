@@ -294,13 +294,15 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
         ctx64 = ((int64_t)b->max_len + 31) / 32 * 32; /* rows of whole 128-byte lines */
     ASSERT(ctx64 > 0 && ctx64 <= INT_MAX);
     int ctx_len = (int)ctx64;
-    size_t rows = DSA_SCRATCH_FLOATS / (size_t)ctx_len;
+    const size_t hist_floats = cuda_dsa_topk_hist_floats(ctx_len); /* a row's top-k histogram, after the scores */
+    size_t rows = DSA_SCRATCH_FLOATS / ((size_t)ctx_len + hist_floats);
     int chunk = rows < 1 ? 1 : rows > (size_t)b->n_tokens ? b->n_tokens : (int)rows;
     if (chunk > 65535)
         chunk = 65535;
-    float *scores = cuda_scratch_get(c, (size_t)chunk * (size_t)ctx_len * sizeof(float));
+    float *scores = cuda_scratch_get(c, (size_t)chunk * ((size_t)ctx_len + hist_floats) * sizeof(float));
     if (!scores)
         return;
+    unsigned *hist = hist_floats ? (unsigned *)(scores + (size_t)chunk * (size_t)ctx_len) : NULL;
     const bool mma = cfg.mma && cuda_dsa_mma_fits(a->n_heads, a->head_dim, kv->index_dtype);
     const int block_keys = mma ? CUDA_DSA_MMA_KEYS : cfg.keys;
     /* one wave: the mma kernel's warps each keep 4 tiles of keys in flight, so more resident
@@ -317,7 +319,7 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
                             : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
                                               scores);
         if (!CHECK(c, e) ||
-            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel, c->pdl)))
+            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel, hist, c->sm_count, c->pdl)))
             return;
     }
 }

@@ -181,9 +181,9 @@ static const struct kernel_desc KERNELS[] = {
     K("mla_prefill_expanded", "mla_prefill", MMA, BMMA, 0, "cuda_mla_expand.c", CK_FIXED, NULL, "mla_expand_gather_kernel|mla_expand_assemble_kernel|attn_mma_kernel"),
     K("mla_proj_fp32", "mla_proj", FP32, 0, ANY_WEIGHT, "mla/cuda_mla.cu", CK_FIXED, NULL, "mla_absorb_kernel|mla_expand_kernel"),
     K("mla_proj_mma_bf16", "mla_proj", MMA, BMMA, F(WEIGHT_NVFP4), "mla/cuda_mla_absorb_mma.cu", CK_FIXED, NULL, "mla_absorb_mma_kernel|mla_expand_mma_kernel"),
-    K("dsa_index_score_fp32", "dsa_index", FP32, 0, 0, "mla/cuda_dsa.cu", CK_FIXED, NULL, "dsa_score_kernel|dsa_topk_kernel"),
-    K("dsa_index_score_warp_fp32", "dsa_index", FP32, 0, 0, "mla/cuda_dsa.cu", CK_FIXED, NULL, "dsa_score_warp_kernel|dsa_topk_kernel"),
-    K("dsa_index_score_mma_bf16", "dsa_index", MMA, BMMA, 0, "mla/cuda_dsa_mma.cu", CK_FIXED, NULL, "dsa_score_mma_kernel|dsa_topk_kernel"),
+    K("dsa_index_score_fp32", "dsa_index", FP32, 0, 0, "mla/cuda_dsa.cu", CK_FIXED, NULL, "dsa_score_kernel|dsa_topk(_hist)?_kernel|dsa_hist_kernel"),
+    K("dsa_index_score_warp_fp32", "dsa_index", FP32, 0, 0, "mla/cuda_dsa.cu", CK_FIXED, NULL, "dsa_score_warp_kernel|dsa_topk(_hist)?_kernel|dsa_hist_kernel"),
+    K("dsa_index_score_mma_bf16", "dsa_index", MMA, BMMA, 0, "mla/cuda_dsa_mma.cu", CK_FIXED, NULL, "dsa_score_mma_kernel|dsa_topk(_hist)?_kernel|dsa_hist_kernel"),
     /* routing */
     K("norm_router_route_cluster", "moe_route", FP32, CL, F(WEIGHT_BF16), "moe/cuda_router_route.cu", CK_NORM_ROUTER_ROUTE, fits_norm_router_route, "router_route_cluster_kernel"),
     K("router_route_cluster", "moe_route", FP32, CL, F(WEIGHT_BF16), "moe/cuda_router_route.cu", CK_ROUTER_ROUTE_CLUSTER, fits_router_route_cluster, "router_route_cluster_kernel"),

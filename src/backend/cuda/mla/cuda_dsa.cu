@@ -14,6 +14,10 @@
  *    order-preserving integer image of the scores finds the topk-th largest value; keys
  *    above it and the lowest-positioned keys equal to it are written in ascending
  *    position order (two block-wide prefix sums), which is exactly the CPU's rule.
+ *    Rows past TOPK_THREADS x 16 keys (read from the row each pass, one SM doing all the
+ *    work at batch 1) start from an 11-bit histogram of the row that dsa_hist_kernel builds
+ *    over many blocks; the keys of its threshold bin are gathered into shared memory and the
+ *    remaining 21 bits are selected there, so the row is read twice more instead of 4 passes.
  * The keys are f32, bf16 or fp8 rows (cuda_latent.cuh decodes them as the CPU does).
  * Scores live in a scratch of (rows, ctx) floats, ctx = the longest context a block table
  * can hold; the host runs the rows in chunks that keep it bounded.
@@ -205,11 +209,175 @@ __device__ int block_exclusive_scan(int v, int *warp_tot)
     return before + x - v;
 }
 
+/* Warp 0: the bin of h[0 .. NB) (counts of the keys matching prefix, by the digit at shift)
+ * that holds the remaining-th largest key: lane l sums bins l NB/32 .. (l + 1) NB/32 - 1, a
+ * suffix scan over the lanes finds the lane, then that lane walks its bins down. Writes the
+ * prefix extended by that digit and the rank left within the bin. */
+template <int NB>
+__device__ void find_bin(const unsigned *h, int remaining, uint32_t prefix, int shift, uint32_t *s_prefix,
+                         int *s_remaining)
+{
+    constexpr int PER = NB / 32;
+    const int lane = (int)threadIdx.x;
+    int mine = 0;
+    for (int i = 0; i < PER; i++)
+        mine += (int)h[PER * lane + i];
+    int suffix = mine; /* bins PER lane .. NB - 1 */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_down_sync(0xffffffffu, suffix, o);
+        if (lane + o < 32)
+            suffix += y;
+    }
+    const int above_lane = suffix - mine; /* keys in bins past this lane's */
+    const unsigned hit = __ballot_sync(0xffffffffu, suffix >= remaining);
+    const int l = hit ? 31 - __clz(hit) : 0; /* the highest lane whose suffix reaches it */
+    if (lane == l) {
+        int above = above_lane, bin = PER * lane + PER - 1;
+        for (; bin > PER * lane; bin--) {
+            if (above + (int)h[bin] >= remaining)
+                break;
+            above += (int)h[bin];
+        }
+        *s_prefix = prefix | ((uint32_t)bin << shift);
+        *s_remaining = remaining - above;
+    }
+}
+
+/* The top HIST_BITS of every key of a long row, counted: grid (blocks a row, chunk rows), HIST_THREADS
+ * threads, each block a contiguous share of the row into shared memory, then its nonzero bins
+ * added to the row's hist (HIST_BINS counters, zeroed by the caller). */
+constexpr int HIST_BITS = 11, HIST_BINS = 1 << HIST_BITS, HIST_SHIFT = 32 - HIST_BITS, HIST_THREADS = 256;
+constexpr int CAND_CAP = 4096; /* threshold-bin keys dsa_topk_hist_kernel gathers in shared memory */
+
+__global__ void __launch_bounds__(HIST_THREADS)
+    dsa_hist_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, unsigned *hist)
+{
+    __shared__ unsigned h[HIST_BINS];
+    pdl_wait();
+    const int t = row0 + blockIdx.y, n = dsa_row_len(pos[t], ctx);
+    if (n <= topk)
+        return;
+    for (int i = threadIdx.x; i < HIST_BINS; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    const float *row = scores + (size_t)blockIdx.y * ctx;
+    const int share = (n + gridDim.x - 1) / gridDim.x, j0 = blockIdx.x * share;
+    const int j1 = j0 + share < n ? j0 + share : n;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        atomicAdd(&h[score_key(row[j]) >> HIST_SHIFT], 1u);
+    __syncthreads();
+    unsigned *g = hist + (size_t)blockIdx.y * HIST_BINS;
+    for (int i = threadIdx.x; i < HIST_BINS; i += blockDim.x)
+        if (h[i])
+            atomicAdd(&g[i], h[i]);
+}
+
+/* Keys above the threshold key `prefix` and the first `remaining` equal to it, in ascending
+ * position: each thread its contiguous chunk [j0, j1) of the row, re-read. */
+__device__ void topk_write(const float *row, int j0, int j1, uint32_t prefix, int remaining, int *warp_tot,
+                           int32_t *out)
+{
+    int gt = 0, eq = 0;
+    for (int j = j0; j < j1; j++) {
+        const uint32_t k = score_key(row[j]);
+        gt += k > prefix;
+        eq += k == prefix;
+    }
+    const int eq_before = block_exclusive_scan(eq, warp_tot);
+    int take = remaining - eq_before;
+    take = take < 0 ? 0 : take > eq ? eq : take;
+    int o = block_exclusive_scan(gt + take, warp_tot);
+    for (int j = j0; j < j1; j++) {
+        const uint32_t k = score_key(row[j]);
+        if (k > prefix) {
+            out[o++] = j;
+        } else if (k == prefix && take > 0) {
+            out[o++] = j;
+            take--;
+        }
+    }
+}
+
+/* A long row (grid (chunk rows), TOPK_THREADS): the threshold's top 11 bits from hist; then the
+ * keys of that bin, gathered into shared memory where at most CAND_CAP (else the row re-read each
+ * pass, matching keys counted), give the other 21 bits in 8 + 8 + 5-bit passes. */
+__global__ void __launch_bounds__(TOPK_THREADS)
+    dsa_topk_hist_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, const unsigned *hist,
+                         int32_t *sel)
+{
+    __shared__ unsigned h[HIST_BINS];
+    __shared__ uint32_t cand[CAND_CAP];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_remaining, s_n;
+    __shared__ int warp_tot[32];
+    pdl_wait_trigger_small();
+    const int t = row0 + blockIdx.x, n = dsa_row_len(pos[t], ctx);
+    int32_t *out = sel + (size_t)t * topk;
+    if (n <= topk) {
+        for (int i = threadIdx.x; i < topk; i += blockDim.x)
+            out[i] = i < n ? i : -1;
+        return;
+    }
+    const float *row = scores + (size_t)blockIdx.x * ctx;
+    for (int i = threadIdx.x; i < HIST_BINS; i += blockDim.x)
+        h[i] = hist[(size_t)blockIdx.x * HIST_BINS + i];
+    if (threadIdx.x == 0)
+        s_n = 0;
+    __syncthreads();
+    if (threadIdx.x < 32)
+        find_bin<HIST_BINS>(h, topk, 0u, HIST_SHIFT, &s_prefix, &s_remaining);
+    __syncthreads();
+    uint32_t prefix = s_prefix, mask = ~0u << HIST_SHIFT;
+    int remaining = s_remaining;
+    const int n_cand = (int)h[prefix >> HIST_SHIFT];
+    __syncthreads(); /* every thread has read it before the passes reuse h */
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
+    const int j1 = j0 + chunk < n ? j0 + chunk : n;
+    const bool gathered = n_cand <= CAND_CAP;
+    if (gathered) { /* order does not matter here: the passes only count */
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const uint32_t k = score_key(row[j]);
+            if ((k & mask) == prefix)
+                cand[atomicAdd(&s_n, 1)] = k;
+        }
+        __syncthreads();
+    }
+    const int shifts[3] = {13, 5, 0}, widths[3] = {8, 8, 5};
+    for (int ps = 0; ps < 3; ps++) {
+        const int shift = shifts[ps];
+        const uint32_t dmask = (1u << widths[ps]) - 1u;
+        for (int i = threadIdx.x; i < 256; i += blockDim.x)
+            h[i] = 0;
+        __syncthreads();
+        if (gathered) {
+            for (int i = threadIdx.x; i < n_cand; i += blockDim.x) {
+                const uint32_t k = cand[i];
+                if ((k & mask) == prefix)
+                    atomicAdd(&h[(k >> shift) & dmask], 1u);
+            }
+        } else {
+            for (int j = threadIdx.x; j < n; j += blockDim.x) {
+                const uint32_t k = score_key(row[j]);
+                if ((k & mask) == prefix)
+                    atomicAdd(&h[(k >> shift) & dmask], 1u);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 32)
+            find_bin<256>(h, remaining, prefix, shift, &s_prefix, &s_remaining);
+        __syncthreads();
+        prefix = s_prefix;
+        remaining = s_remaining;
+        mask |= dmask << shift;
+    }
+    topk_write(row, j0, j1, prefix, remaining, warp_tot, out);
+}
+
 /* grid (chunk rows); blockDim.x == TOPK_THREADS. Each thread owns a contiguous chunk of the row
- * (so that the selection comes out in ascending position order); KPT > 0: the chunk's keys read
- * once into registers (rows of up to TOPK_THREADS x KPT keys), every radix pass then works there
- * instead of re-reading the row through L2 with one dependent load an element; KPT 0: any length,
- * the row re-read each pass. */
+ * (so that the selection comes out in ascending position order), its KPT keys read once into
+ * registers (rows of up to TOPK_THREADS x KPT keys): every radix pass works there. */
 template <int KPT>
 __global__ void __launch_bounds__(TOPK_THREADS)
     dsa_topk_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, int32_t *sel)
@@ -230,15 +398,10 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     const int chunk = (n + blockDim.x - 1) / blockDim.x;
     const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
     const int j1 = j0 + chunk < n ? j0 + chunk : n;
-    constexpr int NR = KPT > 0 ? KPT : 1;
-    uint32_t kr[NR];
-    if (KPT > 0) {
+    uint32_t kr[KPT];
 #pragma unroll
-        for (int i = 0; i < NR; i++)
-            kr[i] = j0 + i < j1 ? score_key(row[j0 + i]) : 0u;
-    }
-    /* the loops below run KPT times (unrolled, so kr stays in registers) or chunk times */
-    const int iters = KPT > 0 ? KPT : chunk;
+    for (int i = 0; i < KPT; i++)
+        kr[i] = j0 + i < j1 ? score_key(row[j0 + i]) : 0u;
     uint32_t prefix = 0, mask = 0;
     int remaining = topk; /* rank of the wanted value among those matching prefix */
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -246,10 +409,9 @@ __global__ void __launch_bounds__(TOPK_THREADS)
             hist[i] = 0;
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < iters; i++) {
-            const int j = j0 + i;
-            const uint32_t k = j < j1 ? (KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j])) : 0u;
-            const bool in = j < j1 && (k & mask) == prefix;
+        for (int i = 0; i < KPT; i++) {
+            const uint32_t k = kr[i];
+            const bool in = j0 + i < j1 && (k & mask) == prefix;
             /* one atomic per distinct bin a warp: the scores of a row share a few top bytes, and
              * same-address shared atomics serialise */
             const unsigned bin = in ? (k >> shift) & 255u : 256u;
@@ -258,34 +420,8 @@ __global__ void __launch_bounds__(TOPK_THREADS)
                 atomicAdd(&hist[bin], (unsigned)__popc(peers));
         }
         __syncthreads();
-        if (threadIdx.x < 32) {
-            /* the bin holding the remaining-th largest: lane l sums bins 8l .. 8l + 7, a suffix
-             * scan over the lanes finds the lane, then that lane walks its 8 bins down */
-            const int lane = (int)threadIdx.x;
-            int mine = 0;
-            for (int i = 0; i < 8; i++)
-                mine += (int)hist[8 * lane + i];
-            int suffix = mine; /* bins 8 lane .. 255 */
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                int y = __shfl_down_sync(0xffffffffu, suffix, o);
-                if (lane + o < 32)
-                    suffix += y;
-            }
-            const int above_lane = suffix - mine; /* keys in bins past this lane's */
-            const unsigned hit = __ballot_sync(0xffffffffu, suffix >= remaining);
-            const int l = hit ? 31 - __clz(hit) : 0; /* the highest lane whose suffix reaches it */
-            if (lane == l) {
-                int above = above_lane, bin = 8 * lane + 7;
-                for (; bin > 8 * lane; bin--) {
-                    if (above + (int)hist[bin] >= remaining)
-                        break;
-                    above += (int)hist[bin];
-                }
-                s_prefix = prefix | ((uint32_t)bin << shift);
-                s_remaining = remaining - above;
-            }
-        }
+        if (threadIdx.x < 32)
+            find_bin<256>(hist, remaining, prefix, shift, &s_prefix, &s_remaining);
         __syncthreads();
         prefix = s_prefix;
         remaining = s_remaining;
@@ -294,11 +430,10 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     /* prefix: the topk-th largest key; take every key above it and the first `remaining` equal */
     int gt = 0, eq = 0;
 #pragma unroll
-    for (int i = 0; i < iters; i++) {
+    for (int i = 0; i < KPT; i++) {
         if (j0 + i < j1) {
-            const uint32_t k = KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j0 + i]);
-            gt += k > prefix;
-            eq += k == prefix;
+            gt += kr[i] > prefix;
+            eq += kr[i] == prefix;
         }
     }
     const int eq_before = block_exclusive_scan(eq, warp_tot);
@@ -306,12 +441,11 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     take = take < 0 ? 0 : take > eq ? eq : take;
     int o = block_exclusive_scan(gt + take, warp_tot);
 #pragma unroll
-    for (int i = 0; i < iters; i++) {
+    for (int i = 0; i < KPT; i++) {
         if (j0 + i < j1) {
-            const uint32_t k = KPT > 0 ? kr[i < NR ? i : 0] : score_key(row[j0 + i]);
-            if (k > prefix) {
+            if (kr[i] > prefix) {
                 out[o++] = j0 + i;
-            } else if (k == prefix && take > 0) {
+            } else if (kr[i] == prefix && take > 0) {
                 out[o++] = j0 + i;
                 take--;
             }
@@ -407,16 +541,32 @@ extern "C" cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, 
     return CUDA_LAUNCH_RESULT();
 }
 
-extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
-                                     int row0, int n_rows, int topk, int32_t *sel, int pdl)
+extern "C" size_t cuda_dsa_topk_hist_floats(int ctx)
 {
+    return ctx > DSA_TOPK_REG_KEYS ? HIST_BINS : 0;
+}
+
+extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
+                                     int row0, int n_rows, int topk, int32_t *sel, unsigned *hist, int sm_count,
+                                     int pdl)
+{
+    static_assert(DSA_TOPK_REG_KEYS == TOPK_THREADS * 16, "the register form's longest row");
     if (n_rows <= 0)
         return cudaSuccess;
-    if (topk < 1)
+    if (topk < 1 || (ctx > DSA_TOPK_REG_KEYS && !hist))
         return cudaErrorInvalidValue;
-    /* the row's keys in registers where they fit (ctx bounds every row's length) */
-    void (*k)(const float *, int, const int32_t *, int, int, int32_t *) =
-        ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : ctx <= TOPK_THREADS * 16 ? dsa_topk_kernel<16> : dsa_topk_kernel<0>;
-    return launch_pdl(pdl != 0, k, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0, topk,
-                      sel);
+    if (ctx <= DSA_TOPK_REG_KEYS) /* the row's keys in registers (ctx bounds every row's length) */
+        return launch_pdl(pdl != 0, ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : dsa_topk_kernel<16>,
+                          dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0, topk, sel);
+    /* the histogram over about two blocks an SM in all, at least 2048 keys a block */
+    int per_row = (2 * sm_count + n_rows - 1) / n_rows, most = (ctx + 2047) / 2048;
+    per_row = per_row < 1 ? 1 : per_row > most ? most : per_row;
+    cudaError_t e = cudaMemsetAsync(hist, 0, (size_t)n_rows * HIST_BINS * sizeof *hist, stream);
+    if (e == cudaSuccess)
+        e = launch_pdl(false, dsa_hist_kernel, dim3((unsigned)per_row, (unsigned)n_rows), dim3(HIST_THREADS), 0,
+                       stream, scores, ctx, pos, row0, topk, hist);
+    if (e == cudaSuccess)
+        e = launch_pdl(pdl != 0, dsa_topk_hist_kernel, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores,
+                       ctx, pos, row0, topk, (const unsigned *)hist, sel);
+    return e;
 }

@@ -121,9 +121,14 @@ int cuda_dsa_mma_fits(int idx_heads, int idx_dim, enum kv_dtype keys);
 cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const float *w_idx,
                                 const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
                                 int row0, int n_rows, int ctx, int key_blocks, float *scores, int pdl);
-/* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). */
+/* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). Rows of
+ * up to DSA_TOPK_REG_KEYS keys: one kernel, the row in registers; longer: a histogram of the
+ * rows' top bits over many blocks first, in hist (cuda_dsa_topk_hist_floats(ctx) 4-byte counters a
+ * row, scratch the call zeroes), then the select. */
+#define DSA_TOPK_REG_KEYS 16384
+size_t cuda_dsa_topk_hist_floats(int ctx);
 cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
-                          int n_rows, int topk, int32_t *sel, int pdl);
+                          int n_rows, int topk, int32_t *sel, unsigned *hist, int sm_count, int pdl);
 
 #ifdef __cplusplus
 }
