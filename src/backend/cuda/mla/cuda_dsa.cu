@@ -209,6 +209,25 @@ __device__ int block_exclusive_scan(int v, int *warp_tot)
     return before + x - v;
 }
 
+/* A row of at most topk keys keeps them all, in order, -1 past them: true when it was one. */
+__device__ bool topk_short_row(int n, int topk, int32_t *out)
+{
+    if (n > topk)
+        return false;
+    for (int i = threadIdx.x; i < topk; i += blockDim.x)
+        out[i] = i < n ? i : -1;
+    return true;
+}
+
+/* This thread's contiguous share [j0, j1) of a row of n keys: the selection comes out in
+ * ascending position order from block-wide prefix sums over the threads. */
+__device__ void thread_chunk(int n, int &j0, int &j1)
+{
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
+    j1 = j0 + chunk < n ? j0 + chunk : n;
+}
+
 /* Warp 0: the bin of h[0 .. NB) (counts of the keys matching prefix, by the digit at shift)
  * that holds the remaining-th largest key: lane l sums bins l NB/32 .. (l + 1) NB/32 - 1, a
  * suffix scan over the lanes finds the lane, then that lane walks its bins down. Writes the
@@ -314,11 +333,8 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     pdl_wait_trigger_small();
     const int t = row0 + blockIdx.x, n = dsa_row_len(pos[t], ctx);
     int32_t *out = sel + (size_t)t * topk;
-    if (n <= topk) {
-        for (int i = threadIdx.x; i < topk; i += blockDim.x)
-            out[i] = i < n ? i : -1;
+    if (topk_short_row(n, topk, out))
         return;
-    }
     const float *row = scores + (size_t)blockIdx.x * ctx;
     for (int i = threadIdx.x; i < HIST_BINS; i += blockDim.x)
         h[i] = hist[(size_t)blockIdx.x * HIST_BINS + i];
@@ -332,9 +348,8 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     int remaining = s_remaining;
     const int n_cand = (int)h[prefix >> HIST_SHIFT];
     __syncthreads(); /* every thread has read it before the passes reuse h */
-    const int chunk = (n + blockDim.x - 1) / blockDim.x;
-    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
-    const int j1 = j0 + chunk < n ? j0 + chunk : n;
+    int j0, j1;
+    thread_chunk(n, j0, j1);
     const bool gathered = n_cand <= CAND_CAP;
     if (gathered) { /* order does not matter here: the passes only count */
         for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -389,15 +404,11 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     pdl_wait_trigger_small();
     const int t = row0 + blockIdx.x, n = dsa_row_len(pos[t], ctx);
     int32_t *out = sel + (size_t)t * topk;
-    if (n <= topk) {
-        for (int i = threadIdx.x; i < topk; i += blockDim.x)
-            out[i] = i < n ? i : -1;
+    if (topk_short_row(n, topk, out))
         return;
-    }
     const float *row = scores + (size_t)blockIdx.x * ctx;
-    const int chunk = (n + blockDim.x - 1) / blockDim.x;
-    const int j0 = threadIdx.x * chunk < n ? threadIdx.x * chunk : n;
-    const int j1 = j0 + chunk < n ? j0 + chunk : n;
+    int j0, j1;
+    thread_chunk(n, j0, j1);
     uint32_t kr[KPT];
 #pragma unroll
     for (int i = 0; i < KPT; i++)
