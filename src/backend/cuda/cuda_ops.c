@@ -294,7 +294,8 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
         ctx64 = ((int64_t)b->max_len + 31) / 32 * 32; /* rows of whole 128-byte lines */
     ASSERT(ctx64 > 0 && ctx64 <= INT_MAX);
     int ctx_len = (int)ctx64;
-    const size_t hist_floats = cuda_dsa_topk_hist_floats(ctx_len); /* a row's top-k histogram, after the scores */
+    const size_t hist_floats =
+        cuda_dsa_topk_hist_floats(ctx_len); /* a row's top-k histogram, after the scores */
     size_t rows = DSA_SCRATCH_FLOATS / ((size_t)ctx_len + hist_floats);
     int chunk = rows < 1 ? 1 : rows > (size_t)b->n_tokens ? b->n_tokens : (int)rows;
     if (chunk > 65535)
@@ -315,11 +316,12 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
         key_blocks = ceil_div(ctx_len, block_keys);
     for (int r0 = 0; r0 < b->n_tokens; r0 += chunk) {
         int nr = b->n_tokens - r0 < chunk ? b->n_tokens - r0 : chunk;
-        cudaError_t e = mma ? cuda_dsa_scores_mma(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, key_blocks, scores, c->pdl)
-                            : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg, key_blocks,
-                                              scores);
-        if (!CHECK(c, e) ||
-            !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel, hist, c->sm_count, c->pdl)))
+        cudaError_t e = mma ? cuda_dsa_scores_mma(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len,
+                                                  key_blocks, scores, c->pdl)
+                            : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg,
+                                              key_blocks, scores);
+        if (!CHECK(c, e) || !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel,
+                                                    hist, c->sm_count, c->pdl)))
             return;
     }
 }

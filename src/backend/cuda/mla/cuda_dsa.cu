@@ -322,8 +322,8 @@ __device__ void topk_write(const float *row, int j0, int j1, uint32_t prefix, in
  * keys of that bin, gathered into shared memory where at most CAND_CAP (else the row re-read each
  * pass, matching keys counted), give the other 21 bits in 8 + 8 + 5-bit passes. */
 __global__ void __launch_bounds__(TOPK_THREADS)
-    dsa_topk_hist_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk, const unsigned *hist,
-                         int32_t *sel)
+    dsa_topk_hist_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk,
+                         const unsigned *hist, int32_t *sel)
 {
     __shared__ unsigned h[HIST_BINS];
     __shared__ uint32_t cand[CAND_CAP];
@@ -558,8 +558,8 @@ extern "C" size_t cuda_dsa_topk_hist_floats(int ctx)
 }
 
 extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
-                                     int row0, int n_rows, int topk, int32_t *sel, unsigned *hist, int sm_count,
-                                     int pdl)
+                                     int row0, int n_rows, int topk, int32_t *sel, unsigned *hist,
+                                     int sm_count, int pdl)
 {
     static_assert(DSA_TOPK_REG_KEYS == TOPK_THREADS * 16, "the register form's longest row");
     if (n_rows <= 0)
@@ -568,16 +568,17 @@ extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, i
         return cudaErrorInvalidValue;
     if (ctx <= DSA_TOPK_REG_KEYS) /* the row's keys in registers (ctx bounds every row's length) */
         return launch_pdl(pdl != 0, ctx <= TOPK_THREADS * 4 ? dsa_topk_kernel<4> : dsa_topk_kernel<16>,
-                          dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0, topk, sel);
+                          dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores, ctx, pos, row0, topk,
+                          sel);
     /* the histogram over about two blocks an SM in all, at least 2048 keys a block */
     int per_row = (2 * sm_count + n_rows - 1) / n_rows, most = (ctx + 2047) / 2048;
     per_row = per_row < 1 ? 1 : per_row > most ? most : per_row;
     cudaError_t e = cudaMemsetAsync(hist, 0, (size_t)n_rows * HIST_BINS * sizeof *hist, stream);
     if (e == cudaSuccess)
-        e = launch_pdl(false, dsa_hist_kernel, dim3((unsigned)per_row, (unsigned)n_rows), dim3(HIST_THREADS), 0,
-                       stream, scores, ctx, pos, row0, topk, hist);
+        e = launch_pdl(false, dsa_hist_kernel, dim3((unsigned)per_row, (unsigned)n_rows), dim3(HIST_THREADS),
+                       0, stream, scores, ctx, pos, row0, topk, hist);
     if (e == cudaSuccess)
-        e = launch_pdl(pdl != 0, dsa_topk_hist_kernel, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream, scores,
-                       ctx, pos, row0, topk, (const unsigned *)hist, sel);
+        e = launch_pdl(pdl != 0, dsa_topk_hist_kernel, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream,
+                       scores, ctx, pos, row0, topk, (const unsigned *)hist, sel);
     return e;
 }

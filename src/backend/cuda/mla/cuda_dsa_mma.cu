@@ -36,7 +36,10 @@ constexpr int WARPS = CUDA_DSA_MMA_WARPS;
 constexpr int KS_MAX = 8; /* k-steps of 16 dims: D_I <= 128 */
 constexpr int MT_MAX = 2; /* 16-head tiles: H_I <= 32 */
 /* tiles of 8 keys a warp loads at once: f32 keys take hi + lo fragments, twice the registers */
-template <int KT> __host__ __device__ constexpr int tiles_of() { return KT == KV_DTYPE_F32 ? 2 : CUDA_DSA_MMA_KEYS / (8 * WARPS); }
+template <int KT> __host__ __device__ constexpr int tiles_of()
+{
+    return KT == KV_DTYPE_F32 ? 2 : CUDA_DSA_MMA_KEYS / (8 * WARPS);
+}
 
 struct mma_params {
     const float *q;      /* (T, HI, DI) */
@@ -135,8 +138,9 @@ __global__ void __launch_bounds__(WARPS * 32, CUDA_DSA_MMA_BLOCKS_SM) dsa_score_
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int h = 16 * m + lg + 8 * half;
-            const float4 v = h < HI ? *(const float4 *)(p.q + ((size_t)t * HI + h) * p.DI + (size_t)lq * dq + 4 * s)
-                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 v =
+                h < HI ? *(const float4 *)(p.q + ((size_t)t * HI + h) * p.DI + (size_t)lq * dq + 4 * s)
+                       : make_float4(0.f, 0.f, 0.f, 0.f);
             mma_split_bf16x2(v.x, v.y, hi[half], lo[half]);
             mma_split_bf16x2(v.z, v.w, hi[2 + half], lo[2 + half]);
         }

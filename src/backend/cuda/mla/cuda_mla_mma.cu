@@ -48,7 +48,7 @@ namespace
 {
 
 constexpr int PARTS = PLAN_MLA_MMA_PARTS; /* warps a 16-head row group */
-constexpr int MAX_VT = 16;                 /* value n-tiles (8 columns) a warp: R / PARTS <= 128 */
+constexpr int MAX_VT = 16;                /* value n-tiles (8 columns) a warp: R / PARTS <= 128 */
 constexpr int Q_BATCH = 16; /* query loads a thread keeps in flight while staging */
 
 /* Two e4m3 codes (low byte first) -> two bf16 values, exactly. */
@@ -458,8 +458,9 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
 extern "C" int cuda_mla_mma_fits(int n_heads, int k_dim, int v_dim, int rows, int keys, int stages, size_t budget)
 {
     return n_heads > 0 && k_dim > v_dim && k_dim % 8 == 0 && v_dim % (8 * PARTS) == 0 &&
-           v_dim <= 8 * PARTS * MAX_VT && (rows == 16 || rows == 32) && (keys == 16 || keys == 32 || keys == 64) &&
-           (stages == 1 || stages == 2) && plan_mla_mma_smem(rows, keys, k_dim, stages) + 256 <= budget;
+           v_dim <= 8 * PARTS * MAX_VT && (rows == 16 || rows == 32) &&
+           (keys == 16 || keys == 32 || keys == 64) && (stages == 1 || stages == 2) &&
+           plan_mla_mma_smem(rows, keys, k_dim, stages) + 256 <= budget;
 }
 
 extern "C" int cuda_mla_mma_takes_cache(const struct paged_latent *kv)

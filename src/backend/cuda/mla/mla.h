@@ -115,9 +115,9 @@ cudaError_t cuda_dsa_scores(cudaStream_t stream, const float *q_idx, const float
 /* cuda_dsa_mma.cu: the same scores on bf16 tensor cores (not bit-identical with the CPU's:
  * ~1e-6 of their size), for H_I <= 32 heads and D_I a multiple of 16 up to 128, any key dtype. */
 int cuda_dsa_mma_fits(int idx_heads, int idx_dim, enum kv_dtype keys);
-#define CUDA_DSA_MMA_WARPS 4      /* warps a block */
-#define CUDA_DSA_MMA_KEYS 128      /* keys a block scores a step: 4 warps x 4 tiles of 8 (f32 keys: 2) */
-#define CUDA_DSA_MMA_BLOCKS_SM 4   /* blocks an SM (launch bounds: <= 128 registers) */
+#define CUDA_DSA_MMA_WARPS 4     /* warps a block */
+#define CUDA_DSA_MMA_KEYS 128    /* keys a block scores a step: 4 warps x 4 tiles of 8 (f32 keys: 2) */
+#define CUDA_DSA_MMA_BLOCKS_SM 4 /* blocks an SM (launch bounds: <= 128 registers) */
 cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const float *w_idx,
                                 const struct paged_latent *kv, const struct attn_batch *b, const struct dsa_args *a,
                                 int row0, int n_rows, int ctx, int key_blocks, float *scores, int pdl);
