@@ -321,7 +321,7 @@ void cu_dsa_select(struct backend *be, const float *q_idx, const float *w_idx, c
                             : cuda_dsa_scores(c->stream, q_idx, w_idx, kv, b, a, r0, nr, ctx_len, &cfg,
                                               key_blocks, scores);
         if (!CHECK(c, e) || !CHECK(c, cuda_dsa_topk(c->stream, scores, ctx_len, b->pos, r0, nr, a->topk, sel,
-                                                    hist, c->sm_count, c->pdl)))
+                                                    hist, c->sm_count, c->smem_budget, c->pdl)))
             return;
     }
 }

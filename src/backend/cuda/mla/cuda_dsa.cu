@@ -293,13 +293,14 @@ __global__ void __launch_bounds__(HIST_THREADS)
 }
 
 /* Keys above the threshold key `prefix` and the first `remaining` equal to it, in ascending
- * position: each thread its contiguous chunk [j0, j1) of the row, re-read. */
-__device__ void topk_write(const float *row, int j0, int j1, uint32_t prefix, int remaining, int *warp_tot,
+ * position: each thread its contiguous chunk [j0, j1) of the row, score(j) read twice. */
+template <class Score>
+__device__ void topk_write(Score score, int j0, int j1, uint32_t prefix, int remaining, int *warp_tot,
                            int32_t *out)
 {
     int gt = 0, eq = 0;
     for (int j = j0; j < j1; j++) {
-        const uint32_t k = score_key(row[j]);
+        const uint32_t k = score_key(score(j));
         gt += k > prefix;
         eq += k == prefix;
     }
@@ -308,7 +309,7 @@ __device__ void topk_write(const float *row, int j0, int j1, uint32_t prefix, in
     take = take < 0 ? 0 : take > eq ? eq : take;
     int o = block_exclusive_scan(gt + take, warp_tot);
     for (int j = j0; j < j1; j++) {
-        const uint32_t k = score_key(row[j]);
+        const uint32_t k = score_key(score(j));
         if (k > prefix) {
             out[o++] = j;
         } else if (k == prefix && take > 0) {
@@ -320,11 +321,16 @@ __device__ void topk_write(const float *row, int j0, int j1, uint32_t prefix, in
 
 /* A long row (grid (chunk rows), TOPK_THREADS): the threshold's top 11 bits from hist; then the
  * keys of that bin, gathered into shared memory where at most CAND_CAP (else the row re-read each
- * pass, matching keys counted), give the other 21 bits in 8 + 8 + 5-bit passes. */
+ * pass, matching keys counted), give the other 21 bits in 8 + 8 + 5-bit passes. STAGED: the row
+ * is first copied (coalesced) into dynamic shared memory, each thread's chunk at threadIdx.x x
+ * stride, stride = chunk | 1 (odd: the threads' chunk reads fall in distinct banks), and every
+ * later pass reads it there, where the re-read form's thread-chunk loads from L2 were its time. */
+template <bool STAGED>
 __global__ void __launch_bounds__(TOPK_THREADS)
     dsa_topk_hist_kernel(const float *scores, int ctx, const int32_t *pos, int row0, int topk,
                          const unsigned *hist, int32_t *sel)
 {
+    extern __shared__ float srow[]; /* STAGED: TOPK_THREADS x stride */
     __shared__ unsigned h[HIST_BINS];
     __shared__ uint32_t cand[CAND_CAP];
     __shared__ uint32_t s_prefix;
@@ -350,13 +356,35 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     __syncthreads(); /* every thread has read it before the passes reuse h */
     int j0, j1;
     thread_chunk(n, j0, j1);
+    const int chunk = (n + blockDim.x - 1) / blockDim.x, stride = chunk | 1;
+    if (STAGED) { /* key j to (j / chunk) x stride + j % chunk, the quotient carried along */
+        const int dq = (int)blockDim.x / chunk, dr = (int)blockDim.x % chunk;
+        int q = (int)threadIdx.x / chunk, r = (int)threadIdx.x % chunk;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            srow[q * stride + r] = row[j];
+            q += dq, r += dr;
+            if (r >= chunk)
+                r -= chunk, q++;
+        }
+        __syncthreads();
+    }
+    float *mine = srow + threadIdx.x * stride - j0; /* STAGED: mine[j] for j in [j0, j1) */
+    /* every key of the row once, in any order: the thread's chunk in shared memory, or the row
+     * from global memory in the block's stride */
+    auto each_key = [&](auto f) {
+        if (STAGED)
+            for (int j = j0; j < j1; j++)
+                f(score_key(mine[j]));
+        else
+            for (int j = threadIdx.x; j < n; j += blockDim.x)
+                f(score_key(row[j]));
+    };
     const bool gathered = n_cand <= CAND_CAP;
     if (gathered) { /* order does not matter here: the passes only count */
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {
-            const uint32_t k = score_key(row[j]);
+        each_key([&](uint32_t k) {
             if ((k & mask) == prefix)
                 cand[atomicAdd(&s_n, 1)] = k;
-        }
+        });
         __syncthreads();
     }
     const int shifts[3] = {13, 5, 0}, widths[3] = {8, 8, 5};
@@ -373,11 +401,10 @@ __global__ void __launch_bounds__(TOPK_THREADS)
                     atomicAdd(&h[(k >> shift) & dmask], 1u);
             }
         } else {
-            for (int j = threadIdx.x; j < n; j += blockDim.x) {
-                const uint32_t k = score_key(row[j]);
+            each_key([&](uint32_t k) {
                 if ((k & mask) == prefix)
                     atomicAdd(&h[(k >> shift) & dmask], 1u);
-            }
+            });
         }
         __syncthreads();
         if (threadIdx.x < 32)
@@ -387,7 +414,10 @@ __global__ void __launch_bounds__(TOPK_THREADS)
         remaining = s_remaining;
         mask |= dmask << shift;
     }
-    topk_write(row, j0, j1, prefix, remaining, warp_tot, out);
+    if (STAGED)
+        topk_write([&](int j) { return mine[j]; }, j0, j1, prefix, remaining, warp_tot, out);
+    else
+        topk_write([&](int j) { return row[j]; }, j0, j1, prefix, remaining, warp_tot, out);
 }
 
 /* grid (chunk rows); blockDim.x == TOPK_THREADS. Each thread owns a contiguous chunk of the row
@@ -557,9 +587,16 @@ extern "C" size_t cuda_dsa_topk_hist_floats(int ctx)
     return ctx > DSA_TOPK_REG_KEYS ? HIST_BINS : 0;
 }
 
+/* dsa_topk_hist_kernel<true>'s dynamic shared memory for rows of up to ctx keys. */
+static size_t topk_staged_bytes(int ctx)
+{
+    const int chunk = (ctx + TOPK_THREADS - 1) / TOPK_THREADS;
+    return (size_t)TOPK_THREADS * (size_t)(chunk | 1) * sizeof(float);
+}
+
 extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos,
                                      int row0, int n_rows, int topk, int32_t *sel, unsigned *hist,
-                                     int sm_count, int pdl)
+                                     int sm_count, size_t smem_budget, int pdl)
 {
     static_assert(DSA_TOPK_REG_KEYS == TOPK_THREADS * 16, "the register form's longest row");
     if (n_rows <= 0)
@@ -577,8 +614,18 @@ extern "C" cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, i
     if (e == cudaSuccess)
         e = launch_pdl(false, dsa_hist_kernel, dim3((unsigned)per_row, (unsigned)n_rows), dim3(HIST_THREADS),
                        0, stream, scores, ctx, pos, row0, topk, hist);
+    /* the row staged where it fits the budget beside the kernel's static arrays */
+    cudaFuncAttributes fa;
     if (e == cudaSuccess)
-        e = launch_pdl(pdl != 0, dsa_topk_hist_kernel, dim3((unsigned)n_rows), dim3(TOPK_THREADS), 0, stream,
-                       scores, ctx, pos, row0, topk, (const unsigned *)hist, sel);
+        e = cudaFuncGetAttributes(&fa, dsa_topk_hist_kernel<true>);
+    const size_t staged = topk_staged_bytes(ctx);
+    const bool stage = e == cudaSuccess && fa.sharedSizeBytes + staged + 256 <= smem_budget;
+    if (stage)
+        e = cudaFuncSetAttribute(dsa_topk_hist_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)staged);
+    if (e == cudaSuccess)
+        e = launch_pdl(pdl != 0, stage ? dsa_topk_hist_kernel<true> : dsa_topk_hist_kernel<false>,
+                       dim3((unsigned)n_rows), dim3(TOPK_THREADS), stage ? staged : 0, stream, scores, ctx,
+                       pos, row0, topk, (const unsigned *)hist, sel);
     return e;
 }

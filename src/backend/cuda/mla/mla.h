@@ -124,11 +124,13 @@ cudaError_t cuda_dsa_scores_mma(cudaStream_t stream, const float *q_idx, const f
 /* sel rows [row0, row0 + n_rows) from those scores (backend_ops.dsa_select's contract). Rows of
  * up to DSA_TOPK_REG_KEYS keys: one kernel, the row in registers; longer: a histogram of the
  * rows' top bits over many blocks first, in hist (cuda_dsa_topk_hist_floats(ctx) 4-byte counters a
- * row, scratch the call zeroes), then the select. */
+ * row, scratch the call zeroes), then the select, the row staged in shared memory where it fits
+ * smem_budget. */
 #define DSA_TOPK_REG_KEYS 16384
 size_t cuda_dsa_topk_hist_floats(int ctx);
 cudaError_t cuda_dsa_topk(cudaStream_t stream, const float *scores, int ctx, const int32_t *pos, int row0,
-                          int n_rows, int topk, int32_t *sel, unsigned *hist, int sm_count, int pdl);
+                          int n_rows, int topk, int32_t *sel, unsigned *hist, int sm_count,
+                          size_t smem_budget, int pdl);
 
 #ifdef __cplusplus
 }
