@@ -1,6 +1,8 @@
 /* test_ops_gemm_cuda.c — the linears: the plan's kernels for every format and row count, the GEMVs of 1-8 rows, the Hopper wgmma GEMM direct and through linear / moe_experts, on the CUDA backend against the CPU reference (ops_cuda_common.h). */
 #include "ops_cuda_common.h"
 
+#include "backend/cuda/common/common.h"
+
 /* ---------------------------------------------------------------- linear */
 
 
@@ -146,6 +148,61 @@ static void test_gemv_mma_tokens(void **state)
 }
 
 
+/* ---------------------------------------------------------------- NVFP4 -> bf16 */
+
+/* cuda_nvfp4_to_bf16 (cuBLAS's bf16 copy of an NVFP4 weight) against E2M1 x E4M3 on the CPU, bit
+ * for bit: every nibble, every finite scale byte (subnormals and zero included); a 16-byte-aligned
+ * weight (wide loads, with a tail of words past the last chunk), a data pointer 4 bytes off and a
+ * scale pointer 1 byte off (one word a thread). */
+static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, size_t scale_off, uint64_t *rng)
+{
+    const size_t n = (size_t)N * (size_t)K, data_b = n / 2, scale_b = n / 16;
+    uint8_t *data = malloc(data_b), *scale = malloc(scale_b);
+    for (size_t i = 0; i < data_b; i++)
+        data[i] = (uint8_t)rng_next(rng);
+    for (size_t i = 0; i < scale_b; i++) { /* every scale byte but the two NaNs (S.1111.111) */
+        uint8_t b = (uint8_t)(i < 256 ? i : rng_next(rng));
+        scale[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b - 1) : b;
+    }
+    char *d_data = p->gpu.ops->alloc(&p->gpu, data_b + 16), *d_scale = p->gpu.ops->alloc(&p->gpu, scale_b + 16);
+    uint16_t *d_out = p->gpu.ops->alloc(&p->gpu, n * 2);
+    assert_non_null(d_data);
+    assert_non_null(d_scale);
+    assert_non_null(d_out);
+    p->gpu.ops->upload(&p->gpu, d_data + data_off, data, data_b);
+    p->gpu.ops->upload(&p->gpu, d_scale + scale_off, scale, scale_b);
+    struct cuda_wdev w = {.data = d_data + data_off, .scale = d_scale + scale_off, .scale2 = 1.0f};
+    assert_int_equal(cuda_nvfp4_to_bf16(0, &w, N, K, d_out), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    uint16_t *got = malloc(n * 2);
+    p->gpu.ops->download(&p->gpu, got, d_out, n * 2);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t code = (uint8_t)(data[i / 2] >> (4 * (i % 2)) & 15u);
+        const uint16_t want = f32_to_bf16(e2m1_to_f32(code) * e4m3_to_f32(scale[i / 16]));
+        if (got[i] != want)
+            fail_msg("nvfp4_to_bf16 %lld x %lld (data +%zu, scale +%zu): weight %zu (code %u, scale 0x%02x) is 0x%04x, "
+                     "want 0x%04x",
+                     (long long)N, (long long)K, data_off, scale_off, i, code, scale[i / 16], got[i], want);
+    }
+    free(got);
+    free(data);
+    free(scale);
+    p->gpu.ops->free(&p->gpu, d_data);
+    p->gpu.ops->free(&p->gpu, d_scale);
+    p->gpu.ops->free(&p->gpu, d_out);
+}
+
+static void test_nvfp4_to_bf16(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 23;
+    dequant_case(p, 3, 16, 0, 0, &rng);     /* 6 words: one chunk and a tail of two */
+    dequant_case(p, 64, 2048, 0, 0, &rng);  /* 8192 scales: every byte many times */
+    dequant_case(p, 130, 1056, 0, 0, &rng); /* chunks across rows */
+    dequant_case(p, 64, 2048, 4, 0, &rng);  /* data not 16-byte aligned */
+    dequant_case(p, 64, 2048, 0, 1, &rng);  /* scales not 2-byte aligned */
+}
+
 #include "ops_cuda_wgmma.inc" /* the Hopper wgmma GEMM, direct and through linear / moe_experts */
 
 int main(void)
@@ -154,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_multi),
         cmocka_unit_test(test_gemv_mma_tokens),
+        cmocka_unit_test(test_nvfp4_to_bf16),
         cmocka_unit_test(test_wgmma_gemm),
     };
     return ops_cuda_main("test_ops_gemm_cuda", tests, sizeof tests / sizeof tests[0]);

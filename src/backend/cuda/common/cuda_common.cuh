@@ -85,19 +85,6 @@ __device__ __forceinline__ void dev_bf16_split(float v, uint16_t *hi, uint16_t *
     *lo = dev_to_bf16(__fsub_rn(v, dev_bf16(h)));
 }
 
-/* One 32-bit word of E2M1 codes (low nibble first) times its block scale s, as 8 bf16: exact, since
- * E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688]. */
-__device__ __forceinline__ uint4 dev_nvfp4_word_bf16(uint32_t u, float s)
-{
-    uint32_t h[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float lo = dev_e2m1((u >> (8 * j)) & 15u) * s, hi = dev_e2m1((u >> (8 * j + 4)) & 15u) * s;
-        h[j] = (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); /* exact: no rounding */
-    }
-    return make_uint4(h[0], h[1], h[2], h[3]);
-}
-
 /* silu(g) * u = g / (1 + expf(-g)) * u, rounded step by step as the CPU does. */
 __device__ __forceinline__ float dev_silu_mul(float g, float u)
 {
