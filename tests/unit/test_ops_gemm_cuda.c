@@ -151,9 +151,8 @@ static void test_gemv_mma_tokens(void **state)
 /* ---------------------------------------------------------------- NVFP4 -> bf16 */
 
 /* cuda_nvfp4_to_bf16 (cuBLAS's bf16 copy of an NVFP4 weight) against E2M1 x E4M3 on the CPU, bit
- * for bit: every nibble, every finite scale byte (subnormals and zero included); a 16-byte-aligned
- * weight (wide loads, with a tail of words past the last chunk), a data pointer 4 bytes off and a
- * scale pointer 1 byte off (one word a thread). */
+ * for bit: every nibble, every finite scale byte (subnormals and zero included); sizes that end
+ * inside a block's span, pointers off 16-byte alignment. */
 static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, size_t scale_off, uint64_t *rng)
 {
     const size_t n = (size_t)N * (size_t)K, data_b = n / 2, scale_b = n / 16;
@@ -196,7 +195,7 @@ static void test_nvfp4_to_bf16(void **state)
 {
     struct pair *p = *state;
     uint64_t rng = 23;
-    dequant_case(p, 3, 16, 0, 0, &rng);     /* 6 words: one chunk and a tail of two */
+    dequant_case(p, 3, 16, 0, 0, &rng);     /* 6 words */
     dequant_case(p, 64, 2048, 0, 0, &rng);  /* 8192 scales: every byte many times */
     dequant_case(p, 130, 1056, 0, 0, &rng); /* chunks across rows */
     dequant_case(p, 64, 2048, 4, 0, &rng);  /* data not 16-byte aligned */

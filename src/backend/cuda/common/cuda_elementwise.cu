@@ -83,14 +83,16 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const floa
     }
 }
 
-/* NVFP4 -> bf16, 32 weights a thread: one 16-byte chunk of E2M1 codes (low nibble first) and its
- * two E4M3 block scales. Why this form: one word a thread kept too few bytes in flight for DRAM (a
- * GLM-5 b64 layer spent 361 us in 11 of these, ~1.2 TB/s) and decoded each weight through f32 in
- * ~10 instructions. Here the decode is the tensor-core GEMV's (cuda_decode_mma.cuh): a pair of
- * nibbles as a bf16x2 of value x 2^-126 (subnormal for 0.5), times the scale x 2^64 and then 2^62
- * in bf16x2 FMAs. Every step is exact: E2M1 x E4M3 has at most 6 significant bits and lies in
- * [2^-10, 2688], x 2^-62 still normal. The pairs come out as nibbles (i, i + 4) and a byte permute
- * puts them in order. The tensor's global scale is left to the caller (the GEMM's alpha). */
+/* NVFP4 -> bf16, DQ_WORDS words of 8 E2M1 codes (low nibble first) a thread, blockDim apart so that
+ * each load and store of a warp is contiguous. Why this form: one word a thread kept too few bytes
+ * in flight for DRAM and decoded each weight through f32 in ~10 instructions. Here the decode is
+ * the tensor-core GEMV's (cuda_decode_mma.cuh): a pair of nibbles as a bf16x2 of value x 2^-126
+ * (subnormal for 0.5), times the block scale x 2^64 and then 2^62 in bf16x2 FMAs. Every step is
+ * exact: E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688], x 2^-62 still
+ * normal. The pairs come out as nibbles (i, i + 4) and a byte permute puts them in order. The
+ * tensor's global scale is left to the caller (the GEMM's alpha). */
+enum { DQ_WORDS = 4 };
+
 __device__ __forceinline__ uint4 nvfp4_word_bf16(uint32_t u, uint32_t scale_x2)
 {
     const uint32_t two62 = 0x5E805E80u, neg0 = 0x80008000u;
@@ -102,27 +104,25 @@ __device__ __forceinline__ uint4 nvfp4_word_bf16(uint32_t u, uint32_t scale_x2)
                       __byte_perm(p2, p3, 0x7632));
 }
 
-/* chunks: 16-byte chunks of data (4 words, 2 scale bytes each); words past 4 * chunks (a tail
- * of < 4) and every word where data or scale is not aligned for the wide loads (wide = false)
- * go one at a time. */
-__global__ void nvfp4_to_bf16_kernel(const uint32_t *data, const uint8_t *scale, size_t words, bool wide,
-                                     uint4 *out)
+__global__ void nvfp4_to_bf16_kernel(const uint32_t *data, const uint8_t *scale, size_t words, uint4 *out)
 {
-    const size_t chunks = wide ? words / 4 : 0, stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x; c < chunks; c += stride) {
-        const uint4 w = __ldg((const uint4 *)data + c);
-        uint32_t lo, hi;
-        scales_x2(__ldg((const unsigned short *)scale + c), lo, hi);
-        uint4 *o = out + 4 * c;
-        o[0] = nvfp4_word_bf16(w.x, lo);
-        o[1] = nvfp4_word_bf16(w.y, lo);
-        o[2] = nvfp4_word_bf16(w.z, hi);
-        o[3] = nvfp4_word_bf16(w.w, hi);
-    }
-    for (size_t i = 4 * chunks + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += stride) {
-        uint32_t lo, hi;
-        scales_x2(__ldg(scale + i / 2), lo, hi);
-        out[i] = nvfp4_word_bf16(__ldg(data + i), lo);
+    const size_t span = (size_t)blockDim.x * DQ_WORDS;
+    for (size_t base = blockIdx.x * span + threadIdx.x; base < words; base += (size_t)gridDim.x * span) {
+        uint32_t u[DQ_WORDS], sc[DQ_WORDS];
+#pragma unroll
+        for (int k = 0; k < DQ_WORDS; k++) { /* every load first */
+            const size_t i = base + (size_t)k * blockDim.x;
+            u[k] = i < words ? __ldg(data + i) : 0u;
+            sc[k] = i < words ? __ldg(scale + i / 2) : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < DQ_WORDS; k++) {
+            const size_t i = base + (size_t)k * blockDim.x;
+            uint32_t lo, hi;
+            scales_x2(sc[k], lo, hi);
+            if (i < words)
+                out[i] = nvfp4_word_bf16(u[k], lo);
+        }
     }
 }
 
@@ -193,9 +193,8 @@ extern "C" cudaError_t cuda_nvfp4_to_bf16(cudaStream_t stream, const struct cuda
     if (N <= 0 || K <= 0 || K % 16 || !w->data || !w->scale || (uintptr_t)w->data % 4 || (uintptr_t)out % 16)
         return cudaErrorInvalidValue;
     const size_t words = (size_t)N * (size_t)K / 8;
-    const bool wide = (uintptr_t)w->data % 16 == 0 && (uintptr_t)w->scale % 2 == 0;
-    nvfp4_to_bf16_kernel<<<cuda_blocks(wide ? (words + 3) / 4 : words, 256), 256, 0, stream>>>(
-        (const uint32_t *)w->data, (const uint8_t *)w->scale, words, wide, (uint4 *)out);
+    nvfp4_to_bf16_kernel<<<cuda_blocks((words + DQ_WORDS - 1) / DQ_WORDS, 256), 256, 0, stream>>>(
+        (const uint32_t *)w->data, (const uint8_t *)w->scale, words, (uint4 *)out);
     return CUDA_LAUNCH_RESULT();
 }
 
