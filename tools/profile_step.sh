@@ -11,7 +11,9 @@
 # step's kernels listed as launched too). A GLM-5 layer: PRESET=glm5-slice LAYERS=2 BENCH_ARGS="--decode-context 2048"
 # SKIP_LAUNCHES=200 (SYNTH_DIR=/tmp/glm5-2: one dense + one MoE layer, 9.4 GB). STEP=last: the
 # window's last complete step instead of its first. Output: a table of kernel -> launches, total us, us per launch, sorted by total; to
-# $OUT/profile_step.txt too. "One step" is the kernels from one embedding launch to the next, so
+# $OUT/profile_step.txt too. NCU_METRICS: more metrics (comma-separated) into ncu_step.csv beside the durations;
+# NCU_KERNEL: a regex, only the kernels it matches (the skip and count then count those alone).
+# "One step" is the kernels from one embedding launch to the next, so
 # SKIP_LAUNCHES=0 PROMPT_LEN=2048 LAUNCHES=1800 profiles the bench's warm-up prefill of 2048 tokens.
 set -u
 build=$(cd "${1:-build-dev}" && pwd) || exit 2
@@ -28,6 +30,7 @@ if [ -n "${SYNTHETIC:-}" ]; then # weights made on the device: no checkpoint on 
     # the weight synthesis launches a kernel a tensor (thousands for a GLM-5 layer): counted out of the
     # skip and the window, so both count the model's kernels alone
     only=(--kernel-name-base function --kernel-name 'regex:^(?!.*synth).*')
+    [ -n "${NCU_KERNEL:-}" ] && only=(--kernel-name-base function --kernel-name "regex:${NCU_KERNEL}")
 elif ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; then
     rm -rf "$synth" && mkdir -p "$synth"
     "$build/make_synth_checkpoint" --out "$synth" --preset "$preset" --layers "$layers" --format nvfp4 >"$logs/synth.log" 2>&1 ||
@@ -35,7 +38,7 @@ elif ! [ -f "$synth/.complete" ] || [ "$(cat "$synth/.complete")" != "$want" ]; 
     echo "$want" >"$synth/.complete"
 fi
 MOESERVE_NO_GRAPHS=1 timeout 400 ncu --clock-control none --cache-control none "${only[@]}" --launch-skip "${SKIP_LAUNCHES:-3000}" \
-    --launch-count "${LAUNCHES:-700}" --metrics gpu__time_duration.sum --csv \
+    --launch-count "${LAUNCHES:-700}" --metrics "gpu__time_duration.sum${NCU_METRICS:+,$NCU_METRICS}" --csv \
     "$build/moeserve" bench "${model[@]}" --backend cuda --batch "${BATCH:-1}" --prompt-len "${PROMPT_LEN:-128}" --decode "${DECODE:-16}" ${BENCH_ARGS:-} \
     >"$logs/ncu_step.csv" 2>"$logs/ncu_step.err"
 python3 - "$logs/ncu_step.csv" <<'PY' | tee "$logs/profile_step.txt"
