@@ -147,13 +147,13 @@ static void test_gemv_mma_tokens(void **state)
         force_own_gemms(p);
 }
 
-
 /* ---------------------------------------------------------------- NVFP4 -> bf16 */
 
 /* cuda_nvfp4_to_bf16 (cuBLAS's bf16 copy of an NVFP4 weight) against E2M1 x E4M3 on the CPU, bit
  * for bit: every nibble, every finite scale byte (subnormals and zero included); sizes that end
  * inside a block's span, pointers off 16-byte alignment. */
-static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, size_t scale_off, uint64_t *rng)
+static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, size_t scale_off,
+                         uint64_t *rng)
 {
     const size_t n = (size_t)N * (size_t)K, data_b = n / 2, scale_b = n / 16;
     uint8_t *data = malloc(data_b), *scale = malloc(scale_b);
@@ -163,7 +163,8 @@ static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, 
         uint8_t b = (uint8_t)(i < 256 ? i : rng_next(rng));
         scale[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b - 1) : b;
     }
-    char *d_data = p->gpu.ops->alloc(&p->gpu, data_b + 16), *d_scale = p->gpu.ops->alloc(&p->gpu, scale_b + 16);
+    char *d_data = p->gpu.ops->alloc(&p->gpu, data_b + 16),
+         *d_scale = p->gpu.ops->alloc(&p->gpu, scale_b + 16);
     uint16_t *d_out = p->gpu.ops->alloc(&p->gpu, n * 2);
     assert_non_null(d_data);
     assert_non_null(d_scale);
@@ -179,7 +180,8 @@ static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, 
         const uint8_t code = (uint8_t)(data[i / 2] >> (4 * (i % 2)) & 15u);
         const uint16_t want = f32_to_bf16(e2m1_to_f32(code) * e4m3_to_f32(scale[i / 16]));
         if (got[i] != want)
-            fail_msg("nvfp4_to_bf16 %lld x %lld (data +%zu, scale +%zu): weight %zu (code %u, scale 0x%02x) is 0x%04x, "
+            fail_msg("nvfp4_to_bf16 %lld x %lld (data +%zu, scale +%zu): weight %zu (code %u, scale 0x%02x) "
+                     "is 0x%04x, "
                      "want 0x%04x",
                      (long long)N, (long long)K, data_off, scale_off, i, code, scale[i / 16], got[i], want);
     }
@@ -207,10 +209,8 @@ static void test_nvfp4_to_bf16(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_linear_multi),
-        cmocka_unit_test(test_gemv_mma_tokens),
-        cmocka_unit_test(test_nvfp4_to_bf16),
+        cmocka_unit_test(test_linear),          cmocka_unit_test(test_linear_multi),
+        cmocka_unit_test(test_gemv_mma_tokens), cmocka_unit_test(test_nvfp4_to_bf16),
         cmocka_unit_test(test_wgmma_gemm),
     };
     return ops_cuda_main("test_ops_gemm_cuda", tests, sizeof tests / sizeof tests[0]);
