@@ -181,8 +181,7 @@ static void dequant_case(struct pair *p, int64_t N, int64_t K, size_t data_off, 
         const uint16_t want = f32_to_bf16(e2m1_to_f32(code) * e4m3_to_f32(scale[i / 16]));
         if (got[i] != want)
             fail_msg("nvfp4_to_bf16 %lld x %lld (data +%zu, scale +%zu): weight %zu (code %u, scale 0x%02x) "
-                     "is 0x%04x, "
-                     "want 0x%04x",
+                     "is 0x%04x, want 0x%04x",
                      (long long)N, (long long)K, data_off, scale_off, i, code, scale[i / 16], got[i], want);
     }
     free(got);
@@ -199,9 +198,9 @@ static void test_nvfp4_to_bf16(void **state)
     uint64_t rng = 23;
     dequant_case(p, 3, 16, 0, 0, &rng);     /* 6 words */
     dequant_case(p, 64, 2048, 0, 0, &rng);  /* 8192 scales: every byte many times */
-    dequant_case(p, 130, 1056, 0, 0, &rng); /* chunks across rows */
-    dequant_case(p, 64, 2048, 4, 0, &rng);  /* data not 16-byte aligned */
-    dequant_case(p, 64, 2048, 0, 1, &rng);  /* scales not 2-byte aligned */
+    dequant_case(p, 130, 1056, 0, 0, &rng); /* a block's words across rows, a part block last */
+    dequant_case(p, 64, 2048, 4, 0, &rng);  /* data 4 bytes off 16-byte alignment */
+    dequant_case(p, 64, 2048, 0, 1, &rng);  /* scales at an odd address */
 }
 
 #include "ops_cuda_wgmma.inc" /* the Hopper wgmma GEMM, direct and through linear / moe_experts */
