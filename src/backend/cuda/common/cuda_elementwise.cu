@@ -7,7 +7,6 @@
  */
 #include "backend/cuda/common/common.h"
 #include "backend/cuda/common/cuda_common.cuh"
-#include "backend/cuda/decode/cuda_decode_mma.cuh"
 
 namespace
 {
@@ -86,7 +85,7 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *k, const floa
 /* NVFP4 -> bf16, DQ_WORDS words of 8 E2M1 codes (low nibble first) a thread, blockDim apart so that
  * each load and store of a warp is contiguous. Why this form: one word a thread kept too few bytes
  * in flight for DRAM and decoded each weight through f32 in ~10 instructions. Here the decode is
- * the tensor-core GEMV's (cuda_decode_mma.cuh): a pair of nibbles as a bf16x2 of value x 2^-126
+ * the tensor-core GEMV's (cuda_common.cuh): a pair of nibbles as a bf16x2 of value x 2^-126
  * (subnormal for 0.5), times the block scale x 2^64 and then 2^62 in bf16x2 FMAs. Every step is
  * exact: E2M1 x E4M3 has at most 6 significant bits and lies in [2^-10, 2688], x 2^-62 still
  * normal. The pairs come out as nibbles (i, i + 4) and a byte permute puts them in order. The

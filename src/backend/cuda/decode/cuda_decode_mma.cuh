@@ -1,7 +1,7 @@
 /* cuda_decode_mma.cuh — the device pieces of the NVFP4 decode on bf16 tensor cores that the
- * kernels of cuda_decode_mma.cu are built from: x staged as mma A fragments, E2M1 pairs to bf16x2,
- * one 8-row warp tile's dot product (weights in registers or staged through shared memory), the
- * GEMV job table. The scheme is explained at the top of cuda_decode_mma.cu.
+ * kernels of cuda_decode_mma.cu are built from: x staged as mma A fragments (E2M1 pairs to bf16x2:
+ * cuda_common.cuh), one 8-row warp tile's dot product (weights in registers or staged through shared memory),
+ * the GEMV job table. The scheme is explained at the top of cuda_decode_mma.cu.
  */
 #ifndef MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
 #define MOESERVE_BACKEND_CUDA_CUDA_DECODE_MMA_CUH
@@ -139,45 +139,12 @@ __device__ __forceinline__ const uint4 *xfrag_group_tokens(const uint2 *xf, int 
     return g < T ? (const uint4 *)xf + (size_t)g * (size_t)(K / 4) + (size_t)i * 32 : xfrag_zeros();
 }
 
-/* Nibbles I and I + 4 of u as a bf16x2 (I low): each E2M1 value times 2^-126. */
-template <int I>
-__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t u)
-{
-    constexpr int ms = 6 - 4 * I, ss = 12 - 4 * I;
-    const uint32_t mag = ms >= 0 ? u << (ms >= 0 ? ms : 0) : u >> (ms < 0 ? -ms : 0);
-    const uint32_t sgn = u << ss;
-    return (mag & 0x01C001C0u) | (sgn & 0x80008000u);
-}
-
-__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c)
-{
-    uint32_t d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
-
-/* A chunk's two E4M3 block scales (bytes 0 and 1 of s), each times 2^64 as a bf16 pair: lo for
- * words 0-1, hi for words 2-3. An E4M3 byte's exponent and mantissa bits moved to bf16's low
- * exponent bits and top mantissa bits are the same value times 2^-120, normal or subnormal
- * alike (checked for all 256 bytes); two exact multiplications by 2^92 make it times 2^64. Both
- * scales go through in one bf16x2 pair: ~9 instructions for the two instead of ~40 through f32
- * and a rounding. */
-__device__ __forceinline__ void scales_x2(uint32_t s, uint32_t &lo, uint32_t &hi)
-{
-    const uint32_t p = __byte_perm(s, 0u, 0x4140); /* byte 0 -> half 0, byte 1 -> half 1 */
-    uint32_t v = ((p & 0x007f007fu) << 4) | ((p & 0x00800080u) << 8);
-    v = bf16x2_fma(v, 0x6D806D80u, 0x80008000u); /* x 2^92 */
-    v = bf16x2_fma(v, 0x6D806D80u, 0x80008000u);
-    lo = __byte_perm(v, 0u, 0x1010);
-    hi = __byte_perm(v, 0u, 0x3232);
 }
 
 struct chunk16 {
