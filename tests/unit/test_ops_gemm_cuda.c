@@ -1,4 +1,4 @@
-/* test_ops_gemm_cuda.c — the linears: the plan's kernels for every format and row count, the GEMVs of 1-8 rows, the Hopper wgmma GEMM direct and through linear / moe_experts, on the CUDA backend against the CPU reference (ops_cuda_common.h). */
+/* test_ops_gemm_cuda.c — the linears: the plan's kernels for every format and row count, the GEMVs of 1-8 rows, the NVFP4 -> bf16 copy bit for bit, the Hopper wgmma GEMM direct and through linear / moe_experts, on the CUDA backend against the CPU reference (ops_cuda_common.h). */
 #include "ops_cuda_common.h"
 
 #include "backend/cuda/common/common.h"
