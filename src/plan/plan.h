@@ -296,6 +296,16 @@ bool plan_mla_proj_mma(const struct plan *p);
 #define PLAN_MLA_MMA_PARTS 4
 int plan_mla_mma_ld(int k_dim);
 size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages);
+/* The wgmma MLA tile (mla_latent_attn_wgmma_bf16, cuda_mla_wgmma.cu): 64 head rows (wgmma's M) of
+ * query hi + lo, two stages of 32-key tiles, all bf16 of k_dim values; the S exchange between its
+ * two warpgroups (16 x 128 f32); an fp8 cache's scales (2 x 32 x PLAN_MLA_MMA_SCALE_BLOCKS). */
+#define PLAN_MLA_WGMMA_ROWS 64
+#define PLAN_MLA_WGMMA_KEYS 32
+/* its one latent shape, DeepSeek-V3's and GLM-5's: 512 latent + 64 rope values a key, the values
+ * the first 512 (the k-steps' split between its warpgroups is laid out for it) */
+#define PLAN_MLA_WGMMA_DK 576
+#define PLAN_MLA_WGMMA_R 512
+size_t plan_mla_wgmma_smem(int k_dim);
 /* Key splits of one attention launch (decode attention, MLA latent attention): enough splits that
  * `blocks` blocks per split reach two per SM, at most max_splits (the key chunks there are) and
  * PLAN_ATTN_MAX_SPLITS (the kernels' merge workspace). The planner's split_k and the backend's

@@ -268,6 +268,12 @@ size_t plan_mla_mma_smem(int rows, int keys, int k_dim, int stages)
            4 * (size_t)rows * (size_t)keys * (PLAN_MLA_MMA_PARTS - 1);
 }
 
+size_t plan_mla_wgmma_smem(int k_dim)
+{
+    return 2 * 2 * (size_t)PLAN_MLA_WGMMA_ROWS * (size_t)k_dim + 2 * 2 * (size_t)PLAN_MLA_WGMMA_KEYS * (size_t)k_dim +
+           4 * 16 * 128 + 4 * 2 * (size_t)PLAN_MLA_WGMMA_KEYS * (size_t)PLAN_MLA_MMA_SCALE_BLOCKS(k_dim);
+}
+
 size_t plan_dsa_index_smem(int keys, int idx_heads, int idx_dim, int stages)
 {
     if (stages <= 0)
@@ -481,6 +487,24 @@ enum status pl_mla_dsa(struct plan_ctx *x, struct err *err)
                                  base * c->split_k);
                 }
         }
+    }
+    /* the wgmma form (cuda_mla_wgmma.cu): 64 head rows a block, so each staged key serves all of a
+     * token's heads (GLM-5's 64) once; two warpgroups, 225 KB of shared memory (sm_90's budget);
+     * one latent shape (PLAN_MLA_WGMMA_DK, _R) */
+    if (mma_cache && Dk == PLAN_MLA_WGMMA_DK && R == PLAN_MLA_WGMMA_R) {
+        struct cand *c = pl_cand_add(x, "mla_latent_attn_wgmma_bf16", PLAN_MATH_BF16_WGMMA, FEAT_WGMMA);
+        c->threads = 256;
+        c->regs = 200; /* O: 128 a thread, S, P's fragments */
+        c->tm = PLAN_MLA_WGMMA_ROWS, c->tn = PLAN_MLA_WGMMA_KEYS, c->tk = Dk, c->stages = 2;
+        c->smem = plan_mla_wgmma_smem(Dk);
+        /* each staged key serves 64 heads, hi + lo: 2 products a multiply-add; one block an SM,
+         * its S and P V each waited for (no other block's work under them) */
+        c->feed = SMEM_BYTES_PER_CLK * PLAN_MLA_WGMMA_ROWS / 2.0 * 0.7;
+        double head_blocks = ceil_div(r.heads, PLAN_MLA_WGMMA_ROWS), base = (double)B * head_blocks;
+        c->split_k = decode_splits(x->caps->sm_count, base, keys_q, PLAN_MLA_WGMMA_KEYS);
+        double flops = 2.0 * 2.0 * B * head_blocks * PLAN_MLA_WGMMA_ROWS * (double)keys_q * (Dk + R);
+        double cache = (double)B * keys_q * Dk * 2;
+        pl_cand_part(c, flops, cache + (double)B * r.heads * (Dk + R) * 4, cache * head_blocks, base * c->split_k);
     }
     char note[192];
     snprintf(note, sizeof note, "%d heads on one latent row of %d (values: its first %d); %d keys per query; %s cache",

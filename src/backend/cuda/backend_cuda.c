@@ -132,6 +132,37 @@ static enum cuda_gemm_tile gemm_tile_from(const struct op_plan *op)
     return CUDA_GEMM_16x64;
 }
 
+/* The MLA attention kernel and its tile from the plan's "mla_attention" entry (again after
+ * backend_cuda_force()). */
+static void configure_mla(struct cuda_backend *c)
+{
+    const struct op_plan *op;
+    c->mla_attn = (struct cuda_mla_cfg){.rows = 16, .keys = 16, .threads = 128, .stages = 1};
+    c->mla_mma = (struct cuda_mla_cfg){0};
+    c->mla_wgmma = false;
+    if ((op = plan_find(&c->plan, "mla_attention")) && !strcmp(op->kernel, "mla_latent_attn_wgmma_bf16")) {
+        c->mla_wgmma = true; /* over a bf16 or fp8 cache of its latent shape; else the fp32 kernel */
+    } else if (op && !strcmp(op->kernel, "mla_latent_attn_mma_bf16")) {
+        /* over a bf16 cache; an f32 cache (reference runs) takes the fp32 kernel's default tile. A
+         * forced entry keeps the tile of the kernel the plan had chosen: the mma form's largest
+         * where that is not one of its tiles */
+        c->mla_mma = (struct cuda_mla_cfg){.rows = op->tile_m, .keys = op->tile_n, .stages = op->stages};
+        if (op->tile_m != 16 && op->tile_m != 32)
+            c->mla_mma = (struct cuda_mla_cfg){.rows = 32, .keys = 64, .stages = 2};
+    } else if (op) {
+        if (op->tile_m > 0)
+            c->mla_attn.rows = op->tile_m; /* heads of one token per block */
+        if (op->tile_n > 0)
+            c->mla_attn.keys = op->tile_n;
+        if (op->threads >= 32)
+            c->mla_attn.threads = op->threads;
+        c->mla_attn.stages = op->stages;
+    } else {
+        /* a plan for a model without MLA layers has none */
+        LOG_DEBUG("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
+    }
+}
+
 /* Reads the kernel configuration out of the plan. A missing entry means the
  * portable default, said loudly (devices.md, planner rule 4). */
 static void configure_from_plan(struct cuda_backend *c)
@@ -171,23 +202,7 @@ static void configure_from_plan(struct cuda_backend *c)
     c->moe_smem_min = 2;
     c->attn_cluster = caps->clusters;
     c->attn_push = true;
-    c->mla_attn = (struct cuda_mla_cfg){.rows = 16, .keys = 16, .threads = 128, .stages = 1};
-    c->mla_mma = (struct cuda_mla_cfg){0};
-    if ((op = plan_find(&c->plan, "mla_attention")) && !strcmp(op->kernel, "mla_latent_attn_mma_bf16")) {
-        /* over a bf16 cache; an f32 cache (reference runs) takes the fp32 kernel's default tile */
-        c->mla_mma = (struct cuda_mla_cfg){.rows = op->tile_m, .keys = op->tile_n, .stages = op->stages};
-    } else if (op) {
-        if (op->tile_m > 0)
-            c->mla_attn.rows = op->tile_m; /* heads of one token per block */
-        if (op->tile_n > 0)
-            c->mla_attn.keys = op->tile_n;
-        if (op->threads >= 32)
-            c->mla_attn.threads = op->threads;
-        c->mla_attn.stages = op->stages;
-    } else {
-        /* a plan for a model without MLA layers has none */
-        LOG_DEBUG("cuda: the plan has no mla_attention entry; using 16 heads x 16 keys");
-    }
+    configure_mla(c);
     c->dsa = (struct cuda_dsa_cfg){.keys = 128, .stages = 1};
     if ((op = plan_find(&c->plan, "dsa_index")) && !strcmp(op->kernel, "dsa_index_score_mma_bf16")) {
         c->dsa.mma = c->dsa.per_warp = 1; /* the warp kernel for shapes the mma one does not take */
@@ -369,5 +384,7 @@ enum status backend_cuda_force(struct backend *be, const char *force, struct err
                                .kernels = &CUDA_KERNELS,
                                .force = force && *force ? force : NULL};
     cuda_graphs_drop(c); /* captured steps ran the old choices */
-    return plan_dispatch_fill(&c->plan, &req, err);
+    enum status st = plan_dispatch_fill(&c->plan, &req, err);
+    configure_mla(c); /* a forced mla_attention entry */
+    return st;
 }

@@ -68,6 +68,7 @@ struct cuda_backend {
     struct cuda_mla_cfg mla_attn; /* MLA latent attention as planned ("mla_attention"), fitted per call */
     struct cuda_mla_cfg mla_mma;  /* the plan's tensor-core tile (rows, keys, stages) when it chose
                                      mla_latent_attn_mma_bf16; rows 0 otherwise */
+    bool mla_wgmma;               /* the plan chose mla_latent_attn_wgmma_bf16 */
     struct cuda_dsa_cfg dsa;      /* DSA score tile as planned ("dsa_index"), fitted per call */
     void *scratch;    /* device: bf16 activations, attention partials */
     size_t scratch_bytes;

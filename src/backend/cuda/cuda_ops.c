@@ -254,19 +254,26 @@ void cu_mla_attention(struct backend *be, const float *q_abs, const struct paged
     if (b->n_tokens <= 0)
         return;
     int dk = kv->kv_rank + kv->rope_dim;
-    /* the plan's tensor-core tile over a bf16 or fp8 cache; the fp32 kernel otherwise */
+    /* the plan's tensor-core kernel over a bf16 or fp8 cache; the fp32 kernel otherwise */
     const struct cuda_mla_cfg *mc = &c->mla_mma;
+    bool wg = c->mla_wgmma && cuda_mla_wgmma_takes_cache(kv) &&
+              cuda_mla_wgmma_fits(n_heads, dk, kv->kv_rank, c->smem_budget);
     bool mma = mc->rows > 0 && cuda_mla_mma_takes_cache(kv) &&
                cuda_mla_mma_fits(n_heads, dk, kv->kv_rank, mc->rows, mc->keys, mc->stages, c->smem_budget);
     struct cuda_mla_cfg cfg = c->mla_attn;
-    if (!mma && !cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))
+    if (!wg && !mma && !cuda_mla_attention_fit(&cfg, n_heads, dk, kv->kv_rank, c->smem_budget))
         PANIC("cuda: no MLA attention tile fits %d latent dims in %zu bytes of shared memory", dk, c->smem_budget);
-    int splits = mla_splits(c, b, n_heads, mma ? mc->rows : cfg.rows, mma ? mc->keys : cfg.keys, sel, sel_k);
+    int rows = wg ? PLAN_MLA_WGMMA_ROWS : mma ? mc->rows : cfg.rows;
+    int keys = wg ? PLAN_MLA_WGMMA_KEYS : mma ? mc->keys : cfg.keys;
+    int splits = mla_splits(c, b, n_heads, rows, keys, sel, sel_k);
     float *work = NULL;
     size_t wf = cuda_mla_attention_workspace_floats(b->n_tokens, n_heads, kv->kv_rank, splits);
     if (wf && !(work = cuda_scratch_get(c, wf * sizeof(float))))
         return;
-    if (mma)
+    if (wg)
+        CHECK(c, cuda_mla_attention_wgmma(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, splits, work,
+                                          c->pdl));
+    else if (mma)
         CHECK(c, cuda_mla_attention_mma(c->stream, q_abs, kv, b, n_heads, sel, sel_k, scale, o_lat, mc->rows,
                                         mc->keys, mc->stages, splits, work, c->pdl));
     else

@@ -177,6 +177,7 @@ static const struct kernel_desc KERNELS[] = {
     K("attn_decode_split_fp32", "attention_decode", FP32, 0, 0, "attention/cuda_attn_decode.cu", CK_FIXED, NULL, NULL),
     K("mla_latent_attn_fp32", "mla_attention", FP32, 0, 0, "mla/cuda_mla.cu", CK_FIXED, NULL, "mla_attn_kernel|mla_merge_kernel"),
     K("mla_latent_attn_mma_bf16", "mla_attention", MMA, BMMA, 0, "mla/cuda_mla_mma.cu", CK_FIXED, NULL, "mla_mma_kernel|mla_merge_kernel"),
+    K("mla_latent_attn_wgmma_bf16", "mla_attention", WGMMA, WG, 0, "mla/cuda_mla_wgmma.cu", CK_FIXED, NULL, "mla_wgmma_kernel|mla_merge_kernel"),
     K("mla_prefill_absorbed", "mla_prefill", NULL, 0, 0, "mla/cuda_mla_mma.cu", CK_FIXED, NULL, "mla_mma_kernel|mla_attn_kernel"),
     K("mla_prefill_expanded", "mla_prefill", MMA, BMMA, 0, "cuda_mla_expand.c", CK_FIXED, NULL, "mla_expand_gather_kernel|mla_expand_assemble_kernel|attn_mma_kernel"),
     K("mla_proj_fp32", "mla_proj", FP32, 0, ANY_WEIGHT, "mla/cuda_mla.cu", CK_FIXED, NULL, "mla_absorb_kernel|mla_expand_kernel"),

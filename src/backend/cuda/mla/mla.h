@@ -77,6 +77,16 @@ cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *q_abs, cons
                                    float scale, float *o_lat, int rows, int keys, int stages, int n_splits,
                                    float *work, int pdl);
 
+/* ---- cuda_mla_wgmma.cu (latent attention on wgmma, sm_90a: 64 head rows a block) ---- */
+/* Whether the kernel takes these dims (PLAN_MLA_WGMMA_DK, PLAN_MLA_WGMMA_R) within budget bytes. */
+int cuda_mla_wgmma_fits(int n_heads, int k_dim, int v_dim, size_t budget);
+/* bf16, or fp8 with the aligned dims it needs (as cuda_mla_mma_takes_cache()). */
+int cuda_mla_wgmma_takes_cache(const struct paged_latent *kv);
+/* backend_ops.mla_attention; n_splits > 1: partials in work, then cuda_mla_merge(). */
+cudaError_t cuda_mla_attention_wgmma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
+                                     const struct attn_batch *b, int n_heads, const int32_t *sel, int sel_k,
+                                     float scale, float *o_lat, int n_splits, float *work, int pdl);
+
 /* ---- cuda_mla_expand.cu (the expanded form's gather and assembly; cuda_mla_expand.c runs it) ---- */
 /* Compact rows [0, rows) (rows a multiple of the block size): block b of them holds keys
  * blk_idx[b] * bs .. of block-table row blk_seq[b] (zeros past seq_keys[that row]); the latent
