@@ -48,9 +48,6 @@ namespace
 {
 
 constexpr int MW_ROWS = PLAN_MLA_WGMMA_ROWS; /* head rows a block: wgmma's M */
-constexpr int MW_KEYS = PLAN_MLA_WGMMA_KEYS; /* keys a tile: S's N */
-constexpr int MW_NT = PLAN_MLA_WGMMA_R / 256; /* 128-column P V n-tiles a warpgroup */
-constexpr int MW_QB = 12;                    /* query loads a thread keeps in flight while staging */
 
 struct mw_params {
     const float *q;     /* (T, H, Dk) */
@@ -69,6 +66,10 @@ struct mw_params {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int MW_KEYS = PLAN_MLA_WGMMA_KEYS; /* keys a tile: S's N */
+constexpr int MW_NT = PLAN_MLA_WGMMA_R / 256; /* 128-column P V n-tiles a warpgroup */
+constexpr int MW_QB = 12;                    /* query loads a thread keeps in flight while staging */
 
 /* Shared-memory matrix descriptor, no swizzle: start, leading (k-direction) and stride
  * (m/n-direction) byte offsets between core matrices. */
