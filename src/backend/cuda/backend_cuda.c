@@ -144,11 +144,14 @@ static void configure_mla(struct cuda_backend *c)
         c->mla_wgmma = true; /* over a bf16 or fp8 cache of its latent shape; else the fp32 kernel */
     } else if (op && !strcmp(op->kernel, "mla_latent_attn_mma_bf16")) {
         /* over a bf16 cache; an f32 cache (reference runs) takes the fp32 kernel's default tile. A
-         * forced entry keeps the tile of the kernel the plan had chosen: the mma form's largest
-         * where that is not one of its tiles */
+         * forced entry keeps the tile of the kernel the plan had chosen: where that is not one of
+         * the mma form's, its H100 tile (32 x 32, 2 stages) where that fits GLM-5's rows, else
+         * 16 x 32, one stage */
         c->mla_mma = (struct cuda_mla_cfg){.rows = op->tile_m, .keys = op->tile_n, .stages = op->stages};
         if (op->tile_m != 16 && op->tile_m != 32)
-            c->mla_mma = (struct cuda_mla_cfg){.rows = 32, .keys = 64, .stages = 2};
+            c->mla_mma = plan_mla_mma_smem(32, 32, PLAN_MLA_WGMMA_DK, 2) + 256 <= c->smem_budget
+                             ? (struct cuda_mla_cfg){.rows = 32, .keys = 32, .stages = 2}
+                             : (struct cuda_mla_cfg){.rows = 16, .keys = 32, .stages = 1};
     } else if (op) {
         if (op->tile_m > 0)
             c->mla_attn.rows = op->tile_m; /* heads of one token per block */
