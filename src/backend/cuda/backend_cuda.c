@@ -141,7 +141,12 @@ static void configure_mla(struct cuda_backend *c)
     c->mla_mma = (struct cuda_mla_cfg){0};
     c->mla_wgmma = false;
     if ((op = plan_find(&c->plan, "mla_attention")) && !strcmp(op->kernel, "mla_latent_attn_wgmma_bf16")) {
-        c->mla_wgmma = true; /* over a bf16 or fp8 cache of its latent shape; else the fp32 kernel */
+        /* over a bf16 or fp8 cache of its one latent shape; other shapes (a plan made for GLM-5's,
+         * run on others: the op tests) take the mma form's tile below, as they did before it */
+        c->mla_wgmma = true;
+        c->mla_mma = plan_mla_mma_smem(32, 32, PLAN_MLA_WGMMA_DK, 2) + 256 <= c->smem_budget
+                         ? (struct cuda_mla_cfg){.rows = 32, .keys = 32, .stages = 2}
+                         : (struct cuda_mla_cfg){.rows = 16, .keys = 32, .stages = 1};
     } else if (op && !strcmp(op->kernel, "mla_latent_attn_mma_bf16")) {
         /* over a bf16 cache; an f32 cache (reference runs) takes the fp32 kernel's default tile. A
          * forced entry keeps the tile of the kernel the plan had chosen: where that is not one of
