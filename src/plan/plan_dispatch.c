@@ -151,7 +151,9 @@ static void fill_linear(const struct fill *x, enum plan_bucket b, enum weight_fo
     else if (b == PLAN_BUCKET_1 && gemv > 0)
         snprintf(why, n, "one row: x staged in smem, every weight load issued first (CUDA cores)");
     else if (f == WEIGHT_NVFP4 && d->n && !strcmp(d->kernels[0]->name, "cublas_dequant_bf16"))
-        snprintf(why, n, "weight expanded to bf16 per call (exact), cuBLAS on x hi + lo (H200: prefill 128 6548 "
+        snprintf(why, n,
+                 "weight expanded to bf16 (exact; dense weights' copies resident within 1/8 of memory, "
+                 "else per call), cuBLAS on x hi + lo (H200: prefill 128 6548 "
                  "vs 3910, 2048 14024 vs 12472 tok/s against the in-register dequant GEMM)");
     else if (f == WEIGHT_BF16 || f == WEIGHT_F32)
         snprintf(why, n, "cuBLAS (bf16 on x hi + lo: fp32-grade; f32: SGEMM without TF32)");

@@ -114,8 +114,18 @@ struct test_weight {
     float *dev_bias;
 };
 
+/* weight_make with the weight_load flags of a role (WEIGHT_LOAD_*) */
+static inline void weight_make_as(struct test_weight *t, struct pair *p, enum weight_format fmt, int64_t n,
+                                  int64_t k, bool bias, unsigned flags, uint64_t *rng);
+
 static inline void weight_make(struct test_weight *t, struct pair *p, enum weight_format fmt, int64_t n, int64_t k,
                                bool bias, uint64_t *rng)
+{
+    weight_make_as(t, p, fmt, n, k, bias, WEIGHT_LOAD_DENSE | WEIGHT_LOAD_EXPERT, rng);
+}
+
+static inline void weight_make_as(struct test_weight *t, struct pair *p, enum weight_format fmt, int64_t n,
+                                  int64_t k, bool bias, unsigned flags, uint64_t *rng)
 {
     memset(t, 0, sizeof *t);
     rand_weight_init(&t->src, fmt, n, k, bias, rng);
@@ -125,7 +135,7 @@ static inline void weight_make(struct test_weight *t, struct pair *p, enum weigh
         h.bias = t->dev_bias; /* as model_weights does: the bias is backend memory before weight_load */
     }
     struct err err = {0};
-    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, WEIGHT_LOAD_DENSE | WEIGHT_LOAD_EXPERT, &err))
+    if (p->gpu.ops->weight_load(&p->gpu, &h, &t->dev, flags, &err))
         fail_msg("weight_load: %s", err.msg);
 }
 

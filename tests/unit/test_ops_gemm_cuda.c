@@ -147,6 +147,45 @@ static void test_gemv_mma_tokens(void **state)
         force_own_gemms(p);
 }
 
+/* A dense NVFP4 weight (loaded as WEIGHT_LOAD_DENSE) keeps a resident bf16 copy within the budget
+ * (cuda_dense_copy.c); the 9+-row linears then run cuBLAS on it: against the CPU at every bucket
+ * past 8 rows, with and without bias; a second weight past the budget stays per call. */
+static void test_dense_copies(void **state)
+{
+    struct pair *p = *state;
+    uint64_t rng = 59;
+    const int64_t N = 200, K = 512;
+    const struct kernel_shape sh = {.format = WEIGHT_NVFP4, .tokens = 64, .n_weights = 1, .n = N, .k = K};
+    const struct kernel_desc *k = plan_dispatch_pick(backend_cuda_plan(&p->gpu), PLAN_OP_LINEAR, &sh);
+    if (!k || k->id != CK_CUBLAS_DEQUANT)
+        skip();
+    const size_t before = backend_cuda_dense_copy_bytes(&p->gpu), one = (size_t)N * K * 2;
+    backend_cuda_set_dense_copy_budget(&p->gpu, before + one);
+    struct test_weight t[2];
+    for (int i = 0; i < 2; i++)
+        weight_make_as(&t[i], p, WEIGHT_NVFP4, N, K, i == 0, WEIGHT_LOAD_DENSE, &rng);
+    assert_int_equal(backend_cuda_dense_copy_bytes(&p->gpu), before + one); /* the first only */
+    const int ms[] = {9, 40, 130};
+    for (int i = 0; i < 2; i++)
+        for (int mi = 0; mi < 3; mi++) {
+            const int m = ms[mi];
+            float *x = rand_floats((size_t)m * K, 1.0f, &rng), *want = malloc((size_t)m * N * 4);
+            p->cpu.ops->linear(&p->cpu, &t[i].src.w, x, m, want);
+            float *dx = dev_copy(&p->gpu, x, (size_t)m * K * 4), *dy = dev_nan(&p->gpu, (size_t)m * N);
+            p->gpu.ops->linear(&p->gpu, &t[i].dev, dx, m, dy);
+            gpu_ok(&p->gpu);
+            float *got = fetch(&p->gpu, dy, (size_t)m * N);
+            char what[96];
+            snprintf(what, sizeof what, "linear nvfp4 %s m=%d", i ? "per-call copy" : "resident copy", m);
+            check_close(what, got, want, (size_t)m * N, TOL_BF16);
+            free(got), free(x), free(want);
+            p->gpu.ops->free(&p->gpu, dx), p->gpu.ops->free(&p->gpu, dy);
+        }
+    for (int i = 0; i < 2; i++)
+        weight_free(&t[i], p);
+    backend_cuda_set_dense_copy_budget(&p->gpu, 0);
+}
+
 /* ---------------------------------------------------------------- NVFP4 -> bf16 */
 
 /* cuda_nvfp4_to_bf16 (cuBLAS's bf16 copy of an NVFP4 weight) against E2M1 x E4M3 on the CPU, bit

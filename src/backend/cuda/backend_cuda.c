@@ -60,6 +60,7 @@ static void cuda_backend_free(struct cuda_backend *c)
     if (c->stream)
         CHECK(c, cudaStreamDestroy(c->stream));
     free(c->owned);
+    free(c->dense_copies);
     free(c->tables);
     free(c->tmp);
     free(c);
@@ -322,6 +323,11 @@ enum status backend_cuda_create_for(struct backend *be, int device, size_t smem_
     else if (opt.attn_splits > 0)
         c->force_splits = opt.attn_splits;
     configure_from_plan(c);
+    /* where the plan runs 9+-row NVFP4 linears through cuBLAS on a bf16 copy, dense weights keep
+     * theirs resident, up to an eighth of the device's memory (cuda_dense_copy.c) */
+    const struct plan_dispatch *dl = plan_dispatch_for(&c->plan, PLAN_OP_LINEAR, 64, WEIGHT_NVFP4);
+    if (dl->n && dl->kernels[0]->id == CK_CUBLAS_DEQUANT)
+        c->dense_copy_budget = c->plan.caps.total_mem / 8;
     LOG_DEBUG("cuda: %s", cuda_build_arch_list());
     const struct plan_dispatch *d1 = plan_dispatch_for(&c->plan, PLAN_OP_MOE_EXPERTS, 1, c->plan.weights.experts),
                                *dn = plan_dispatch_for(&c->plan, PLAN_OP_MOE_EXPERTS, 1 << 20, c->plan.weights.experts);
@@ -377,6 +383,16 @@ void backend_cuda_set_attn_cluster(struct backend *be, bool on)
 void backend_cuda_set_attn_push(struct backend *be, bool on)
 {
     cuda_ctx(be)->attn_push = on;
+}
+
+void backend_cuda_set_dense_copy_budget(struct backend *be, size_t bytes)
+{
+    cuda_ctx(be)->dense_copy_budget = bytes;
+}
+
+size_t backend_cuda_dense_copy_bytes(const struct backend *be)
+{
+    return ((const struct cuda_backend *)be->impl)->dense_copy_bytes;
 }
 
 void backend_cuda_set_moe_smem(struct backend *be, int min_tokens)

@@ -64,6 +64,11 @@ void backend_cuda_set_attn_push(struct backend *be, bool on);
 /* Tests: the few-token NVFP4 MoE pair with its weights through shared memory (cp.async) from
  * min_tokens tokens on (default 2; 0: never, always through registers). */
 void backend_cuda_set_moe_smem(struct backend *be, int min_tokens);
+/* Tests: the bytes of device memory resident bf16 copies of dense NVFP4 weights may take from here
+ * on (cuda_dense_copy.c; 0: none, every 9+-row linear expands its weight per call). */
+void backend_cuda_set_dense_copy_budget(struct backend *be, size_t bytes);
+/* The bytes those copies take now. */
+size_t backend_cuda_dense_copy_bytes(const struct backend *be);
 /* Re-plans the dispatch table with `force` first ("op[@bucket]:kernel,...", as
  * MOESERVE_CUDA_FORCE; NULL or "": the plan's own choices). Captured graphs are dropped. */
 enum status backend_cuda_force(struct backend *be, const char *force, struct err *err);

@@ -52,6 +52,12 @@ struct moe_table {
     struct cuda_wdev *dev;  /* (3 * n_experts) device */
 };
 
+/* A dense NVFP4 weight's resident bf16 copy (cuda_dense_copy.c), keyed by its data pointer. */
+struct cuda_dense_copy {
+    const void *data;
+    const uint16_t *bf16;
+};
+
 struct cuda_backend {
     int device;
     cudaStream_t stream;
@@ -82,6 +88,9 @@ struct cuda_backend {
     bool attn_push;      /* ... the splits pushing their partials to the leader where that fits (else pulled) */
     int moe_smem_min;    /* MoE mma: the weights through shared memory from this many tokens on (0: never) */
     int attn_prec;         /* prefill tensor-core attention operands: 0 hi + lo, 1 P and V bf16, 2 all bf16 */
+    struct cuda_dense_copy *dense_copies; /* (cap_dense_copies) open-addressed, n_dense_copies in use */
+    size_t n_dense_copies, cap_dense_copies;
+    size_t dense_copy_budget, dense_copy_bytes; /* bytes the copies may take / take */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
     struct moe_table *tables; /* (n_tables) */
@@ -129,6 +138,14 @@ void *cuda_scratch_get(struct cuda_backend *c, size_t bytes);
 void *cuda_expand_buf_get(struct cuda_backend *c, size_t bytes);
 int *cuda_sem_get(struct cuda_backend *c, size_t n);
 enum status cu_weight_load(struct backend *be, const struct weight *host, struct weight *out, unsigned flags, struct err *err);
+/* p, a device allocation, freed with the backend (false: out of host memory, p not taken). */
+bool cuda_own(struct cuda_backend *c, void *p);
+/* ---- cuda_dense_copy.c ---- */
+/* w (loaded, flags its role) given a resident bf16 copy if it is a dense NVFP4 weight and the copies
+ * stay within dense_copy_budget; nothing otherwise (it then runs through per-call copies). */
+void cuda_dense_copy_make(struct cuda_backend *c, const struct weight *w, unsigned flags);
+/* The resident bf16 copy (row-major, without scale2) of the weight whose data is `data`, or NULL. */
+const uint16_t *cuda_dense_copy_find(const struct cuda_backend *c, const void *data);
 enum status cu_weight_make(struct backend *be, const struct weight *shape, const struct weight_synth *s,
                            struct weight *out, unsigned flags, struct err *err);
 /* shared: NULL, or a shared expert's gate, up and down (the routed experts' shapes and format), table

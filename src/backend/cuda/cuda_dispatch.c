@@ -180,14 +180,22 @@ bool cuda_launch_cublas_bf16(void *backend, const void *call)
     return true;
 }
 
-/* the weight expanded to bf16 in scratch (exact; its global scale as the GEMM's alpha), then cuBLAS
- * as for a bf16 weight */
+/* the weight's resident bf16 copy (cuda_dense_copy.c), else the weight expanded to bf16 in scratch
+ * (exact; its global scale as the GEMM's alpha), then cuBLAS as for a bf16 weight */
 bool cuda_launch_cublas_dequant(void *backend, const void *call)
 {
     struct cuda_backend *c = backend;
     const struct linear_call *l = call;
     for (int j = 0; j < l->n_w; j++) {
         const int Nj = (int)l->N[j];
+        const uint16_t *resident = cuda_dense_copy_find(c, l->ws[j]->data);
+        if (resident) {
+            char *s = cuda_scratch_get(c, cublas_split_bytes(l->m, Nj, l->K));
+            if (s)
+                linear_cublas_bf16(c, resident, l->ws[j]->scale2, l->ws[j]->bias, l->x, l->m, Nj, l->K,
+                                   l->ys[j], s);
+            continue;
+        }
         size_t w_bytes = ((size_t)Nj * (size_t)l->K * sizeof(uint16_t) + 255) / 256 * 256;
         char *s = cuda_scratch_get(c, w_bytes + cublas_split_bytes(l->m, Nj, l->K));
         if (s && CHECK(c, cuda_nvfp4_to_bf16(c->stream, &l->wd[j], Nj, l->K, (uint16_t *)s)))

@@ -119,7 +119,7 @@ int *cuda_sem_get(struct cuda_backend *c, size_t n)
     return c->sem;
 }
 
-static bool own(struct cuda_backend *c, void *p)
+bool cuda_own(struct cuda_backend *c, void *p)
 {
     if (c->n_owned == c->cap_owned) {
         size_t cap = c->cap_owned ? c->cap_owned * 2 : 256;
@@ -143,7 +143,7 @@ static enum status alloc_owned(struct cuda_backend *c, size_t bytes, void **out,
         return err_set(err, STATUS_NOMEM, "cuda: cannot allocate %zu bytes of device memory for a weight: %s",
                        bytes, cudaGetErrorString(e));
     }
-    if (!own(c, p)) {
+    if (!cuda_own(c, p)) {
         CHECK(c, cudaFree(p));
         return err_set(err, STATUS_NOMEM, "cuda: out of host memory");
     }
@@ -196,13 +196,14 @@ enum status cu_weight_load(struct backend *be, const struct weight *host, struct
     enum status st = upload_owned(c, host->data, data, &out->data, err);
     if (!st && scale)
         st = upload_owned(c, host->scale, scale, &out->scale, err);
+    if (!st)
+        cuda_dense_copy_make(c, out, flags);
     return st;
 }
 
 enum status cu_weight_make(struct backend *be, const struct weight *shape, const struct weight_synth *s,
                            struct weight *out, unsigned flags, struct err *err)
 {
-    (void)flags;
     struct cuda_backend *c = cuda_ctx(be);
     if (shape->format != WEIGHT_BF16 && shape->format != WEIGHT_F32 && shape->format != WEIGHT_NVFP4)
         return err_set(err, STATUS_UNSUPPORTED, "cuda: synthetic weights exist in BF16, F32 and NVFP4, not %s",
@@ -220,6 +221,7 @@ enum status cu_weight_make(struct backend *be, const struct weight *shape, const
         return cuda_sink_status(&c->sink, err);
     out->data = data;
     out->scale = scale;
+    cuda_dense_copy_make(c, out, flags);
     return STATUS_OK;
 }
 

@@ -15,12 +15,17 @@
 
 #include "plan/plan.h"
 
-/* kv_b as bf16 rows: the weight itself, or (NVFP4) its exact expansion at *s; *alpha its scale. */
+/* kv_b as bf16 rows: the weight itself, or (NVFP4) its resident copy (cuda_dense_copy.c) or its exact
+ * expansion at *s; *alpha its scale. */
 static const void *kvb_bf16(struct cuda_backend *c, const struct weight *kv_b, char **s, float *alpha)
 {
     *alpha = 1.0f;
     if (kv_b->format == WEIGHT_BF16)
         return kv_b->data;
+    *alpha = kv_b->scale2;
+    const uint16_t *resident = cuda_dense_copy_find(c, kv_b->data);
+    if (resident)
+        return resident;
     struct cuda_wdev wd = cuda_wdev_of(kv_b);
     uint16_t *w = (uint16_t *)*s;
     size_t bytes = ((size_t)kv_b->rows * (size_t)kv_b->cols * sizeof(uint16_t) + 255) / 256 * 256;
