@@ -249,7 +249,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),          cmocka_unit_test(test_linear_multi),
         cmocka_unit_test(test_gemv_mma_tokens), cmocka_unit_test(test_nvfp4_to_bf16),
-        cmocka_unit_test(test_wgmma_gemm),
+        cmocka_unit_test(test_dense_copies),    cmocka_unit_test(test_wgmma_gemm),
     };
     return ops_cuda_main("test_ops_gemm_cuda", tests, sizeof tests / sizeof tests[0]);
 }
