@@ -91,6 +91,7 @@ struct cuda_backend {
     struct cuda_dense_copy *dense_copies; /* (cap_dense_copies) open-addressed, n_dense_copies in use */
     size_t n_dense_copies, cap_dense_copies;
     size_t dense_copy_budget, dense_copy_bytes; /* bytes the copies may take / take */
+    bool dense_copy_full;                       /* a weight went without one (said once) */
     void **owned; /* (n_owned) device allocations holding weights */
     size_t n_owned, cap_owned;
     struct moe_table *tables; /* (n_tables) */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/common/common.h"
+#include "base/log.h"
 
 static size_t slot_of(const void *p, size_t cap)
 {
@@ -69,8 +70,16 @@ void cuda_dense_copy_make(struct cuda_backend *c, const struct weight *w, unsign
     if (w->format != WEIGHT_NVFP4 || flags != WEIGHT_LOAD_DENSE || !w->data || !w->scale)
         return;
     const size_t bytes = (size_t)w->rows * (size_t)w->cols * sizeof(uint16_t);
-    if (c->dense_copy_bytes + bytes > c->dense_copy_budget || cuda_dense_copy_find(c, w->data))
+    if (cuda_dense_copy_find(c, w->data))
         return;
+    if (c->dense_copy_bytes + bytes > c->dense_copy_budget) {
+        if (c->dense_copy_budget && !c->dense_copy_full)
+            LOG_INFO("cuda: resident bf16 copies of dense NVFP4 weights stop at %.2f GB (budget %.2f GB); the "
+                     "rest expand per call at 9+ rows",
+                     (double)c->dense_copy_bytes / 1e9, (double)c->dense_copy_budget / 1e9);
+        c->dense_copy_full = true;
+        return;
+    }
     void *p = NULL;
     if (cudaMalloc(&p, bytes) != cudaSuccess) { /* no room: this weight stays per call */
         (void)cudaGetLastError();
