@@ -2,7 +2,7 @@
  *
  * Why: from 9 rows an NVFP4 linear runs cuBLAS on a bf16 expansion of its weight
  * (cublas_dequant_bf16). Made per call, that expansion writes 2 bytes a weight and the GEMM reads
- * them back: at GLM-5's batch 64 the copies took ~260 us of a 3.94 ms MoE layer on an H100 even
+ * them back: at GLM-5's batch 64 the copies took ~200 us of a 3.94 ms MoE layer on an H100 even
  * at the copy rate. Made once at load, a dense weight (attention, a dense MLP, a shared expert:
  * read in full every step) costs 2 bytes a weight of device memory beside its NVFP4 image, which
  * the 1-8-row GEMVs keep reading. The backend makes them while their total stays within
