@@ -8,6 +8,7 @@
 #define MOESERVE_BACKEND_CUDA_COMMON_CUDA_MMA_CUH
 
 #include <cuda_bf16.h>
+#include <math.h>
 #include <stdint.h>
 
 __device__ __forceinline__ uint32_t mma_smem_addr(const void *p)
@@ -50,6 +51,52 @@ __device__ __forceinline__ void mma_split_bf16x2(float a, float b, uint32_t &hi,
     __nv_bfloat162 l = __floats2bfloat162_rn(a - f.x, b - f.y);
     hi = *(uint32_t *)&h;
     lo = *(uint32_t *)&l;
+}
+
+/* The online softmax of one tile of S held in the m16n8 accumulator layout (mma.sync's, and each
+ * warp's part of wgmma's): element i of the N a thread holds is row lane/4 (i % 4 < 2) or lane/4 + 8
+ * of the warp's 16, key 8 (i / 4) + 2 (lane % 4) + (i & 1); at(i) is that element. Keys that
+ * key_ok(key) refuses weigh 0. The elements become exp(s scale - m), the unnormalised weights; the
+ * two rows' running maxima (m_a, m_b) and this thread's sums of their weights (l_a, l_b: summed over
+ * the quad at the end) move on, and the factors the rows' accumulated output must be scaled by come
+ * back in al_a, al_b. */
+template <int N, typename At, typename KeyOk>
+__device__ __forceinline__ void mma_softmax_tile(At at, float scale, KeyOk key_ok, float &m_a, float &m_b,
+                                                 float &l_a, float &l_b, float &al_a, float &al_b)
+{
+    const int lane = (int)threadIdx.x % 32;
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const int key = (i / 4) * 8 + 2 * (lane & 3) + (i & 1);
+        const float v = key_ok(key) ? at(i) * scale : -INFINITY;
+        at(i) = v;
+        if ((i & 2) == 0)
+            mx_a = fmaxf(mx_a, v);
+        else
+            mx_b = fmaxf(mx_b, v);
+    }
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
+    al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
+    float ps_a = 0.0f, ps_b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const float mref = (i & 2) ? mn_b : mn_a;
+        const float pv = at(i) == -INFINITY ? 0.0f : expf(at(i) - mref);
+        at(i) = pv;
+        if ((i & 2) == 0)
+            ps_a += pv;
+        else
+            ps_b += pv;
+    }
+    l_a = l_a * al_a + ps_a;
+    l_b = l_b * al_b + ps_b;
+    m_a = mn_a, m_b = mn_b;
 }
 
 #endif

@@ -41,6 +41,7 @@
  */
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/common/cuda_common.cuh"
+#include "backend/cuda/common/cuda_wgmma.cuh"
 
 #include <cuda_bf16.h>
 
@@ -113,41 +114,10 @@ __device__ __forceinline__ uint32_t wg_bf16_frag(uint32_t v)
     return r;
 }
 
-/* Shared-memory matrix descriptor, no swizzle: start, leading byte offset 128, stride byte offset sbo. */
+/* no-swizzle descriptor of x's stage: k halves 128 bytes apart, 8-token groups sbo apart */
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t sbo)
 {
-    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)(128u >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
-}
-
-__device__ __forceinline__ void wg_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void wg_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-/* generic-proxy stores to shared memory -> visible to wgmma (async proxy) after the next barrier */
-__device__ __forceinline__ void wg_fence_proxy()
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* Keeps the compiler from touching the accumulators before the wait that retires their wgmmas. */
-template <int N>
-__device__ __forceinline__ void wg_fence_acc(float (&d)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
+    return wgmma_desc(addr, 128, sbo);
 }
 
 /* d (64 x 64 fp32, fragment order) += A (64 x 16 bf16, registers) B (16 x 64 bf16, descriptor) */
@@ -166,36 +136,13 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[32], const uint32_t (&a)[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-/* d (64 x 128) += A (64 x 16) B (16 x 128) */
-__device__ __forceinline__ void wgmma_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-                   "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
 template <int TM>
 __device__ __forceinline__ void wgmma_tile(float (&d)[TM / 2], const uint32_t (&a)[4], uint64_t b)
 {
     if constexpr (TM == 64)
         wgmma_n64(d, a, b);
     else
-        wgmma_n128(d, a, b);
+        wgmma_rs_n128<0>(d, a, b);
 }
 
 /* One thread's weights for one k-step: rows m0 and m0 + 8, stored k [k0 + c BK/4, k0 + (c+1) BK/4). */
@@ -378,7 +325,7 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
         load_x(0);
         store_x(0);
     }
-    wg_fence_proxy();
+    wgmma_fence_proxy();
     __syncthreads();
 
     int st = 0;
@@ -425,16 +372,16 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
                 f[0] = wg_bf16_frag(wcur.q[0][2 * s]), f[1] = wg_bf16_frag(wcur.q[1][2 * s]);
                 f[2] = wg_bf16_frag(wcur.q[0][2 * s + 1]), f[3] = wg_bf16_frag(wcur.q[1][2 * s + 1]);
             }
-            wg_fence();
+            wgmma_fence();
             wgmma_tile<TM>(acc, f, wg_desc(hi0 + HALF + 256 * s, SBO)); /* lo first: the smaller terms */
             wgmma_tile<TM>(acc, f, wg_desc(hi0 + 256 * s, SBO));
-            wg_commit();
-            wg_wait<1>();
+            wgmma_commit();
+            wgmma_wait<1>();
         }
         if (more && ST == 4) {
             st = (st + 1) % 4;
             cp_async_wait_upto(kt + 2 < kt_n ? 1 : 0); /* k-step kt + 1's stage landed */
-            wg_fence_proxy();
+            wgmma_fence_proxy();
             wcur = wnext;
             wnext = wnext2;
         } else if (more) {
@@ -442,13 +389,13 @@ __global__ void __launch_bounds__(128 * NWG, 1) gemm_wgmma_kernel(wg_params p)
             store_x(st);
             if constexpr (IMG)
                 cp_async_wait_upto(0);
-            wg_fence_proxy();
+            wgmma_fence_proxy();
             wcur = wnext;
         }
         __syncthreads();
     }
-    wg_wait<0>();
-    wg_fence_acc(acc);
+    wgmma_wait<0>();
+    wgmma_fence_acc(acc);
 
     const float s2 = FMT == WEIGHT_NVFP4 ? w.scale2 * 0x1p62f : 1.0f; /* wg_e2m1x2's 2^-126, scale's 2^64 */
 #pragma unroll

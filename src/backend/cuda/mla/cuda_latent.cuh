@@ -8,6 +8,7 @@
 #define MOESERVE_BACKEND_CUDA_MLA_CUDA_LATENT_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -78,6 +79,15 @@ __device__ __forceinline__ uint8_t e4m3_encode(float x)
     }
     int code = ((exp + 7) << 3) | (int)m;
     return sign | (uint8_t)(code > 0x7e ? 0x7e : code);
+}
+
+/* Two e4m3 codes (low byte first) -> two bf16 values, exactly (e4m3 is a subset of bf16): how the
+ * tensor-core kernels stage an fp8 cache's latent values. */
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t codes)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)codes, __NV_E4M3);
+    const float lo = __half2float(__half(__half_raw{h.x})), hi = __half2float(__half(__half_raw{h.y}));
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) >> 16 << 16);
 }
 
 /* Value i (< nq + nr) of row `slot`. */
@@ -173,6 +183,15 @@ inline void latent_params_fill(P &p, const float *q_abs, const struct paged_late
     p.n_splits = n_splits;
     p.out = o_lat;
     p.part = work;
+}
+
+/* The tensor-core kernels' view of the cache: its rows and, for fp8, their bytes and scales a row. */
+template <typename P>
+inline void latent_rows_fill(P &p, const struct paged_latent *kv)
+{
+    p.latent = kv->latent;
+    p.row_bytes = (int)kv_latent_row_bytes(kv->dtype, kv->kv_rank, kv->rope_dim);
+    p.nb = (kv->kv_rank + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
 }
 
 #endif

@@ -34,7 +34,6 @@
  * plan_mla_mma_smem() is the formula.
  */
 #include "backend/cuda/mla/mla.h"
-#include <cuda_fp8.h>
 #include <math.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
@@ -50,14 +49,6 @@ namespace
 constexpr int PARTS = PLAN_MLA_MMA_PARTS; /* warps a 16-head row group */
 constexpr int MAX_VT = 16;                /* value n-tiles (8 columns) a warp: R / PARTS <= 128 */
 constexpr int Q_BATCH = 16; /* query loads a thread keeps in flight while staging */
-
-/* Two e4m3 codes (low byte first) -> two bf16 values, exactly. */
-__device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t codes)
-{
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)codes, __NV_E4M3);
-    const float lo = __half2float(__half(__half_raw{h.x})), hi = __half2float(__half(__half_raw{h.y}));
-    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) >> 16 << 16);
-}
 
 struct mma_params {
     const float *q;         /* (T, H, Dk) */
@@ -162,8 +153,8 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                     const uint8_t *row = lat + slot_of(kp) * (size_t)p.row_bytes;
                     if (d0 < p.R) { /* 8 codes -> 8 bf16 values */
                         const uint32_t w0 = *(const uint32_t *)(row + d0), w1 = *(const uint32_t *)(row + d0 + 4);
-                        v = make_uint4(fp8x2_bf16x2(w0 & 0xffffu), fp8x2_bf16x2(w0 >> 16), fp8x2_bf16x2(w1 & 0xffffu),
-                                       fp8x2_bf16x2(w1 >> 16));
+                        v = make_uint4(e4m3x2_to_bf16x2(w0 & 0xffffu), e4m3x2_to_bf16x2(w0 >> 16),
+                                       e4m3x2_to_bf16x2(w1 & 0xffffu), e4m3x2_to_bf16x2(w1 >> 16));
                     } else { /* 8 rope values, already bf16 */
                         const uint32_t *r = (const uint32_t *)(row + p.R + 4 * p.nb + 2 * (d0 - p.R));
                         v = make_uint4(r[0], r[1], r[2], r[3]);
@@ -331,43 +322,10 @@ __global__ void __launch_bounds__(256) mla_mma_kernel(mma_params p)
                         s[n][e] = px[(n * 4 + e) * 32 + lane];
         }
         /* online softmax over this tile; the 4 lanes of a row reduce by shuffles */
-        float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < TN / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = n * 8 + 2 * (lane & 3) + (e & 1);
-                const bool ok = kpos[buf][key] >= 0;
-                const float v = ok ? s[n][e] * p.scale : -INFINITY;
-                s[n][e] = v;
-                if (e < 2)
-                    mx_a = fmaxf(mx_a, v);
-                else
-                    mx_b = fmaxf(mx_b, v);
-            }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        const float al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
-        const float al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
-        float ps_a = 0.0f, ps_b = 0.0f;
-#pragma unroll
-        for (int n = 0; n < TN / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float mref = e < 2 ? mn_a : mn_b;
-                const float pv = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - mref);
-                s[n][e] = pv;
-                if (e < 2)
-                    ps_a += pv;
-                else
-                    ps_b += pv;
-            }
-        l_a = l_a * al_a + ps_a;
-        l_b = l_b * al_b + ps_b;
-        m_a = mn_a, m_b = mn_b;
+        float al_a, al_b;
+        mma_softmax_tile<TN / 2>([&](int i) -> float & { return s[i / 4][i % 4]; }, p.scale,
+                                 [&](int key) { return kpos[buf][key] >= 0; }, m_a, m_b, l_a, l_b, al_a,
+                                 al_b);
 #pragma unroll
         for (int j = 0; j < MAX_VT; j++) {
             o[j][0] *= al_a, o[j][1] *= al_a;
@@ -477,10 +435,8 @@ extern "C" cudaError_t cuda_mla_attention_mma(cudaStream_t stream, const float *
         return cudaSuccess;
     mma_params p;
     latent_params_fill(p, q_abs, kv, b, n_heads, sel, sel_k, scale, n_splits, o_lat, work);
-    p.latent = kv->latent;
+    latent_rows_fill(p, kv);
     const bool fp8 = kv->dtype == KV_DTYPE_FP8;
-    p.row_bytes = (int)kv_latent_row_bytes(kv->dtype, kv->kv_rank, kv->rope_dim);
-    p.nb = (kv->kv_rank + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
     p.rows = rows;
     p.stages = stages;
     p.head_blocks = (n_heads + rows - 1) / rows;

@@ -34,11 +34,11 @@
  * (__CUDA_ARCH_FEAT_SM90_ALL).
  */
 #include "backend/cuda/mla/mla.h"
-#include <cuda_fp8.h>
 #include <math.h>
 
 #include "backend/cuda/common/cuda_common.cuh"
 #include "backend/cuda/common/cuda_mma.cuh"
+#include "backend/cuda/common/cuda_wgmma.cuh"
 #include "backend/cuda/mla/cuda_latent.cuh"
 extern "C" {
 #include "plan/plan.h"
@@ -67,40 +67,17 @@ struct mw_params {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int MW_KEYS = PLAN_MLA_WGMMA_KEYS; /* keys a tile: S's N */
+constexpr int MW_KEYS = PLAN_MLA_WGMMA_KEYS;  /* keys a tile: S's N */
 constexpr int MW_NT = PLAN_MLA_WGMMA_R / 256; /* 128-column P V n-tiles a warpgroup */
-constexpr int MW_QB = 12;                    /* query loads a thread keeps in flight while staging */
+constexpr int MW_QB = 12;                     /* query loads a thread keeps in flight while staging */
 
-/* Shared-memory matrix descriptor, no swizzle: start, leading (k-direction) and stride
- * (m/n-direction) byte offsets between core matrices. */
+/* A shared-memory operand's descriptor (common/cuda_wgmma.cuh) from its generic address. */
 __device__ __forceinline__ uint64_t mw_desc(const void *p, uint32_t lbo, uint32_t sbo)
 {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3ffffu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+    return wgmma_desc((uint32_t)__cvta_generic_to_shared(p), lbo, sbo);
 }
 
-__device__ __forceinline__ void mw_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void mw_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void mw_wait0()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-
-/* this thread's generic-proxy writes to shared memory -> visible to wgmma after the next barrier */
-__device__ __forceinline__ void mw_fence_proxy()
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* Pins an A fragment's computation before the fence that follows (as mw_fence_acc()). */
+/* Pins an A fragment's computation before the fence that follows (as wgmma_fence_acc()). */
 __device__ __forceinline__ void mw_pin(uint32_t (&a)[4])
 {
 #pragma unroll
@@ -108,46 +85,17 @@ __device__ __forceinline__ void mw_pin(uint32_t (&a)[4])
         asm volatile("" : "+r"(a[i])::"memory");
 }
 
-/* Keeps the compiler from touching accumulators before the wait that retires their wgmmas. */
-template <int N>
-__device__ __forceinline__ void mw_fence_acc(float (&d)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-
 /* d (64 heads x 32 keys, fp32) += A (64 x 16, descriptor, K-major) B (16 x 32 keys, descriptor, K-major) */
 __device__ __forceinline__ void mw_qk(float (&d)[16], uint64_t a, uint64_t b)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, "
+                 "0, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
                    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
                    "+f"(d[14]), "+f"(d[15])
                  : "l"(a), "l"(b), "r"(1));
-}
-
-/* d (64 heads x 128 values, fp32) += A (64 x 16 keys, registers) B (16 keys x 128 values, descriptor,
- * MN-major: the key rows as stored) */
-__device__ __forceinline__ void mw_pv(float (&d)[64], const uint32_t (&a)[4], uint64_t b)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-                   "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
 /* acc += the query's (hi, then lo) products with the key tile over k-steps kk0 .. kk0 + CNT - 1
@@ -164,14 +112,6 @@ __device__ __forceinline__ void mw_qk_steps(float (&acc)[16], const uint16_t *Qh
         mw_qk(acc, mw_desc(Qh + (size_t)kk * 1024, 1024, 128), dk);
         mw_qk(acc, mw_desc(Ql + (size_t)kk * 1024, 1024, 128), dk);
     }
-}
-
-/* Two e4m3 codes (low byte first) -> two bf16 values, exactly. */
-__device__ __forceinline__ uint32_t mw_fp8x2(uint32_t codes)
-{
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)codes, __NV_E4M3);
-    const float lo = __half2float(__half(__half_raw{h.x})), hi = __half2float(__half(__half_raw{h.y}));
-    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) >> 16 << 16);
 }
 
 #endif
@@ -241,7 +181,8 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
         const int nk = hi - k0 < TN ? hi - k0 : TN;
         const int kg = warp % KG, jj = kg * 8 + lane % 8;
         const int kp = jj < nk ? (sel ? __ldg(sel + k0 + jj) : k0 + jj) : -1;
-        const size_t slot = kp >= 0 ? (size_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size : 0;
+        const size_t slot =
+            kp >= 0 ? (size_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size : 0;
         uint16_t *dst = Kb + (size_t)buf * TN * Dk + kg * 64 + (lane % 8) * 8;
         if (warp < KG && lane < 8)
             kpos[buf][jj] = kp;
@@ -256,9 +197,10 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
                 const uint8_t *row = (const uint8_t *)p.latent + slot * (size_t)p.row_bytes;
                 uint4 v;
                 if (c * 8 < R) { /* 8 codes -> 8 bf16 values */
-                    const uint32_t w0 = *(const uint32_t *)(row + c * 8), w1 = *(const uint32_t *)(row + c * 8 + 4);
-                    v = make_uint4(mw_fp8x2(w0 & 0xffffu), mw_fp8x2(w0 >> 16), mw_fp8x2(w1 & 0xffffu),
-                                   mw_fp8x2(w1 >> 16));
+                    const uint32_t w0 = *(const uint32_t *)(row + c * 8),
+                                   w1 = *(const uint32_t *)(row + c * 8 + 4);
+                    v = make_uint4(e4m3x2_to_bf16x2(w0 & 0xffffu), e4m3x2_to_bf16x2(w0 >> 16),
+                                   e4m3x2_to_bf16x2(w1 & 0xffffu), e4m3x2_to_bf16x2(w1 >> 16));
                 } else { /* 8 rope values, already bf16 */
                     const uint32_t *r = (const uint32_t *)(row + R + 4 * p.nb + 2 * (c * 8 - R));
                     v = make_uint4(r[0], r[1], r[2], r[3]);
@@ -290,14 +232,15 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
 #pragma unroll
         for (int i = 0; i < 64; i++)
             o[n][i] = 0.0f;
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* rows lane/4 and lane/4 + 8 of the warp */
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f,
+          l_b = 0.0f; /* rows lane/4 and lane/4 + 8 of the warp */
     const int n_tiles = (hi - lo + TN - 1) / TN;
     if (n_tiles > 0)
         load(lo, 0);
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = lo + it * TN, buf = it & 1;
         cp_async_wait_upto(0);
-        mw_fence_proxy();
+        wgmma_fence_proxy();
         __syncthreads();
         if (it + 1 < n_tiles)
             load(k0 + TN, buf ^ 1); /* streams in under this tile */
@@ -318,27 +261,27 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
 #pragma unroll
             for (int i = 0; i < 16; i++)
                 s0[i] = s1[i] = 0.0f;
-            mw_fence_acc(s), mw_fence_acc(s0), mw_fence_acc(s1); /* the zeros before the fence */
-            mw_fence();
+            wgmma_fence_acc(s), wgmma_fence_acc(s0), wgmma_fence_acc(s1); /* the zeros before the fence */
+            wgmma_fence();
             mw_qk_steps<8>(s0, Qh, Ql, K, 16 * g);
             mw_qk_steps<8>(s1, Qh, Ql, K, 16 * g + 8);
             mw_qk_steps<2>(s, Qh, Ql, K, 32 + 2 * g);
-            mw_commit();
-            mw_wait0();
-            mw_fence_acc(s), mw_fence_acc(s0), mw_fence_acc(s1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_acc(s), wgmma_fence_acc(s0), wgmma_fence_acc(s1);
 #pragma unroll
             for (int i = 0; i < 16; i++) {
                 const int key = (i / 4) * 8 + 2 * (lane & 3) + (i & 1);
                 s[i] = fmaf(s1[i], Ksc[key * nbs + 2 * g + 1], fmaf(s0[i], Ksc[key * nbs + 2 * g], s[i]));
             }
         } else {
-            mw_fence_acc(s);
-            mw_fence();
+            wgmma_fence_acc(s);
+            wgmma_fence();
             mw_qk_steps<16>(s, Qh, Ql, K, 16 * g);
             mw_qk_steps<2>(s, Qh, Ql, K, 32 + 2 * g);
-            mw_commit();
-            mw_wait0();
-            mw_fence_acc(s);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_acc(s);
         }
         /* warpgroup 1's part to warpgroup 0, which adds its own first and hands the sum back */
         if (g == 1)
@@ -359,38 +302,9 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
                 s[i] = Sx[i * 128 + wt];
 
         /* online softmax over this tile; the 4 lanes of a row reduce by shuffles */
-        float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const int key = (i / 4) * 8 + 2 * (lane & 3) + (i & 1);
-            const float v = kpos[buf][key] >= 0 ? s[i] * p.scale : -INFINITY;
-            s[i] = v;
-            if ((i & 2) == 0)
-                mx_a = fmaxf(mx_a, v);
-            else
-                mx_b = fmaxf(mx_b, v);
-        }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-        const float al_a = mn_a == -INFINITY ? 1.0f : expf(m_a - mn_a);
-        const float al_b = mn_b == -INFINITY ? 1.0f : expf(m_b - mn_b);
-        float ps_a = 0.0f, ps_b = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const float mref = (i & 2) ? mn_b : mn_a;
-            const float pv = s[i] == -INFINITY ? 0.0f : expf(s[i] - mref);
-            s[i] = pv;
-            if ((i & 2) == 0)
-                ps_a += pv;
-            else
-                ps_b += pv;
-        }
-        l_a = l_a * al_a + ps_a;
-        l_b = l_b * al_b + ps_b;
-        m_a = mn_a, m_b = mn_b;
+        float al_a, al_b;
+        mma_softmax_tile<16>([&](int i) -> float & { return s[i]; }, p.scale,
+                             [&](int key) { return kpos[buf][key] >= 0; }, m_a, m_b, l_a, l_b, al_a, al_b);
 #pragma unroll
         for (int n = 0; n < MW_NT; n++)
 #pragma unroll
@@ -423,24 +337,24 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
                 mw_pin(ph[f][k2]);
                 mw_pin(pl[f][k2]);
             }
-        mw_fence_acc(o[0]);
-        mw_fence_acc(o[1]);
-        mw_fence();
+        wgmma_fence_acc(o[0]);
+        wgmma_fence_acc(o[1]);
+        wgmma_fence();
 #pragma unroll
         for (int n = 0; n < MW_NT; n++)
 #pragma unroll
             for (int k2 = 0; k2 < TN / 16; k2++) {
                 const int c0 = (g * MW_NT + n) * 128;
                 const uint64_t dv = mw_desc(K + ((size_t)(c0 / 8) * KG + 2 * k2) * 64, 128, KG * 128);
-                mw_pv(o[n], pl[FP8 ? n : 0][k2], dv);
-                mw_pv(o[n], ph[FP8 ? n : 0][k2], dv);
+                wgmma_rs_n128<1>(o[n], pl[FP8 ? n : 0][k2], dv); /* V as stored: MN-major */
+                wgmma_rs_n128<1>(o[n], ph[FP8 ? n : 0][k2], dv);
             }
         /* retired here: left in flight across the loop's back edge, ptxas serialises every wgmma
          * (C7515); the next tile's loads went out before S, so they still overlap all of this */
-        mw_commit();
-        mw_wait0();
-        mw_fence_acc(o[0]);
-        mw_fence_acc(o[1]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_acc(o[0]);
+        wgmma_fence_acc(o[1]);
     }
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
     l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
@@ -455,13 +369,15 @@ __global__ void __launch_bounds__(256, 1) mla_wgmma_kernel(mw_params p)
         const float m = half ? m_b : m_a, l = half ? l_b : l_a;
         const float inv = p.n_splits == 1 ? 1.0f / l : 1.0f;
         const size_t th = (size_t)t * p.H + h0 + r;
-        float *dst = p.n_splits == 1 ? p.out + th * R : p.part + ((size_t)split * p.n_tokens * p.H + th) * (R + 2) + 2;
+        float *dst =
+            p.n_splits == 1 ? p.out + th * R : p.part + ((size_t)split * p.n_tokens * p.H + th) * (R + 2) + 2;
 #pragma unroll
         for (int n = 0; n < MW_NT; n++) {
             const int c0 = (g * MW_NT + n) * 128 + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < 16; j++)
-                *(float2 *)(dst + c0 + j * 8) = make_float2(o[n][j * 4 + half * 2] * inv, o[n][j * 4 + half * 2 + 1] * inv);
+                *(float2 *)(dst + c0 + j * 8) =
+                    make_float2(o[n][j * 4 + half * 2] * inv, o[n][j * 4 + half * 2 + 1] * inv);
         }
         if (p.n_splits > 1 && g == 0 && (lane & 3) == 0) {
             float *ml = p.part + ((size_t)split * p.n_tokens * p.H + th) * (R + 2);
@@ -482,22 +398,21 @@ extern "C" int cuda_mla_wgmma_fits(int n_heads, int k_dim, int v_dim, size_t bud
 
 extern "C" int cuda_mla_wgmma_takes_cache(const struct paged_latent *kv)
 {
-    return kv->dtype == KV_DTYPE_BF16 || (kv->dtype == KV_DTYPE_FP8 && fp8_dims_ok(kv->kv_rank, kv->rope_dim));
+    return kv->dtype == KV_DTYPE_BF16 ||
+           (kv->dtype == KV_DTYPE_FP8 && fp8_dims_ok(kv->kv_rank, kv->rope_dim));
 }
 
-extern "C" cudaError_t cuda_mla_attention_wgmma(cudaStream_t stream, const float *q_abs, const struct paged_latent *kv,
-                                                const struct attn_batch *b, int n_heads, const int32_t *sel,
-                                                int sel_k, float scale, float *o_lat, int n_splits, float *work,
-                                                int pdl)
+extern "C" cudaError_t cuda_mla_attention_wgmma(cudaStream_t stream, const float *q_abs,
+                                                const struct paged_latent *kv, const struct attn_batch *b,
+                                                int n_heads, const int32_t *sel, int sel_k, float scale,
+                                                float *o_lat, int n_splits, float *work, int pdl)
 {
     if (b->n_tokens <= 0)
         return cudaSuccess;
     mw_params p;
     latent_params_fill(p, q_abs, kv, b, n_heads, sel, sel_k, scale, n_splits, o_lat, work);
-    p.latent = kv->latent;
+    latent_rows_fill(p, kv);
     const bool fp8 = kv->dtype == KV_DTYPE_FP8;
-    p.row_bytes = (int)kv_latent_row_bytes(kv->dtype, kv->kv_rank, kv->rope_dim);
-    p.nb = (kv->kv_rank + KV_FP8_BLOCK - 1) / KV_FP8_BLOCK;
     p.head_blocks = (n_heads + MW_ROWS - 1) / MW_ROWS;
     int64_t blocks = (int64_t)b->n_tokens * p.head_blocks;
     if (!cuda_mla_wgmma_takes_cache(kv) || n_splits < 1 || n_splits > PLAN_ATTN_MAX_SPLITS ||
